@@ -1,0 +1,69 @@
+"""One small error tree for the whole project.
+
+Every error a user can meet says what was wrong and what to do about it.
+The gRPC layer maps these to status codes; nothing else needs to know them.
+"""
+
+from __future__ import annotations
+
+
+class ApolloError(Exception):
+    """Root of every error Apollo-11 raises on purpose."""
+
+
+class InvalidEventError(ApolloError, ValueError):
+    """An event cannot be written as given (bad payload, oversize field, unknown type)."""
+
+
+class PayloadTooLargeError(InvalidEventError):
+    """A payload is over the configured cap. Never truncated silently."""
+
+
+class LogError(ApolloError):
+    """The event log cannot do what was asked."""
+
+
+class FormatVersionError(LogError):
+    """The data directory was written by an unknown on-disk format version."""
+
+
+class CorruptLogError(LogError):
+    """A record failed its checksum or framing where skipping it is not safe.
+
+    Skipping could drop a SUCCEEDED event and re-run a step that must not run
+    twice, so the range is refused instead; a peer can supply a good copy.
+    """
+
+    def __init__(self, message: str, *, path: str, offset: int) -> None:
+        super().__init__(f"{message} (file {path}, offset {offset})")
+        self.reason = message
+        self.path = path
+        self.offset = offset
+
+
+class LogFailedError(LogError):
+    """A write or fsync failed; the log refuses further appends until reopened.
+
+    After a failed fsync the page cache can no longer be trusted (the
+    PostgreSQL "fsyncgate" lesson), so retrying the write would be a lie.
+    """
+
+
+class SnapshotMismatchError(LogError):
+    """A snapshot's watermark is not where the log can continue from."""
+
+
+class LogClosedError(LogError):
+    """The log was closed."""
+
+
+class StaleTermError(ApolloError):
+    """Something carries a term lower than one already seen: a deposed writer."""
+
+
+class SnapshotError(ApolloError):
+    """A snapshot is missing, unreadable or fails its checksum."""
+
+
+class ReplayError(ApolloError):
+    """An event cannot be applied at all (for example an unknown event type)."""

@@ -1,0 +1,894 @@
+"""The append-only event log: recovery, group commit, reads.
+
+One asyncio loop owns an EventLog. Appenders encode their record in the
+caller (no thread hop per event) and join the batch being formed; one writer
+task hands each whole batch to a single I/O thread for one write and one
+fdatasync, then acknowledges every appender of the batch at once. While the
+thread is busy the next batch fills up, so batches grow with load by
+themselves and an idle log commits a lone event immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from scheduler import metrics
+from scheduler.errors import (
+    CorruptLogError,
+    InvalidEventError,
+    LogClosedError,
+    LogError,
+    LogFailedError,
+    SnapshotMismatchError,
+    StaleTermError,
+)
+from scheduler.log.datadir import DataDir
+from scheduler.log.record import (
+    DEFAULT_PAYLOAD_MAX_BYTES,
+    FRAME,
+    HEADER_SIZE,
+    Event,
+    EventType,
+    RecordInfo,
+    check_record,
+    decode_record,
+    encode_payload,
+    encode_record,
+)
+from scheduler.log.segment import (
+    INDEX_ENTRY,
+    INDEX_INTERVAL,
+    READ_CHUNK,
+    IndexWriter,
+    Segment,
+    parse_segment_name,
+    segment_name,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_MAX_BYTES = 100 * 1024 * 1024
+# Look this many ids past a bad record for a valid one before calling it a torn tail.
+_TORN_PROBE_IDS = 64
+
+
+class FsyncPolicy(enum.StrEnum):
+    ALWAYS = "always"
+    # Acknowledges before data is on disk. For tests and benchmarks only.
+    UNSAFE_NEVER = "unsafe-never"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
+    payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES
+    fsync: FsyncPolicy = FsyncPolicy.ALWAYS
+    max_batch_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.segment_max_bytes < 4096:
+            raise ValueError(
+                f"segment_max_bytes must be at least 4096, got {self.segment_max_bytes}"
+            )
+        if not 64 <= self.payload_max_bytes <= 1024 * 1024:
+            raise ValueError(
+                f"payload_max_bytes must be between 64 and 1048576, got {self.payload_max_bytes}"
+            )
+
+
+class Draft(NamedTuple):
+    """What a caller says about an event; the log adds id, term, node and time."""
+
+    event_type: EventType
+    task_id: str
+    step_name: str = ""
+    payload: Mapping[str, Any] | None = None
+    attempt: int = 0
+
+
+class Position(NamedTuple):
+    """Where the record after `event_id` starts: segment `segment_id`, byte `offset`."""
+
+    event_id: int
+    segment_id: int
+    offset: int
+
+
+class RawBatch(NamedTuple):
+    """Whole records exactly as on disk, for shipping byte for byte."""
+
+    first_id: int
+    last_id: int
+    data: bytes
+
+
+class _Part:
+    """Bytes of one batch that go to one segment."""
+
+    __slots__ = ("chunks", "first_id", "index", "new_segment")
+
+    def __init__(self, new_segment: bool, first_id: int) -> None:
+        self.new_segment = new_segment
+        self.first_id = first_id  # segment the part goes to
+        self.chunks: list[bytes] = []
+        self.index: list[tuple[int, int]] = []
+
+
+class _Batch:
+    __slots__ = ("done", "events", "nbytes", "parts")
+
+    def __init__(self, done: asyncio.Future[None], segment_id: int) -> None:
+        self.done = done
+        self.parts = [_Part(False, segment_id)]
+        self.events: list[Event] = []
+        self.nbytes = 0
+
+
+Listener = Callable[[Sequence[Event]], None]
+
+
+class EventLog:
+    """The durable, segmented, checksummed event log of one node."""
+
+    def __init__(
+        self,
+        data: DataDir,
+        segments: list[Segment],
+        *,
+        config: LogConfig,
+        instance_id: str,
+        last_term: int,
+        clock: Callable[[], int],
+        read_only: bool = False,
+    ) -> None:
+        self._data = data
+        self.read_only = read_only
+        self._segments = segments
+        self.config = config
+        self.instance_id = instance_id
+        self._clock = clock
+        self._last_term = last_term  # highest term durable or staged
+        self.term = last_term  # term stamped on new events; the node raises it
+        tail = segments[-1]
+        self._next_id = tail.last_id + 1  # next id to assign
+        self._durable_id = tail.last_id
+        self._tail_size = tail.size  # projected size once staged batches land
+        self._tail_id = tail.first_id  # projected last segment
+        self._indexer = IndexWriter(_next_index_at(tail))
+        self._batch: _Batch | None = None
+        self._listeners: list[Listener] = []
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._durable_waiters: asyncio.Future[None] | None = None
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-log")
+        self._fd = -1 if read_only else _open_append(tail.path)
+        self._idx_fd = -1 if read_only else _open_append(tail.index_path)
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: str | os.PathLike[str],
+        *,
+        config: LogConfig | None = None,
+        instance_id: str = "node",
+        replay_from: int | None = None,
+        hint: Position | None = None,
+        hint_term: int = 0,
+        on_events: Listener | None = None,
+        base_id: int = 1,
+        clock: Callable[[], int] | None = None,
+        read_only: bool = False,
+    ) -> EventLog:
+        """Open (creating when new) the log in `data_dir` and recover it.
+
+        Records from `replay_from` (default: the first) to the end are read,
+        checked and passed to `on_events` in order; that scan is also what
+        validates the tail. A torn tail of the last segment is cut off and
+        reported; a bad record anywhere else raises CorruptLogError.
+        `hint` (from a snapshot) says where `replay_from` starts, and
+        `hint_term` the highest term before it. `base_id` names the first
+        segment of a brand-new log (a standby seeded from a snapshot).
+        `read_only` opens an existing log for offline tools: nothing is
+        created or cut, a torn tail is only reported, appends are refused.
+        """
+        cfg = config or LogConfig()
+        data = DataDir.open_existing(data_dir) if read_only else DataDir.open(data_dir)
+        segments = _list_segments(data.log_dir)
+        if not segments and read_only:
+            raise LogError(f"{data.root} holds no event log segments")
+        if not segments:
+            path = os.path.join(data.log_dir, segment_name(base_id))
+            _create_file(path)
+            data.fsync_log_dir()
+            segments = [Segment(base_id, path, 0, base_id - 1, [(base_id, 0)], index_loaded=True)]
+        last_term = _recover(segments, replay_from, hint, hint_term, on_events, read_only)
+        return cls(
+            data,
+            segments,
+            config=cfg,
+            instance_id=instance_id,
+            last_term=last_term,
+            clock=clock or _now_ms,
+            read_only=read_only,
+        )
+
+    # ------------------------------------------------------------- properties
+
+    @property
+    def data_dir(self) -> DataDir:
+        return self._data
+
+    @property
+    def durable_id(self) -> int:
+        """Id of the last durable event (0 when the log is empty)."""
+        return self._durable_id
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    @property
+    def first_id(self) -> int:
+        """Id of the first event this log still holds."""
+        return self._segments[0].first_id
+
+    @property
+    def last_term(self) -> int:
+        return self._last_term
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    def position(self) -> Position:
+        """Position just after the last durable record."""
+        tail = self._segments[-1]
+        return Position(self._durable_id, tail.first_id, tail.size)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener` with every durable batch, before its appenders resume."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------- appending
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise LogError("this event log was opened read-only")
+        if self._closed:
+            raise LogClosedError("the event log is closed")
+        if self._failed is not None:
+            raise LogFailedError(
+                f"the event log failed and refuses appends until the node restarts: {self._failed}"
+            )
+        if self.term < self._last_term:
+            raise StaleTermError(
+                f"this node writes in term {self.term} but the log already holds term "
+                f"{self._last_term}; a newer primary exists"
+            )
+
+    def _encode(self, draft: Draft, event_id: int, now: int) -> tuple[Event, bytes]:
+        if not isinstance(draft.event_type, EventType):
+            raise InvalidEventError(f"unknown event type {draft.event_type!r}")
+        raw_payload = encode_payload(draft.payload, self.config.payload_max_bytes)
+        data = encode_record(
+            event_id=event_id,
+            term=self.term,
+            instance_id=self.instance_id,
+            task_id=draft.task_id,
+            step_name=draft.step_name,
+            event_type=draft.event_type,
+            payload=raw_payload,
+            timestamp=now,
+            attempt=draft.attempt,
+        )
+        payload = dict(draft.payload) if draft.payload is not None else {}
+        event = Event(
+            event_id,
+            self.term,
+            self.instance_id,
+            draft.task_id,
+            draft.step_name,
+            draft.event_type,
+            payload,
+            now,
+            draft.attempt,
+        )
+        return event, data
+
+    async def append(
+        self,
+        event_type: EventType,
+        task_id: str,
+        step_name: str = "",
+        payload: Mapping[str, Any] | None = None,
+        attempt: int = 0,
+    ) -> Event:
+        """Append one event; return it once it is durable."""
+        self._check_writable()
+        event, data = self._encode(
+            Draft(event_type, task_id, step_name, payload, attempt), self._next_id, self._clock()
+        )
+        batch = self._admit(data, event)
+        await batch.done
+        return event
+
+    async def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
+        """Append several events as one unit of validation; return them once durable.
+
+        Either every draft is valid and all are staged together, or none is.
+        """
+        self._check_writable()
+        now = self._clock()
+        encoded = [self._encode(d, self._next_id + i, now) for i, d in enumerate(drafts)]
+        if not encoded:
+            return []
+        batch: _Batch | None = None
+        for event, data in encoded:
+            batch = self._admit(data, event)
+        assert batch is not None
+        await batch.done
+        return [e for e, _ in encoded]
+
+    async def append_raw(self, data: bytes) -> list[Event]:
+        """Append whole records received from the primary, byte for byte.
+
+        Every CRC is checked, ids must continue this log exactly, and terms
+        must not go down. Returns the decoded events once durable.
+        """
+        term_now = self.term
+        self.term = self._last_term  # raw records carry their own terms
+        try:
+            self._check_writable()
+        finally:
+            self.term = term_now
+        staged: list[tuple[Event, bytes]] = []
+        off = 0
+        expect = self._next_id
+        term = self._last_term
+        view = memoryview(data)
+        while off < len(data):
+            info = check_record(view, off, "<replicated batch>")
+            if info is None:
+                raise CorruptLogError(
+                    "replicated batch ends inside a record", path="<replicated batch>", offset=off
+                )
+            if info.event_id != expect:
+                raise LogError(
+                    f"replicated batch has event {info.event_id} where {expect} was expected"
+                )
+            if info.term < term:
+                raise StaleTermError(
+                    f"replicated event {info.event_id} has term {info.term}, "
+                    f"lower than term {term} already in the log"
+                )
+            term = info.term
+            staged.append(
+                (decode_record(view, off, info.end, "<replicated batch>"), data[off : info.end])
+            )
+            off = info.end
+            expect += 1
+        if not staged:
+            return []
+        self.term = max(self.term, term)
+        batch: _Batch | None = None
+        for event, rec in staged:
+            batch = self._admit(rec, event)
+        assert batch is not None
+        await batch.done
+        return [e for e, _ in staged]
+
+    def _admit(self, data: bytes, event: Event) -> _Batch:
+        """Add one encoded record to the batch being formed (no I/O here)."""
+        batch = self._batch
+        if batch is None:
+            if self._writer is None:
+                self._start()
+            batch = self._batch = _Batch(asyncio.get_running_loop().create_future(), self._tail_id)
+            assert self._wake is not None
+            self._wake.set()
+        eid = event.event_id
+        # Rotation is decided per record from sizes alone, so a replica that
+        # receives the same records cuts its segments at the same places.
+        if self._tail_size >= self.config.segment_max_bytes:
+            self._tail_id = eid
+            self._tail_size = 0
+            self._indexer = IndexWriter(0)
+            batch.parts.append(_Part(True, eid))
+        part = batch.parts[-1]
+        if self._indexer.wants(self._tail_size) and self._tail_size:
+            part.index.append((eid, self._tail_size))
+        part.chunks.append(data)
+        self._tail_size += len(data)
+        self._next_id = eid + 1
+        if event.term > self._last_term:
+            self._last_term = event.term
+        batch.events.append(event)
+        batch.nbytes += len(data)
+        return batch
+
+    # ---------------------------------------------------------------- writer
+
+    def _start(self) -> None:
+        self._wake = asyncio.Event()
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch = self._batch
+            if batch is None:
+                if self._closed:
+                    return
+                continue
+            self._batch = None
+            started = time.perf_counter()
+            try:
+                await loop.run_in_executor(self._io, self._write_batch, batch.parts)
+            except BaseException as e:
+                self._failed = e
+                log.error("event log write failed; refusing further appends: %s", e)
+                batch.done.set_exception(LogFailedError(f"write failed: {e}"))
+                self._fail_pending()
+                return
+            metrics.LOG_FSYNC_SECONDS.observe(time.perf_counter() - started)
+            metrics.LOG_BATCH_EVENTS.observe(len(batch.events))
+            metrics.LOG_APPENDS.inc(len(batch.events))
+            self._land(batch)
+            for listener in self._listeners:
+                listener(batch.events)
+            batch.done.set_result(None)
+            waiters, self._durable_waiters = self._durable_waiters, None
+            if waiters is not None:
+                waiters.set_result(None)
+            if self._batch is not None:
+                self._wake.set()
+
+    def _fail_pending(self) -> None:
+        if self._batch is not None:
+            self._batch.done.set_exception(LogFailedError(f"write failed: {self._failed}"))
+            self._batch = None
+
+    def _write_batch(self, parts: list[_Part]) -> None:
+        """Runs on the I/O thread: one write (per segment touched) and one fdatasync."""
+        sync = self.config.fsync is FsyncPolicy.ALWAYS
+        for part in parts:
+            if part.new_segment:
+                # Make the old segment whole before the new one exists, so a
+                # crash can only ever tear the last segment.
+                if sync:
+                    os.fdatasync(self._fd)
+                os.close(self._fd)
+                os.close(self._idx_fd)
+                path = os.path.join(self._data.log_dir, segment_name(part.first_id))
+                self._fd = _open_append(path, create=True)
+                self._idx_fd = _open_append(path[:-4] + ".idx", create=True)
+                if sync:
+                    self._data.fsync_log_dir()
+            _write_all(self._fd, b"".join(part.chunks))
+            if part.index:
+                _write_all(self._idx_fd, b"".join(INDEX_ENTRY.pack(*e) for e in part.index))
+        if sync:
+            os.fdatasync(self._fd)
+
+    def _land(self, batch: _Batch) -> None:
+        """Publish a durable batch to readers (loop thread)."""
+        events = batch.events
+        i = 0
+        for part in batch.parts:
+            if part.new_segment:
+                seg = Segment(
+                    part.first_id,
+                    os.path.join(self._data.log_dir, segment_name(part.first_id)),
+                    0,
+                    part.first_id - 1,
+                    [(part.first_id, 0)],
+                    index_loaded=True,
+                )
+                self._segments.append(seg)
+            seg = self._segments[-1]
+            n = len(part.chunks)
+            seg.size += sum(len(c) for c in part.chunks)
+            seg.last_id = events[i + n - 1].event_id
+            seg.index.extend(part.index)
+            i += n
+        self._durable_id = events[-1].event_id
+
+    # --------------------------------------------------------------- reading
+
+    def _segment_for(self, event_id: int) -> int:
+        """Index into self._segments of the segment holding `event_id`."""
+        segs = self._segments
+        lo, hi = 0, len(segs) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if segs[mid].first_id <= event_id:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _check_range(self, from_id: int) -> None:
+        if from_id < self.first_id:
+            raise LogError(
+                f"event {from_id} is no longer in this log (it starts at {self.first_id})"
+            )
+
+    def read_raw(self, from_id: int, max_bytes: int = 1024 * 1024) -> RawBatch:
+        """Whole durable records from `from_id`, about `max_bytes` of them (at least one).
+
+        Stays within one segment; call again from `last_id + 1` for more.
+        Every record's CRC is checked before it leaves: a corrupt record is
+        refused here rather than shipped.
+        """
+        self._check_range(from_id)
+        if from_id > self._durable_id:
+            return RawBatch(from_id, from_id - 1, b"")
+        seg = self._segments[self._segment_for(from_id)]
+        start = seg.locate(from_id)
+        data = seg.read(start, max(max_bytes, HEADER_SIZE))
+        off = 0
+        last = from_id - 1
+        view = memoryview(data)
+        while True:
+            info = check_record(view, off, seg.path)
+            if info is None:
+                if off == 0:  # one record bigger than max_bytes
+                    body_len = FRAME.unpack_from(data, 0)[1] if len(data) >= 8 else 0
+                    data = seg.read(start, 8 + body_len)
+                    view = memoryview(data)
+                    continue
+                break
+            if info.event_id != last + 1:
+                raise CorruptLogError(
+                    f"expected event {last + 1}, found {info.event_id}",
+                    path=seg.path,
+                    offset=start + off,
+                )
+            last = info.event_id
+            off = info.end
+            if off >= max_bytes:
+                break
+        return RawBatch(from_id, last, data[:off])
+
+    def read(self, from_id: int = 1, to_id: int | None = None) -> Iterator[Event]:
+        """Durable events with ids in [from_id, to_id], checked and decoded, in order."""
+        from_id = max(from_id, self.first_id)
+        end = self._durable_id if to_id is None else min(to_id, self._durable_id)
+        i = self._segment_for(from_id)
+        next_id = from_id
+        while next_id <= end and i < len(self._segments):
+            seg = self._segments[i]
+            if next_id > seg.last_id:
+                i += 1
+                continue
+            for event in _scan(seg, seg.locate(next_id), next_id, min(end, seg.last_id)):
+                yield event
+                next_id = event.event_id + 1
+            if next_id <= min(end, seg.last_id):
+                raise CorruptLogError(
+                    f"segment ends before event {next_id}", path=seg.path, offset=seg.size
+                )
+            i += 1
+
+    async def wait_durable(self, after_id: int) -> None:
+        """Wait until an event after `after_id` is durable (wrap in asyncio.timeout)."""
+        while self._durable_id <= after_id:
+            if self._closed or self._failed is not None:
+                raise LogClosedError("the event log is closed")
+            if self._durable_waiters is None:
+                self._durable_waiters = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._durable_waiters)
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def flush(self) -> None:
+        """Wait for everything staged so far to be durable."""
+        if self._batch is not None:
+            await self._batch.done
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(LogError):
+            await self.flush()
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await self._writer
+        if self._durable_waiters is not None and not self._durable_waiters.done():
+            self._durable_waiters.set_result(None)
+        self._io.shutdown(wait=True)
+        os.close(self._fd)
+        os.close(self._idx_fd)
+
+    def close_sync(self) -> None:
+        """Close a log that never started writing (offline tools)."""
+        if self._writer is not None:
+            raise LogError("close_sync() on a log with a running writer; await close()")
+        self._closed = True
+        self._io.shutdown(wait=True)
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        for fd in (self._fd, self._idx_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._idx_fd = -1
+
+
+# ---------------------------------------------------------------- recovery
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _open_append(path: str, create: bool = False) -> int:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_CREAT
+    if create:
+        flags |= os.O_EXCL
+    return os.open(path, flags, 0o644)
+
+
+def _create_file(path: str) -> None:
+    os.close(_open_append(path, create=True))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _next_index_at(seg: Segment) -> int:
+    if not seg.size:
+        return 0
+    return seg.index[-1][1] + INDEX_INTERVAL if seg.index else INDEX_INTERVAL
+
+
+def _list_segments(log_dir: str) -> list[Segment]:
+    found: list[tuple[int, str]] = []
+    for name in os.listdir(log_dir):
+        first = parse_segment_name(name)
+        if first is not None:
+            found.append((first, os.path.join(log_dir, name)))
+    found.sort()
+    segments = []
+    for i, (first, path) in enumerate(found):
+        size = os.path.getsize(path)
+        # A sealed segment ends where the next begins; the tail's end is found by scanning.
+        last = found[i + 1][0] - 1 if i + 1 < len(found) else first - 1
+        segments.append(Segment(first, path, size, last))
+    return segments
+
+
+class _Walk:
+    """Checked records of one segment from `offset` up to byte `end`.
+
+    Iterating yields (offset, event). Afterwards `offset` is where valid data
+    ends and `error` says why the walk stopped early: a CorruptLogError, or
+    None when the bytes simply ran out (clean end, or an incomplete record
+    when `offset < end`).
+    """
+
+    def __init__(self, seg: Segment, offset: int, end: int) -> None:
+        self.seg = seg
+        self.offset = offset
+        self.end = end
+        self.error: CorruptLogError | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, Event]]:
+        path = self.seg.path
+        want = READ_CHUNK
+        while self.offset < self.end:
+            chunk = _pread(path, self.offset, min(want, self.end - self.offset))
+            view = memoryview(chunk)
+            pos = 0
+            while True:
+                try:
+                    info = check_record(view, pos, path, base=self.offset)
+                    if info is None:
+                        break
+                    event = decode_record(view, pos, info.end, path, base=self.offset)
+                except CorruptLogError as e:
+                    self.offset += pos
+                    self.error = e
+                    return
+                yield self.offset + pos, event
+                pos = info.end
+            if pos:
+                self.offset += pos
+                want = READ_CHUNK
+                continue
+            # Not even one record fit: it is bigger than the read, or incomplete.
+            need = 8 + FRAME.unpack_from(chunk, 0)[1] if len(chunk) >= 8 else HEADER_SIZE
+            if need <= len(chunk) or self.offset + need > self.end:
+                return
+            want = need
+
+
+def _pread(path: str, offset: int, length: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+
+
+def _scan(seg: Segment, offset: int, first_id: int, last_id: int) -> Iterator[Event]:
+    """Checked events first_id..last_id of a sealed-or-durable range of a segment."""
+    expect = first_id
+    walk = _Walk(seg, offset, seg.size)
+    for at, event in walk:
+        if event.event_id != expect:
+            raise CorruptLogError(
+                f"expected event {expect}, found {event.event_id}", path=seg.path, offset=at
+            )
+        yield event
+        if expect == last_id:
+            return
+        expect += 1
+    if walk.error is not None:
+        raise walk.error
+
+
+def _recover(
+    segments: list[Segment],
+    replay_from: int | None,
+    hint: Position | None,
+    hint_term: int,
+    on_events: Listener | None,
+    read_only: bool = False,
+) -> int:
+    """Scan from `replay_from` to the end; cut a torn tail; return the highest term."""
+    term = hint_term
+    pending: list[Event] = []
+    for event in _iter_segments(segments, replay_from, hint, hint_term, read_only):
+        term = event.term
+        pending.append(event)
+        if len(pending) >= 4096:
+            if on_events is not None:
+                on_events(pending)
+            pending = []
+    if pending and on_events is not None:
+        on_events(pending)
+    if not read_only:
+        tail = segments[-1]
+        tail.load_index()
+        _rewrite_index(tail)
+    return term
+
+
+def _iter_segments(
+    segments: list[Segment],
+    replay_from: int | None,
+    hint: Position | None,
+    hint_term: int,
+    read_only: bool,
+) -> Iterator[Event]:
+    """Checked events from `replay_from` to the end of the log.
+
+    Leaves every segment's size and last id set to what was found valid. A
+    bad record in the tail with nothing valid after it is a torn write: it
+    is cut off (or, read-only, just reported). Anywhere else it raises.
+    """
+    for prev, seg in itertools.pairwise(segments):
+        if seg.first_id <= prev.first_id:
+            raise CorruptLogError("segments out of order", path=seg.path, offset=0)
+    start_id = segments[0].first_id if replay_from is None else replay_from
+    if start_id < segments[0].first_id:
+        raise SnapshotMismatchError(
+            f"replay must start at event {start_id} but the log starts at "
+            f"{segments[0].first_id}; is a snapshot missing?"
+        )
+    i = 0
+    while i + 1 < len(segments) and segments[i + 1].first_id <= start_id:
+        i += 1
+    first = segments[i]
+    if hint is not None and hint.segment_id == first.first_id and hint.event_id + 1 == start_id:
+        offset, expect = hint.offset, start_id
+    else:
+        offset, expect = 0, first.first_id  # scan the whole segment, hand over from start_id
+    term = hint_term
+    for j in range(i, len(segments)):
+        seg = segments[j]
+        tail = j == len(segments) - 1
+        if j > i:
+            offset = 0
+            if expect != seg.first_id:
+                raise CorruptLogError(
+                    f"segment should start at event {expect}", path=seg.path, offset=0
+                )
+        file_size = os.path.getsize(seg.path)
+        walk = _Walk(seg, offset, file_size)
+        bad: CorruptLogError | None = None
+        for at, event in walk:
+            if event.event_id != expect or event.term < term:
+                what = (
+                    f"expected event {expect}, found {event.event_id}"
+                    if event.event_id != expect
+                    else f"event {expect} has term {event.term} after term {term}"
+                )
+                bad = CorruptLogError(what, path=seg.path, offset=at)
+                walk.offset = at
+                break
+            term = event.term
+            expect += 1
+            if event.event_id >= start_id:
+                yield event
+        bad = bad or walk.error
+        if walk.offset < file_size:
+            if bad is None:
+                bad = CorruptLogError("incomplete record", path=seg.path, offset=walk.offset)
+            if not tail or _valid_record_after(seg.path, walk.offset, expect, file_size):
+                raise bad
+            if read_only:
+                log.warning("event log: torn tail in %s (read-only, left in place)", bad)
+            else:
+                _truncate_tail(seg, walk.offset, file_size, bad)
+        seg.size = walk.offset
+        seg.last_id = expect - 1
+    if expect < start_id:
+        raise SnapshotMismatchError(
+            f"the log ends at event {expect - 1}, before event {start_id - 1} that the "
+            f"snapshot covers: the log lost data the snapshot had"
+        )
+
+
+def _valid_record_after(path: str, bad_at: int, expect: int, file_size: int) -> bool:
+    """Is there a valid record later in the file? Then this is damage, not a torn tail."""
+    rest = _pread(path, bad_at + 1, file_size - bad_at - 1) if file_size > bad_at + 1 else b""
+    view = memoryview(rest)
+    for eid in range(expect, expect + _TORN_PROBE_IDS):
+        needle = eid.to_bytes(8, "little")
+        pos = rest.find(needle, 8)
+        while pos != -1:
+            try:
+                info: RecordInfo | None = check_record(view, pos - 8, path)
+            except CorruptLogError:
+                info = None
+            if info is not None and info.event_id == eid:
+                return True
+            pos = rest.find(needle, pos + 1)
+    return False
+
+
+def _truncate_tail(seg: Segment, at: int, file_size: int, why: CorruptLogError) -> None:
+    log.warning(
+        "event log: cut a torn tail of %d bytes off %s at offset %d (%s); "
+        "those events had not been acknowledged",
+        file_size - at,
+        seg.path,
+        at,
+        why.reason,
+    )
+    metrics.LOG_TORN_TAILS.inc()
+    with open(seg.path, "r+b") as f:
+        f.truncate(at)
+        os.fsync(f.fileno())
+
+
+def _rewrite_index(seg: Segment) -> None:
+    """Drop index entries that point past a cut tail (derived data, no fsync)."""
+    with open(seg.index_path, "wb") as f:
+        f.write(b"".join(INDEX_ENTRY.pack(*e) for e in seg.index if e[1] > 0))

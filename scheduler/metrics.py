@@ -1,0 +1,33 @@
+"""Prometheus metrics of one node (exposed on --http /metrics).
+
+Names follow Prometheus conventions: `apollo11_` prefix, units in the name,
+`_total` for counters. Hot paths update them per batch, never per event.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+LOG_APPENDS = Counter("apollo11_log_appends_total", "Events made durable in the event log")
+LOG_BATCH_EVENTS = Histogram(
+    "apollo11_log_fsync_batch_events",
+    "Events per group-commit batch (one write and one fsync each)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384),
+)
+LOG_FSYNC_SECONDS = Histogram(
+    "apollo11_log_fsync_seconds",
+    "Time to write and fsync one group-commit batch",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+)
+LOG_TORN_TAILS = Counter(
+    "apollo11_log_torn_tail_truncations_total",
+    "Torn or corrupt tails cut off the last segment at open",
+)
+SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
+SNAPSHOT_SECONDS = Histogram(
+    "apollo11_snapshot_seconds", "Time to write one snapshot (off the event loop)"
+)
+SNAPSHOT_FALLBACKS = Counter(
+    "apollo11_snapshot_fallbacks_total",
+    "Snapshots found unreadable at recovery (an older one, or full replay, was used)",
+)

@@ -1,0 +1,530 @@
+"""Replay: the state of every task as a fold over the event log.
+
+`apply(state, event)` is deterministic: no I/O, no clocks, time comes from the
+event. The same log gives the same state on every machine, which is what
+lets a standby take over and an auditor reconstruct any past moment.
+
+`apply` updates `state` in place and returns it: copying the state per event
+would cost more than everything else replay does. Nothing but `apply`
+mutates a State.
+
+Transitions the step state machine does not allow are facts too (the log is
+the truth), so they are applied as far as they make sense and flagged as
+anomalies on the task, never silently accepted and never raised. An event
+type replay does not know is different: that log cannot be understood, and
+`apply` raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.errors import ReplayError
+from scheduler.log.record import Event, EventType
+
+DURATION_HISTORY = 100  # per (workflow, step): what `timeout="auto"` looks at
+MAX_STATE_ANOMALIES = 1000
+
+
+class TaskStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    STARTED = "STARTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    SKIPPED = "SKIPPED"
+
+
+DONE = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})  # dependents may run
+BUSY = frozenset({StepStatus.STARTED, StepStatus.COMPENSATING})  # something is executing
+
+
+@dataclass(slots=True)
+class StepState:
+    name: str
+    status: StepStatus = StepStatus.PENDING
+    attempt: int = 0
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    result: Any = None
+    error: str | None = None
+    final: bool = False  # failed and no automatic retry will follow
+    lost: bool = False  # the last failure was a node dying mid-step
+    compensations: int = 0
+    compensation_error: str | None = None
+    override: dict[str, Any] | None = None  # the last operator action
+    anomaly: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepState:
+        s = cls(**d)
+        s.status = StepStatus(s.status)
+        return s
+
+
+@dataclass(slots=True)
+class TaskState:
+    task_id: str
+    workflow: str
+    version: int
+    input: Any
+    deps: dict[str, list[str]]  # step -> the steps it needs; insertion order = declaration order
+    steps: dict[str, StepState]
+    status: TaskStatus = TaskStatus.PENDING
+    submitted_ms: int = 0
+    updated_ms: int = 0
+    first_event_id: int = 0
+    last_event_id: int = 0
+    idempotency_key: str | None = None
+    cancelled: dict[str, Any] | None = None
+    done: int = 0  # steps SUCCEEDED or SKIPPED
+    busy: int = 0  # steps STARTED or COMPENSATING
+    failed_final: int = 0  # steps FAILED with no automatic retry left
+    touched: bool = False  # any step event seen
+    anomalies: list[str] = field(default_factory=list)
+
+    @property
+    def quiescent(self) -> bool:
+        """Terminal and nothing running: only an operator can change it now."""
+        return self.status in TERMINAL and self.busy == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "input": self.input,
+            "deps": self.deps,
+            "steps": [_step_dict(s) for s in self.steps.values()],
+            "status": self.status.value,
+            "submitted_ms": self.submitted_ms,
+            "updated_ms": self.updated_ms,
+            "first_event_id": self.first_event_id,
+            "last_event_id": self.last_event_id,
+            "idempotency_key": self.idempotency_key,
+            "cancelled": self.cancelled,
+            "done": self.done,
+            "busy": self.busy,
+            "failed_final": self.failed_final,
+            "touched": self.touched,
+            "anomalies": self.anomalies,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskState:
+        fields = dict(d)
+        steps = [StepState.from_dict(s) for s in fields.pop("steps")]
+        t = cls(steps={s.name: s for s in steps}, **fields)
+        t.status = TaskStatus(t.status)
+        return t
+
+
+def _step_dict(s: StepState) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "status": s.status.value,
+        "attempt": s.attempt,
+        "started_ms": s.started_ms,
+        "finished_ms": s.finished_ms,
+        "result": s.result,
+        "error": s.error,
+        "final": s.final,
+        "lost": s.lost,
+        "compensations": s.compensations,
+        "compensation_error": s.compensation_error,
+        "override": s.override,
+        "anomaly": s.anomaly,
+    }
+
+
+class TaskStore:
+    """Where tasks that are not in memory live (the snapshot archive).
+
+    Replay only needs `get`: a task evicted from memory comes back when an
+    event names it again. The store is immutable derived data, so reading it
+    does not break determinism.
+    """
+
+    def get(self, task_id: str) -> TaskState | None:
+        raise NotImplementedError
+
+    def __contains__(self, task_id: str) -> bool:
+        raise NotImplementedError
+
+    def iter_tasks(self) -> Iterator[TaskState]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class State:
+    """Everything the log says, as of `last_event_id`."""
+
+    tasks: dict[str, TaskState] = field(default_factory=dict)  # in memory
+    last_event_id: int = 0
+    term: int = 0
+    terms: list[tuple[int, int]] = field(default_factory=list)  # (term, its first event id)
+    idempotency: dict[str, str] = field(default_factory=dict)  # key -> task id
+    durations: dict[str, list[int]] = field(default_factory=dict)  # "wf/step" -> ms, newest last
+    anomalies: list[str] = field(default_factory=list)  # about events naming no known task
+    archive: TaskStore | None = None
+
+    def task(self, task_id: str) -> TaskState | None:
+        """The task, from memory or (faulted back in) from the archive."""
+        t = self.tasks.get(task_id)
+        if t is None and self.archive is not None:
+            t = self.archive.get(task_id)
+            if t is not None:
+                self.tasks[task_id] = t
+        return t
+
+    def peek(self, task_id: str) -> TaskState | None:
+        """Read a task without bringing it back into memory."""
+        t = self.tasks.get(task_id)
+        if t is None and self.archive is not None:
+            t = self.archive.get(task_id)
+        return t
+
+    def iter_tasks(self) -> Iterator[TaskState]:
+        """Every task once, memory first (memory is newer than the archive)."""
+        yield from self.tasks.values()
+        if self.archive is not None:
+            for t in self.archive.iter_tasks():
+                if t.task_id not in self.tasks:
+                    yield t
+
+    def count_tasks(self) -> int:
+        if self.archive is None:
+            return len(self.tasks)
+        return sum(1 for _ in self.iter_tasks())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The logical state: equal for equal logs, wherever the tasks live."""
+        return {
+            "last_event_id": self.last_event_id,
+            "term": self.term,
+            "terms": [list(t) for t in self.terms],
+            "idempotency": dict(sorted(self.idempotency.items())),
+            "durations": dict(sorted(self.durations.items())),
+            "anomalies": list(self.anomalies),
+            "tasks": {t.task_id: t.to_dict() for t in sorted(self.iter_tasks(), key=_by_id)},
+        }
+
+
+def _by_id(t: TaskState) -> str:
+    return t.task_id
+
+
+# ------------------------------------------------------------------- apply
+
+
+def apply(state: State, event: Event) -> State:
+    """Fold one event into the state (in place) and return it."""
+    try:
+        handler = _HANDLERS[event.event_type]
+    except KeyError:
+        raise ReplayError(
+            f"event {event.event_id} has unknown type {event.event_type!r}; "
+            f"this log needs a newer Apollo-11"
+        ) from None
+    handler(state, event)
+    state.last_event_id = event.event_id
+    if event.term > state.term:
+        state.term = event.term
+    return state
+
+
+def apply_all(state: State, events: Iterable[Event]) -> State:
+    handlers = _HANDLERS
+    for event in events:
+        try:
+            handler = handlers[event.event_type]
+        except KeyError:
+            return apply(state, event)  # raises with the message
+        handler(state, event)
+        state.last_event_id = event.event_id
+        if event.term > state.term:
+            state.term = event.term
+    return state
+
+
+def replay(events: Iterable[Event], state: State | None = None) -> State:
+    return apply_all(state if state is not None else State(), events)
+
+
+def _state_anomaly(state: State, event: Event, what: str) -> None:
+    if len(state.anomalies) < MAX_STATE_ANOMALIES:
+        state.anomalies.append(f"event {event.event_id}: {what}")
+
+
+def _task_for(state: State, event: Event) -> TaskState | None:
+    task = state.task(event.task_id)
+    if task is None:
+        _state_anomaly(state, event, f"{event.event_type.name} for unknown task {event.task_id!r}")
+        return None
+    task.last_event_id = event.event_id
+    task.updated_ms = event.timestamp
+    return task
+
+
+def _step_for(state: State, event: Event) -> tuple[TaskState, StepState] | None:
+    task = _task_for(state, event)
+    if task is None:
+        return None
+    step = task.steps.get(event.step_name)
+    if step is None:
+        _flag(task, None, event, f"{event.event_type.name} for unknown step {event.step_name!r}")
+        return None
+    return task, step
+
+
+def _flag(task: TaskState, step: StepState | None, event: Event, what: str) -> None:
+    note = f"event {event.event_id}: {what}"
+    task.anomalies.append(note)
+    if step is not None:
+        step.anomaly = note
+
+
+def _move(task: TaskState, step: StepState, to: StepStatus) -> None:
+    """Change a step's status, keeping the task's counters and status right."""
+    was = step.status
+    if was in DONE:
+        task.done -= 1
+    if was in BUSY:
+        task.busy -= 1
+    if was is StepStatus.FAILED and step.final:
+        task.failed_final -= 1
+        step.final = False
+    step.status = to
+    task.touched = True
+    if to in DONE:
+        task.done += 1
+    if to in BUSY:
+        task.busy += 1
+    _derive(task)
+
+
+def _derive(task: TaskState) -> None:
+    if task.cancelled is not None:
+        task.status = TaskStatus.CANCELLED
+    elif task.failed_final:
+        task.status = TaskStatus.FAILED
+    elif task.done == len(task.steps):
+        task.status = TaskStatus.SUCCEEDED
+    elif task.touched:
+        task.status = TaskStatus.RUNNING
+    else:
+        task.status = TaskStatus.PENDING
+
+
+def _on_submitted(state: State, event: Event) -> None:
+    p = event.payload
+    if event.task_id in state.tasks or (
+        state.archive is not None and event.task_id in state.archive
+    ):
+        _state_anomaly(state, event, f"task {event.task_id!r} submitted twice")
+        return
+    raw_steps = p.get("steps") or {}
+    deps = {str(name): [str(d) for d in ds] for name, ds in raw_steps.items()}
+    key = p.get("idempotency_key")
+    task = TaskState(
+        task_id=event.task_id,
+        workflow=str(p.get("workflow", "")),
+        version=int(p.get("version", 1)),
+        input=p.get("input"),
+        deps=deps,
+        steps={name: StepState(name) for name in deps},
+        submitted_ms=event.timestamp,
+        updated_ms=event.timestamp,
+        first_event_id=event.event_id,
+        last_event_id=event.event_id,
+        idempotency_key=key,
+    )
+    _derive(task)
+    state.tasks[event.task_id] = task
+    if key:
+        state.idempotency[key] = event.task_id
+
+
+def _on_started(state: State, event: Event) -> None:
+    found = _step_for(state, event)
+    if found is None:
+        return
+    task, step = found
+    was = step.status
+    if was is StepStatus.STARTED:
+        _flag(task, step, event, f"step {step.name} started again without an end")
+    elif was is StepStatus.COMPENSATING:
+        _flag(task, step, event, f"step {step.name} re-run before its compensation completed")
+    elif was in DONE:
+        _flag(task, step, event, f"step {step.name} started again after it {was.value}")
+    if event.attempt <= step.attempt:
+        _flag(task, step, event, f"step {step.name} attempt {event.attempt} is not new")
+    step.attempt = event.attempt
+    step.started_ms = event.timestamp
+    step.finished_ms = None
+    step.error = None
+    step.lost = False
+    _move(task, step, StepStatus.STARTED)
+
+
+def _on_succeeded(state: State, event: Event) -> None:
+    found = _step_for(state, event)
+    if found is None:
+        return
+    task, step = found
+    if step.status is StepStatus.COMPENSATED:
+        # The seed's rule: after compensation a step must be STARTED again.
+        _flag(
+            task, step, event, f"step {step.name} succeeded after compensation without a new start"
+        )
+        return
+    if step.status is not StepStatus.STARTED or event.attempt != step.attempt:
+        _flag(
+            task,
+            step,
+            event,
+            f"step {step.name} attempt {event.attempt} succeeded while "
+            f"{step.status.value} at attempt {step.attempt}",
+        )
+        if step.status is not StepStatus.STARTED:
+            return
+    step.finished_ms = event.timestamp
+    step.result = event.payload.get("result")
+    step.error = None
+    if step.started_ms is not None:
+        hist = state.durations.setdefault(f"{task.workflow}/{step.name}", [])
+        hist.append(max(0, event.timestamp - step.started_ms))
+        if len(hist) > DURATION_HISTORY:
+            del hist[0]
+    _move(task, step, StepStatus.SUCCEEDED)
+
+
+def _on_failed(state: State, event: Event) -> None:
+    found = _step_for(state, event)
+    if found is None:
+        return
+    task, step = found
+    p = event.payload
+    error = str(p.get("error", "")) or "failed"
+    if step.status is StepStatus.COMPENSATING and p.get("compensation"):
+        # A compensation attempt failed; it will be retried and stays visible.
+        step.compensation_error = error
+        return
+    if step.status is not StepStatus.STARTED:
+        _flag(task, step, event, f"step {step.name} failed while {step.status.value}")
+    step.finished_ms = event.timestamp
+    step.error = error
+    step.lost = bool(p.get("lost", False))
+    _move(task, step, StepStatus.FAILED)
+    if p.get("final", False):
+        step.final = True
+        task.failed_final += 1
+        _derive(task)
+
+
+def _on_compensating(state: State, event: Event) -> None:
+    found = _step_for(state, event)
+    if found is None:
+        return
+    task, step = found
+    if step.status is StepStatus.COMPENSATING:
+        step.compensations += 1  # a retry of a failed compensation
+        return
+    if step.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.STARTED):
+        _flag(task, step, event, f"step {step.name} compensating while {step.status.value}")
+    step.compensations += 1
+    step.compensation_error = None
+    _move(task, step, StepStatus.COMPENSATING)
+
+
+def _on_compensated(state: State, event: Event) -> None:
+    found = _step_for(state, event)
+    if found is None:
+        return
+    task, step = found
+    if step.status is not StepStatus.COMPENSATING:
+        _flag(task, step, event, f"step {step.name} compensated while {step.status.value}")
+    step.compensation_error = None
+    step.finished_ms = event.timestamp
+    _move(task, step, StepStatus.COMPENSATED)
+
+
+def _on_override(state: State, event: Event) -> None:
+    found = _step_for(state, event)
+    if found is None:
+        return
+    task, step = found
+    p = event.payload
+    action = p.get("action")
+    step.override = {
+        "action": action,
+        "operator": p.get("operator"),
+        "reason": p.get("reason"),
+        "event_id": event.event_id,
+    }
+    if action == "skip":
+        if step.status in BUSY:
+            _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
+        _move(task, step, StepStatus.SKIPPED)
+    elif action == "retry":
+        if step.status in BUSY:
+            _flag(task, step, event, f"step {step.name} retried while {step.status.value}")
+        step.error = None
+        _move(task, step, StepStatus.PENDING)
+    else:
+        _flag(task, step, event, f"unknown manual override {action!r}")
+
+
+def _on_cancelled(state: State, event: Event) -> None:
+    task = _task_for(state, event)
+    if task is None:
+        return
+    p = event.payload
+    task.cancelled = {
+        "operator": p.get("operator"),
+        "reason": p.get("reason"),
+        "event_id": event.event_id,
+    }
+    _derive(task)
+
+
+def _on_term_started(state: State, event: Event) -> None:
+    if state.terms and event.term <= state.terms[-1][0]:
+        _state_anomaly(state, event, f"term {event.term} started after term {state.terms[-1][0]}")
+    state.terms.append((event.term, event.event_id))
+
+
+_HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
+    EventType.TASK_SUBMITTED: _on_submitted,
+    EventType.STEP_STARTED: _on_started,
+    EventType.STEP_SUCCEEDED: _on_succeeded,
+    EventType.STEP_FAILED: _on_failed,
+    EventType.STEP_COMPENSATING: _on_compensating,
+    EventType.STEP_COMPENSATED: _on_compensated,
+    EventType.MANUAL_OVERRIDE: _on_override,
+    EventType.TASK_CANCELLED: _on_cancelled,
+    EventType.TERM_STARTED: _on_term_started,
+}
+
+# Exhaustive dispatch, checked at import: a new event type without a handler
+# is a bug to catch before any log is replayed.
+if set(_HANDLERS) != set(EventType):  # pragma: no cover
+    raise ReplayError(f"replay has no handler for {set(EventType) - set(_HANDLERS)}")

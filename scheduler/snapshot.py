@@ -1,0 +1,266 @@
+"""Snapshots: the replayed state at a watermark, so recovery replays only the tail.
+
+Snapshot file `snapshot-<watermark>.snap`::
+
+    b"A11SNAP1" | u32 crc32(body) | u64 len(body) | body (JSON)
+
+The body holds the watermark event id and its term, the log position just
+after it, the in-memory part of the state (tasks still active) and the list
+of archive chunks holding every task that went quiet before it (see
+`scheduler.archive`). Files are written atomically (temp file, fsync,
+rename, directory fsync); the newest `keep` are kept, and an unreadable one
+falls back to the one before it, then to a full replay.
+
+Taking a snapshot has two halves. `capture` runs on the event loop and
+serializes only what changed since the previous snapshot plus the active
+tasks, so its cost does not grow with history; `write` runs on a thread
+and does all the I/O, so appends never wait for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from struct import Struct
+from typing import Any
+
+import orjson
+
+from scheduler import metrics
+from scheduler.archive import (
+    SUFFIX as CHUNK_SUFFIX,
+)
+from scheduler.archive import (
+    Archive,
+    Chunk,
+    chunk_name,
+    encode_entry,
+    merge_chunks,
+    merge_plan,
+    write_chunk,
+)
+from scheduler.errors import SnapshotError
+from scheduler.log.datadir import write_atomic
+from scheduler.log.eventlog import Position
+from scheduler.replay import State, TaskState
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"A11SNAP1"
+HEADER = Struct("<8sIQ")
+PREFIX = "snapshot-"
+SUFFIX = ".snap"
+SNAPSHOT_FORMAT = 1
+DEFAULT_INTERVAL = 1000
+DEFAULT_KEEP = 3
+
+
+def snapshot_name(watermark: int) -> str:
+    return f"{PREFIX}{watermark:020d}{SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    watermark: int
+    term: int
+    position: Position
+    chunks: tuple[str, ...]
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """Everything a snapshot needs, serialized on the loop at one instant."""
+
+    watermark: int
+    term: int
+    position: Position
+    state_json: bytes  # the in-memory (active) part of the state
+    new_entries: list[tuple[str, bytes]]  # quiet tasks to archive now
+    chunks: tuple[Chunk, ...]  # the archive as of the capture
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    info: SnapshotInfo
+    chunks: tuple[Chunk, ...]
+    archived: tuple[str, ...]  # task ids now in the archive
+
+
+def _state_meta(state: State) -> dict[str, Any]:
+    return {
+        "last_event_id": state.last_event_id,
+        "term": state.term,
+        "terms": state.terms,
+        "idempotency": state.idempotency,
+        "durations": state.durations,
+        "anomalies": state.anomalies,
+    }
+
+
+def capture(state: State, position: Position) -> Capture:
+    """Serialize the state at this instant (call on the loop, between batches)."""
+    if position.event_id != state.last_event_id:
+        raise SnapshotError(
+            f"state is at event {state.last_event_id} but the log position is "
+            f"{position.event_id}; a snapshot must be taken between batches"
+        )
+    active: list[dict[str, Any]] = []
+    quiet: list[tuple[str, bytes]] = []
+    for task in state.tasks.values():
+        if task.quiescent:
+            quiet.append(encode_entry(task))
+        else:
+            active.append(task.to_dict())
+    meta = _state_meta(state)
+    meta["tasks"] = active
+    archive = state.archive
+    chunks = tuple(archive.chunks) if isinstance(archive, Archive) else ()
+    return Capture(
+        state.last_event_id,
+        state.term,
+        position,
+        orjson.dumps(meta),
+        quiet,
+        chunks,
+    )
+
+
+class Snapshots:
+    """The snapshot files (and archive chunks) of one data directory."""
+
+    def __init__(self, directory: str, *, keep: int = DEFAULT_KEEP) -> None:
+        if keep < 1:
+            raise ValueError(f"snapshots to keep must be at least 1, got {keep}")
+        self.directory = directory
+        self.keep = keep
+
+    def watermarks(self) -> list[int]:
+        """Watermarks of the snapshot files present, newest first."""
+        found = []
+        for name in os.listdir(self.directory):
+            if name.startswith(PREFIX) and name.endswith(SUFFIX):
+                stem = name[len(PREFIX) : -len(SUFFIX)]
+                if stem.isdigit():
+                    found.append(int(stem))
+        return sorted(found, reverse=True)
+
+    # ------------------------------------------------------------- reading
+
+    def _read_body(self, watermark: int) -> tuple[str, dict[str, Any]]:
+        path = os.path.join(self.directory, snapshot_name(watermark))
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise SnapshotError(f"cannot read snapshot {path}: {e}") from e
+        if len(raw) < HEADER.size:
+            raise SnapshotError(f"snapshot {path} is truncated")
+        magic, crc, length = HEADER.unpack_from(raw)
+        body = raw[HEADER.size :]
+        if magic != MAGIC:
+            raise SnapshotError(f"{path} is not an Apollo-11 snapshot")
+        if len(body) != length:
+            raise SnapshotError(f"snapshot {path} is truncated ({len(body)} of {length} bytes)")
+        if zlib.crc32(body) != crc:
+            raise SnapshotError(f"snapshot {path} fails its checksum")
+        try:
+            doc: dict[str, Any] = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise SnapshotError(f"snapshot {path} is undecodable: {e}") from e
+        if doc.get("format") != SNAPSHOT_FORMAT or doc.get("watermark") != watermark:
+            raise SnapshotError(f"snapshot {path} has an unknown format or wrong watermark")
+        return path, doc
+
+    def load(self, watermark: int) -> tuple[SnapshotInfo, State]:
+        """Load one snapshot with its archive; SnapshotError if anything is wrong."""
+        path, doc = self._read_body(watermark)
+        try:
+            pos = Position(*doc["position"])
+            chunks = tuple(doc["chunks"])
+            s = doc["state"]
+            tasks = [TaskState.from_dict(t) for t in s["tasks"]]
+            state = State(
+                tasks={t.task_id: t for t in tasks},
+                last_event_id=s["last_event_id"],
+                term=s["term"],
+                terms=[(a, b) for a, b in s["terms"]],
+                idempotency=dict(s["idempotency"]),
+                durations={k: list(v) for k, v in s["durations"].items()},
+                anomalies=list(s["anomalies"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e
+        state.archive = Archive.open(self.directory, chunks)
+        info = SnapshotInfo(watermark, doc["term"], pos, chunks, path)
+        return info, state
+
+    def candidates(self, max_watermark: int | None = None) -> Iterator[tuple[SnapshotInfo, State]]:
+        """Loadable snapshots, newest first, skipping (and reporting) broken ones."""
+        for w in self.watermarks():
+            if max_watermark is not None and w > max_watermark:
+                continue
+            try:
+                yield self.load(w)
+            except SnapshotError as e:
+                metrics.SNAPSHOT_FALLBACKS.inc()
+                log.error("snapshot %d unusable, falling back to an older one: %s", w, e)
+
+    # ------------------------------------------------------------- writing
+
+    def write(self, cap: Capture) -> Written:
+        """Write a captured snapshot (on a thread): chunk, merges, file, retention."""
+        chunks = list(cap.chunks)
+        if cap.new_entries:
+            name = chunk_name(cap.watermark, 0)
+            path = os.path.join(self.directory, name)
+            write_chunk(path, cap.new_entries, 0)
+            chunks.append(Chunk(path))
+        while (run := merge_plan([c.level for c in chunks])) is not None:
+            start, end = run
+            merged = merge_chunks(
+                self.directory,
+                chunks[start:end],
+                chunk_name(cap.watermark, chunks[start].level + 1),
+            )
+            chunks[start:end] = [merged]
+        names = tuple(c.name for c in chunks)
+        body = orjson.dumps(
+            {
+                "format": SNAPSHOT_FORMAT,
+                "watermark": cap.watermark,
+                "term": cap.term,
+                "position": list(cap.position),
+                "chunks": names,
+                "state": orjson.Fragment(cap.state_json),
+            }
+        )
+        path = os.path.join(self.directory, snapshot_name(cap.watermark))
+        write_atomic(path, HEADER.pack(MAGIC, zlib.crc32(body), len(body)) + body)
+        self._retain(set(names))
+        info = SnapshotInfo(cap.watermark, cap.term, cap.position, names, path)
+        return Written(info, tuple(chunks), tuple(t for t, _ in cap.new_entries))
+
+    def _retain(self, live_chunks: set[str]) -> None:
+        """Keep the newest `keep` snapshots and every chunk one of them needs."""
+        marks = self.watermarks()
+        needed = set(live_chunks)
+        for w in marks[: self.keep]:
+            try:
+                needed.update(self._read_body(w)[1]["chunks"])
+            except SnapshotError:
+                continue
+        for w in marks[self.keep :]:
+            _unlink(os.path.join(self.directory, snapshot_name(w)))
+        for name in os.listdir(self.directory):
+            if (name.endswith(CHUNK_SUFFIX) and name not in needed) or name.endswith(".tmp"):
+                _unlink(os.path.join(self.directory, name))
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

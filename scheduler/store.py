@@ -1,0 +1,216 @@
+"""The store: the event log and the state it implies, kept in step.
+
+Recovery = newest valid snapshot + replay of the events after its
+watermark. After that every durable batch is applied to the state before
+its appenders resume, so whoever awaited an append sees its effect, and a
+snapshot is taken every `snapshot_interval` events without stalling appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from scheduler import metrics
+from scheduler.archive import Archive
+from scheduler.errors import SnapshotError, SnapshotMismatchError
+from scheduler.log.datadir import DataDir
+from scheduler.log.eventlog import EventLog, LogConfig
+from scheduler.log.record import Event
+from scheduler.replay import State, apply_all
+from scheduler.snapshot import (
+    DEFAULT_INTERVAL,
+    DEFAULT_KEEP,
+    Capture,
+    Snapshots,
+    Written,
+    capture,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    log: LogConfig = field(default_factory=LogConfig)
+    snapshot_interval: int = DEFAULT_INTERVAL
+    snapshots_keep: int = DEFAULT_KEEP
+
+    def __post_init__(self) -> None:
+        if self.snapshot_interval < 1:
+            raise ValueError(
+                f"snapshot_interval must be at least 1 event, got {self.snapshot_interval}"
+            )
+        if self.snapshots_keep < 1:
+            raise ValueError(f"snapshots_keep must be at least 1, got {self.snapshots_keep}")
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """How the store came up, for logs and metrics."""
+
+    snapshot: int | None  # watermark used, None for a full replay
+    replayed: int  # events applied after it
+    seconds: float
+
+    def __str__(self) -> str:
+        base = f"snapshot {self.snapshot}" if self.snapshot is not None else "full replay"
+        return f"recovered from {base} + {self.replayed} events in {self.seconds * 1000:.1f} ms"
+
+
+class Store:
+    """An EventLog plus its replayed State and its snapshots."""
+
+    def __init__(
+        self,
+        log_: EventLog,
+        state: State,
+        snapshots: Snapshots,
+        config: StoreConfig,
+        recovery: Recovery,
+    ) -> None:
+        self.log = log_
+        self.state = state
+        self.snapshots = snapshots
+        self.config = config
+        self.recovery = recovery
+        self._since_snapshot = 0
+        self._snapshot_task: asyncio.Future[Written] | None = None
+        self._snap_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-snap")
+        self._observers: list[Callable[[Sequence[Event]], None]] = []
+        self.last_snapshot_stall_s = 0.0
+        log_.add_listener(self._on_durable)
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: str | os.PathLike[str],
+        *,
+        config: StoreConfig | None = None,
+        instance_id: str = "node",
+        clock: Callable[[], int] | None = None,
+    ) -> Store:
+        cfg = config or StoreConfig()
+        started = time.perf_counter()
+        data = DataDir.open(data_dir)
+        snapshots = Snapshots(data.snapshot_dir, keep=cfg.snapshots_keep)
+        for info, state in snapshots.candidates():
+            counter = _Counter(state)
+            try:
+                event_log = EventLog.open(
+                    data.root,
+                    config=cfg.log,
+                    instance_id=instance_id,
+                    replay_from=info.watermark + 1,
+                    hint=info.position,
+                    hint_term=info.term,
+                    on_events=counter,
+                    clock=clock,
+                )
+            except SnapshotMismatchError as e:
+                if isinstance(state.archive, Archive):
+                    state.archive.close()
+                metrics.SNAPSHOT_FALLBACKS.inc()
+                log.error(
+                    "snapshot %d does not fit the log (%s); trying an older one", info.watermark, e
+                )
+                continue
+            rec = Recovery(info.watermark, counter.n, time.perf_counter() - started)
+            log.info("%s", rec)
+            return cls(event_log, state, snapshots, cfg, rec)
+        state = State()
+        counter = _Counter(state)
+        event_log = EventLog.open(
+            data.root, config=cfg.log, instance_id=instance_id, on_events=counter, clock=clock
+        )
+        if event_log.first_id > 1 and counter.n == 0 and event_log.durable_id >= event_log.first_id:
+            raise SnapshotError(
+                f"the log starts at event {event_log.first_id} and no snapshot covers the "
+                f"events before it"
+            )
+        rec = Recovery(None, counter.n, time.perf_counter() - started)
+        log.info("%s", rec)
+        return cls(event_log, state, snapshots, cfg, rec)
+
+    # ------------------------------------------------------------ applying
+
+    def add_observer(self, fn: Callable[[Sequence[Event]], None]) -> None:
+        """Called with each durable batch after the state has applied it."""
+        self._observers.append(fn)
+
+    def _on_durable(self, events: Sequence[Event]) -> None:
+        apply_all(self.state, events)
+        for fn in self._observers:
+            fn(events)
+        self._since_snapshot += len(events)
+        if self._since_snapshot >= self.config.snapshot_interval and self._snapshot_task is None:
+            self.snapshot_now()
+
+    # ----------------------------------------------------------- snapshots
+
+    def snapshot_now(self) -> asyncio.Future[Written]:
+        """Capture the state now and write it in the background."""
+        if self._snapshot_task is not None:
+            return self._snapshot_task
+        t0 = time.perf_counter()
+        cap = capture(self.state, self.log.position())
+        self.last_snapshot_stall_s = time.perf_counter() - t0
+        self._since_snapshot = 0
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._snap_io, self._write, cap)
+        self._snapshot_task = fut
+        fut.add_done_callback(self._snapshot_done)
+        return fut
+
+    def _write(self, cap: Capture) -> Written:
+        t0 = time.perf_counter()
+        written = self.snapshots.write(cap)
+        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - t0)
+        metrics.SNAPSHOTS.inc()
+        return written
+
+    def _snapshot_done(self, fut: asyncio.Future[Written]) -> None:
+        self._snapshot_task = None
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("snapshot failed (the log is unaffected; will retry): %s", exc)
+            return
+        written = fut.result()
+        self.state.archive = Archive(written.chunks)
+        watermark = written.info.watermark
+        tasks = self.state.tasks
+        for task_id in written.archived:
+            t = tasks.get(task_id)
+            # Evict only what is unchanged since the capture.
+            if t is not None and t.last_event_id <= watermark and t.quiescent:
+                del tasks[task_id]
+
+    async def wait_snapshot(self) -> None:
+        if self._snapshot_task is not None:
+            with contextlib.suppress(Exception):
+                await self._snapshot_task
+
+    async def close(self) -> None:
+        await self.log.close()
+        await self.wait_snapshot()
+        self._snap_io.shutdown(wait=True)
+
+
+class _Counter:
+    """Apply recovered events to a state, counting them."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.n = 0
+
+    def __call__(self, events: Sequence[Event]) -> None:
+        apply_all(self.state, events)
+        self.n += len(events)

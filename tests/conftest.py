@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+
+from scheduler.log import EventLog, FsyncPolicy, LogConfig
+
+
+@pytest.fixture
+def clock() -> Callable[[], int]:
+    """A deterministic millisecond clock: 1000, 1001, 1002, ..."""
+    counter = itertools.count(1_000)
+    return lambda: next(counter)
+
+
+@pytest.fixture
+def fast_config() -> LogConfig:
+    """Small segments (rotation happens) and no fsync (tests are about logic, not disks)."""
+    return LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.UNSAFE_NEVER)
+
+
+@pytest.fixture
+def open_log(tmp_path, fast_config, clock):  # type: ignore[no-untyped-def]
+    opened: list[EventLog] = []
+
+    def _open(**kw: object) -> EventLog:
+        kw.setdefault("config", fast_config)
+        kw.setdefault("instance_id", "n1")
+        kw.setdefault("clock", clock)
+        log = EventLog.open(tmp_path / "data", **kw)  # type: ignore[arg-type]
+        opened.append(log)
+        return log
+
+    return _open
