@@ -153,10 +153,8 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
         )
         assert proc.stdout is not None
         target = rng.randint(50, 2000)
-        n = 0
-        for line in proc.stdout:
+        for n, line in enumerate(proc.stdout, 1):
             acked.add(int(line))
-            n += 1
             if n >= target:
                 break
         proc.send_signal(signal.SIGKILL)

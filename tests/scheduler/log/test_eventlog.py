@@ -183,7 +183,7 @@ async def test_writer_with_an_older_term_is_fenced(open_log) -> None:
     log.term = 7
     await log.append(EventType.TERM_STARTED, "")
     log.term = 6
-    with pytest.raises(StaleTermError, match="term 6.*term 7"):
+    with pytest.raises(StaleTermError, match=r"term 6.*term 7"):
         await log.append(S, "t", "s")
     await log.close()
     log2 = open_log()
@@ -219,7 +219,7 @@ async def test_unknown_format_version_is_refused(tmp_path) -> None:
     log = EventLog.open(root)
     await log.close()
     (root / "FORMAT").write_text('{"format": "apollo11-data", "version": 99}')
-    with pytest.raises(FormatVersionError, match="version 99.*reads version 1"):
+    with pytest.raises(FormatVersionError, match=r"version 99.*reads version 1"):
         EventLog.open(root)
     (root / "FORMAT").unlink()
     with pytest.raises(FormatVersionError, match="no FORMAT"):
