@@ -46,7 +46,7 @@ from scheduler.archive import (
 from scheduler.errors import SnapshotError
 from scheduler.log.datadir import write_atomic
 from scheduler.log.eventlog import Position
-from scheduler.replay import State, TaskState
+from scheduler.replay import DURATION_HISTORY, State, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,10 @@ def _state_meta(state: State) -> dict[str, Any]:
         "term": state.term,
         "terms": state.terms,
         "idempotency": state.idempotency,
-        "durations": state.durations,
+        "durations": {
+            wf: {st: h[-DURATION_HISTORY:] for st, h in per.items()}
+            for wf, per in state.durations.items()
+        },
         "anomalies": state.anomalies,
     }
 
@@ -190,7 +193,9 @@ class Snapshots:
                 term=s["term"],
                 terms=[(a, b) for a, b in s["terms"]],
                 idempotency=dict(s["idempotency"]),
-                durations={k: list(v) for k, v in s["durations"].items()},
+                durations={
+                    wf: {st: list(h) for st, h in per.items()} for wf, per in s["durations"].items()
+                },
                 anomalies=list(s["anomalies"]),
             )
         except (KeyError, TypeError, ValueError) as e:

@@ -41,7 +41,7 @@ from scheduler.log.record import (
     EventType,
     RecordInfo,
     check_record,
-    decode_record,
+    decode_batch,
     encode_payload,
     encode_record,
 )
@@ -259,6 +259,14 @@ class EventLog:
         tail = self._segments[-1]
         return Position(self._durable_id, tail.first_id, tail.size)
 
+    def position_after(self, event_id: int) -> Position:
+        """Where the record after durable event `event_id` starts."""
+        if event_id >= self._durable_id:
+            return self.position()
+        self._check_range(event_id + 1)
+        seg = self._segments[self._segment_for(event_id + 1)]
+        return Position(event_id, seg.first_id, seg.locate(event_id + 1))
+
     def add_listener(self, listener: Listener) -> None:
         """Call `listener` with every durable batch, before its appenders resume."""
         self._listeners.append(listener)
@@ -355,32 +363,26 @@ class EventLog:
             self._check_writable()
         finally:
             self.term = term_now
+        where = "<replicated batch>"
+        decoded = decode_batch(
+            data, 0, base=0, path=where, expect=self._next_id, term=self._last_term
+        )
+        if decoded.error is not None:
+            reason = decoded.error.reason
+            if reason.startswith("expected event"):
+                raise LogError(f"replicated batch does not continue this log: {reason}")
+            if " has term " in reason:
+                raise StaleTermError(f"replicated batch from a deposed primary: {reason}")
+            raise decoded.error
+        if decoded.end != len(data):
+            raise CorruptLogError("replicated batch ends inside a record", path=where, offset=decoded.end)
         staged: list[tuple[Event, bytes]] = []
         off = 0
-        expect = self._next_id
-        term = self._last_term
-        view = memoryview(data)
-        while off < len(data):
-            info = check_record(view, off, "<replicated batch>")
-            if info is None:
-                raise CorruptLogError(
-                    "replicated batch ends inside a record", path="<replicated batch>", offset=off
-                )
-            if info.event_id != expect:
-                raise LogError(
-                    f"replicated batch has event {info.event_id} where {expect} was expected"
-                )
-            if info.term < term:
-                raise StaleTermError(
-                    f"replicated event {info.event_id} has term {info.term}, "
-                    f"lower than term {term} already in the log"
-                )
-            term = info.term
-            staged.append(
-                (decode_record(view, off, info.end, "<replicated batch>"), data[off : info.end])
-            )
-            off = info.end
-            expect += 1
+        for event in decoded.events:
+            end = off + 8 + FRAME.unpack_from(data, off)[1]
+            staged.append((event, data[off:end]))
+            off = end
+        term = decoded.term
         if not staged:
             return []
         self.term = max(self.term, term)
@@ -578,9 +580,9 @@ class EventLog:
             if next_id > seg.last_id:
                 i += 1
                 continue
-            for event in _scan(seg, seg.locate(next_id), next_id, min(end, seg.last_id)):
-                yield event
-                next_id = event.event_id + 1
+            for events in _scan(seg, seg.locate(next_id), next_id, min(end, seg.last_id)):
+                yield from events
+                next_id = events[-1].event_id + 1
             if next_id <= min(end, seg.last_id):
                 raise CorruptLogError(
                     f"segment ends before event {next_id}", path=seg.path, offset=seg.size
@@ -683,41 +685,40 @@ def _list_segments(log_dir: str) -> list[Segment]:
 
 
 class _Walk:
-    """Checked records of one segment from `offset` up to byte `end`.
+    """Checked records of one segment from `offset` up to byte `end`, a chunk at a time.
 
-    Iterating yields (offset, event). Afterwards `offset` is where valid data
-    ends and `error` says why the walk stopped early: a CorruptLogError, or
-    None when the bytes simply ran out (clean end, or an incomplete record
-    when `offset < end`).
+    Iterating yields lists of events; ids must run on from `expect` and
+    terms must not go down. Afterwards `offset` is where valid data ends and
+    `error` says why the walk stopped early: a CorruptLogError, or None when
+    the bytes simply ran out (clean end, or an incomplete record when
+    `offset < end`).
     """
 
-    def __init__(self, seg: Segment, offset: int, end: int) -> None:
+    def __init__(self, seg: Segment, offset: int, end: int, expect: int, term: int) -> None:
         self.seg = seg
         self.offset = offset
         self.end = end
+        self.expect = expect
+        self.term = term
         self.error: CorruptLogError | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, Event]]:
+    def __iter__(self) -> Iterator[list[Event]]:
         path = self.seg.path
         want = READ_CHUNK
         while self.offset < self.end:
             chunk = _pread(path, self.offset, min(want, self.end - self.offset))
-            view = memoryview(chunk)
-            pos = 0
-            while True:
-                try:
-                    info = check_record(view, pos, path, base=self.offset)
-                    if info is None:
-                        break
-                    event = decode_record(view, pos, info.end, path, base=self.offset)
-                except CorruptLogError as e:
-                    self.offset += pos
-                    self.error = e
-                    return
-                yield self.offset + pos, event
-                pos = info.end
-            if pos:
-                self.offset += pos
+            got = decode_batch(
+                chunk, 0, base=self.offset, path=path, expect=self.expect, term=self.term
+            )
+            if got.events:
+                self.offset += got.end
+                self.expect = got.next_id
+                self.term = got.term
+                yield got.events
+            if got.error is not None:
+                self.error = got.error
+                return
+            if got.end:
                 want = READ_CHUNK
                 continue
             # Not even one record fit: it is bigger than the read, or incomplete.
@@ -735,19 +736,14 @@ def _pread(path: str, offset: int, length: int) -> bytes:
         os.close(fd)
 
 
-def _scan(seg: Segment, offset: int, first_id: int, last_id: int) -> Iterator[Event]:
-    """Checked events first_id..last_id of a sealed-or-durable range of a segment."""
-    expect = first_id
-    walk = _Walk(seg, offset, seg.size)
-    for at, event in walk:
-        if event.event_id != expect:
-            raise CorruptLogError(
-                f"expected event {expect}, found {event.event_id}", path=seg.path, offset=at
-            )
-        yield event
-        if expect == last_id:
+def _scan(seg: Segment, offset: int, first_id: int, last_id: int) -> Iterator[list[Event]]:
+    """Checked events first_id..last_id of the durable part of a segment."""
+    walk = _Walk(seg, offset, seg.size, first_id, 0)
+    for events in walk:
+        if events[-1].event_id >= last_id:
+            yield events[: last_id - events[0].event_id + 1]
             return
-        expect += 1
+        yield events
     if walk.error is not None:
         raise walk.error
 
@@ -762,16 +758,10 @@ def _recover(
 ) -> int:
     """Scan from `replay_from` to the end; cut a torn tail; return the highest term."""
     term = hint_term
-    pending: list[Event] = []
-    for event in _iter_segments(segments, replay_from, hint, hint_term, read_only):
-        term = event.term
-        pending.append(event)
-        if len(pending) >= 4096:
-            if on_events is not None:
-                on_events(pending)
-            pending = []
-    if pending and on_events is not None:
-        on_events(pending)
+    for events in _iter_segments(segments, replay_from, hint, hint_term, read_only):
+        term = events[-1].term
+        if on_events is not None:
+            on_events(events)
     if not read_only:
         tail = segments[-1]
         tail.load_index()
@@ -785,8 +775,8 @@ def _iter_segments(
     hint: Position | None,
     hint_term: int,
     read_only: bool,
-) -> Iterator[Event]:
-    """Checked events from `replay_from` to the end of the log.
+) -> Iterator[list[Event]]:
+    """Checked events from `replay_from` to the end of the log, in batches.
 
     Leaves every segment's size and last id set to what was found valid. A
     bad record in the tail with nothing valid after it is a torn write: it
@@ -820,23 +810,13 @@ def _iter_segments(
                     f"segment should start at event {expect}", path=seg.path, offset=0
                 )
         file_size = os.path.getsize(seg.path)
-        walk = _Walk(seg, offset, file_size)
-        bad: CorruptLogError | None = None
-        for at, event in walk:
-            if event.event_id != expect or event.term < term:
-                what = (
-                    f"expected event {expect}, found {event.event_id}"
-                    if event.event_id != expect
-                    else f"event {expect} has term {event.term} after term {term}"
-                )
-                bad = CorruptLogError(what, path=seg.path, offset=at)
-                walk.offset = at
-                break
-            term = event.term
-            expect += 1
-            if event.event_id >= start_id:
-                yield event
-        bad = bad or walk.error
+        walk = _Walk(seg, offset, file_size, expect, term)
+        for events in walk:
+            if events[0].event_id < start_id:
+                events = events[start_id - events[0].event_id :]
+            if events:
+                yield events
+        expect, term, bad = walk.expect, walk.term, walk.error
         if walk.offset < file_size:
             if bad is None:
                 bad = CorruptLogError("incomplete record", path=seg.path, offset=walk.offset)

@@ -211,3 +211,96 @@ def decode_record(
         )
     except (UnicodeDecodeError, orjson.JSONDecodeError) as e:
         raise CorruptLogError(f"undecodable record: {e}", path=path, offset=base + offset) from e
+
+
+class DecodedBatch(NamedTuple):
+    events: list[Event]
+    end: int  # offset in the buffer just after the last good record
+    next_id: int
+    term: int
+    error: CorruptLogError | None  # why decoding stopped before the buffer ended, if damage
+
+
+def decode_batch(
+    buf: bytes, start: int, *, base: int, path: str, expect: int, term: int
+) -> DecodedBatch:
+    """Check and decode every complete record in `buf[start:]`, in one tight loop.
+
+    Stops at the first incomplete record (error None), or at the first bad
+    one (error set): a CRC or framing failure, an id other than `expect`, a
+    term lower than the one before. This is the replay hot path: one header
+    unpack, one CRC and one JSON parse per record, no per-record calls
+    beyond those.
+    """
+    unpack = HEADER.unpack_from
+    crc32 = zlib.crc32
+    loads = orjson.loads
+    new = tuple.__new__
+    types = _TYPES
+    view = memoryview(buf)
+    size = len(buf)
+    out: list[Event] = []
+    add = out.append
+    pos = start
+    error: CorruptLogError | None = None
+    # One node writes long runs of records: reuse its decoded id.
+    inst_raw = b""
+    inst = ""
+    while pos + HEADER_SIZE <= size:
+        crc, body_len, eid, t, ts, attempt, etype, li, lt, ls = unpack(buf, pos)
+        end = pos + 8 + body_len
+        if body_len < _FIXED_BODY or body_len > MAX_RECORD_BYTES:
+            error = CorruptLogError(
+                f"impossible record length {body_len}", path=path, offset=base + pos
+            )
+            break
+        if end > size:
+            break
+        if crc32(view[pos + 4 : end]) != crc:
+            error = CorruptLogError("record checksum mismatch", path=path, offset=base + pos)
+            break
+        if eid != expect or t < term:
+            what = (
+                f"expected event {expect}, found {eid}"
+                if eid != expect
+                else f"event {eid} has term {t} after term {term}"
+            )
+            error = CorruptLogError(what, path=path, offset=base + pos)
+            break
+        p = pos + HEADER_SIZE
+        q = p + li
+        r = q + lt
+        s = r + ls
+        try:
+            raw = buf[p:q]
+            if raw != inst_raw:
+                inst_raw = raw
+                inst = raw.decode()
+            add(
+                new(
+                    Event,
+                    (
+                        eid,
+                        t,
+                        inst,
+                        buf[q:r].decode(),
+                        buf[r:s].decode(),
+                        types[etype],
+                        loads(view[s:end]) if end - s > 2 else {},
+                        ts,
+                        attempt,
+                    ),
+                )
+            )
+        except (KeyError, UnicodeDecodeError, orjson.JSONDecodeError) as e:
+            why = f"unknown event type {etype}" if isinstance(e, KeyError) else str(e)
+            error = CorruptLogError(
+                f"undecodable record ({why}); was this log written by a newer Apollo-11?",
+                path=path,
+                offset=base + pos,
+            )
+            break
+        expect += 1
+        term = t
+        pos = end
+    return DecodedBatch(out, pos, expect, term, error)

@@ -155,7 +155,7 @@ async def test_replica_refuses_gaps_lower_terms_and_bad_crcs(open_log, tmp_path)
     primary.term = 3
     await _fill(primary, 10)
     replica = EventLog.open(tmp_path / "r", config=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
-    with pytest.raises(LogError, match="event 5 where 1 was expected"):
+    with pytest.raises(LogError, match="expected event 1, found 5"):
         await replica.append_raw(primary.read_raw(5).data)
     raw = bytearray(primary.read_raw(1).data)
     raw[50] ^= 1
@@ -171,8 +171,10 @@ async def test_replica_refuses_gaps_lower_terms_and_bad_crcs(open_log, tmp_path)
     old = stale.read_raw(11 - 10).data  # ids 1..10 in term 2
     replica2 = EventLog.open(tmp_path / "r2", config=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
     await replica2.append_raw(primary.read_raw(1, max_bytes=1).data)  # event 1, term 3
-    with pytest.raises(LogError):
+    with pytest.raises(LogError, match="expected event 2"):
         await replica2.append_raw(old)
+    with pytest.raises(StaleTermError, match="term 2 after term 3"):
+        await replica2.append_raw(stale.read_raw(2).data[: len(stale.read_raw(2, 1).data)])
     for log in (replica, stale, replica2):
         await log.close()
     await primary.close()

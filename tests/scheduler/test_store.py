@@ -1,0 +1,207 @@
+"""Snapshots, the archive and recovery: snapshot + tail must equal a full replay."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler import metrics
+from scheduler.bench.history import etl_history
+from scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
+from scheduler.replay import State, TaskStatus, apply_all, replay
+from scheduler.snapshot import Snapshots, capture
+from scheduler.store import Store, StoreConfig
+
+LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
+
+
+async def _write_history(root: Path, n_tasks: int, seed: int = 1, batch: int = 25) -> int:
+    log = EventLog.open(root, config=LOG, instance_id="n1")
+    it = etl_history(n_tasks, seed=seed, concurrency=6)
+    while chunk := list(itertools.islice(it, batch)):
+        await log.append_many(chunk)
+    n = log.durable_id
+    await log.close()
+    return n
+
+
+def _full(root: Path) -> State:
+    state = State()
+    log = EventLog.open(
+        root, config=LOG, read_only=True, on_events=lambda evs: apply_all(state, evs)
+    )
+    log.close_sync()
+    return state
+
+
+def test_snapshot_at_every_k_plus_tail_equals_full_replay(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    n = asyncio.run(_write_history(root, 12))
+    full = _full(root).to_dict()
+    log = EventLog.open(root, config=LOG, read_only=True)
+    events = list(log.read())
+    snaps = Snapshots(str(tmp_path / "snaps"), keep=1000)
+    (tmp_path / "snaps").mkdir()
+    state = State()
+    for k in range(n + 1):
+        if k:
+            apply_all(state, [events[k - 1]])
+        written = snaps.write(capture(state, log.position_after(k)))
+        # Eviction, as the store does after a snapshot: later events must fault tasks back in.
+        _, loaded = snaps.load(k)
+        assert written.info.watermark == k
+        got = EventLog.open(
+            root,
+            config=LOG,
+            read_only=True,
+            replay_from=k + 1,
+            hint=log.position_after(k),
+            hint_term=loaded.term,
+            on_events=lambda evs, s=loaded: apply_all(s, evs),  # type: ignore[misc]
+        )
+        got.close_sync()
+        assert loaded.to_dict() == full, f"snapshot at {k} + tail differs from full replay"
+    log.close_sync()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_tasks=st.integers(1, 30), seed=st.integers(0, 10_000), data=st.data())
+def test_snapshot_equivalence_on_random_histories(
+    n_tasks: int, seed: int, data: st.DataObject
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "d"
+        n = asyncio.run(_write_history(root, n_tasks, seed=seed, batch=7))
+        log = EventLog.open(root, config=LOG, read_only=True)
+        events = list(log.read())
+        full = replay(events).to_dict()
+        ks = data.draw(st.lists(st.integers(0, n), min_size=1, max_size=4, unique=True))
+        snaps_dir = Path(tmp) / "s"
+        snaps_dir.mkdir()
+        snaps = Snapshots(str(snaps_dir), keep=100)
+        for k in sorted(ks):
+            state = replay(events[:k])
+            snaps.write(capture(state, log.position_after(k)))
+            _, loaded = snaps.load(k)
+            assert apply_all(loaded, events[k:]).to_dict() == full
+        log.close_sync()
+
+
+def _store(root: Path, interval: int = 50, keep: int = 3) -> Store:
+    return Store.open(
+        root,
+        config=StoreConfig(log=LOG, snapshot_interval=interval, snapshots_keep=keep),
+        instance_id="n1",
+    )
+
+
+async def _drive(store: Store, n_tasks: int, seed: int = 3) -> None:
+    it = etl_history(n_tasks, seed=seed, concurrency=8)
+    while chunk := list(itertools.islice(it, 20)):
+        await store.log.append_many(chunk)
+        await store.wait_snapshot()  # let eviction happen as it would between batches
+
+
+async def test_store_snapshots_archive_and_recovers(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    store = _store(root)
+    assert store.recovery.snapshot is None
+    await _drive(store, 400)
+    live = store.state.to_dict()
+    in_memory = len(store.state.tasks)
+    await store.close()
+    assert in_memory < 50, "finished tasks are evicted to the archive"
+
+    snaps = sorted((root / "snapshots").glob("snapshot-*.snap"))
+    assert len(snaps) == 3, "only the newest three are kept"
+    chunks = list((root / "snapshots").glob("*.arc"))
+    n_snapshots = store.log.durable_id // 50
+    assert len(chunks) < 25 < n_snapshots, "chunks are merged, not one per snapshot forever"
+
+    again = _store(root)
+    assert again.recovery.snapshot is not None
+    assert again.recovery.replayed < 50 + 20
+    assert again.state.to_dict() == live == _full(root).to_dict()
+    await again.close()
+
+
+async def test_an_archived_task_comes_back_when_an_operator_acts(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    store = _store(root, interval=5)
+    log = store.log
+    await log.append(EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}})
+    await log.append(EventType.STEP_STARTED, "t1", "a", attempt=1)
+    await log.append(EventType.STEP_FAILED, "t1", "a", {"error": "x", "final": True}, attempt=1)
+    for i in range(10):
+        await log.append(
+            EventType.TASK_SUBMITTED, f"o{i}", payload={"workflow": "w", "steps": {"a": []}}
+        )
+    await store.wait_snapshot()
+    await log.append(
+        EventType.TASK_SUBMITTED, "last", payload={"workflow": "w", "steps": {"a": []}}
+    )
+    await store.wait_snapshot()
+    assert "t1" not in store.state.tasks, "the failed task went to the archive"
+    assert store.state.peek("t1") is not None and store.state.peek("t1").status is TaskStatus.FAILED  # type: ignore[union-attr]
+    await log.append(
+        EventType.MANUAL_OVERRIDE, "t1", "a", {"action": "retry", "operator": "o", "reason": "r"}
+    )
+    assert store.state.tasks["t1"].status is TaskStatus.RUNNING
+    await store.close()
+    again = _store(root, interval=5)
+    assert again.state.peek("t1").status is TaskStatus.RUNNING  # type: ignore[union-attr]
+    await again.close()
+
+
+async def test_corrupt_snapshots_fall_back_then_full_replay(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    store = _store(root)
+    await _drive(store, 100)
+    expected = store.state.to_dict()
+    await store.close()
+    snaps = sorted((root / "snapshots").glob("snapshot-*.snap"))
+    newest = snaps[-1]
+    raw = bytearray(newest.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    newest.write_bytes(bytes(raw))
+    before = metrics.SNAPSHOT_FALLBACKS._value.get()
+    again = _store(root)
+    assert again.recovery.snapshot == int(snaps[-2].name[9:29])
+    assert again.state.to_dict() == expected
+    assert metrics.SNAPSHOT_FALLBACKS._value.get() == before + 1
+    await again.close()
+
+    for s in (root / "snapshots").glob("snapshot-*.snap"):
+        s.write_bytes(b"garbage")
+    third = _store(root, interval=10**9)
+    assert third.recovery.snapshot is None
+    assert third.state.to_dict() == expected
+    await third.close()
+
+
+async def test_a_missing_archive_chunk_makes_that_snapshot_unusable(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    store = _store(root)
+    await _drive(store, 100)
+    expected = store.state.to_dict()
+    await store.close()
+    for c in (root / "snapshots").glob("*.arc"):
+        c.unlink()
+    again = _store(root, interval=10**9)
+    assert again.recovery.snapshot is None, "no snapshot is usable without its chunks"
+    assert again.state.to_dict() == expected
+    await again.close()
+
+
+def test_store_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="snapshot_interval"):
+        StoreConfig(snapshot_interval=0)
+    with pytest.raises(ValueError, match="segment_max_bytes"):
+        LogConfig(segment_max_bytes=10)
