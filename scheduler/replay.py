@@ -460,7 +460,10 @@ def _on_succeeded(state: State, event: Event) -> None:
         if step.status is _COMPENSATED:
             # The seed's rule: after compensation a step must be STARTED again.
             _flag(
-                task, step, event, f"step {step.name} succeeded after compensation without a new start"
+                task,
+                step,
+                event,
+                f"step {step.name} succeeded after compensation without a new start",
             )
             return
         _flag(

@@ -1,1 +1,1 @@
-"""`apollo11 bench`: side-by-side measurements (ratios against baselines run in the same process)."""
+"""`apollo11 bench`: side-by-side measurements, as ratios to baselines run alongside."""

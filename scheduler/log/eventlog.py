@@ -375,7 +375,9 @@ class EventLog:
                 raise StaleTermError(f"replicated batch from a deposed primary: {reason}")
             raise decoded.error
         if decoded.end != len(data):
-            raise CorruptLogError("replicated batch ends inside a record", path=where, offset=decoded.end)
+            raise CorruptLogError(
+                "replicated batch ends inside a record", path=where, offset=decoded.end
+            )
         staged: list[tuple[Event, bytes]] = []
         off = 0
         for event in decoded.events:

@@ -247,7 +247,7 @@ def test_unknown_event_type_raises() -> None:
     with pytest.raises(ReplayError, match="unknown type 99"):
         apply(State(), bogus)
     with pytest.raises(ReplayError):
-        replay(events([submit()]) + [bogus._replace(event_id=2)])
+        replay([*events([submit()]), bogus._replace(event_id=2)])
 
 
 def test_replay_is_deterministic_and_lawful_histories_have_no_anomalies() -> None:
