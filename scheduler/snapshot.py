@@ -144,7 +144,9 @@ class Snapshots:
 
     def watermarks(self) -> list[int]:
         """Watermarks of the snapshot files present, newest first."""
-        found = []
+        found: list[int] = []
+        if not os.path.isdir(self.directory):
+            return found
         for name in os.listdir(self.directory):
             if name.startswith(PREFIX) and name.endswith(SUFFIX):
                 stem = name[len(PREFIX) : -len(SUFFIX)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from scheduler import metrics
 from scheduler.archive import Archive
-from scheduler.errors import SnapshotError, SnapshotMismatchError
+from scheduler.errors import LogError, SnapshotError, SnapshotMismatchError
 from scheduler.log.datadir import DataDir
 from scheduler.log.eventlog import EventLog, LogConfig
 from scheduler.log.record import Event
@@ -245,3 +245,45 @@ class _Counter:
     def __call__(self, events: Sequence[Event]) -> None:
         apply_all(self.state, events)
         self.n += len(events)
+
+
+def state_at(data_dir: str | os.PathLike[str], until: int | None = None) -> State:
+    """Reconstruct the state as of event `until` (default: the end), offline and read-only.
+
+    Uses the newest snapshot at or before `until` and replays from there;
+    with none, replays from the first event.
+    """
+    data = DataDir.open_existing(data_dir)
+    snapshots = Snapshots(data.snapshot_dir)
+    with paused_gc():
+        for info, state in snapshots.candidates(max_watermark=until):
+            try:
+                EventLog.open(
+                    data.root,
+                    read_only=True,
+                    replay_from=info.watermark + 1,
+                    hint=info.position,
+                    hint_term=info.term,
+                    on_events=lambda evs, s=state: apply_all(s, evs),  # type: ignore[misc]
+                    until=until,
+                ).close_sync()
+            except SnapshotMismatchError as e:
+                log.warning("snapshot %d unusable for time travel: %s", info.watermark, e)
+                continue
+            return state
+        state = State()
+        first = EventLog.open(
+            data.root,
+            read_only=True,
+            on_events=lambda evs: apply_all(state, evs),
+            until=until,
+        )
+        first.close_sync()
+        if first.first_id > 1 and (until is None or until >= first.first_id):
+            raise SnapshotError(
+                f"events before {first.first_id} are not kept in {data.root} and no snapshot "
+                f"covers them"
+            )
+        if until is not None and state.last_event_id < until:
+            raise LogError(f"the log ends at event {state.last_event_id}, before {until}")
+        return state

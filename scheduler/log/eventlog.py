@@ -49,13 +49,13 @@ from scheduler.log.segment import (
     INDEX_ENTRY,
     INDEX_INTERVAL,
     READ_CHUNK,
-    IndexWriter,
     Segment,
     parse_segment_name,
     segment_name,
 )
 
 log = logging.getLogger(__name__)
+_new_event = tuple.__new__
 
 DEFAULT_SEGMENT_MAX_BYTES = 100 * 1024 * 1024
 # Look this many ids past a bad record for a valid one before calling it a torn tail.
@@ -134,7 +134,7 @@ class _Batch:
         self.nbytes = 0
 
 
-Listener = Callable[[Sequence[Event]], None]
+Listener = Callable[[Sequence[Event]], object]
 
 
 class EventLog:
@@ -164,10 +164,12 @@ class EventLog:
         self._durable_id = tail.last_id
         self._tail_size = tail.size  # projected size once staged batches land
         self._tail_id = tail.first_id  # projected last segment
-        self._indexer = IndexWriter(_next_index_at(tail))
+        self._next_index_at = _next_index_at(tail)
         self._batch: _Batch | None = None
         self._listeners: list[Listener] = []
         self._failed: BaseException | None = None
+        if read_only:
+            self._failed = LogError("this event log was opened read-only")
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -192,6 +194,7 @@ class EventLog:
         base_id: int = 1,
         clock: Callable[[], int] | None = None,
         read_only: bool = False,
+        until: int | None = None,
     ) -> EventLog:
         """Open (creating when new) the log in `data_dir` and recover it.
 
@@ -203,8 +206,11 @@ class EventLog:
         `hint_term` the highest term before it. `base_id` names the first
         segment of a brand-new log (a standby seeded from a snapshot).
         `read_only` opens an existing log for offline tools: nothing is
-        created or cut, a torn tail is only reported, appends are refused.
+        created or cut, a torn tail is only reported, appends are refused;
+        with `until` it stops reading after that event (time travel).
         """
+        if until is not None and not read_only:
+            raise ValueError("until= is for read-only opens (a writer must see its whole log)")
         cfg = config or LogConfig()
         data = DataDir.open_existing(data_dir) if read_only else DataDir.open(data_dir)
         segments = _list_segments(data.log_dir)
@@ -215,7 +221,7 @@ class EventLog:
             _create_file(path)
             data.fsync_log_dir()
             segments = [Segment(base_id, path, 0, base_id - 1, [(base_id, 0)], index_loaded=True)]
-        last_term = _recover(segments, replay_from, hint, hint_term, on_events, read_only)
+        last_term = _recover(segments, replay_from, hint, hint_term, on_events, read_only, until)
         return cls(
             data,
             segments,
@@ -274,6 +280,8 @@ class EventLog:
     # ------------------------------------------------------------- appending
 
     def _check_writable(self) -> None:
+        # Appends call this only when a cheap check failed; read-only logs have
+        # _failed set (see __init__), so they land here too.
         if self.read_only:
             raise LogError("this event log was opened read-only")
         if self._closed:
@@ -288,32 +296,44 @@ class EventLog:
                 f"{self._last_term}; a newer primary exists"
             )
 
-    def _encode(self, draft: Draft, event_id: int, now: int) -> tuple[Event, bytes]:
-        if not isinstance(draft.event_type, EventType):
-            raise InvalidEventError(f"unknown event type {draft.event_type!r}")
-        raw_payload = encode_payload(draft.payload, self.config.payload_max_bytes)
+    def _encode(
+        self,
+        event_type: EventType,
+        task_id: str,
+        step_name: str,
+        payload: Mapping[str, Any] | None,
+        attempt: int,
+        event_id: int,
+        now: int,
+    ) -> tuple[Event, bytes]:
+        if event_type.__class__ is not EventType:
+            raise InvalidEventError(f"unknown event type {event_type!r}")
+        term = self.term
         data = encode_record(
-            event_id=event_id,
-            term=self.term,
-            instance_id=self.instance_id,
-            task_id=draft.task_id,
-            step_name=draft.step_name,
-            event_type=draft.event_type,
-            payload=raw_payload,
-            timestamp=now,
-            attempt=draft.attempt,
-        )
-        payload = dict(draft.payload) if draft.payload is not None else {}
-        event = Event(
             event_id,
-            self.term,
+            term,
             self.instance_id,
-            draft.task_id,
-            draft.step_name,
-            draft.event_type,
-            payload,
+            task_id,
+            step_name,
+            event_type,
+            encode_payload(payload, self.config.payload_max_bytes),
             now,
-            draft.attempt,
+            attempt,
+        )
+        # The event keeps its own copy: a caller mutating its dict later changes no fact.
+        event = _new_event(
+            Event,
+            (
+                event_id,
+                term,
+                self.instance_id,
+                task_id,
+                step_name,
+                event_type,
+                dict(payload) if payload else {},
+                now,
+                attempt,
+            ),
         )
         return event, data
 
@@ -326,12 +346,12 @@ class EventLog:
         attempt: int = 0,
     ) -> Event:
         """Append one event; return it once it is durable."""
-        self._check_writable()
+        if self._closed or self._failed is not None or self.term < self._last_term:
+            self._check_writable()
         event, data = self._encode(
-            Draft(event_type, task_id, step_name, payload, attempt), self._next_id, self._clock()
+            event_type, task_id, step_name, payload, attempt, self._next_id, self._clock()
         )
-        batch = self._admit(data, event)
-        await batch.done
+        await self._admit(data, event).done
         return event
 
     async def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
@@ -341,7 +361,7 @@ class EventLog:
         """
         self._check_writable()
         now = self._clock()
-        encoded = [self._encode(d, self._next_id + i, now) for i, d in enumerate(drafts)]
+        encoded = [self._encode(*d, self._next_id + i, now) for i, d in enumerate(drafts)]
         if not encoded:
             return []
         batch: _Batch | None = None
@@ -410,11 +430,13 @@ class EventLog:
         if self._tail_size >= self.config.segment_max_bytes:
             self._tail_id = eid
             self._tail_size = 0
-            self._indexer = IndexWriter(0)
+            self._next_index_at = 0
             batch.parts.append(_Part(True, eid))
         part = batch.parts[-1]
-        if self._indexer.wants(self._tail_size) and self._tail_size:
-            part.index.append((eid, self._tail_size))
+        size = self._tail_size
+        if size >= self._next_index_at and size:
+            self._next_index_at = size + INDEX_INTERVAL
+            part.index.append((eid, size))
         part.chunks.append(data)
         self._tail_size += len(data)
         self._next_id = eid + 1
@@ -757,10 +779,16 @@ def _recover(
     hint_term: int,
     on_events: Listener | None,
     read_only: bool = False,
+    until: int | None = None,
 ) -> int:
     """Scan from `replay_from` to the end; cut a torn tail; return the highest term."""
     term = hint_term
     for events in _iter_segments(segments, replay_from, hint, hint_term, read_only):
+        if until is not None and events[-1].event_id >= until:
+            events = events[: until - events[0].event_id + 1]
+            if events and on_events is not None:
+                on_events(events)
+            return events[-1].term if events else term
         term = events[-1].term
         if on_events is not None:
             on_events(events)

@@ -86,7 +86,7 @@ def encode_payload(payload: Mapping[str, Any] | None, max_bytes: int) -> bytes:
     """Serialize a payload to JSON, refusing anything that is not a small JSON object."""
     if payload is None:
         return b"{}"
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise InvalidEventError(
             f"payload must be a JSON object (a mapping), got {type(payload).__name__}"
         )
@@ -103,15 +103,15 @@ def encode_payload(payload: Mapping[str, Any] | None, max_bytes: int) -> bytes:
     return data
 
 
-def _field(value: str, name: str, limit: int) -> bytes:
-    data = value.encode()
-    if len(data) > limit:
-        raise InvalidEventError(f"{name} is {len(data)} bytes, over the {limit}-byte limit")
-    return data
+_BODY_HEAD = Struct("<IQQQIBBHH")  # HEADER without the crc
+_CRC = Struct("<I")
+
+
+def _too_long(name: str, data: bytes, limit: int) -> InvalidEventError:
+    return InvalidEventError(f"{name} is {len(data)} bytes, over the {limit}-byte limit")
 
 
 def encode_record(
-    *,
     event_id: int,
     term: int,
     instance_id: str,
@@ -123,26 +123,38 @@ def encode_record(
     attempt: int,
 ) -> bytes:
     """Frame one record. `payload` is already-validated JSON bytes."""
-    inst = _field(instance_id, "instance_id", MAX_INSTANCE_ID_BYTES)
-    task = _field(task_id, "task_id", MAX_TASK_ID_BYTES)
-    step = _field(step_name, "step_name", MAX_STEP_NAME_BYTES)
-    if attempt < 0 or attempt > 0xFFFFFFFF:
+    inst = instance_id.encode()
+    task = task_id.encode()
+    step = step_name.encode()
+    li, lt, ls = len(inst), len(task), len(step)
+    if li > MAX_INSTANCE_ID_BYTES:
+        raise _too_long("instance_id", inst, MAX_INSTANCE_ID_BYTES)
+    if lt > MAX_TASK_ID_BYTES:
+        raise _too_long("task_id", task, MAX_TASK_ID_BYTES)
+    if ls > MAX_STEP_NAME_BYTES:
+        raise _too_long("step_name", step, MAX_STEP_NAME_BYTES)
+    if not 0 <= attempt <= 0xFFFFFFFF:
         raise InvalidEventError(f"attempt must be between 0 and {0xFFFFFFFF}, got {attempt}")
-    body_len = _FIXED_BODY + len(inst) + len(task) + len(step) + len(payload)
-    head = HEADER.pack(
-        0,
-        body_len,
-        event_id,
-        term,
-        timestamp,
-        attempt,
-        event_type,
-        len(inst),
-        len(task),
-        len(step),
+    body = b"".join(
+        (
+            _BODY_HEAD.pack(
+                _FIXED_BODY + li + lt + ls + len(payload),
+                event_id,
+                term,
+                timestamp,
+                attempt,
+                event_type,
+                li,
+                lt,
+                ls,
+            ),
+            inst,
+            task,
+            step,
+            payload,
+        )
     )
-    body = b"".join((head[4:], inst, task, step, payload))
-    return zlib.crc32(body).to_bytes(4, "little") + body
+    return _CRC.pack(zlib.crc32(body)) + body
 
 
 class RecordInfo(NamedTuple):

@@ -130,18 +130,3 @@ class Segment:
             if not chunk or pos == 0:
                 return None
             off += pos
-
-
-class IndexWriter:
-    """Accumulates sparse-index entries for the segment being written."""
-
-    __slots__ = ("next_at",)
-
-    def __init__(self, next_at: int) -> None:
-        self.next_at = next_at
-
-    def wants(self, offset: int) -> bool:
-        if offset >= self.next_at:
-            self.next_at = offset + INDEX_INTERVAL
-            return True
-        return False

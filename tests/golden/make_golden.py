@@ -1,0 +1,204 @@
+"""Regenerate the golden logs: `python -m tests.golden.make_golden`.
+
+Golden logs pin the on-disk format and replay semantics: if a change makes
+one of them replay differently, either the change is a bug or the format
+version must go up. Regenerate only on purpose, and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+from scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
+from scheduler.store import state_at
+
+HERE = Path(__file__).parent
+E = EventType
+ETL = {
+    "collect": [],
+    "clean": ["collect"],
+    "feature": ["clean"],
+    "infer": ["feature"],
+    "persist": ["infer"],
+}
+DIAMOND = {"fetch": [], "left": ["fetch"], "right": ["fetch"], "join": ["left", "right"]}
+CFG = LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.UNSAFE_NEVER)
+
+
+def ok(task: str, step: str, attempt: int = 1, result: object = None) -> list[Draft]:
+    return [
+        Draft(E.STEP_STARTED, task, step, attempt=attempt),
+        Draft(E.STEP_SUCCEEDED, task, step, {"result": result}, attempt=attempt),
+    ]
+
+
+def happy() -> list[tuple[int, list[Draft]]]:
+    out: list[tuple[int, list[Draft]]] = [
+        (1, [Draft(E.TERM_STARTED, "", payload={"node": "node-1"})])
+    ]
+    for i in range(8):
+        t = f"etl-{i}"
+        drafts = [
+            Draft(
+                E.TASK_SUBMITTED,
+                t,
+                payload={
+                    "workflow": "etl",
+                    "version": 1,
+                    "input": {"batch": i},
+                    "steps": ETL,
+                    "idempotency_key": f"batch-{i}",
+                },
+            )
+        ]
+        for step in ETL:
+            drafts += ok(t, step, result={"rows": 100 * (i + 1), "uri": f"file:///data/{t}/{step}"})
+        out.append((1, drafts))
+    return out
+
+
+def eventful() -> list[tuple[int, list[Draft]]]:
+    def sub(t: str, steps: dict[str, list[str]]) -> Draft:
+        payload = {"workflow": "diamond", "version": 2, "input": {}, "steps": steps}
+        return Draft(E.TASK_SUBMITTED, t, payload=payload)
+
+    return [
+        (3, [Draft(E.TERM_STARTED, "", payload={"node": "node-1"})]),
+        (
+            3,
+            [
+                sub("d1", DIAMOND),
+                *ok("d1", "fetch"),
+                Draft(E.STEP_STARTED, "d1", "left", attempt=1),
+                Draft(E.STEP_STARTED, "d1", "right", attempt=1),
+                Draft(E.STEP_FAILED, "d1", "left", {"error": "TimeoutError: 30s"}, attempt=1),
+                *ok("d1", "right"),
+            ],
+        ),
+        # node-1 dies with left re-started; node-2 takes over in term 7
+        (3, [Draft(E.STEP_STARTED, "d1", "left", attempt=2)]),
+        (
+            7,
+            [
+                Draft(E.TERM_STARTED, "", payload={"node": "node-2"}),
+                Draft(
+                    E.STEP_FAILED,
+                    "d1",
+                    "left",
+                    {"error": "lost: node-1 died", "lost": True},
+                    attempt=2,
+                ),
+                *ok("d1", "left", attempt=3),
+                *ok("d1", "join"),
+            ],
+        ),
+        # compensation of a non-idempotent step, then a re-run
+        (
+            7,
+            [
+                sub("d2", DIAMOND),
+                *ok("d2", "fetch"),
+                Draft(E.STEP_STARTED, "d2", "left", attempt=1),
+                Draft(E.STEP_FAILED, "d2", "left", {"error": "charged twice?"}, attempt=1),
+                Draft(E.STEP_COMPENSATING, "d2", "left", attempt=1),
+                Draft(
+                    E.STEP_FAILED, "d2", "left", {"error": "refund API 503", "compensation": True}
+                ),
+                Draft(E.STEP_COMPENSATING, "d2", "left", attempt=1),
+                Draft(E.STEP_COMPENSATED, "d2", "left", attempt=1),
+                *ok("d2", "left", attempt=2),
+            ],
+        ),
+        # exhausted retries, operator retry, operator skip, cancel
+        (
+            7,
+            [
+                sub("d3", DIAMOND),
+                Draft(E.STEP_STARTED, "d3", "fetch", attempt=1),
+                Draft(E.STEP_FAILED, "d3", "fetch", {"error": "404", "final": True}, attempt=1),
+                Draft(
+                    E.MANUAL_OVERRIDE,
+                    "d3",
+                    "fetch",
+                    {"action": "retry", "operator": "alice", "reason": "file uploaded"},
+                ),
+                *ok("d3", "fetch", attempt=2),
+                Draft(
+                    E.MANUAL_OVERRIDE,
+                    "d3",
+                    "left",
+                    {"action": "skip", "operator": "bob", "reason": "done by hand"},
+                ),
+                Draft(E.STEP_STARTED, "d3", "right", attempt=1),
+                Draft(
+                    E.STEP_FAILED, "d3", "right", {"error": "cancelled", "final": True}, attempt=1
+                ),
+                Draft(
+                    E.TASK_CANCELLED, "d3", payload={"operator": "carol", "reason": "superseded"}
+                ),
+            ],
+        ),
+    ]
+
+
+def anomalous() -> list[tuple[int, list[Draft]]]:
+    return [
+        (
+            2,
+            [
+                Draft(E.TASK_SUBMITTED, "a1", payload={"workflow": "w", "steps": {"s": []}}),
+                *ok("a1", "s"),
+                Draft(E.STEP_COMPENSATING, "a1", "s", attempt=1),
+                Draft(E.STEP_COMPENSATED, "a1", "s", attempt=1),
+                Draft(E.STEP_SUCCEEDED, "a1", "s", {"result": "stale"}, attempt=1),
+            ],
+        ),
+    ]
+
+
+async def write(root: Path, batches: list[tuple[int, list[Draft]]]) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    clock = itertools.count(1_700_000_000_000, 250)
+    log = EventLog.open(root, config=CFG, instance_id="node-1", clock=lambda: next(clock))
+    for term, drafts in batches:
+        if term != log.term:
+            log.instance_id = "node-1" if term < 7 else "node-2"
+        log.term = term
+        await log.append_many(drafts)
+    await log.close()
+    for idx in (root / "log").glob("*.idx"):
+        idx.unlink()
+    (root / "snapshots").rmdir()
+
+
+def dump(root: Path, until: int | None = None) -> None:
+    state = state_at(root, until).to_dict()
+    name = "expected.json" if until is None else f"expected-at-{until}.json"
+    (root / name).write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
+
+
+def main() -> None:
+    for name, batches in (
+        ("etl-happy", happy()),
+        ("eventful", eventful()),
+        ("anomalous", anomalous()),
+    ):
+        root = HERE / name
+        asyncio.run(write(root, batches))
+        dump(root)
+    dump(HERE / "eventful", until=12)
+    # One corrupted log: a flipped byte inside a sealed segment must be refused.
+    bad = HERE / "corrupt-sealed"
+    asyncio.run(write(bad, happy()))
+    first = sorted((bad / "log").glob("*.seg"))[0]
+    data = bytearray(first.read_bytes())
+    data[300] ^= 0x20
+    first.write_bytes(bytes(data))
+
+
+if __name__ == "__main__":
+    main()

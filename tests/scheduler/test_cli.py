@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from scheduler.cli import app
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+runner = CliRunner()
+
+
+def test_replay_json_matches_the_golden_state() -> None:
+    res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "eventful"), "--json"])
+    assert res.exit_code == 0, res.output
+    expected = json.loads((GOLDEN / "eventful" / "expected.json").read_text())
+    assert json.loads(res.stdout) == expected
+
+
+def test_replay_one_task_as_of_an_event() -> None:
+    res = runner.invoke(
+        app,
+        [
+            "replay",
+            "--data-dir",
+            str(GOLDEN / "eventful"),
+            "--until",
+            "12",
+            "--task",
+            "d1",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    task = json.loads(res.stdout)
+    assert task["last_event_id"] <= 12
+    left = next(s for s in task["steps"] if s["name"] == "left")
+    assert (left["status"], left["attempt"], left["lost"]) == ("FAILED", 2, True)
+
+
+def test_replay_table_output() -> None:
+    res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "etl-happy")])
+    assert res.exit_code == 0, res.output
+    assert "8 tasks" in res.stdout and "etl-7" in res.stdout and "SUCCEEDED" in res.stdout
+
+
+def test_replay_errors_are_clear(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["replay", "--data-dir", str(tmp_path)])
+    assert res.exit_code == 1
+    assert "not an Apollo-11 data directory" in res.stderr
+    res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "corrupt-sealed")])
+    assert res.exit_code == 1
+    assert "checksum" in res.stderr and "00000000000000000001.seg" in res.stderr
+    res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "etl-happy"), "--task", "nope"])
+    assert res.exit_code == 1 and "no task 'nope'" in res.stderr
