@@ -65,5 +65,9 @@ class SnapshotError(ApolloError):
     """A snapshot is missing, unreadable or fails its checksum."""
 
 
+class WorkflowDefinitionError(ApolloError, ValueError):
+    """A workflow cannot be registered as written; the message names the workflow and step."""
+
+
 class ReplayError(ApolloError):
     """An event cannot be applied at all (for example an unknown event type)."""

@@ -78,7 +78,7 @@ class StepState:
     finished_ms: int | None = None
     result: Any = None
     error: str | None = None
-    final: bool = False  # failed and no automatic retry will follow
+    final: bool = False  # failed, and no automatic retry will follow (kept through compensation)
     lost: bool = False  # the last failure was a node dying mid-step
     compensations: int = 0
     compensation_error: str | None = None
@@ -123,7 +123,7 @@ class TaskState:
     cancelled: dict[str, Any] | None = None
     done: int = 0  # steps SUCCEEDED or SKIPPED
     busy: int = 0  # steps STARTED or COMPENSATING
-    failed_final: int = 0  # steps FAILED with no automatic retry left
+    failed_final: int = 0  # steps marked final: failed with no automatic retry left
     touched: bool = False  # any step event seen
     anomalies: list[str] = field(default_factory=list)
 
@@ -353,9 +353,6 @@ def _move(task: TaskState, step: StepState, to: StepStatus) -> None:
         task.done -= 1
     elif was in BUSY:
         task.busy -= 1
-    elif was is _FAILED and step.final:
-        task.failed_final -= 1
-        step.final = False
     step.status = to
     task.touched = True
     if to in DONE:
@@ -448,6 +445,7 @@ def _on_started(state: State, event: Event) -> None:
     step.finished_ms = None
     step.error = None
     step.lost = False
+    _clear_final(task, step)
     _move(task, step, _STARTED)
 
 
@@ -492,6 +490,12 @@ def _on_succeeded(state: State, event: Event) -> None:
     _move(task, step, _SUCCEEDED)
 
 
+def _clear_final(task: TaskState, step: StepState) -> None:
+    if step.final:
+        step.final = False
+        task.failed_final -= 1
+
+
 def _on_failed(state: State, event: Event) -> None:
     found = _lookup(state, event)
     if found is None:
@@ -508,11 +512,10 @@ def _on_failed(state: State, event: Event) -> None:
     step.finished_ms = event.timestamp
     step.error = error
     step.lost = bool(p.get("lost", False))
-    _move(task, step, StepStatus.FAILED)
-    if p.get("final", False):
+    if p.get("final", False) and not step.final:
         step.final = True
         task.failed_final += 1
-        _derive(task)
+    _move(task, step, StepStatus.FAILED)
 
 
 def _on_compensating(state: State, event: Event) -> None:
@@ -554,7 +557,9 @@ def _on_override(state: State, event: Event) -> None:
         "operator": p.get("operator"),
         "reason": p.get("reason"),
         "event_id": event.event_id,
+        "attempt": step.attempt,  # retry budgets count from here
     }
+    _clear_final(task, step)
     if action == "skip":
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")

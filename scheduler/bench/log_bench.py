@@ -282,6 +282,7 @@ def _section_sqlite(base: str, plan: Plan) -> float:
 
 def _section_build(d: str, size: int, with_store: bool) -> None:
     asyncio.run(_build_history(d, size, with_store=with_store))
+    os.sync()  # the kernel's writeback must not run during the measurement that follows
 
 
 def _section_recovery(d: str) -> dict[str, Any]:

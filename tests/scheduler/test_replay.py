@@ -258,3 +258,20 @@ def test_replay_is_deterministic_and_lawful_histories_have_no_anomalies() -> Non
     assert not any(t.anomalies for t in a.tasks.values())
     statuses = {t.status for t in a.tasks.values()}
     assert statuses <= {TaskStatus.SUCCEEDED, TaskStatus.CANCELLED}
+
+
+def test_a_final_failure_stays_final_through_compensation() -> None:
+    st = replay(
+        events(
+            [
+                submit(),
+                Draft(E.STEP_STARTED, "t1", "a", attempt=1),
+                Draft(E.STEP_FAILED, "t1", "a", {"error": "x", "final": True}, attempt=1),
+                Draft(E.STEP_COMPENSATING, "t1", "a", attempt=1),
+                Draft(E.STEP_COMPENSATED, "t1", "a", attempt=1),
+            ]
+        )
+    )
+    t = st.tasks["t1"]
+    assert t.steps["a"].status is StepStatus.COMPENSATED and t.steps["a"].final
+    assert t.status is TaskStatus.FAILED and t.quiescent

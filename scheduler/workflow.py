@@ -1,0 +1,369 @@
+"""Workflow definitions: named, versioned DAGs of steps that say how they are safe to re-run.
+
+A step must declare its idempotency strategy (the seed notes, 3.1), because
+after a crash the engine will run it again and only the step's author knows
+whether that is harmless:
+
+* `Idempotent()`: running it twice has the effect of running it once
+  (pure, upsert, temp file + atomic rename).
+* `DedupeKey()`: the step deduplicates on `ctx.dedupe_key` (`task_id:step`),
+  the same on every retry and replay, e.g. as a message id or unique key.
+* `Checkpoint()`: the step keeps its own progress marker and resumes from it;
+  it is told `ctx.attempt`.
+* `NotIdempotent(compensate=fn)`: it must not simply run again; `fn` undoes
+  its effects, and the engine compensates before any re-run.
+
+    etl = Workflow("etl", version=1)
+
+    @etl.step(idempotency=Idempotent(), retry=Retry(attempts=5))
+    async def collect(ctx: StepContext) -> dict: ...
+
+    @etl.step(after=["collect"], idempotency=NotIdempotent(compensate=refund))
+    def charge(ctx: StepContext) -> dict: ...   # sync steps run in a thread
+
+Registration validates everything and names the workflow and step at fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from scheduler.errors import WorkflowDefinitionError
+
+
+class Strategy(enum.StrEnum):
+    IDEMPOTENT = "idempotent"
+    DEDUPE_KEY = "dedupe_key"
+    CHECKPOINT = "checkpoint"
+    NOT_IDEMPOTENT = "not_idempotent"
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotent:
+    """Running the step again is harmless (pure, upsert, temp file + atomic rename)."""
+
+    strategy: Literal[Strategy.IDEMPOTENT] = Strategy.IDEMPOTENT
+    compensate: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DedupeKey:
+    """The step deduplicates on `ctx.dedupe_key`, stable across retries and replays."""
+
+    strategy: Literal[Strategy.DEDUPE_KEY] = Strategy.DEDUPE_KEY
+    compensate: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The step keeps its own progress marker and resumes from it (`ctx.attempt` says which)."""
+
+    strategy: Literal[Strategy.CHECKPOINT] = Strategy.CHECKPOINT
+    compensate: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotIdempotent:
+    """The step must not simply run again: `compensate` undoes it first."""
+
+    compensate: StepFn | None = None
+    strategy: Literal[Strategy.NOT_IDEMPOTENT] = Strategy.NOT_IDEMPOTENT
+
+
+Idempotency = Idempotent | DedupeKey | Checkpoint | NotIdempotent
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Attempts and exponential backoff with jitter, capped."""
+
+    attempts: int = 3
+    backoff_s: float = 1.0
+    multiplier: float = 2.0
+    max_backoff_s: float = 60.0
+    jitter: float = 0.2  # +/- this fraction of the delay
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise WorkflowDefinitionError(f"retry attempts must be at least 1, got {self.attempts}")
+        if self.backoff_s < 0 or self.max_backoff_s < 0 or self.multiplier < 1:
+            raise WorkflowDefinitionError(
+                "retry backoff_s and max_backoff_s must be >= 0 and multiplier >= 1"
+            )
+        if not 0 <= self.jitter < 1:
+            raise WorkflowDefinitionError(f"retry jitter must be in [0, 1), got {self.jitter}")
+
+    def delay_s(self, attempt: int, seed: str) -> float:
+        """Delay before attempt `attempt + 1`, after `attempt` failed.
+
+        Jitter is derived from `seed` (task, step, attempt), not from a random
+        source: a standby that takes over computes the same retry time.
+        """
+        base = min(self.max_backoff_s, self.backoff_s * self.multiplier ** max(0, attempt - 1))
+        digest = hashlib.blake2b(f"{seed}:{attempt}".encode(), digest_size=4).digest()
+        unit = int.from_bytes(digest, "little") / 0xFFFFFFFF  # [0, 1]
+        return max(0.0, base * (1 + self.jitter * (2 * unit - 1)))
+
+
+AUTO: Literal["auto"] = "auto"
+DEFAULT_TIMEOUT_S = 3600.0
+AUTO_MIN_SAMPLES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """What a running step is told."""
+
+    task_id: str
+    step: str
+    attempt: int
+    input: Any
+    results: Mapping[str, Any]  # results of the steps this one depends on
+    node_id: str
+    workflow: str
+    version: int
+
+    @property
+    def dedupe_key(self) -> str:
+        """Stable across retries, replays and failovers: `task_id:step`."""
+        return f"{self.task_id}:{self.step}"
+
+
+StepFn = Callable[[StepContext], Any] | Callable[[StepContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    name: str
+    fn: StepFn
+    after: tuple[str, ...]
+    idempotency: Idempotency | None
+    retry: Retry
+    timeout: float | Literal["auto"]
+    compensation_retry: Retry
+
+    @property
+    def compensate(self) -> StepFn | None:
+        return None if self.idempotency is None else self.idempotency.compensate
+
+    @property
+    def needs_compensation(self) -> bool:
+        return isinstance(self.idempotency, NotIdempotent)
+
+    def timeout_s(
+        self, history: Sequence[int] | None, default_s: float = DEFAULT_TIMEOUT_S
+    ) -> float:
+        """Seconds before the step is failed: fixed, or twice the P99 of past durations."""
+        if self.timeout != AUTO:
+            return float(self.timeout)
+        if not history or len(history) < AUTO_MIN_SAMPLES:
+            return default_s
+        ordered = sorted(history)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        return max(1.0, 2 * p99 / 1000)
+
+
+async def call_step(fn: StepFn, ctx: StepContext) -> Any:
+    """Run a step function: coroutines on the loop, plain functions in a thread."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(ctx)
+    result = await asyncio.to_thread(fn, ctx)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+@dataclass
+class Workflow:
+    """A named, versioned DAG of steps."""
+
+    name: str
+    version: int = 1
+    description: str = ""
+    steps: dict[str, Step] = field(default_factory=dict)
+    _errors: list[str] = field(default_factory=list)
+
+    def step(
+        self,
+        fn: StepFn | None = None,
+        *,
+        name: str | None = None,
+        after: Sequence[str] = (),
+        idempotency: Idempotency | None = None,
+        retry: Retry | None = None,
+        timeout: float | Literal["auto"] = AUTO,
+        compensation_retry: Retry | None = None,
+    ) -> Any:
+        """Decorator adding a step. Validation happens at registration."""
+
+        def add(f: StepFn) -> StepFn:
+            self.add_step(
+                Step(
+                    name=name or str(getattr(f, "__name__", "")),
+                    fn=f,
+                    after=tuple(after),
+                    idempotency=idempotency,
+                    retry=retry or Retry(),
+                    timeout=timeout,
+                    compensation_retry=compensation_retry
+                    or Retry(attempts=1_000_000, max_backoff_s=300),
+                )
+            )
+            return f
+
+        return add if fn is None else add(fn)
+
+    def add_step(self, step: Step) -> None:
+        if step.name in self.steps:
+            self._errors.append(f"step {step.name!r} is defined twice")
+        self.steps[step.name] = step
+
+    @property
+    def deps(self) -> dict[str, list[str]]:
+        return {s.name: list(s.after) for s in self.steps.values()}
+
+    def validate(self) -> None:
+        """Raise WorkflowDefinitionError naming the workflow and the step at fault."""
+        where = f"workflow {self.name!r} v{self.version}"
+        problems = list(self._errors)
+        if not self.name:
+            problems.append("it has no name")
+        if self.version < 1:
+            problems.append(f"version must be 1 or more, got {self.version}")
+        if not self.steps:
+            problems.append("it has no steps")
+        for s in self.steps.values():
+            if not s.name:
+                problems.append("a step has no name")
+            if s.idempotency is None:
+                problems.append(
+                    f"step {s.name!r} does not declare how it is safe to run again: pass "
+                    f"idempotency=Idempotent(), DedupeKey(), Checkpoint() or "
+                    f"NotIdempotent(compensate=...)"
+                )
+            elif isinstance(s.idempotency, NotIdempotent) and s.idempotency.compensate is None:
+                problems.append(
+                    f"step {s.name!r} is not idempotent and names no compensation action"
+                )
+            for d in s.after:
+                if d not in self.steps:
+                    problems.append(f"step {s.name!r} depends on unknown step {d!r}")
+                if d == s.name:
+                    problems.append(f"step {s.name!r} depends on itself")
+            if s.timeout != AUTO and (not isinstance(s.timeout, int | float) or s.timeout <= 0):
+                problems.append(f"step {s.name!r} timeout must be seconds > 0 or 'auto'")
+            if not callable(s.fn):
+                problems.append(f"step {s.name!r} is not callable")
+        if not problems:
+            cycle = find_cycle(self.deps)
+            if cycle:
+                problems.append(f"steps form a cycle: {' -> '.join(cycle)}")
+        if problems:
+            raise WorkflowDefinitionError(f"{where}: " + "; ".join(problems))
+
+    def topo_order(self) -> list[str]:
+        return topo_order(self.deps)
+
+
+def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """A cycle in the dependency graph as a list of step names, or None."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for d in deps.get(n, ()):
+            if state.get(d) == 1:
+                return [*stack[stack.index(d) :], d]
+            if d in deps and d not in state:
+                found = visit(d)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for name in deps:
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return None
+
+
+def topo_order(deps: Mapping[str, Sequence[str]]) -> list[str]:
+    """Steps in an order where each comes after everything it depends on."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(n: str) -> None:
+        if n in seen:
+            return
+        seen.add(n)
+        for d in deps.get(n, ()):
+            visit(d)
+        order.append(n)
+
+    for name in deps:
+        visit(name)
+    return order
+
+
+def dependents(deps: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """step -> the steps that directly depend on it."""
+    out: dict[str, list[str]] = {n: [] for n in deps}
+    for n, ds in deps.items():
+        for d in ds:
+            out.setdefault(d, []).append(n)
+    return out
+
+
+class Registry:
+    """The workflows a node can run, by name and version."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, int], Workflow] = {}
+        self._latest: dict[str, Workflow] = {}
+
+    def register(self, wf: Workflow) -> Workflow:
+        wf.validate()
+        key = (wf.name, wf.version)
+        if key in self._by_key and self._by_key[key] is not wf:
+            raise WorkflowDefinitionError(
+                f"workflow {wf.name!r} v{wf.version} is registered twice; bump the version "
+                f"when its steps change"
+            )
+        self._by_key[key] = wf
+        if wf.name not in self._latest or self._latest[wf.name].version < wf.version:
+            self._latest[wf.name] = wf
+        return wf
+
+    def get(self, name: str, version: int | None = None) -> Workflow | None:
+        if version is None:
+            return self._latest.get(name)
+        return self._by_key.get((name, version))
+
+    def names(self) -> list[str]:
+        return sorted(self._latest)
+
+    def load_module(self, module_name: str) -> list[Workflow]:
+        """Import a module and register every Workflow defined at its top level."""
+        import importlib
+
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise WorkflowDefinitionError(
+                f"cannot import workflow module {module_name!r}: {e}"
+            ) from e
+        found = [v for v in vars(module).values() if isinstance(v, Workflow)]
+        if not found:
+            raise WorkflowDefinitionError(f"module {module_name!r} defines no Workflow")
+        return [self.register(wf) for wf in found]
