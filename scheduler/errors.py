@@ -65,6 +65,26 @@ class SnapshotError(ApolloError):
     """A snapshot is missing, unreadable or fails its checksum."""
 
 
+class NotFoundError(ApolloError, LookupError):
+    """An unknown workflow, task or step (gRPC NOT_FOUND)."""
+
+
+class InvalidArgumentError(ApolloError, ValueError):
+    """A request field is missing or malformed; the message names it (INVALID_ARGUMENT)."""
+
+
+class FailedPreconditionError(ApolloError):
+    """The request is well formed but the state does not allow it now (FAILED_PRECONDITION)."""
+
+
+class NotLeaderError(FailedPreconditionError):
+    """A write went to a node that is not the primary; `leader` says where to go."""
+
+    def __init__(self, message: str, *, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
 class WorkflowDefinitionError(ApolloError, ValueError):
     """A workflow cannot be registered as written; the message names the workflow and step."""
 

@@ -31,3 +31,26 @@ SNAPSHOT_FALLBACKS = Counter(
     "apollo11_snapshot_fallbacks_total",
     "Snapshots found unreadable at recovery (an older one, or full replay, was used)",
 )
+
+SCHEDULER_LOOP_SECONDS = Histogram(
+    "apollo11_scheduler_loop_seconds",
+    "Time for one pass of the scheduling loop (deciding every task a batch touched)",
+    buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1),
+)
+STEP_OUTCOMES = Counter(
+    "apollo11_step_outcomes_total",
+    "Step attempts by outcome (succeeded, failed, lost)",
+    ["workflow", "step", "outcome"],
+)
+STEP_SECONDS = Histogram(
+    "apollo11_step_duration_seconds",
+    "Step attempt duration",
+    ["workflow", "step"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
+)
+STEP_RETRIES = Counter(
+    "apollo11_step_retries_total", "Step failures that will be retried", ["workflow", "step"]
+)
+COMPENSATIONS = Counter(
+    "apollo11_compensations_started_total", "Compensations started", ["workflow", "step"]
+)

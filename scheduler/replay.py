@@ -82,6 +82,7 @@ class StepState:
     lost: bool = False  # the last failure was a node dying mid-step
     compensations: int = 0
     compensation_error: str | None = None
+    owed: bool = False  # a compensation is owed (recorded by the engine, cleared by COMPENSATED)
     override: dict[str, Any] | None = None  # the last operator action
     anomaly: str | None = None
 
@@ -124,13 +125,14 @@ class TaskState:
     done: int = 0  # steps SUCCEEDED or SKIPPED
     busy: int = 0  # steps STARTED or COMPENSATING
     failed_final: int = 0  # steps marked final: failed with no automatic retry left
+    owed: int = 0  # steps whose compensation is owed and not done yet
     touched: bool = False  # any step event seen
     anomalies: list[str] = field(default_factory=list)
 
     @property
     def quiescent(self) -> bool:
-        """Terminal and nothing running: only an operator can change it now."""
-        return self.status in TERMINAL and self.busy == 0
+        """Terminal, nothing running, no compensation owed: only an operator can change it."""
+        return self.status in TERMINAL and self.busy == 0 and self.owed == 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +152,7 @@ class TaskState:
             "done": self.done,
             "busy": self.busy,
             "failed_final": self.failed_final,
+            "owed": self.owed,
             "touched": self.touched,
             "anomalies": self.anomalies,
         }
@@ -174,6 +177,7 @@ _STEP_FIELDS = frozenset(
         "lost",
         "compensations",
         "compensation_error",
+        "owed",
         "override",
         "anomaly",
     }
@@ -193,6 +197,7 @@ def _step_dict(s: StepState) -> dict[str, Any]:
         "lost": s.lost,
         "compensations": s.compensations,
         "compensation_error": s.compensation_error,
+        "owed": s.owed,
         "override": s.override,
         "anomaly": s.anomaly,
     }
@@ -490,6 +495,18 @@ def _on_succeeded(state: State, event: Event) -> None:
     _move(task, step, _SUCCEEDED)
 
 
+def _owe(task: TaskState, step: StepState) -> None:
+    if not step.owed:
+        step.owed = True
+        task.owed += 1
+
+
+def _settle(task: TaskState, step: StepState) -> None:
+    if step.owed:
+        step.owed = False
+        task.owed -= 1
+
+
 def _clear_final(task: TaskState, step: StepState) -> None:
     if step.final:
         step.final = False
@@ -515,6 +532,8 @@ def _on_failed(state: State, event: Event) -> None:
     if p.get("final", False) and not step.final:
         step.final = True
         task.failed_final += 1
+    if p.get("compensate", False):
+        _owe(task, step)
     _move(task, step, StepStatus.FAILED)
 
 
@@ -542,6 +561,7 @@ def _on_compensated(state: State, event: Event) -> None:
         _flag(task, step, event, f"step {step.name} compensated while {step.status.value}")
     step.compensation_error = None
     step.finished_ms = event.timestamp
+    _settle(task, step)
     _move(task, step, StepStatus.COMPENSATED)
 
 
@@ -563,6 +583,7 @@ def _on_override(state: State, event: Event) -> None:
     if action == "skip":
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
+        _settle(task, step)  # the operator takes over whatever compensation was owed
         _move(task, step, StepStatus.SKIPPED)
     elif action == "retry":
         if step.status in BUSY:
@@ -583,6 +604,12 @@ def _on_cancelled(state: State, event: Event) -> None:
         "reason": p.get("reason"),
         "event_id": event.event_id,
     }
+    for name in p.get("compensate", ()):
+        step = task.steps.get(name)
+        if step is None:
+            _flag(task, None, event, f"cancel owes compensation of unknown step {name!r}")
+        elif step.status is not StepStatus.COMPENSATED:
+            _owe(task, step)
     _derive(task)
 
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from scheduler.errors import WorkflowDefinitionError
 
@@ -136,6 +137,7 @@ class StepContext:
 
 
 StepFn = Callable[[StepContext], Any] | Callable[[StepContext], Awaitable[Any]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,19 +181,32 @@ async def call_step(fn: StepFn, ctx: StepContext) -> Any:
     return result
 
 
+class StepError(Exception):
+    """Raise from a step to fail it with structured details in the FAILED event."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
 @dataclass
 class Workflow:
-    """A named, versioned DAG of steps."""
+    """A named, versioned DAG of steps.
+
+    `compensate_on_cancel`: when the task is cancelled, the steps that
+    declared a compensation action and had succeeded are compensated,
+    dependents first.
+    """
 
     name: str
     version: int = 1
     description: str = ""
+    compensate_on_cancel: bool = True
     steps: dict[str, Step] = field(default_factory=dict)
     _errors: list[str] = field(default_factory=list)
 
     def step(
         self,
-        fn: StepFn | None = None,
         *,
         name: str | None = None,
         after: Sequence[str] = (),
@@ -199,10 +214,10 @@ class Workflow:
         retry: Retry | None = None,
         timeout: float | Literal["auto"] = AUTO,
         compensation_retry: Retry | None = None,
-    ) -> Any:
+    ) -> Callable[[F], F]:
         """Decorator adding a step. Validation happens at registration."""
 
-        def add(f: StepFn) -> StepFn:
+        def add(f: F) -> F:
             self.add_step(
                 Step(
                     name=name or str(getattr(f, "__name__", "")),
@@ -217,7 +232,7 @@ class Workflow:
             )
             return f
 
-        return add if fn is None else add(fn)
+        return add
 
     def add_step(self, step: Step) -> None:
         if step.name in self.steps:
@@ -227,6 +242,11 @@ class Workflow:
     @property
     def deps(self) -> dict[str, list[str]]:
         return {s.name: list(s.after) for s in self.steps.values()}
+
+    @functools.cached_property
+    def dependents(self) -> dict[str, list[str]]:
+        """step -> the steps that directly depend on it (computed once, after registration)."""
+        return dependents(self.deps)
 
     def validate(self) -> None:
         """Raise WorkflowDefinitionError naming the workflow and the step at fault."""

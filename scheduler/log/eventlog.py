@@ -125,10 +125,10 @@ class _Part:
 
 
 class _Batch:
-    __slots__ = ("done", "events", "nbytes", "parts")
+    __slots__ = ("events", "nbytes", "parts", "waiters")
 
-    def __init__(self, done: asyncio.Future[None], segment_id: int) -> None:
-        self.done = done
+    def __init__(self, segment_id: int) -> None:
+        self.waiters: list[asyncio.Future[None]] = []
         self.parts = [_Part(False, segment_id)]
         self.events: list[Event] = []
         self.nbytes = 0
@@ -351,7 +351,12 @@ class EventLog:
         event, data = self._encode(
             event_type, task_id, step_name, payload, attempt, self._next_id, self._clock()
         )
-        await self._admit(data, event).done
+        batch = self._admit(data, event)
+        # Each appender awaits its own future: cancelling one appender must not
+        # cancel a future the whole batch shares.
+        fut = self._loop.create_future()
+        batch.waiters.append(fut)
+        await fut
         return event
 
     async def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
@@ -368,7 +373,9 @@ class EventLog:
         for event, data in encoded:
             batch = self._admit(data, event)
         assert batch is not None
-        await batch.done
+        fut = self._loop.create_future()
+        batch.waiters.append(fut)
+        await fut
         return [e for e, _ in encoded]
 
     async def append_raw(self, data: bytes) -> list[Event]:
@@ -412,7 +419,9 @@ class EventLog:
         for event, rec in staged:
             batch = self._admit(rec, event)
         assert batch is not None
-        await batch.done
+        fut = self._loop.create_future()
+        batch.waiters.append(fut)
+        await fut
         return [e for e, _ in staged]
 
     def _admit(self, data: bytes, event: Event) -> _Batch:
@@ -421,7 +430,7 @@ class EventLog:
         if batch is None:
             if self._writer is None:
                 self._start()
-            batch = self._batch = _Batch(asyncio.get_running_loop().create_future(), self._tail_id)
+            batch = self._batch = _Batch(self._tail_id)
             assert self._wake is not None
             self._wake.set()
         eid = event.event_id
@@ -449,6 +458,7 @@ class EventLog:
     # ---------------------------------------------------------------- writer
 
     def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
@@ -470,7 +480,7 @@ class EventLog:
             except BaseException as e:
                 self._failed = e
                 log.error("event log write failed; refusing further appends: %s", e)
-                batch.done.set_exception(LogFailedError(f"write failed: {e}"))
+                _resolve(batch.waiters, LogFailedError(f"write failed: {e}"))
                 self._fail_pending()
                 return
             metrics.LOG_FSYNC_SECONDS.observe(time.perf_counter() - started)
@@ -479,7 +489,7 @@ class EventLog:
             self._land(batch)
             for listener in self._listeners:
                 listener(batch.events)
-            batch.done.set_result(None)
+            _resolve(batch.waiters, None)
             waiters, self._durable_waiters = self._durable_waiters, None
             if waiters is not None:
                 waiters.set_result(None)
@@ -488,7 +498,7 @@ class EventLog:
 
     def _fail_pending(self) -> None:
         if self._batch is not None:
-            self._batch.done.set_exception(LogFailedError(f"write failed: {self._failed}"))
+            _resolve(self._batch.waiters, LogFailedError(f"write failed: {self._failed}"))
             self._batch = None
 
     def _write_batch(self, parts: list[_Part]) -> None:
@@ -627,7 +637,9 @@ class EventLog:
     async def flush(self) -> None:
         """Wait for everything staged so far to be durable."""
         if self._batch is not None:
-            await self._batch.done
+            fut = self._loop.create_future()
+            self._batch.waiters.append(fut)
+            await fut
 
     async def close(self) -> None:
         if self._closed:
@@ -659,6 +671,15 @@ class EventLog:
             if fd >= 0:
                 os.close(fd)
         self._fd = self._idx_fd = -1
+
+
+def _resolve(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for fut in waiters:
+        if not fut.done():  # a cancelled appender's future is done already
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
 
 
 # ---------------------------------------------------------------- recovery

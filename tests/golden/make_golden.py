@@ -103,7 +103,13 @@ def eventful() -> list[tuple[int, list[Draft]]]:
                 sub("d2", DIAMOND),
                 *ok("d2", "fetch"),
                 Draft(E.STEP_STARTED, "d2", "left", attempt=1),
-                Draft(E.STEP_FAILED, "d2", "left", {"error": "charged twice?"}, attempt=1),
+                Draft(
+                    E.STEP_FAILED,
+                    "d2",
+                    "left",
+                    {"error": "charged twice?", "compensate": True},
+                    attempt=1,
+                ),
                 Draft(E.STEP_COMPENSATING, "d2", "left", attempt=1),
                 Draft(
                     E.STEP_FAILED, "d2", "left", {"error": "refund API 503", "compensation": True}

@@ -310,3 +310,15 @@ async def test_read_only_open_cuts_nothing(open_log) -> None:
     with pytest.raises(LogError, match="read-only"):
         await ro.append(S, "t", "s")
     ro.close_sync()
+
+
+async def test_cancelling_one_appender_does_not_cancel_its_batch(open_log) -> None:
+    log = open_log()
+    tasks = [asyncio.create_task(log.append(S, f"t{i}", "s")) for i in range(10)]
+    await asyncio.sleep(0)
+    tasks[3].cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(done[3], asyncio.CancelledError)
+    assert all(not isinstance(d, BaseException) for i, d in enumerate(done) if i != 3)
+    assert log.durable_id == 10, "the cancelled appender's event was written with its batch"
+    await log.close()

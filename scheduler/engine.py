@@ -1,0 +1,714 @@
+"""The workflow engine: decides, from the replayed state, what runs next.
+
+It runs on the primary. Every transition is written to the log before it is
+acted on (STARTED is durable before a step runs; SUCCEEDED or FAILED after),
+so after a crash or a failover the next leader resumes from the log and a
+step that SUCCEEDED never runs again.
+
+The loop is event-driven and incremental: the store tells the engine which
+tasks a durable batch touched, and only those tasks are decided again. A
+decision reads one task's in-memory state, so its cost does not grow with
+the number of finished tasks (which live in the archive, untouched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from scheduler import metrics
+from scheduler.clock import Clock
+from scheduler.errors import (
+    ApolloError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    InvalidEventError,
+    NotFoundError,
+    NotLeaderError,
+)
+from scheduler.log.record import Event, EventType
+from scheduler.replay import DONE, StepState, StepStatus, TaskState, TaskStatus
+from scheduler.shell import SHELL_WORKFLOW, shell_workflow
+from scheduler.store import Store
+from scheduler.workflow import (
+    Registry,
+    Step,
+    StepContext,
+    StepError,
+    StepFn,
+    Workflow,
+    call_step,
+)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (task_id, step)
+ERROR_TEXT_MAX = 1024  # our own error strings are cut (visibly) to stay under the payload cap
+DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600.0
+
+
+class Executor(Protocol):
+    """Where step functions run. In-process today; remote workers can plug in here."""
+
+    async def run(self, fn: StepFn, ctx: StepContext) -> Any: ...
+
+
+class InProcessExecutor:
+    async def run(self, fn: StepFn, ctx: StepContext) -> Any:
+        return await call_step(fn, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    task_id: str
+    created: bool  # False when an idempotency key returned an existing task
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 14] + " …(truncated)"
+
+
+def new_task_id() -> str:
+    """Sortable by submission time, unique without coordination."""
+    return f"{time.time_ns() // 1_000_000:012x}-{os.urandom(5).hex()}"
+
+
+class Engine:
+    """Schedules and runs the steps of every active task on this node."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        node_id: str,
+        executor: Executor | None = None,
+        clock: Clock | None = None,
+        concurrency: int = 32,
+        default_timeout_s: float = 3600.0,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.store = store
+        self.registry = registry
+        self.node_id = node_id
+        self.executor: Executor = executor or InProcessExecutor()
+        self.clock = clock or Clock()
+        self.concurrency = concurrency
+        self.default_timeout_s = default_timeout_s
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self._leading = False
+        self._busy: dict[Key, asyncio.Task[None]] = {}  # a step run, lost-write or compensation
+        self._timers: dict[Key, asyncio.Task[None]] = {}
+        self._cancel_why: dict[Key, str] = {}
+        self._slots_used = 0
+        self._queued: deque[str] = deque()
+        self._queued_set: set[str] = set()
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._inflight_keys: dict[str, asyncio.Future[Submitted]] = {}
+        self._shell: dict[str, Workflow] = {}
+        self._waiters: dict[str, list[asyncio.Future[TaskState]]] = {}
+        self.problems: dict[str, str] = {}  # task -> why it cannot be scheduled
+        store.add_observer(self._on_events)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def leading(self) -> bool:
+        return self._leading
+
+    async def start(self) -> None:
+        """Begin scheduling (this node just became primary)."""
+        if self._leading:
+            return
+        self._leading = True
+        self._loop_task = asyncio.create_task(self._loop(), name="apollo11-engine")
+        # Every unfinished task needs a decision: steps STARTED by an earlier
+        # term (or by this node before it crashed) are lost and get failed.
+        self._dirty.update(t.task_id for t in self.store.state.tasks.values() if not t.quiescent)
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop starting steps and cancel the running ones without writing anything.
+
+        Used when leadership is lost: the next leader finds those steps
+        STARTED without an end and fails them as lost, by the same rules.
+        """
+        self._leading = False
+        tasks = [*self._busy.values(), *self._timers.values()]
+        if self._loop_task is not None:
+            tasks.append(self._loop_task)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._busy.clear()
+        self._timers.clear()
+        self._slots_used = 0
+        self._queued.clear()
+        self._queued_set.clear()
+        self._loop_task = None
+
+    def _check_leading(self) -> None:
+        if not self._leading:
+            raise NotLeaderError("this node is not the primary")
+
+    # ---------------------------------------------------------- observing
+
+    def _on_events(self, events: Sequence[Event]) -> None:
+        dirty = self._dirty
+        for e in events:
+            if e.task_id:
+                dirty.add(e.task_id)
+        if self._waiters:
+            for task_id in {e.task_id for e in events} & self._waiters.keys():
+                self._check_waiters(task_id)
+        self._wake.set()
+
+    def _check_waiters(self, task_id: str) -> None:
+        if task_id not in self._waiters:
+            return
+        task = self.store.state.peek(task_id)
+        if task is not None and task.quiescent and not self._busy_for(task_id):
+            for fut in self._waiters.pop(task_id):
+                if not fut.done():
+                    fut.set_result(task)
+
+    def _busy_for(self, task_id: str) -> bool:
+        return any(k[0] == task_id for k in self._busy)
+
+    async def wait(self, task_id: str) -> TaskState:
+        """Wait until a task is finished and nothing of it is running (use asyncio.timeout)."""
+        task = self.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        if task.quiescent:
+            return task
+        fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task_id, []).append(fut)
+        return await fut
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            t0 = time.perf_counter()
+            dirty, self._dirty = self._dirty, set()
+            for task_id in dirty:
+                try:
+                    self._decide(task_id)
+                except Exception:  # a bug in one task's decision must not stop the others
+                    log.exception("scheduling task %s failed", task_id)
+            metrics.SCHEDULER_LOOP_SECONDS.observe(time.perf_counter() - t0)
+
+    # ----------------------------------------------------------- deciding
+
+    def workflow_for(self, task: TaskState) -> Workflow | None:
+        if task.workflow == SHELL_WORKFLOW:
+            wf = self._shell.get(task.task_id)
+            if wf is None:
+                wf = self._shell[task.task_id] = shell_workflow(task.input)
+            return wf
+        return self.registry.get(task.workflow, task.version)
+
+    def _decide(self, task_id: str) -> None:
+        if not self._leading:
+            return
+        task = self.store.state.tasks.get(task_id)
+        if task is None:
+            return
+        if task.quiescent:
+            self._shell.pop(task_id, None)
+            self.problems.pop(task_id, None)
+            return
+        if task.anomalies:
+            self._problem(task, f"has anomalies, an operator must look: {task.anomalies[0]}")
+            return
+        try:
+            wf = self.workflow_for(task)
+        except ApolloError as e:
+            self._problem(task, f"its shell workflow is invalid: {e}")
+            return
+        if wf is None:
+            self._problem(task, f"workflow {task.workflow!r} v{task.version} is not loaded here")
+            return
+        self.problems.pop(task_id, None)
+        cancelled = task.cancelled is not None
+        failed = task.failed_final > 0
+        comp = self._needs_compensation(task, wf)
+        deps = task.deps
+        for name, step in task.steps.items():
+            key = (task_id, name)
+            if key in self._busy:
+                if cancelled and step.status is StepStatus.STARTED:
+                    self._cancel_run(key, "cancelled by operator")
+                continue
+            spec = wf.steps.get(name)
+            if spec is None:
+                self._problem(task, f"step {name!r} is not in workflow {wf.name} v{wf.version}")
+                return
+            status = step.status
+            if status is StepStatus.STARTED:
+                self._write_lost(task, step, spec, final=cancelled)
+            elif status is StepStatus.COMPENSATING:
+                self._spawn_compensation(task, step, spec)
+            elif name in comp:
+                # Dependents that must be compensated go first (reverse topological order).
+                if not self._blocked(task, wf, name, comp):
+                    self._spawn_compensation(task, step, spec)
+            elif cancelled or failed:
+                continue  # nothing new starts in a task that is cancelled or has failed
+            elif (
+                (
+                    status is StepStatus.PENDING
+                    or (status in (StepStatus.FAILED, StepStatus.COMPENSATED) and not step.final)
+                )
+                and all(task.steps[d].status in DONE for d in deps[name])
+                and self._due(task, step, spec)  # arms a timer when a retry is not due yet
+            ):
+                self._start_step(task, step, spec)
+
+    def _needs_compensation(self, task: TaskState, wf: Workflow) -> set[str]:
+        """Steps whose compensation is owed and not started yet.
+
+        The log says what is owed (a failure of a non-idempotent step, or a
+        cancel, records it), so the answer survives a failover and a task that
+        still owes a compensation is never archived as finished.
+        """
+        out: set[str] = set()
+        for name, step in task.steps.items():
+            if step.status is StepStatus.COMPENSATING or step.status is StepStatus.COMPENSATED:
+                continue
+            spec = wf.steps.get(name)
+            if step.owed or (
+                spec is not None and spec.needs_compensation and step.status is StepStatus.FAILED
+            ):
+                out.add(name)
+        return out
+
+    def _blocked(self, task: TaskState, wf: Workflow, name: str, comp: set[str]) -> bool:
+        """Must this step's compensation wait? Yes while a dependent still runs, owes a
+        compensation or is compensating: dependents are compensated first."""
+        for d in wf.dependents.get(name, ()):
+            st = task.steps[d].status
+            if d in comp or st is StepStatus.STARTED or st is StepStatus.COMPENSATING:
+                return True
+        return False
+
+    def _attempts_used(self, step: StepState) -> int:
+        base = 0
+        if step.override and step.override.get("action") == "retry":
+            base = int(step.override.get("attempt", 0))
+        return step.attempt - base
+
+    def _due(self, task: TaskState, step: StepState, spec: Step) -> bool:
+        """Is a retry's backoff over? Times come from the log, so a new leader agrees."""
+        if step.status is StepStatus.PENDING or step.finished_ms is None:
+            return True
+        delay = spec.retry.delay_s(self._attempts_used(step), f"{task.task_id}:{step.name}")
+        due = step.finished_ms / 1000 + delay
+        now = self.clock.now()
+        if now >= due:
+            return True
+        key = (task.task_id, step.name)
+        if key not in self._timers:
+            self._timers[key] = asyncio.create_task(self._wake_at(key, task.task_id, due - now))
+        return False
+
+    async def _wake_at(self, key: Key, task_id: str, delay: float) -> None:
+        try:
+            await self.clock.sleep(delay)
+        finally:
+            self._timers.pop(key, None)
+        self._dirty.add(task_id)
+        self._wake.set()
+
+    def _problem(self, task: TaskState, why: str) -> None:
+        if self.problems.get(task.task_id) != why:
+            log.warning("task %s cannot be scheduled: %s", task.task_id, why)
+        self.problems[task.task_id] = why
+
+    # ---------------------------------------------------------- running
+
+    def _spawn(self, key: Key, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._busy[key] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._busy.get(key) is t:
+                del self._busy[key]
+            self._dirty.add(key[0])
+            self._wake.set()
+            self._check_waiters(key[0])
+
+        task.add_done_callback(done)
+
+    def _start_step(self, task: TaskState, step: StepState, spec: Step) -> None:
+        if self._slots_used >= self.concurrency:
+            if task.task_id not in self._queued_set:
+                self._queued.append(task.task_id)
+                self._queued_set.add(task.task_id)
+            return
+        self._slots_used += 1
+        attempt = step.attempt + 1
+        key = (task.task_id, step.name)
+        self._spawn(key, self._run_step(task.task_id, step.name, spec, attempt), f"step {key}")
+
+    def _free_slot(self) -> None:
+        self._slots_used -= 1
+        # Wake as many waiting tasks as there are free slots, oldest first.
+        for _ in range(min(len(self._queued), self.concurrency - self._slots_used)):
+            task_id = self._queued.popleft()
+            self._queued_set.discard(task_id)
+            self._dirty.add(task_id)
+        self._wake.set()
+
+    def _context(
+        self, task: TaskState, name: str, attempt: int, wf_deps: Sequence[str]
+    ) -> StepContext:
+        return StepContext(
+            task_id=task.task_id,
+            step=name,
+            attempt=attempt,
+            input=task.input,
+            results={d: task.steps[d].result for d in wf_deps},
+            node_id=self.node_id,
+            workflow=task.workflow,
+            version=task.version,
+        )
+
+    async def _run_step(self, task_id: str, name: str, spec: Step, attempt: int) -> None:
+        key = (task_id, name)
+        logw = self.store.log
+        try:
+            await logw.append(EventType.STEP_STARTED, task_id, name, attempt=attempt)
+            task = self.store.state.tasks[task_id]
+            ctx = self._context(task, name, attempt, spec.after)
+            history = self.store.state.durations.get(task.workflow, {}).get(name)
+            timeout = spec.timeout_s(history, self.default_timeout_s)
+            t0 = time.perf_counter()
+            error: dict[str, Any] | None = None
+            try:
+                async with asyncio.timeout(timeout):
+                    result = await self.executor.run(spec.fn, ctx)
+            except TimeoutError:
+                error = {"error": f"timed out after {timeout:g}s", "timeout": True}
+            except asyncio.CancelledError:
+                why = self._cancel_why.pop(key, None)
+                if why is None:
+                    raise  # leadership lost: leave it STARTED for the next leader
+                error = {"error": why, "final": True}
+            except StepError as e:
+                error = {"error": _cut(str(e)) or "failed", **e.details}
+            except Exception as e:
+                error = {"error": _cut(f"{type(e).__name__}: {e}")}
+            metrics.STEP_SECONDS.labels(task.workflow, name).observe(time.perf_counter() - t0)
+            if error is None:
+                try:
+                    await logw.append(
+                        EventType.STEP_SUCCEEDED, task_id, name, {"result": result}, attempt=attempt
+                    )
+                    metrics.STEP_OUTCOMES.labels(task.workflow, name, "succeeded").inc()
+                    return
+                except InvalidEventError as e:
+                    error = {
+                        "error": _cut(
+                            f"result rejected: {e}. Return a small JSON summary (counts, "
+                            f"checksums, a path or URL) and store bulk output elsewhere"
+                        ),
+                        "final": True,
+                    }
+            final = error.get("final") or self._attempts_used_after(task_id, name, attempt, spec)
+            error["final"] = bool(final)
+            if spec.needs_compensation:
+                error["compensate"] = True
+            await self._append_failure(task_id, name, attempt, error)
+            metrics.STEP_OUTCOMES.labels(task.workflow, name, "failed").inc()
+            if not final:
+                metrics.STEP_RETRIES.labels(task.workflow, name).inc()
+        except ApolloError as e:
+            log.error(
+                "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
+            )
+        finally:
+            self._free_slot()
+
+    def _attempts_used_after(self, task_id: str, name: str, attempt: int, spec: Step) -> bool:
+        step = self.store.state.tasks[task_id].steps[name]
+        return self._attempts_used(step) >= spec.retry.attempts
+
+    async def _append_failure(
+        self, task_id: str, name: str, attempt: int, payload: dict[str, Any]
+    ) -> None:
+        try:
+            await self.store.log.append(
+                EventType.STEP_FAILED, task_id, name, payload, attempt=attempt
+            )
+        except InvalidEventError:
+            # Details too big for the cap: keep the essentials.
+            slim: dict[str, Any] = {
+                k: payload[k]
+                for k in ("error", "final", "lost", "timeout", "compensate")
+                if k in payload
+            }
+            await self.store.log.append(EventType.STEP_FAILED, task_id, name, slim, attempt=attempt)
+
+    def _write_lost(self, task: TaskState, step: StepState, spec: Step, *, final: bool) -> None:
+        """A step STARTED that nothing here is running: its node died mid-step."""
+        attempt = step.attempt
+        final = final or self._attempts_used(step) >= spec.retry.attempts
+        payload: dict[str, Any] = {
+            "error": f"lost: attempt {attempt} stopped without an outcome (its node died or "
+            f"lost the lease)",
+            "lost": True,
+            "final": final,
+        }
+        if spec.needs_compensation:
+            payload["compensate"] = True
+        key = (task.task_id, step.name)
+        self._spawn(
+            key, self._append_failure(task.task_id, step.name, attempt, payload), f"lost {key}"
+        )
+        metrics.STEP_OUTCOMES.labels(task.workflow, step.name, "lost").inc()
+
+    def _cancel_run(self, key: Key, why: str) -> None:
+        run = self._busy.get(key)
+        if run is not None and key not in self._cancel_why:
+            self._cancel_why[key] = why
+            run.cancel()
+
+    def _spawn_compensation(self, task: TaskState, step: StepState, spec: Step) -> None:
+        key = (task.task_id, step.name)
+        self._spawn(key, self._compensate(task.task_id, step.name, spec), f"compensate {key}")
+
+    async def _compensate(self, task_id: str, name: str, spec: Step) -> None:
+        """COMPENSATING, the action (retried with backoff, failures visible), COMPENSATED."""
+        logw = self.store.log
+        assert spec.compensate is not None
+        try:
+            task = self.store.state.tasks[task_id]
+            step = task.steps[name]
+            if step.status is not StepStatus.COMPENSATING:
+                await logw.append(EventType.STEP_COMPENSATING, task_id, name, attempt=step.attempt)
+                metrics.COMPENSATIONS.labels(task.workflow, name).inc()
+            n = 0
+            while True:
+                n += 1
+                # A compensation sees the step's own result beside its inputs.
+                ctx = _with_own_result(
+                    self._context(task, name, step.attempt, spec.after), name, step.result
+                )
+                try:
+                    await self.executor.run(spec.compensate, ctx)
+                    break
+                except Exception as e:
+                    await logw.append(
+                        EventType.STEP_FAILED,
+                        task_id,
+                        name,
+                        {
+                            "error": _cut(f"compensation failed: {type(e).__name__}: {e}"),
+                            "compensation": True,
+                        },
+                        attempt=step.attempt,
+                    )
+                    await self.clock.sleep(
+                        spec.compensation_retry.delay_s(n, f"{task_id}:{name}:c")
+                    )
+                    await logw.append(
+                        EventType.STEP_COMPENSATING, task_id, name, attempt=step.attempt
+                    )
+            await logw.append(EventType.STEP_COMPENSATED, task_id, name, attempt=step.attempt)
+        except ApolloError as e:
+            log.error("compensation of %s/%s: cannot record its outcome: %s", task_id, name, e)
+
+    def compensation_backlog(self) -> int:
+        return sum(1 for t in self._busy.values() if t.get_name().startswith("compensate"))
+
+    # ---------------------------------------------------------- requests
+
+    async def submit(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int | None = None,
+    ) -> Submitted:
+        """Submit a task; the same idempotency key (within its TTL) returns the same task."""
+        self._check_leading()
+        if workflow == SHELL_WORKFLOW:
+            wf = shell_workflow(input)
+        else:
+            found = self.registry.get(workflow, version)
+            if found is None:
+                known = ", ".join(self.registry.names()) or "none"
+                raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
+            wf = found
+        if idempotency_key is not None:
+            if not idempotency_key or len(idempotency_key) > 256:
+                raise InvalidArgumentError("idempotency_key must be 1 to 256 characters")
+            existing = self._existing(idempotency_key)
+            if existing is not None:
+                return Submitted(existing, False)
+            pending = self._inflight_keys.get(idempotency_key)
+            if pending is not None:
+                return Submitted((await asyncio.shield(pending)).task_id, False)
+        task_id = new_task_id()
+        payload: dict[str, Any] = {
+            "workflow": wf.name,
+            "version": wf.version,
+            "input": input,
+            "steps": wf.deps,
+        }
+        if idempotency_key is not None:
+            payload["idempotency_key"] = idempotency_key
+            fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
+            self._inflight_keys[idempotency_key] = fut
+        try:
+            await self.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
+        except BaseException as e:
+            if idempotency_key is not None:
+                self._inflight_keys.pop(idempotency_key).set_exception(e)
+            raise
+        result = Submitted(task_id, True)
+        if idempotency_key is not None:
+            self._inflight_keys.pop(idempotency_key).set_result(result)
+        return result
+
+    def _existing(self, key: str) -> str | None:
+        task_id = self.store.state.idempotency.get(key)
+        if task_id is None:
+            return None
+        task = self.store.state.peek(task_id)
+        if task is None or self.clock.now() - task.submitted_ms / 1000 > self.idempotency_ttl_s:
+            return None
+        return task_id
+
+    def _task_and_step(self, task_id: str, step: str) -> tuple[TaskState, StepState]:
+        task = self.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        s = task.steps.get(step)
+        if s is None:
+            raise NotFoundError(
+                f"task {task_id!r} has no step {step!r} (steps: {', '.join(task.steps)})"
+            )
+        return task, s
+
+    async def retry_step(self, task_id: str, step: str, *, operator: str, reason: str) -> Event:
+        """Run a failed (or compensated) step again, with a fresh retry budget."""
+        self._check_leading()
+        task, s = self._task_and_step(task_id, step)
+        _require_reason(operator, reason)
+        if task.cancelled is not None:
+            raise FailedPreconditionError(f"task {task_id} is cancelled")
+        if (
+            s.status not in (StepStatus.FAILED, StepStatus.COMPENSATED)
+            or (task_id, step) in self._busy
+        ):
+            raise FailedPreconditionError(
+                f"step {step} is {s.status.value}; only a FAILED or COMPENSATED step that is "
+                f"not running or compensating can be retried"
+            )
+        wf = self.workflow_for(task)
+        if (
+            wf is not None
+            and step in wf.steps
+            and wf.steps[step].needs_compensation
+            and s.status is StepStatus.FAILED
+        ):
+            raise FailedPreconditionError(
+                f"step {step} is not idempotent and its compensation has not completed yet; "
+                f"retry it once it is COMPENSATED"
+            )
+        return await self._override(task_id, step, "retry", operator, reason)
+
+    async def skip_step(self, task_id: str, step: str, *, operator: str, reason: str) -> Event:
+        """Mark a step as done without running it; its dependents may run."""
+        self._check_leading()
+        task, s = self._task_and_step(task_id, step)
+        _require_reason(operator, reason)
+        if task.cancelled is not None:
+            raise FailedPreconditionError(f"task {task_id} is cancelled")
+        if (
+            s.status
+            in (
+                StepStatus.STARTED,
+                StepStatus.COMPENSATING,
+                StepStatus.SUCCEEDED,
+                StepStatus.SKIPPED,
+            )
+            or (task_id, step) in self._busy
+        ):
+            raise FailedPreconditionError(f"step {step} is {s.status.value} and cannot be skipped")
+        return await self._override(task_id, step, "skip", operator, reason)
+
+    async def _override(
+        self, task_id: str, step: str, action: str, operator: str, reason: str
+    ) -> Event:
+        return await self.store.log.append(
+            EventType.MANUAL_OVERRIDE,
+            task_id,
+            step,
+            {"action": action, "operator": operator, "reason": reason},
+        )
+
+    async def cancel_task(self, task_id: str, *, operator: str, reason: str) -> Event:
+        """Cancel a task: running steps are cancelled, compensation follows by policy."""
+        self._check_leading()
+        task = self.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        _require_reason(operator, reason)
+        if task.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
+            raise FailedPreconditionError(f"task {task_id} is already {task.status.value}")
+        payload: dict[str, Any] = {"operator": operator, "reason": reason}
+        wf = self.workflow_for(task)
+        if wf is not None and wf.compensate_on_cancel:
+            # Record what the cancel owes: succeeded steps that declared a compensation.
+            owed = [
+                n
+                for n, st in task.steps.items()
+                if st.status is StepStatus.SUCCEEDED
+                and n in wf.steps
+                and wf.steps[n].needs_compensation
+            ]
+            if owed:
+                payload["compensate"] = owed
+        return await self.store.log.append(EventType.TASK_CANCELLED, task_id, payload=payload)
+
+    def running(self) -> int:
+        return self._slots_used
+
+
+def _require_reason(operator: str, reason: str) -> None:
+    if not operator.strip():
+        raise InvalidArgumentError("operator must name who is acting")
+    if not reason.strip():
+        raise InvalidArgumentError("reason must say why (it is kept in the audit log)")
+
+
+def _with_own_result(ctx: StepContext, name: str, result: Any) -> StepContext:
+    return StepContext(
+        task_id=ctx.task_id,
+        step=ctx.step,
+        attempt=ctx.attempt,
+        input=ctx.input,
+        results={**ctx.results, name: result},
+        node_id=ctx.node_id,
+        workflow=ctx.workflow,
+        version=ctx.version,
+    )

@@ -1,0 +1,74 @@
+"""Bundled workflows. `etl` is the seed notes' five-stage pipeline.
+
+Its input controls what it does, so tests and demos can script failures:
+
+* `step_seconds` (default 0.05): how long each step works;
+* `fail_step` and `fail_times`: that step raises on its first `fail_times` attempts;
+* `ledger`: a file path; every step execution appends one line
+  `task_id step attempt node_id` before it works, so anyone can count what
+  ran how often (a step killed mid-run still has its line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from scheduler.workflow import Checkpoint, DedupeKey, Idempotent, Retry, StepContext, Workflow
+
+etl = Workflow("etl", version=1, description="collect → clean → feature → infer → persist")
+
+
+def _ledger(ctx: StepContext) -> None:
+    path = (ctx.input or {}).get("ledger")
+    if path:
+        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id}\n".encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write(2): lines never interleave, and survive a SIGKILL
+        finally:
+            os.close(fd)
+
+
+async def _work(ctx: StepContext) -> dict[str, Any]:
+    params = ctx.input or {}
+    _ledger(ctx)
+    await asyncio.sleep(float(params.get("step_seconds", 0.05)))
+    if params.get("fail_step") == ctx.step and ctx.attempt <= int(params.get("fail_times", 0)):
+        raise RuntimeError(f"injected failure of {ctx.step} (attempt {ctx.attempt})")
+    upstream = sum(r.get("rows", 0) for r in ctx.results.values() if isinstance(r, dict))
+    return {"rows": upstream + 100, "uri": f"file:///tmp/apollo11/{ctx.task_id}/{ctx.step}"}
+
+
+RETRY = Retry(attempts=4, backoff_s=0.05, max_backoff_s=1.0)
+
+
+@etl.step(idempotency=Idempotent(), retry=RETRY)
+async def collect(ctx: StepContext) -> dict[str, Any]:
+    """Pull raw records (a re-pull gives the same snapshot: idempotent)."""
+    return await _work(ctx)
+
+
+@etl.step(after=["collect"], idempotency=Idempotent(), retry=RETRY)
+async def clean(ctx: StepContext) -> dict[str, Any]:
+    """Write cleaned data to a temp file and rename it into place."""
+    return await _work(ctx)
+
+
+@etl.step(after=["clean"], idempotency=Checkpoint(), retry=RETRY)
+async def feature(ctx: StepContext) -> dict[str, Any]:
+    """Compute features in chunks, resuming from its own progress marker."""
+    return await _work(ctx)
+
+
+@etl.step(after=["feature"], idempotency=DedupeKey(), retry=RETRY)
+async def infer(ctx: StepContext) -> dict[str, Any]:
+    """Call the model service with ctx.dedupe_key as the request id."""
+    return await _work(ctx)
+
+
+@etl.step(after=["infer"], idempotency=DedupeKey(), retry=RETRY)
+async def persist(ctx: StepContext) -> dict[str, Any]:
+    """Upsert results keyed by ctx.dedupe_key."""
+    return await _work(ctx)

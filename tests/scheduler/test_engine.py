@@ -1,0 +1,477 @@
+"""The engine through its Python API, on a real store, with a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.clock import FakeClock
+from scheduler.engine import Engine
+from scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from scheduler.log import EventType, FsyncPolicy, LogConfig
+from scheduler.replay import StepStatus, TaskStatus
+from scheduler.store import Store, StoreConfig
+from scheduler.workflow import (
+    Checkpoint,
+    DedupeKey,
+    Idempotent,
+    NotIdempotent,
+    Registry,
+    Retry,
+    StepContext,
+    Workflow,
+)
+
+CFG = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER), snapshot_interval=50)
+
+
+@dataclass
+class Rig:
+    root: Path
+    store: Store
+    engine: Engine
+    clock: FakeClock
+    registry: Registry
+
+    def events(self, task_id: str) -> list[tuple[str, str, int, dict[str, Any]]]:
+        return [
+            (e.event_type.name, e.step_name, e.attempt, dict(e.payload))
+            for e in self.store.log.read()
+            if e.task_id == task_id
+        ]
+
+    async def run(self, workflow: str, input: Any = None, **kw: Any) -> str:
+        sub = await self.engine.submit(workflow, input, **kw)
+        async with asyncio.timeout(20):
+            await self.engine.wait(sub.task_id)
+        return sub.task_id
+
+    async def reopen(self, *workflows: Workflow) -> Rig:
+        await self.engine.stop()
+        await self.store.close()
+        return await make_rig(self.root, self.clock, *workflows)
+
+
+async def make_rig(root: Path, clock: FakeClock, *workflows: Workflow, concurrency: int = 8) -> Rig:
+    store = Store.open(root, config=CFG, instance_id="n1", clock=clock.now_ms)
+    registry = Registry()
+    for wf in workflows:
+        registry.register(wf)
+    store.log.term = store.log.last_term + 1
+    await store.log.append(EventType.TERM_STARTED, "", payload={"node": "n1"})
+    engine = Engine(store, registry, node_id="n1", clock=clock, concurrency=concurrency)
+    await engine.start()
+    return Rig(root, store, engine, clock, registry)
+
+
+@pytest.fixture
+async def rig_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    rigs: list[Rig] = []
+
+    async def make(*workflows: Workflow, concurrency: int = 8) -> Rig:
+        r = await make_rig(
+            tmp_path / f"d{len(rigs)}", FakeClock(), *workflows, concurrency=concurrency
+        )
+        rigs.append(r)
+        return r
+
+    yield make
+    for r in rigs:
+        await r.engine.stop()
+        await r.store.close()
+
+
+def diamond(
+    calls: list[str], *, fail: dict[str, int] | None = None, idem: Any = None, delay: float = 0.0
+) -> Workflow:
+    fail = dict(fail or {})
+    wf = Workflow("diamond")
+
+    def make(name: str) -> Any:
+        async def fn(ctx: StepContext) -> dict[str, Any]:
+            calls.append(f"{name}:{ctx.attempt}")
+            await asyncio.sleep(delay)
+            if fail.get(name, 0) >= ctx.attempt:
+                raise RuntimeError(f"{name} broke")
+            return {"from": name, "inputs": sorted(ctx.results)}
+
+        return fn
+
+    async def undo(ctx: StepContext) -> None:
+        calls.append(f"undo-{ctx.step}")
+
+    for name, after in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"])):
+        wf.step(
+            name=name,
+            after=after,
+            idempotency=idem or NotIdempotent(compensate=undo),
+            retry=Retry(attempts=3, backoff_s=2, jitter=0),
+        )(make(name))
+    return wf
+
+
+async def test_etl_runs_each_step_once_and_passes_results(rig_factory: Any, tmp_path: Path) -> None:
+    from scheduler.examples import etl
+
+    rig = await rig_factory(etl)
+    ledger = tmp_path / "ledger"
+    task_id = await rig.run("etl", {"step_seconds": 0, "ledger": str(ledger)})
+    task = rig.store.state.peek(task_id)
+    assert task is not None and task.status is TaskStatus.SUCCEEDED
+    assert [line.split()[1:3] for line in ledger.read_text().splitlines()] == [
+        [s, "1"] for s in ("collect", "clean", "feature", "infer", "persist")
+    ]
+    assert task.steps["persist"].result["rows"] == 500
+    kinds = [k for k, *_ in rig.events(task_id)]
+    assert kinds == ["TASK_SUBMITTED"] + ["STEP_STARTED", "STEP_SUCCEEDED"] * 5
+
+
+async def test_independent_steps_run_in_parallel_up_to_the_limit(rig_factory: Any) -> None:
+    live = 0
+    peak = 0
+
+    wf = Workflow("fan")
+
+    async def work(ctx: StepContext) -> None:
+        nonlocal live, peak
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(0.05)
+        live -= 1
+
+    for i in range(6):
+        wf.step(name=f"s{i}", idempotency=Idempotent())(work)
+    rig = await rig_factory(wf, concurrency=3)
+    await rig.run("fan")
+    assert peak == 3
+    rig2 = await rig_factory(wf, concurrency=1)
+    peak = 0
+    await rig2.run("fan")
+    assert peak == 1
+
+
+async def test_retries_follow_the_policy_with_numbered_attempts(rig_factory: Any) -> None:
+    calls: list[str] = []
+    rig = await rig_factory(diamond(calls, fail={"b": 2}, idem=Idempotent()))
+    task_id = await rig.run("diamond")
+    assert rig.store.state.peek(task_id).status is TaskStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert calls.count("b:1") == calls.count("b:2") == calls.count("b:3") == 1
+    b_events = [(k, a) for k, s, a, _ in rig.events(task_id) if s == "b"]
+    assert b_events == [
+        ("STEP_STARTED", 1),
+        ("STEP_FAILED", 1),
+        ("STEP_STARTED", 2),
+        ("STEP_FAILED", 2),
+        ("STEP_STARTED", 3),
+        ("STEP_SUCCEEDED", 3),
+    ]
+    # backoff 2s then 4s (no jitter), on the fake clock: nothing slept for real
+    assert sorted(round(s, 3) for s in rig.clock.sleeps if s > 0.5) == [2.0, 4.0]
+
+
+async def test_exhausted_retries_fail_the_task(rig_factory: Any) -> None:
+    calls: list[str] = []
+    rig = await rig_factory(diamond(calls, fail={"c": 99}, idem=Idempotent()))
+    task_id = await rig.run("diamond")
+    task = rig.store.state.peek(task_id)
+    assert task is not None and task.status is TaskStatus.FAILED
+    c = task.steps["c"]
+    assert (c.status, c.attempt, c.final, c.error) == (
+        StepStatus.FAILED,
+        3,
+        True,
+        "RuntimeError: c broke",
+    )
+    assert "d:1" not in calls, "a dependent of a failed step never runs"
+
+
+async def test_a_timeout_fails_the_step_and_cancels_it(rig_factory: Any) -> None:
+    cancelled = asyncio.Event()
+    wf = Workflow("slow")
+
+    async def hang(ctx: StepContext) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    wf.step(name="hang", idempotency=Idempotent(), timeout=0.1, retry=Retry(attempts=1))(hang)
+    rig = await rig_factory(wf)
+    task_id = await rig.run("slow")
+    step = rig.store.state.peek(task_id).steps["hang"]  # type: ignore[union-attr]
+    assert step.status is StepStatus.FAILED and step.error == "timed out after 0.1s"
+    assert cancelled.is_set()
+
+
+async def test_oversize_result_fails_with_advice(rig_factory: Any) -> None:
+    wf = Workflow("big")
+
+    async def big(ctx: StepContext) -> str:
+        return "x" * 10_000
+
+    wf.step(name="big", idempotency=Idempotent())(big)
+    rig = await rig_factory(wf)
+    task_id = await rig.run("big")
+    step = rig.store.state.peek(task_id).steps["big"]  # type: ignore[union-attr]
+    assert step.status is StepStatus.FAILED and step.final
+    assert "4096-byte limit" in (step.error or "") and "store bulk output elsewhere" in (
+        step.error or ""
+    )
+
+
+async def test_failed_non_idempotent_step_is_compensated_before_it_runs_again(
+    rig_factory: Any,
+) -> None:
+    calls: list[str] = []
+    rig = await rig_factory(diamond(calls, fail={"b": 1}))
+    task_id = await rig.run("diamond")
+    assert rig.store.state.peek(task_id).status is TaskStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert calls.index("b:1") < calls.index("undo-b") < calls.index("b:2")
+    b = [k for k, s, *_ in rig.events(task_id) if s == "b"]
+    assert b == [
+        "STEP_STARTED",
+        "STEP_FAILED",
+        "STEP_COMPENSATING",
+        "STEP_COMPENSATED",
+        "STEP_STARTED",
+        "STEP_SUCCEEDED",
+    ]
+
+
+async def test_cancel_compensates_a_diamond_in_reverse_topological_order(rig_factory: Any) -> None:
+    calls: list[str] = []
+    gate = asyncio.Event()
+    wf = diamond(calls)
+    d_step = wf.steps["d"]
+
+    async def slow_d(ctx: StepContext) -> None:
+        calls.append("d:start")
+        await gate.wait()
+
+    wf.steps["d"] = type(d_step)(
+        **{**{f: getattr(d_step, f) for f in d_step.__slots__}, "fn": slow_d}
+    )
+    rig = await rig_factory(wf)
+    sub = await rig.engine.submit("diamond")
+    async with asyncio.timeout(10):
+        while "d:start" not in calls:
+            await asyncio.sleep(0.01)
+    await rig.engine.cancel_task(sub.task_id, operator="alice", reason="bad batch")
+    async with asyncio.timeout(10):
+        task = await rig.engine.wait(sub.task_id)
+    assert task.status is TaskStatus.CANCELLED
+    undos = [c for c in calls if c.startswith("undo-")]
+    assert undos[-1] == "undo-a"
+    assert set(undos[:-1]) == {"undo-b", "undo-c", "undo-d"}
+    assert undos.index("undo-d") < min(undos.index("undo-b"), undos.index("undo-c"))
+    d = task.steps["d"]
+    assert d.error == "cancelled by operator" and d.status is StepStatus.COMPENSATED
+    assert task.cancelled == {
+        "operator": "alice",
+        "reason": "bad batch",
+        "event_id": task.cancelled["event_id"],
+    }  # type: ignore[index]
+
+
+async def test_failed_compensation_is_retried_and_visible(rig_factory: Any) -> None:
+    tries = 0
+    wf = Workflow("refund")
+
+    async def charge(ctx: StepContext) -> None:
+        raise RuntimeError("card declined after capture")
+
+    async def refund(ctx: StepContext) -> None:
+        nonlocal tries
+        tries += 1
+        if tries < 3:
+            raise ConnectionError("refund API 503")
+
+    wf.step(name="charge", idempotency=NotIdempotent(compensate=refund), retry=Retry(attempts=1))(
+        charge
+    )
+    rig = await rig_factory(wf)
+    task_id = await rig.run("refund")
+    kinds = [(k, p.get("error", "")) for k, _, _, p in rig.events(task_id)][1:]
+    assert kinds[:2] == [
+        ("STEP_STARTED", ""),
+        ("STEP_FAILED", "RuntimeError: card declined after capture"),
+    ]
+    assert kinds[2:] == [
+        ("STEP_COMPENSATING", ""),
+        ("STEP_FAILED", "compensation failed: ConnectionError: refund API 503"),
+        ("STEP_COMPENSATING", ""),
+        ("STEP_FAILED", "compensation failed: ConnectionError: refund API 503"),
+        ("STEP_COMPENSATING", ""),
+        ("STEP_COMPENSATED", ""),
+    ]
+    task = rig.store.state.peek(task_id)
+    assert task is not None and task.status is TaskStatus.FAILED
+    assert task.steps["charge"].compensations == 3
+
+
+async def test_operator_actions_are_audited_and_survive_replay(rig_factory: Any) -> None:
+    calls: list[str] = []
+    wf = diamond(calls, fail={"b": 3}, idem=DedupeKey())
+    rig = await rig_factory(wf)
+    task_id = await rig.run("diamond")
+    assert rig.store.state.peek(task_id).status is TaskStatus.FAILED  # type: ignore[union-attr]
+    with pytest.raises(InvalidArgumentError, match="reason"):
+        await rig.engine.retry_step(task_id, "b", operator="bob", reason=" ")
+    with pytest.raises(FailedPreconditionError, match="SUCCEEDED"):
+        await rig.engine.retry_step(task_id, "a", operator="bob", reason="why not")
+    with pytest.raises(NotFoundError, match="no step 'zz'"):
+        await rig.engine.skip_step(task_id, "zz", operator="bob", reason="r")
+    await rig.engine.retry_step(task_id, "b", operator="bob", reason="upstream fixed")
+    async with asyncio.timeout(10):
+        task = await rig.engine.wait(task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    assert calls.count("b:4") == 1, "a fresh budget after the operator's retry"
+    live = task.to_dict()
+    again = await rig.reopen(wf)
+    assert again.store.state.peek(task_id).to_dict() == live  # type: ignore[union-attr]
+    b = again.store.state.peek(task_id).steps["b"]  # type: ignore[union-attr]
+    assert b.override is not None and (b.override["operator"], b.override["reason"]) == (
+        "bob",
+        "upstream fixed",
+    )
+    await again.engine.stop()
+    await again.store.close()
+
+
+async def test_skip_lets_dependents_run(rig_factory: Any) -> None:
+    calls: list[str] = []
+    rig = await rig_factory(diamond(calls, fail={"c": 9}, idem=Idempotent()))
+    task_id = await rig.run("diamond")
+    await rig.engine.skip_step(task_id, "c", operator="carol", reason="done by hand")
+    async with asyncio.timeout(10):
+        task = await rig.engine.wait(task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    assert task.steps["c"].status is StepStatus.SKIPPED and "d:1" in calls
+
+
+async def test_lost_steps_are_failed_and_handled_by_their_declaration(
+    rig_factory: Any, tmp_path: Path
+) -> None:
+    calls: list[str] = []
+    idem = diamond(calls, idem=Checkpoint())
+    rig = await rig_factory(idem)
+    await rig.engine.stop()
+    sub_payload = {"workflow": "diamond", "version": 1, "steps": idem.deps}
+    await rig.store.log.append(EventType.TASK_SUBMITTED, "t-lost", payload=sub_payload)
+    await rig.store.log.append(
+        EventType.STEP_STARTED, "t-lost", "a", attempt=1
+    )  # then "the node died"
+    again = await rig.reopen(idem)
+    async with asyncio.timeout(10):
+        task = await again.engine.wait("t-lost")
+    assert task.status is TaskStatus.SUCCEEDED
+    a = [(k, at, p.get("lost")) for k, s, at, p in again.events("t-lost") if s == "a"]
+    assert a == [
+        ("STEP_STARTED", 1, None),
+        ("STEP_FAILED", 1, True),
+        ("STEP_STARTED", 2, None),
+        ("STEP_SUCCEEDED", 2, None),
+    ]
+    assert calls.count("a:2") == 1 and "a:1" not in calls
+    await again.engine.stop()
+    await again.store.close()
+
+    # A non-idempotent step found STARTED is compensated before it runs again.
+    calls.clear()
+    rig2 = await rig_factory(diamond(calls))
+    await rig2.engine.stop()
+    await rig2.store.log.append(EventType.TASK_SUBMITTED, "t2", payload=sub_payload)
+    await rig2.store.log.append(EventType.STEP_STARTED, "t2", "a", attempt=1)
+    again2 = await rig2.reopen(diamond(calls))
+    async with asyncio.timeout(10):
+        await again2.engine.wait("t2")
+    assert calls[:2] == ["undo-a", "a:2"]
+    await again2.engine.stop()
+    await again2.store.close()
+
+
+async def test_idempotency_keys_return_the_same_task_within_their_ttl(rig_factory: Any) -> None:
+    from scheduler.examples import etl
+
+    rig = await rig_factory(etl)
+    first, second = await asyncio.gather(
+        rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="order-7"),
+        rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="order-7"),
+    )
+    assert first.task_id == second.task_id and first.created != second.created
+    third = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="order-7")
+    assert third.task_id == first.task_id and not third.created
+    rig.clock.advance(rig.engine.idempotency_ttl_s + 1)
+    fourth = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="order-7")
+    assert fourth.created and fourth.task_id != first.task_id
+    with pytest.raises(NotFoundError, match=r"unknown workflow 'nope' \(loaded: etl\)"):
+        await rig.engine.submit("nope")
+
+
+async def test_shell_steps(rig_factory: Any, tmp_path: Path) -> None:
+    rig = await rig_factory()
+    out = tmp_path / "out"
+    doc = {
+        "name": "runbook",
+        "steps": [
+            {
+                "name": "hello",
+                "run": f"echo hello $APOLLO11_STEP > {out}; echo done",
+                "idempotency": "idempotent",
+            },
+            {
+                "name": "key",
+                "run": "echo $APOLLO11_DEDUPE_KEY",
+                "after": ["hello"],
+                "idempotency": "dedupe_key",
+            },
+        ],
+    }
+    task_id = await rig.run("shell", doc)
+    task = rig.store.state.peek(task_id)
+    assert task is not None and task.status is TaskStatus.SUCCEEDED
+    assert out.read_text() == "hello hello\n"
+    assert task.steps["hello"].result == {"exit_code": 0, "output_tail": "done\n"}
+    assert task.steps["key"].result["output_tail"] == f"{task_id}:key\n"
+
+    bad = {
+        "steps": [
+            {
+                "name": "boom",
+                "run": "echo oops >&2; exit 3",
+                "idempotency": "idempotent",
+                "retry": {"attempts": 1},
+            }
+        ]
+    }
+    task_id = await rig.run("shell", bad)
+    failed = [p for k, _, _, p in rig.events(task_id) if k == "STEP_FAILED"]
+    assert failed == [
+        {
+            "error": "command exited with code 3",
+            "exit_code": 3,
+            "output_tail": "oops\n",
+            "final": True,
+        }
+    ]
+
+    slow = {
+        "steps": [
+            {
+                "name": "sleep",
+                "run": "sleep 30",
+                "timeout_s": 0.2,
+                "idempotency": "idempotent",
+                "retry": {"attempts": 1},
+            }
+        ]
+    }
+    task_id = await rig.run("shell", slow)
+    step = rig.store.state.peek(task_id).steps["sleep"]  # type: ignore[union-attr]
+    assert step.status is StepStatus.FAILED and step.error == "timed out after 0.2s"
