@@ -1,0 +1,6 @@
+"""Leader election and the lease: an interface, an in-memory and an etcd implementation."""
+
+from lease.base import MIN_TTL_S, LeaderInfo, Lease, check_ttl
+from lease.memory import MemoryLease, MemoryStore
+
+__all__ = ["MIN_TTL_S", "LeaderInfo", "Lease", "MemoryLease", "MemoryStore", "check_ttl"]

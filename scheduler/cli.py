@@ -38,6 +38,66 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 @app.command()
+def node(
+    node_id: Annotated[str | None, typer.Option("--node-id", help="This node's name.")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Where the log lives.")
+    ] = None,
+    listen: Annotated[str | None, typer.Option("--listen", help="gRPC HOST:PORT.")] = None,
+    advertise: Annotated[
+        str | None, typer.Option("--advertise", help="HOST:PORT others reach this node at.")
+    ] = None,
+    http: Annotated[str | None, typer.Option("--http", help="Metrics/UI HOST:PORT.")] = None,
+    workflows: Annotated[
+        str | None, typer.Option("--workflows", help="Workflow modules, comma-separated.")
+    ] = None,
+    etcd: Annotated[
+        str | None, typer.Option("--etcd", help="etcd URLs, comma-separated (absent: standalone).")
+    ] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name.")] = None,
+    lease_ttl: Annotated[float | None, typer.Option("--lease-ttl", help="Seconds (>= 2).")] = None,
+    sync_replicas: Annotated[
+        int | None, typer.Option("--sync-replicas", help="Standbys that must ack a write.")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", help="Steps running at once.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="A TOML file with the same settings.")
+    ] = None,
+) -> None:
+    """Run a node (standalone without --etcd). Flags > APOLLO11_* env > --config file."""
+    import asyncio
+
+    from scheduler.config import load_settings
+    from scheduler.node import serve
+
+    try:
+        settings = load_settings(
+            config,
+            node_id=node_id,
+            data_dir=data_dir,
+            listen=listen,
+            advertise=advertise,
+            http=http,
+            workflows=workflows,
+            etcd=etcd,
+            cluster=cluster,
+            lease_ttl=lease_ttl,
+            sync_replicas=sync_replicas,
+            concurrency=concurrency,
+        )
+    except ValueError as e:
+        raise _fail(str(e), 2) from e
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        code = asyncio.run(serve(settings))
+    except ApolloError as e:
+        raise _fail(str(e)) from e
+    raise typer.Exit(code)
+
+
+@app.command()
 def replay(
     data_dir: Annotated[Path, typer.Option("--data-dir", help="A node's data directory.")],
     until: Annotated[

@@ -106,6 +106,8 @@ class Engine:
         self.default_timeout_s = default_timeout_s
         self.idempotency_ttl_s = idempotency_ttl_s
         self._leading = False
+        self._draining = False
+        self._idle = asyncio.Event()  # set when no step runs (for drain)
         self._busy: dict[Key, asyncio.Task[None]] = {}  # a step run, lost-write or compensation
         self._timers: dict[Key, asyncio.Task[None]] = {}
         self._cancel_why: dict[Key, str] = {}
@@ -132,6 +134,7 @@ class Engine:
         if self._leading:
             return
         self._leading = True
+        self._draining = False
         self._loop_task = asyncio.create_task(self._loop(), name="apollo11-engine")
         # Every unfinished task needs a decision: steps STARTED by an earlier
         # term (or by this node before it crashed) are lost and get failed.
@@ -160,8 +163,18 @@ class Engine:
         self._queued_set.clear()
         self._loop_task = None
 
+    async def drain(self, within_s: float) -> bool:
+        """Start nothing new; wait up to `within_s` for running steps. True if all finished."""
+        self._draining = True
+        self._idle.clear()
+        if self._slots_used:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within_s):
+                    await self._idle.wait()
+        return self._slots_used == 0
+
     def _check_leading(self) -> None:
-        if not self._leading:
+        if not self._leading or self._draining:
             raise NotLeaderError("this node is not the primary")
 
     # ---------------------------------------------------------- observing
@@ -306,11 +319,18 @@ class Engine:
                 return True
         return False
 
-    def _attempts_used(self, step: StepState) -> int:
-        base = 0
+    def _budget(self, step: StepState) -> tuple[int, int]:
+        """(attempts that failed on their own, attempts lost to a dying node), counted
+        since the last operator retry."""
+        base_attempt = base_losses = 0
         if step.override and step.override.get("action") == "retry":
-            base = int(step.override.get("attempt", 0))
-        return step.attempt - base
+            base_attempt = int(step.override.get("attempt", 0))
+            base_losses = int(step.override.get("losses", 0))
+        losses = step.losses - base_losses
+        return step.attempt - base_attempt - losses, losses
+
+    def _attempts_used(self, step: StepState) -> int:
+        return self._budget(step)[0]
 
     def _due(self, task: TaskState, step: StepState, spec: Step) -> bool:
         """Is a retry's backoff over? Times come from the log, so a new leader agrees."""
@@ -356,6 +376,8 @@ class Engine:
         task.add_done_callback(done)
 
     def _start_step(self, task: TaskState, step: StepState, spec: Step) -> None:
+        if self._draining:
+            return
         if self._slots_used >= self.concurrency:
             if task.task_id not in self._queued_set:
                 self._queued.append(task.task_id)
@@ -368,6 +390,8 @@ class Engine:
 
     def _free_slot(self) -> None:
         self._slots_used -= 1
+        if not self._slots_used:
+            self._idle.set()
         # Wake as many waiting tasks as there are free slots, oldest first.
         for _ in range(min(len(self._queued), self.concurrency - self._slots_used)):
             task_id = self._queued.popleft()
@@ -468,7 +492,8 @@ class Engine:
     def _write_lost(self, task: TaskState, step: StepState, spec: Step, *, final: bool) -> None:
         """A step STARTED that nothing here is running: its node died mid-step."""
         attempt = step.attempt
-        final = final or self._attempts_used(step) >= spec.retry.attempts
+        # This interruption is the step's next loss; it does not use up its retries.
+        final = final or self._budget(step)[1] + 1 >= spec.retry.max_lost
         payload: dict[str, Any] = {
             "error": f"lost: attempt {attempt} stopped without an outcome (its node died or "
             f"lost the lease)",

@@ -80,6 +80,7 @@ class StepState:
     error: str | None = None
     final: bool = False  # failed, and no automatic retry will follow (kept through compensation)
     lost: bool = False  # the last failure was a node dying mid-step
+    losses: int = 0  # attempts interrupted by a node dying (they do not use up retries)
     compensations: int = 0
     compensation_error: str | None = None
     owed: bool = False  # a compensation is owed (recorded by the engine, cleared by COMPENSATED)
@@ -175,6 +176,7 @@ _STEP_FIELDS = frozenset(
         "error",
         "final",
         "lost",
+        "losses",
         "compensations",
         "compensation_error",
         "owed",
@@ -195,6 +197,7 @@ def _step_dict(s: StepState) -> dict[str, Any]:
         "error": s.error,
         "final": s.final,
         "lost": s.lost,
+        "losses": s.losses,
         "compensations": s.compensations,
         "compensation_error": s.compensation_error,
         "owed": s.owed,
@@ -529,6 +532,8 @@ def _on_failed(state: State, event: Event) -> None:
     step.finished_ms = event.timestamp
     step.error = error
     step.lost = bool(p.get("lost", False))
+    if step.lost:
+        step.losses += 1
     if p.get("final", False) and not step.final:
         step.final = True
         task.failed_final += 1
@@ -578,6 +583,7 @@ def _on_override(state: State, event: Event) -> None:
         "reason": p.get("reason"),
         "event_id": event.event_id,
         "attempt": step.attempt,  # retry budgets count from here
+        "losses": step.losses,
     }
     _clear_final(task, step)
     if action == "skip":

@@ -82,13 +82,20 @@ Idempotency = Idempotent | DedupeKey | Checkpoint | NotIdempotent
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Attempts and exponential backoff with jitter, capped."""
+    """Attempts and exponential backoff with jitter, capped.
+
+    An attempt interrupted because its node died (or lost the lease) does not
+    use up `attempts`: that is not the step's fault. But a step that keeps
+    killing its node (out of memory, say) must stop somewhere: after
+    `max_lost` interruptions it fails for good.
+    """
 
     attempts: int = 3
     backoff_s: float = 1.0
     multiplier: float = 2.0
     max_backoff_s: float = 60.0
     jitter: float = 0.2  # +/- this fraction of the delay
+    max_lost: int = 10
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -97,6 +104,8 @@ class Retry:
             raise WorkflowDefinitionError(
                 "retry backoff_s and max_backoff_s must be >= 0 and multiplier >= 1"
             )
+        if self.max_lost < 1:
+            raise WorkflowDefinitionError(f"retry max_lost must be at least 1, got {self.max_lost}")
         if not 0 <= self.jitter < 1:
             raise WorkflowDefinitionError(f"retry jitter must be in [0, 1), got {self.jitter}")
 

@@ -475,3 +475,47 @@ async def test_shell_steps(rig_factory: Any, tmp_path: Path) -> None:
     task_id = await rig.run("shell", slow)
     step = rig.store.state.peek(task_id).steps["sleep"]  # type: ignore[union-attr]
     assert step.status is StepStatus.FAILED and step.error == "timed out after 0.2s"
+
+
+async def test_lost_attempts_do_not_use_up_retries_but_are_capped(rig_factory: Any) -> None:
+    calls: list[str] = []
+    wf = diamond(calls, idem=Idempotent())
+    a = wf.steps["a"]
+    wf.steps["a"] = type(a)(
+        **{**{f: getattr(a, f) for f in a.__slots__}, "retry": Retry(attempts=1, max_lost=3)}
+    )
+    rig = await rig_factory(wf)
+    await rig.engine.stop()
+    payload = {"workflow": "diamond", "version": 1, "steps": wf.deps}
+    await rig.store.log.append(EventType.TASK_SUBMITTED, "t", payload=payload)
+    for attempt in (1, 2):
+        await rig.store.log.append(EventType.STEP_STARTED, "t", "a", attempt=attempt)
+        await rig.store.log.append(
+            EventType.STEP_FAILED, "t", "a", {"error": "lost", "lost": True}, attempt=attempt
+        )
+    # Two interruptions, attempts=1: the step still runs (losses are not its fault)...
+    again = await rig.reopen(wf)
+    async with asyncio.timeout(10):
+        task = await again.engine.wait("t")
+    assert task.status is TaskStatus.SUCCEEDED and calls.count("a:3") == 1
+    await again.engine.stop()
+    await again.store.close()
+
+    # ...but a third interruption (max_lost=3) fails it for good.
+    rig2 = await rig_factory(wf)
+    await rig2.engine.stop()
+    await rig2.store.log.append(EventType.TASK_SUBMITTED, "u", payload=payload)
+    for attempt in (1, 2):
+        await rig2.store.log.append(EventType.STEP_STARTED, "u", "a", attempt=attempt)
+        await rig2.store.log.append(
+            EventType.STEP_FAILED, "u", "a", {"error": "lost", "lost": True}, attempt=attempt
+        )
+    await rig2.store.log.append(EventType.STEP_STARTED, "u", "a", attempt=3)
+    again2 = await rig2.reopen(wf)
+    async with asyncio.timeout(10):
+        task = await again2.engine.wait("u")
+    assert (
+        task.status is TaskStatus.FAILED and task.steps["a"].losses == 3 and task.steps["a"].final
+    )
+    await again2.engine.stop()
+    await again2.store.close()
