@@ -32,9 +32,11 @@ test: lint typecheck unit
 
 bench: setup
 	$(BIN)/apollo11 bench log
+	$(BIN)/apollo11 bench engine
 
 bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
+	$(BIN)/apollo11 bench engine --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

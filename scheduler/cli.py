@@ -197,6 +197,37 @@ def bench_log(
     out.print(table)
 
 
+@bench_app.command("engine")
+def bench_engine(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
+    ] = None,
+) -> None:
+    """Engine: five-step no-op tasks/s (fsync on) and scheduler cost per decision vs history."""
+    from scheduler.bench.engine_bench import run, summary_rows
+
+    _bench(run, summary_rows, "engine", quick, as_json, workdir)
+
+
+def _bench(
+    run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
+) -> None:
+    def progress(msg: str) -> None:
+        err.print(f"[dim]… {msg}[/dim]")
+
+    result = run(quick, str(workdir) if workdir else None, progress)
+    if as_json:
+        _print_json(result)
+        return
+    title = f"apollo11 bench {name}" + (" --quick" if quick else "")
+    table = Table("measurement", "result", title=title)
+    for label, value in rows(result):
+        table.add_row(label, value)
+    out.print(table)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     app()

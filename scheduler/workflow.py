@@ -253,6 +253,11 @@ class Workflow:
         return {s.name: list(s.after) for s in self.steps.values()}
 
     @functools.cached_property
+    def compensating_steps(self) -> frozenset[str]:
+        """Steps that declared a compensation (computed once, after registration)."""
+        return frozenset(s.name for s in self.steps.values() if s.needs_compensation)
+
+    @functools.cached_property
     def dependents(self) -> dict[str, list[str]]:
         """step -> the steps that directly depend on it (computed once, after registration)."""
         return dependents(self.deps)
