@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test unit lint typecheck format bench bench-quick clean
+.PHONY: setup test unit lint typecheck format proto bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -13,6 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# Regenerate the protobuf code (committed; tests/test_proto.py fails when it is stale).
+proto: setup
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --pyi_out=proto \
+		--grpc_python_out=proto proto/apollo11/v1/*.proto
 
 lint: setup
 	$(BIN)/ruff check .

@@ -37,7 +37,7 @@ import orjson
 
 from scheduler.errors import SnapshotError
 from scheduler.log.datadir import fsync_dir
-from scheduler.replay import TaskState, TaskStore
+from scheduler.replay import Summary, TaskState, TaskStore, summarize
 
 MAGIC = b"A11ARC02"
 END_MAGIC = b"A11ARCND"
@@ -109,6 +109,7 @@ class Chunk:
             raise SnapshotError(f"archive chunk {path} has a bad footer")
         self._hashes: array[int] | None = None
         self._offsets: array[int] = array("Q")
+        self._summaries: list[Summary] | None = None
 
     def __del__(self) -> None:
         self.close()
@@ -171,6 +172,12 @@ class Chunk:
     def task_ids(self) -> Iterator[str]:
         return (t for t, _ in self.entries())
 
+    def summaries(self) -> list[Summary]:
+        """One line per task, for listings; decoded once per chunk (chunks never change)."""
+        if self._summaries is None:
+            self._summaries = [summarize(_decode(entry)) for _, entry in self.entries()]
+        return self._summaries
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -214,6 +221,14 @@ class Archive(TaskStore):
 
     def __contains__(self, task_id: str) -> bool:
         return any(task_id in c for c in self.chunks)
+
+    def iter_summaries(self) -> Iterator[Summary]:
+        seen: set[str] = set()
+        for chunk in reversed(self.chunks):
+            for s in chunk.summaries():
+                if s.task_id not in seen:
+                    seen.add(s.task_id)
+                    yield s
 
     def iter_tasks(self) -> Iterator[TaskState]:
         seen: set[str] = set()

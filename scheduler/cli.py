@@ -97,6 +97,369 @@ def node(
     raise typer.Exit(code)
 
 
+# ------------------------------------------------------------- client commands
+
+Server = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar="APOLLO11_SERVER",
+        help="HOST:PORT[,HOST:PORT...] of any nodes (default 127.0.0.1:7411).",
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _client(server: str | None) -> Any:
+    from scheduler.client import Client
+
+    return Client(server)
+
+
+def _run(coro: Any) -> Any:
+    import asyncio
+
+    try:
+        return asyncio.run(coro)
+    except ApolloError as e:
+        raise _fail(str(e)) from e
+
+
+def _input(value: str | None) -> Any:
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise _fail(f"--input {value}: {e.strerror}", 2) from e
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise _fail(f"--input is not valid JSON: {e}", 2) from e
+
+
+def _ms(ms: int | None) -> str:
+    if not ms:
+        return ""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _operator(value: str | None) -> str:
+    import getpass
+
+    return value or getpass.getuser()
+
+
+@app.command()
+def submit(
+    workflow: Annotated[str, typer.Argument(help="A workflow name, or 'shell' for a JSON DAG.")],
+    input: Annotated[str | None, typer.Option("--input", help="JSON, or @file with JSON.")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", help="The same key returns the same task.")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Show progress; exit 1 unless it succeeds.")
+    ] = False,
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit a task (for 'shell', --input is the DAG document)."""
+    data = _input(input)
+
+    async def go() -> int:
+        async with _client(server) as c:
+            if workflow == "shell":
+                sub = await c.submit_shell(data, idempotency_key=idempotency_key)
+            else:
+                sub = await c.submit(workflow, data, idempotency_key=idempotency_key)
+            if as_json and not wait:
+                _print_json({"task_id": sub.task_id, "created": sub.created})
+                return 0
+            if not as_json:
+                verb = "submitted" if sub.created else "already submitted (same idempotency key)"
+                out.print(f"{verb}: task [bold]{sub.task_id}[/bold]")
+            if not wait:
+                return 0
+            async for ev in c.watch(sub.task_id):
+                if not as_json:
+                    _progress_line(ev)
+            task = await c.task(sub.task_id)
+            if as_json:
+                _print_json(task.to_json())
+            else:
+                _show_task_view(task)
+            return 0 if task.state == "SUCCEEDED" else 1
+
+    raise typer.Exit(_run(go()))
+
+
+def _progress_line(ev: Any) -> None:
+    what = ev.event_type.removeprefix("STEP_").removeprefix("TASK_")
+    who = f"{ev.step_name} " if ev.step_name else ""
+    extra = ""
+    if isinstance(ev.payload, dict) and ev.payload.get("error"):
+        extra = f" — {ev.payload['error']}"
+    attempt = f" (attempt {ev.attempt})" if ev.attempt else ""
+    out.print(f"{_ms(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}")
+
+
+def _show_task_view(t: Any) -> None:
+    out.print(
+        f"task [bold]{t.task_id}[/bold] ({t.workflow} v{t.version}): [bold]{t.state}[/bold]"
+        f" as of event {t.as_of_event_id}"
+    )
+    table = Table("step", "state", "attempt", "duration ms", "error")
+    for s in t.steps:
+        dur = s.duration_ms
+        table.add_row(
+            s.name, s.state, str(s.attempt), "" if dur is None else str(dur), s.error or ""
+        )
+    out.print(table)
+    if t.cancelled:
+        out.print(f"cancelled by {t.cancelled['operator']}: {t.cancelled['reason']}")
+    for note in t.anomalies:
+        out.print(f"[yellow]anomaly:[/yellow] {note}")
+
+
+@app.command()
+def tasks(
+    state: Annotated[
+        str | None, typer.Option("--state", help="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED.")
+    ] = None,
+    workflow: Annotated[str, typer.Option("--workflow", help="Only this workflow.")] = "",
+    limit: Annotated[int, typer.Option("--limit", help="How many (newest first).")] = 50,
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """List tasks, newest first."""
+    if state is not None:
+        state = state.upper()
+        if state not in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"):
+            raise _fail(f"--state {state} is not a task state", 2)
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            rows: list[Any] = []
+            token = ""
+            while len(rows) < limit:
+                page = await c.tasks(
+                    state=state,
+                    workflow=workflow,
+                    page_size=min(1000, limit - len(rows)),
+                    page_token=token,
+                )
+                rows.extend(page.tasks)
+                token = page.next_page_token
+                if not token:
+                    break
+            return rows
+
+    rows = _run(go())
+    if as_json:
+        _print_json([r.to_json() for r in rows])
+        return
+    table = Table("task", "workflow", "state", "steps", "submitted", "updated")
+    for r in rows:
+        table.add_row(
+            r.task_id,
+            r.workflow,
+            r.state,
+            f"{r.steps_done}/{r.steps_total}",
+            _ms(r.submitted_ms),
+            _ms(r.updated_ms),
+        )
+    out.print(table)
+
+
+@app.command()
+def task(
+    task_id: Annotated[str, typer.Argument(help="The task id.")],
+    as_of: Annotated[
+        int, typer.Option("--as-of", help="Show it as of this event id (time travel).")
+    ] = 0,
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """A task's steps: state, attempt, duration, error."""
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            return await c.task(task_id, as_of=as_of)
+
+    t = _run(go())
+    if as_json:
+        _print_json(t.to_json())
+    else:
+        _show_task_view(t)
+
+
+@app.command()
+def events(
+    task_id: Annotated[str, typer.Option("--task", help="Only this task's events.")] = "",
+    from_id: Annotated[int, typer.Option("--from", help="Start at this event id.")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep printing new events.")] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", help="At most this many (without --follow).")
+    ] = 100,
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """The event log: one task's, or a range; --follow tails it."""
+    import asyncio
+
+    def show(ev: Any) -> None:
+        if as_json:
+            sys.stdout.write(orjson.dumps(ev.to_json()).decode() + "\n")
+            sys.stdout.flush()
+        else:
+            task = f"{ev.task_id} " if ev.task_id and not task_id else ""
+            out.print(f"[dim]{ev.instance_id} t{ev.term}[/dim] {task}", end="")
+            _progress_line(ev)
+
+    async def go() -> None:
+        async with _client(server) as c:
+            if follow and task_id:
+                async for ev in c.watch(task_id):
+                    if ev.event_id >= from_id:
+                        show(ev)
+                return
+            nxt = from_id
+            shown = 0
+            while True:
+                page, after = await c.events(
+                    task_id=task_id,
+                    from_id=nxt,
+                    limit=min(1000, max(1, limit - shown)) if not follow else 1000,
+                )
+                for ev in page:
+                    show(ev)
+                shown += len(page)
+                if page:
+                    nxt = page[-1].event_id + 1
+                if after:
+                    nxt = after
+                if not follow and (not after or shown >= limit):
+                    return
+                if follow and not after:
+                    await asyncio.sleep(0.5)
+
+    try:
+        _run(go())
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+Reason = Annotated[str, typer.Option("--reason", help="Why (kept in the audit log).")]
+Operator = Annotated[str | None, typer.Option("--operator", help="Who (default: your login name).")]
+
+
+@app.command()
+def retry(
+    task_id: Annotated[str, typer.Argument()],
+    step: Annotated[str, typer.Argument()],
+    reason: Reason,
+    operator: Operator = None,
+    server: Server = None,
+) -> None:
+    """Run a failed step again (an audited event)."""
+
+    async def go() -> int:
+        async with _client(server) as c:
+            return int(
+                await c.retry_step(task_id, step, operator=_operator(operator), reason=reason)
+            )
+
+    out.print(f"retry recorded as event {_run(go())}")
+
+
+@app.command()
+def skip(
+    task_id: Annotated[str, typer.Argument()],
+    step: Annotated[str, typer.Argument()],
+    reason: Reason,
+    operator: Operator = None,
+    server: Server = None,
+) -> None:
+    """Mark a step done without running it (an audited event)."""
+
+    async def go() -> int:
+        async with _client(server) as c:
+            return int(
+                await c.skip_step(task_id, step, operator=_operator(operator), reason=reason)
+            )
+
+    out.print(f"skip recorded as event {_run(go())}")
+
+
+@app.command()
+def cancel(
+    task_id: Annotated[str, typer.Argument()],
+    reason: Reason,
+    operator: Operator = None,
+    server: Server = None,
+) -> None:
+    """Cancel a task: running steps stop, compensation follows (an audited event)."""
+
+    async def go() -> int:
+        async with _client(server) as c:
+            return int(await c.cancel(task_id, operator=_operator(operator), reason=reason))
+
+    out.print(f"cancel recorded as event {_run(go())}")
+
+
+@app.command()
+def status(server: Server = None, as_json: AsJson = False) -> None:
+    """Who is primary, the term, the lease, and every member's position and lag."""
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            return await c.status()
+
+    s = _run(go())
+    if as_json:
+        _print_json(s.to_json())
+        return
+    leader = s.leader
+    out.print(
+        f"node [bold]{s.node_id}[/bold] is [bold]{s.role}[/bold], term {s.term}; "
+        + (
+            f"primary {leader['node_id']} at {leader['address']}"
+            if leader
+            else "[red]no primary[/red]"
+        )
+    )
+    if s.lease:
+        left = s.lease["remaining_s"]
+        out.print(
+            f"lease TTL {s.lease['ttl_s']:g}s, "
+            + (f"{left:.1f}s left" if left >= 0 else "time left unknown on this node")
+        )
+    out.print(
+        f"log at event {s.last_event_id}, state applied to {s.applied_event_id}; "
+        f"{s.active_tasks} active tasks, {s.running_steps} steps running"
+    )
+    table = Table(
+        "member", "role", "address", "last event", "lag (events)", "lag ms", "connected", "sync"
+    )
+    for m in s.members:
+        table.add_row(
+            m.node_id,
+            m.role,
+            m.address,
+            str(m.last_event_id),
+            str(m.lag_events),
+            f"{m.lag_ms:.1f}",
+            "yes" if m.connected else "no",
+            "yes" if m.synchronous else "",
+        )
+    out.print(table)
+
+
 @app.command()
 def replay(
     data_dir: Annotated[Path, typer.Option("--data-dir", help="A node's data directory.")],

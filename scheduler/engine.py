@@ -69,6 +69,7 @@ class InProcessExecutor:
 class Submitted:
     task_id: str
     created: bool  # False when an idempotency key returned an existing task
+    event_id: int = 0  # the TASK_SUBMITTED event, when created
 
 
 def _cut(text: str) -> str:
@@ -177,7 +178,7 @@ class Engine:
 
     def _check_leading(self) -> None:
         if not self._leading or self._draining:
-            raise NotLeaderError("this node is not the primary")
+            raise NotLeaderError("this node is not the primary (or is shutting down)")
 
     # ---------------------------------------------------------- observing
 
@@ -607,12 +608,12 @@ class Engine:
             fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
             self._inflight_keys[idempotency_key] = fut
         try:
-            await self.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
+            event = await self.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
         except BaseException as e:
             if idempotency_key is not None:
                 self._inflight_keys.pop(idempotency_key).set_exception(e)
             raise
-        result = Submitted(task_id, True)
+        result = Submitted(task_id, True, event.event_id)
         if idempotency_key is not None:
             self._inflight_keys.pop(idempotency_key).set_result(result)
         return result

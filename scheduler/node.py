@@ -12,13 +12,17 @@ import contextlib
 import logging
 import signal
 import time
+from typing import Any
 
 from lease import LeaderInfo, Lease, MemoryLease
+from scheduler.api.server import ApiServer
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
 from scheduler.engine import Engine
+from scheduler.errors import NotLeaderError
 from scheduler.log import EventType, LogConfig
-from scheduler.store import Store, StoreConfig
+from scheduler.replay import State
+from scheduler.store import Store, StoreConfig, state_at
 from scheduler.workflow import Registry
 
 log = logging.getLogger(__name__)
@@ -42,7 +46,10 @@ class Node:
         self.leader: LeaderInfo | None = None
         self.role = "starting"
         self._keepalive: asyncio.Task[None] | None = None
+        self._renewed_at = 0.0  # monotonic time of the last successful renewal
         self.started_at = time.time()
+        self.api: ApiServer | None = None
+        self.port = 0
 
     @property
     def lease(self) -> Lease:
@@ -79,11 +86,21 @@ class Node:
                 raise NotImplementedError("cluster mode (--etcd) arrives with the cluster issue")
             # Standalone: an in-memory lease whose terms start above everything in the log.
             self._lease = MemoryLease(ttl_s=s.lease_ttl, min_term=self.store.log.last_term)
-        won = await self.lease.campaign(s.node_id, s.address)
+        self.api = ApiServer(self)
+        self.port = await self.api.start(s.listen)
+        won = await self.lease.campaign(s.node_id, self.address)
         if won is None:
             self.role = "standby"
-            return f"standby: {self.store.recovery}"
-        return await self._promote(won)
+            return f"standby: {self.store.recovery}, serving on port {self.port}"
+        return f"{await self._promote(won)}, serving on port {self.port}"
+
+    @property
+    def address(self) -> str:
+        """Where clients reach this node (the real port when --listen asked for port 0)."""
+        if self.settings.advertise:
+            return self.settings.advertise
+        host = self.settings.listen.rpartition(":")[0]
+        return f"{host}:{self.port}"
 
     async def _promote(self, won: LeaderInfo) -> str:
         assert self.store is not None and self.engine is not None
@@ -93,9 +110,10 @@ class Node:
         await log_.append(
             EventType.TERM_STARTED,
             "",
-            payload={"node_id": self.settings.node_id, "address": self.settings.address},
+            payload={"node_id": self.settings.node_id, "address": self.address},
         )
         await self.engine.start()
+        self._renewed_at = time.monotonic()
         self.leader = won
         self.role = "primary"
         self._keepalive = asyncio.create_task(self._renew_loop(), name="apollo11-keepalive")
@@ -111,6 +129,7 @@ class Node:
             if not await self.lease.renew():
                 log.error("%s", await self.demote("lease renewal failed"))
                 return
+            self._renewed_at = time.monotonic()
 
     async def demote(self, why: str) -> str:
         """Stop acting as primary at once (the lease is gone or going)."""
@@ -120,9 +139,67 @@ class Node:
         self.leader = None
         return f"demoted self because {why}"
 
+    # ---------------------------------------------------------- for the API
+
+    def not_leader(self) -> NotLeaderError:
+        leader = self.leader
+        if self.role == "primary" or leader is None:
+            return NotLeaderError("this node is not the primary (or is shutting down)")
+        return NotLeaderError(
+            f"this node is a standby; the primary is {leader.node_id} at {leader.address}",
+            leader=leader.address,
+        )
+
+    def durable_id(self) -> int:
+        assert self.store is not None
+        return self.store.log.durable_id
+
+    async def state_at(self, event_id: int) -> State:
+        """Time travel: the state as of `event_id`, rebuilt read-only off the loop."""
+        return await asyncio.to_thread(state_at, self.settings.data_dir, event_id)
+
+    def status(self) -> dict[str, Any]:
+        assert self.store is not None
+        store = self.store
+        leader = self.leader
+        remaining = -1.0
+        if self.role == "primary" and self._lease is not None:
+            remaining = max(0.0, self.lease.ttl_s - (time.monotonic() - self._renewed_at))
+        me = {
+            "node_id": self.settings.node_id,
+            "role": self.role,
+            "address": self.address,
+            "last_event_id": store.log.durable_id,
+            "term": store.log.last_term,
+            "lag_events": 0,
+            "lag_ms": 0.0,
+            "connected": True,
+            "synchronous": False,
+        }
+        return {
+            "node_id": self.settings.node_id,
+            "role": self.role,
+            "term": store.state.term,
+            "leader": None
+            if leader is None
+            else {"node_id": leader.node_id, "address": leader.address, "term": leader.term},
+            "lease": None
+            if self._lease is None
+            else {"ttl_s": self.lease.ttl_s, "remaining_s": round(remaining, 3)},
+            "members": [me],
+            "last_event_id": store.log.durable_id,
+            "applied_event_id": store.state.last_event_id,
+            "recovery": str(store.recovery),
+            "running_steps": self.engine.running() if self.engine else 0,
+            "active_tasks": sum(1 for t in store.state.tasks.values() if not t.quiescent),
+        }
+
     async def stop(self) -> str:
-        """Graceful: stop starting steps, let running ones finish (up to drain_timeout),
-        resign the lease so a standby need not wait for the TTL, close the store."""
+        """Graceful: stop taking requests, stop starting steps, let running ones finish
+        (up to drain_timeout), resign the lease so a standby need not wait for the
+        TTL, close the store."""
+        if self.api is not None:
+            await self.api.stop(grace_s=min(5.0, self.settings.drain_timeout))
         if self._keepalive is not None:
             self._keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.errors import ReplayError
 from scheduler.log.record import Event, EventType
@@ -206,6 +206,24 @@ def _step_dict(s: StepState) -> dict[str, Any]:
     }
 
 
+class Summary(NamedTuple):
+    """A task in one line, for listings."""
+
+    task_id: str
+    workflow: str
+    status: TaskStatus
+    submitted_ms: int
+    updated_ms: int
+    done: int
+    total: int
+
+
+def summarize(t: TaskState) -> Summary:
+    return Summary(
+        t.task_id, t.workflow, t.status, t.submitted_ms, t.updated_ms, t.done, len(t.steps)
+    )
+
+
 class TaskStore:
     """Where tasks that are not in memory live (the snapshot archive).
 
@@ -221,6 +239,9 @@ class TaskStore:
         raise NotImplementedError
 
     def iter_tasks(self) -> Iterator[TaskState]:
+        raise NotImplementedError
+
+    def iter_summaries(self) -> Iterator[Summary]:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -264,6 +285,15 @@ class State:
             for t in self.archive.iter_tasks():
                 if t.task_id not in self.tasks:
                     yield t
+
+    def iter_summaries(self) -> Iterator[Summary]:
+        """Every task once, in one line each (memory shadows the archive)."""
+        for t in self.tasks.values():
+            yield summarize(t)
+        if self.archive is not None:
+            for s in self.archive.iter_summaries():
+                if s.task_id not in self.tasks:
+                    yield s
 
     def count_tasks(self) -> int:
         if self.archive is None:

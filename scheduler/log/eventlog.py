@@ -72,6 +72,9 @@ class FsyncPolicy(enum.StrEnum):
 class LogConfig:
     segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
     payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES
+    # A submission carries the task's input and its DAG (a runbook of a hundred
+    # shell steps does not fit in 4 KiB); every other event keeps the small cap.
+    submit_max_bytes: int = 64 * 1024
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     max_batch_bytes: int = 8 * 1024 * 1024
 
@@ -83,6 +86,11 @@ class LogConfig:
         if not 64 <= self.payload_max_bytes <= 1024 * 1024:
             raise ValueError(
                 f"payload_max_bytes must be between 64 and 1048576, got {self.payload_max_bytes}"
+            )
+        if not self.payload_max_bytes <= self.submit_max_bytes <= 8 * 1024 * 1024:
+            raise ValueError(
+                f"submit_max_bytes must be between payload_max_bytes and 8388608, "
+                f"got {self.submit_max_bytes}"
             )
 
 
@@ -316,7 +324,15 @@ class EventLog:
             task_id,
             step_name,
             event_type,
-            encode_payload(payload, self.config.payload_max_bytes),
+            encode_payload(
+                payload,
+                self.config.submit_max_bytes
+                if event_type is EventType.TASK_SUBMITTED
+                else self.config.payload_max_bytes,
+                "submit_max_bytes"
+                if event_type is EventType.TASK_SUBMITTED
+                else "payload_max_bytes",
+            ),
             now,
             attempt,
         )

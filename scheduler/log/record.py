@@ -82,7 +82,9 @@ class Event(NamedTuple):
     attempt: int
 
 
-def encode_payload(payload: Mapping[str, Any] | None, max_bytes: int) -> bytes:
+def encode_payload(
+    payload: Mapping[str, Any] | None, max_bytes: int, setting: str = "payload_max_bytes"
+) -> bytes:
     """Serialize a payload to JSON, refusing anything that is not a small JSON object."""
     if payload is None:
         return b"{}"
@@ -97,7 +99,7 @@ def encode_payload(payload: Mapping[str, Any] | None, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise PayloadTooLargeError(
             f"payload is {len(data)} bytes, over the {max_bytes}-byte limit "
-            f"(payload_max_bytes); store bulk output elsewhere and put a reference "
+            f"({setting}); store bulk output elsewhere and put a reference "
             f"(path, URL, checksum) in the payload"
         )
     return data

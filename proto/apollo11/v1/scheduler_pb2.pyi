@@ -1,0 +1,367 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATE_UNSPECIFIED: _ClassVar[TaskState]
+    TASK_STATE_PENDING: _ClassVar[TaskState]
+    TASK_STATE_RUNNING: _ClassVar[TaskState]
+    TASK_STATE_SUCCEEDED: _ClassVar[TaskState]
+    TASK_STATE_FAILED: _ClassVar[TaskState]
+    TASK_STATE_CANCELLED: _ClassVar[TaskState]
+
+class StepState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_STATE_UNSPECIFIED: _ClassVar[StepState]
+    STEP_STATE_PENDING: _ClassVar[StepState]
+    STEP_STATE_STARTED: _ClassVar[StepState]
+    STEP_STATE_SUCCEEDED: _ClassVar[StepState]
+    STEP_STATE_FAILED: _ClassVar[StepState]
+    STEP_STATE_COMPENSATING: _ClassVar[StepState]
+    STEP_STATE_COMPENSATED: _ClassVar[StepState]
+    STEP_STATE_SKIPPED: _ClassVar[StepState]
+
+class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
+    EVENT_TYPE_TASK_SUBMITTED: _ClassVar[EventType]
+    EVENT_TYPE_STEP_STARTED: _ClassVar[EventType]
+    EVENT_TYPE_STEP_SUCCEEDED: _ClassVar[EventType]
+    EVENT_TYPE_STEP_FAILED: _ClassVar[EventType]
+    EVENT_TYPE_STEP_COMPENSATING: _ClassVar[EventType]
+    EVENT_TYPE_STEP_COMPENSATED: _ClassVar[EventType]
+    EVENT_TYPE_MANUAL_OVERRIDE: _ClassVar[EventType]
+    EVENT_TYPE_TASK_CANCELLED: _ClassVar[EventType]
+    EVENT_TYPE_TERM_STARTED: _ClassVar[EventType]
+TASK_STATE_UNSPECIFIED: TaskState
+TASK_STATE_PENDING: TaskState
+TASK_STATE_RUNNING: TaskState
+TASK_STATE_SUCCEEDED: TaskState
+TASK_STATE_FAILED: TaskState
+TASK_STATE_CANCELLED: TaskState
+STEP_STATE_UNSPECIFIED: StepState
+STEP_STATE_PENDING: StepState
+STEP_STATE_STARTED: StepState
+STEP_STATE_SUCCEEDED: StepState
+STEP_STATE_FAILED: StepState
+STEP_STATE_COMPENSATING: StepState
+STEP_STATE_COMPENSATED: StepState
+STEP_STATE_SKIPPED: StepState
+EVENT_TYPE_UNSPECIFIED: EventType
+EVENT_TYPE_TASK_SUBMITTED: EventType
+EVENT_TYPE_STEP_STARTED: EventType
+EVENT_TYPE_STEP_SUCCEEDED: EventType
+EVENT_TYPE_STEP_FAILED: EventType
+EVENT_TYPE_STEP_COMPENSATING: EventType
+EVENT_TYPE_STEP_COMPENSATED: EventType
+EVENT_TYPE_MANUAL_OVERRIDE: EventType
+EVENT_TYPE_TASK_CANCELLED: EventType
+EVENT_TYPE_TERM_STARTED: EventType
+
+class SubmitTaskRequest(_message.Message):
+    __slots__ = ("workflow", "input_json", "idempotency_key", "version")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    workflow: str
+    input_json: str
+    idempotency_key: str
+    version: int
+    def __init__(self, workflow: _Optional[str] = ..., input_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class SubmitShellRequest(_message.Message):
+    __slots__ = ("dag_json", "idempotency_key")
+    DAG_JSON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    dag_json: str
+    idempotency_key: str
+    def __init__(self, dag_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SubmitTaskResponse(_message.Message):
+    __slots__ = ("task_id", "created", "event_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    created: bool
+    event_id: int
+    def __init__(self, task_id: _Optional[str] = ..., created: _Optional[bool] = ..., event_id: _Optional[int] = ...) -> None: ...
+
+class GetTaskRequest(_message.Message):
+    __slots__ = ("task_id", "as_of_event_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    as_of_event_id: int
+    def __init__(self, task_id: _Optional[str] = ..., as_of_event_id: _Optional[int] = ...) -> None: ...
+
+class Override(_message.Message):
+    __slots__ = ("action", "operator", "reason", "event_id")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    operator: str
+    reason: str
+    event_id: int
+    def __init__(self, action: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ...) -> None: ...
+
+class Step(_message.Message):
+    __slots__ = ("name", "state", "attempt", "error", "result_json", "started_ms", "finished_ms", "after", "final", "lost", "compensations", "compensation_error", "owed", "override", "anomaly")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    OWED_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDE_FIELD_NUMBER: _ClassVar[int]
+    ANOMALY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: StepState
+    attempt: int
+    error: str
+    result_json: str
+    started_ms: int
+    finished_ms: int
+    after: _containers.RepeatedScalarFieldContainer[str]
+    final: bool
+    lost: bool
+    compensations: int
+    compensation_error: str
+    owed: bool
+    override: Override
+    anomaly: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    ANOMALIES_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    workflow: str
+    version: int
+    state: TaskState
+    input_json: str
+    steps: _containers.RepeatedCompositeFieldContainer[Step]
+    submitted_ms: int
+    updated_ms: int
+    first_event_id: int
+    last_event_id: int
+    idempotency_key: str
+    cancelled: Override
+    anomalies: _containers.RepeatedScalarFieldContainer[str]
+    as_of_event_id: int
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("state", "workflow", "page_size", "page_token")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    state: TaskState
+    workflow: str
+    page_size: int
+    page_token: str
+    def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., workflow: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class TaskSummary(_message.Message):
+    __slots__ = ("task_id", "workflow", "state", "submitted_ms", "updated_ms", "steps_done", "steps_total")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_DONE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    workflow: str
+    state: TaskState
+    submitted_ms: int
+    updated_ms: int
+    steps_done: int
+    steps_total: int
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., steps_done: _Optional[int] = ..., steps_total: _Optional[int] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_page_token")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSummary]
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchTaskRequest(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("event_id", "term", "instance_id", "task_id", "step_name", "event_type", "payload_json", "timestamp_ms", "attempt")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_NAME_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    term: int
+    instance_id: str
+    task_id: str
+    step_name: str
+    event_type: EventType
+    payload_json: str
+    timestamp_ms: int
+    attempt: int
+    def __init__(self, event_id: _Optional[int] = ..., term: _Optional[int] = ..., instance_id: _Optional[str] = ..., task_id: _Optional[str] = ..., step_name: _Optional[str] = ..., event_type: _Optional[_Union[EventType, str]] = ..., payload_json: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class GetEventsRequest(_message.Message):
+    __slots__ = ("task_id", "from_event_id", "to_event_id", "limit")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    from_event_id: int
+    to_event_id: int
+    limit: int
+    def __init__(self, task_id: _Optional[str] = ..., from_event_id: _Optional[int] = ..., to_event_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetEventsResponse(_message.Message):
+    __slots__ = ("events", "next_event_id", "durable_event_id")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    next_event_id: int
+    durable_event_id: int
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_event_id: _Optional[int] = ..., durable_event_id: _Optional[int] = ...) -> None: ...
+
+class StepActionRequest(_message.Message):
+    __slots__ = ("task_id", "step", "operator", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    step: str
+    operator: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelTaskRequest(_message.Message):
+    __slots__ = ("task_id", "operator", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    operator: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ActionResponse(_message.Message):
+    __slots__ = ("event_id",)
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    def __init__(self, event_id: _Optional[int] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LeaderInfo(_message.Message):
+    __slots__ = ("node_id", "address", "term")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    term: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class LeaseInfo(_message.Message):
+    __slots__ = ("ttl_s", "remaining_s")
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    ttl_s: float
+    remaining_s: float
+    def __init__(self, ttl_s: _Optional[float] = ..., remaining_s: _Optional[float] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("node_id", "role", "address", "last_event_id", "term", "lag_events", "lag_ms", "connected", "synchronous")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LAG_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    SYNCHRONOUS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    role: str
+    address: str
+    last_event_id: int
+    term: int
+    lag_events: int
+    lag_ms: float
+    connected: bool
+    synchronous: bool
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ...) -> None: ...
+
+class ClusterStatus(_message.Message):
+    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    role: str
+    term: int
+    leader: LeaderInfo
+    lease: LeaseInfo
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    last_event_id: int
+    applied_event_id: int
+    recovery: str
+    running_steps: int
+    active_tasks: int
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,434 @@
+"""The gRPC server inside the node: Scheduler and Cluster services, health, reflection.
+
+Every error a request can cause is mapped to the right status with a message
+naming the field and the limit; nothing a request carries can crash the node
+or leave half an event behind (the log either appends a whole record or
+nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import orjson
+from apollo11.v1 import scheduler_pb2 as pb
+from apollo11.v1 import scheduler_pb2_grpc as pbg
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from scheduler.api import codec
+from scheduler.errors import (
+    ApolloError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    InvalidEventError,
+    LogClosedError,
+    LogFailedError,
+    NotFoundError,
+    NotLeaderError,
+    StaleTermError,
+)
+from scheduler.log.record import Event
+from scheduler.replay import TaskState
+
+if TYPE_CHECKING:
+    from scheduler.node import Node
+
+log = logging.getLogger(__name__)
+
+LEADER_METADATA = "apollo11-leader"
+MAX_ID = 256
+MAX_REASON = 1024
+MAX_PAGE = 1000
+DEFAULT_PAGE = 50
+MAX_EVENTS = 10_000
+DEFAULT_EVENTS = 100
+
+R = TypeVar("R")
+
+
+def _status_for(e: Exception) -> grpc.StatusCode:
+    if isinstance(e, NotFoundError):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(e, InvalidArgumentError | InvalidEventError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(e, FailedPreconditionError | StaleTermError):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(e, LogFailedError | LogClosedError):
+        return grpc.StatusCode.UNAVAILABLE
+    return grpc.StatusCode.INTERNAL
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> None:
+    if isinstance(e, NotLeaderError) and e.leader:
+        context.set_trailing_metadata(((LEADER_METADATA, e.leader),))
+    code = _status_for(e)
+    if code is grpc.StatusCode.INTERNAL:
+        log.exception("internal error serving a request")
+    await context.abort(code, str(e))
+
+
+def rpc(
+    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    """Map our errors to gRPC statuses (unexpected ones to INTERNAL, logged)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except (ApolloError, ValueError) as e:
+            await _abort(context, e)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            await _abort(context, e)
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+def _required(value: str, name: str, limit: int = MAX_ID) -> str:
+    if not value:
+        raise InvalidArgumentError(f"{name} is required")
+    if len(value) > limit:
+        raise InvalidArgumentError(f"{name} is {len(value)} characters, over the limit of {limit}")
+    return value
+
+
+def _optional(value: str, name: str, limit: int = MAX_ID) -> str | None:
+    if not value:
+        return None
+    return _required(value, name, limit)
+
+
+def _json(text: str, name: str, limit: int) -> Any:
+    if len(text.encode()) > limit:
+        raise InvalidArgumentError(
+            f"{name} is {len(text.encode())} bytes, over the {limit}-byte limit "
+            f"(submit_max_bytes): pass a reference (a path, a URL) to large inputs"
+        )
+    if not text:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise InvalidArgumentError(f"{name} is not valid JSON: {e}") from None
+
+
+class SchedulerService(pbg.SchedulerServicer):
+    def __init__(self, node: Node, watchers: Watchers) -> None:
+        self.node = node
+        self.watchers = watchers
+
+    @property
+    def _state(self) -> Any:
+        assert self.node.store is not None
+        return self.node.store.state
+
+    def _engine(self) -> Any:
+        engine = self.node.engine
+        if engine is None or not engine.leading:
+            raise self.node.not_leader()
+        return engine
+
+    def _submit_cap(self) -> int:
+        assert self.node.store is not None
+        return self.node.store.log.config.submit_max_bytes
+
+    @rpc
+    async def SubmitTask(
+        self, request: pb.SubmitTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitTaskResponse:
+        workflow = _required(request.workflow, "workflow")
+        data = _json(request.input_json, "input_json", self._submit_cap())
+        key = _optional(request.idempotency_key, "idempotency_key")
+        engine = self._engine()
+        sub = await engine.submit(
+            workflow, data, idempotency_key=key, version=request.version or None
+        )
+        return pb.SubmitTaskResponse(
+            task_id=sub.task_id, created=sub.created, event_id=sub.event_id
+        )
+
+    @rpc
+    async def SubmitShell(
+        self, request: pb.SubmitShellRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitTaskResponse:
+        dag = _json(_required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
+        key = _optional(request.idempotency_key, "idempotency_key")
+        engine = self._engine()
+        sub = await engine.submit("shell", dag, idempotency_key=key)
+        return pb.SubmitTaskResponse(
+            task_id=sub.task_id, created=sub.created, event_id=sub.event_id
+        )
+
+    def _task(self, task_id: str) -> TaskState:
+        task: TaskState | None = self._state.peek(_required(task_id, "task_id"))
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        return task
+
+    @rpc
+    async def GetTask(
+        self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Task:
+        if not request.as_of_event_id:
+            return codec.task_to_pb(self._task(request.task_id), self._state.last_event_id)
+        _required(request.task_id, "task_id")
+        at = request.as_of_event_id
+        durable = self.node.durable_id()
+        if at > durable:
+            raise InvalidArgumentError(
+                f"as_of_event_id {at} is beyond the last durable event {durable}"
+            )
+        past = await self.node.state_at(at)
+        task = past.peek(request.task_id)
+        if task is None:
+            raise NotFoundError(f"no task {request.task_id!r} as of event {at}")
+        return codec.task_to_pb(task, past.last_event_id)
+
+    @rpc
+    async def ListTasks(
+        self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTasksResponse:
+        size = request.page_size or DEFAULT_PAGE
+        if size > MAX_PAGE:
+            raise InvalidArgumentError(f"page_size is {size}, over the limit of {MAX_PAGE}")
+        if request.state and request.state not in codec.TASK_STATE_NAME:
+            raise InvalidArgumentError(f"state {request.state} is not a known task state")
+        want_state = codec.task_state_filter(request.state)
+        token = request.page_token
+        if token and not token.startswith("before:"):
+            raise InvalidArgumentError("page_token is not one this server issued")
+        before = token.removeprefix("before:") if token else None
+        wf = request.workflow
+        # Newest first: task ids sort by submission time.
+        rows = [
+            s
+            for s in self._state.iter_summaries()
+            if (want_state is None or s.status.value == want_state)
+            and (not wf or s.workflow == wf)
+            and (before is None or s.task_id < before)
+        ]
+        rows.sort(key=lambda s: s.task_id, reverse=True)
+        page = rows[:size]
+        more = len(rows) > size
+        return pb.ListTasksResponse(
+            tasks=[
+                pb.TaskSummary(
+                    task_id=s.task_id,
+                    workflow=s.workflow,
+                    state=codec.TASK_STATE[s.status.value],
+                    submitted_ms=s.submitted_ms,
+                    updated_ms=s.updated_ms,
+                    steps_done=s.done,
+                    steps_total=s.total,
+                )
+                for s in page
+            ],
+            next_page_token=f"before:{page[-1].task_id}" if more and page else "",
+        )
+
+    def _task_events(self, task: TaskState, after: int = 0) -> list[Event]:
+        assert self.node.store is not None
+        start = max(task.first_event_id, after + 1)
+        return [e for e in self.node.store.log.read(start) if e.task_id == task.task_id]
+
+    async def WatchTask(
+        self, request: pb.WatchTaskRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Event]:
+        try:
+            task = self._task(request.task_id)
+        except ApolloError as err:
+            await _abort(context, err)
+            return
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.watchers.add(task.task_id, queue)  # before reading history: no gap
+        try:
+            last = 0
+            for past in self._task_events(task):
+                yield codec.event_to_pb(past)
+                last = past.event_id
+            while True:
+                current = self._state.peek(task.task_id)
+                if current is None or current.quiescent:
+                    return
+                new = await queue.get()
+                if new.event_id > last:
+                    yield codec.event_to_pb(new)
+                    last = new.event_id
+        finally:
+            self.watchers.remove(task.task_id, queue)
+
+    @rpc
+    async def GetEvents(
+        self, request: pb.GetEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetEventsResponse:
+        assert self.node.store is not None
+        logr = self.node.store.log
+        limit = request.limit or DEFAULT_EVENTS
+        if limit > MAX_EVENTS:
+            raise InvalidArgumentError(f"limit is {limit}, over the limit of {MAX_EVENTS}")
+        durable = logr.durable_id
+        if request.to_event_id and request.to_event_id < request.from_event_id:
+            raise InvalidArgumentError("to_event_id must not be below from_event_id")
+        out: list[pb.Event] = []
+        nxt = 0
+        if request.task_id:
+            task = self._task(request.task_id)
+            start = max(task.first_event_id, request.from_event_id)
+            end = request.to_event_id or durable
+            for e in logr.read(start, end):
+                if e.task_id != task.task_id:
+                    continue
+                if len(out) == limit:
+                    nxt = e.event_id
+                    break
+                out.append(codec.event_to_pb(e))
+        else:
+            start = max(request.from_event_id, logr.first_id, 1)
+            end = min(request.to_event_id or durable, start + limit - 1)
+            out = [codec.event_to_pb(e) for e in logr.read(start, end)]
+            limit_end = request.to_event_id or durable
+            nxt = end + 1 if end < limit_end else 0
+        return pb.GetEventsResponse(events=out, next_event_id=nxt, durable_event_id=durable)
+
+    async def _step_action(self, request: pb.StepActionRequest, action: str) -> pb.ActionResponse:
+        task_id = _required(request.task_id, "task_id")
+        step = _required(request.step, "step")
+        operator = _required(request.operator, "operator")
+        reason = _required(request.reason, "reason", MAX_REASON)
+        engine = self._engine()
+        fn = engine.retry_step if action == "retry" else engine.skip_step
+        event = await fn(task_id, step, operator=operator, reason=reason)
+        return pb.ActionResponse(event_id=event.event_id)
+
+    @rpc
+    async def RetryStep(
+        self, request: pb.StepActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        return await self._step_action(request, "retry")
+
+    @rpc
+    async def SkipStep(
+        self, request: pb.StepActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        return await self._step_action(request, "skip")
+
+    @rpc
+    async def CancelTask(
+        self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        task_id = _required(request.task_id, "task_id")
+        operator = _required(request.operator, "operator")
+        reason = _required(request.reason, "reason", MAX_REASON)
+        event = await self._engine().cancel_task(task_id, operator=operator, reason=reason)
+        return pb.ActionResponse(event_id=event.event_id)
+
+
+class ClusterService(pbg.ClusterServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @rpc
+    async def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClusterStatus:
+        s = self.node.status()
+        msg = pb.ClusterStatus(
+            node_id=s["node_id"],
+            role=s["role"],
+            term=s["term"],
+            last_event_id=s["last_event_id"],
+            applied_event_id=s["applied_event_id"],
+            recovery=s["recovery"],
+            running_steps=s["running_steps"],
+            active_tasks=s["active_tasks"],
+            members=[pb.Member(**m) for m in s["members"]],
+        )
+        if s["leader"] is not None:
+            msg.leader.CopyFrom(pb.LeaderInfo(**s["leader"]))
+        if s["lease"] is not None:
+            msg.lease.CopyFrom(pb.LeaseInfo(**s["lease"]))
+        return msg
+
+
+class Watchers:
+    """Queues of WatchTask streams, fed by the store as batches become durable."""
+
+    def __init__(self) -> None:
+        self._by_task: dict[str, list[asyncio.Queue[Event]]] = {}
+
+    def add(self, task_id: str, q: asyncio.Queue[Event]) -> None:
+        self._by_task.setdefault(task_id, []).append(q)
+
+    def remove(self, task_id: str, q: asyncio.Queue[Event]) -> None:
+        qs = self._by_task.get(task_id)
+        if qs is not None:
+            with contextlib.suppress(ValueError):
+                qs.remove(q)
+            if not qs:
+                del self._by_task[task_id]
+
+    def __call__(self, events: Sequence[Event]) -> None:
+        if not self._by_task:
+            return
+        for e in events:
+            qs = self._by_task.get(e.task_id)
+            if qs:
+                for q in qs:
+                    q.put_nowait(e)
+
+
+SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster")
+
+
+class ApiServer:
+    """grpc.aio server with our services, the standard health service and reflection."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.watchers = Watchers()
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pbg.add_SchedulerServicer_to_server(SchedulerService(node, self.watchers), self.server)
+        pbg.add_ClusterServicer_to_server(ClusterService(node), self.server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (
+            *SERVICES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, self.server)
+        self.port = 0
+
+    async def start(self, listen: str) -> int:
+        self.port = self.server.add_insecure_port(listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        await self.server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        assert self.node.store is not None
+        self.node.store.add_observer(self.watchers)
+        return self.port
+
+    async def _set_health(self, status: Any) -> None:
+        for name in ("", *SERVICES):
+            await self.health.set(name, status)
+
+    async def stop(self, grace_s: float) -> None:
+        """Refuse new RPCs, let the ones in flight finish (up to grace_s)."""
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.stop(grace_s)

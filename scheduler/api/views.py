@@ -1,0 +1,202 @@
+"""Typed results of the client API, and the JSON shapes the CLI prints.
+
+These shapes are a contract (scripts parse `--json`): keys may be added,
+never renamed or removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    name: str
+    state: str
+    attempt: int
+    error: str | None
+    result: Any
+    started_ms: int | None
+    finished_ms: int | None
+    after: tuple[str, ...]
+    final: bool
+    lost: bool
+    compensations: int
+    compensation_error: str | None
+    owed: bool
+    override: dict[str, Any] | None
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_ms is None or self.finished_ms is None:
+            return None
+        return self.finished_ms - self.started_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "state": self.state,
+            "attempt": self.attempt,
+            "error": self.error,
+            "duration_ms": self.duration_ms,
+            "result": self.result,
+            "compensations": self.compensations,
+            "override": self.override,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    task_id: str
+    workflow: str
+    version: int
+    state: str
+    input: Any
+    steps: tuple[StepView, ...]
+    submitted_ms: int
+    updated_ms: int
+    first_event_id: int
+    last_event_id: int
+    idempotency_key: str | None
+    cancelled: dict[str, Any] | None
+    anomalies: tuple[str, ...]
+    as_of_event_id: int
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("SUCCEEDED", "FAILED", "CANCELLED") and not any(
+            s.state in ("STARTED", "COMPENSATING") or s.owed for s in self.steps
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "state": self.state,
+            "steps": [s.to_json() for s in self.steps],
+            "submitted_ms": self.submitted_ms,
+            "updated_ms": self.updated_ms,
+            "last_event_id": self.last_event_id,
+            "as_of_event_id": self.as_of_event_id,
+            "cancelled": self.cancelled,
+            "anomalies": list(self.anomalies),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummaryView:
+    task_id: str
+    workflow: str
+    state: str
+    submitted_ms: int
+    updated_ms: int
+    steps_done: int
+    steps_total: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "workflow": self.workflow,
+            "state": self.state,
+            "submitted_ms": self.submitted_ms,
+            "updated_ms": self.updated_ms,
+            "steps_done": self.steps_done,
+            "steps_total": self.steps_total,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    event_id: int
+    term: int
+    instance_id: str
+    task_id: str
+    step_name: str
+    event_type: str
+    payload: Any
+    timestamp_ms: int
+    attempt: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "term": self.term,
+            "instance_id": self.instance_id,
+            "task_id": self.task_id,
+            "step_name": self.step_name,
+            "event_type": self.event_type,
+            "payload": self.payload,
+            "timestamp_ms": self.timestamp_ms,
+            "attempt": self.attempt,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    node_id: str
+    role: str
+    address: str
+    last_event_id: int
+    term: int
+    lag_events: int
+    lag_ms: float
+    connected: bool
+    synchronous: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "role": self.role,
+            "address": self.address,
+            "last_event_id": self.last_event_id,
+            "lag_events": self.lag_events,
+            "lag_ms": self.lag_ms,
+            "connected": self.connected,
+            "synchronous": self.synchronous,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    node_id: str
+    role: str
+    term: int
+    leader: dict[str, Any] | None
+    lease: dict[str, float] | None
+    members: tuple[MemberView, ...]
+    last_event_id: int
+    applied_event_id: int
+    recovery: str
+    running_steps: int
+    active_tasks: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "role": self.role,
+            "term": self.term,
+            "leader": self.leader,
+            "lease": self.lease,
+            "members": [m.to_json() for m in self.members],
+            "last_event_id": self.last_event_id,
+            "applied_event_id": self.applied_event_id,
+            "recovery": self.recovery,
+            "running_steps": self.running_steps,
+            "active_tasks": self.active_tasks,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    tasks: tuple[TaskSummaryView, ...]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    task_id: str
+    created: bool
+    event_id: int

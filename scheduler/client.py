@@ -1,0 +1,342 @@
+"""The Python client: typed, async (`Client`) and sync (`SyncClient`).
+
+    async with Client(["node-1:7411", "node-2:7411", "node-3:7411"]) as c:
+        sub = await c.submit("etl", {"step_seconds": 1})
+        async for event in c.watch(sub.task_id):
+            print(event.event_type, event.step_name)
+
+It follows the primary: a write that lands on a standby comes back
+FAILED_PRECONDITION with the primary's address, and the client retries it
+there. Calls that are safe to repeat (reads, and submissions, which always
+carry an idempotency key: one is generated when you give none) are retried
+with capped backoff on UNAVAILABLE, moving to the next endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+import grpc
+import orjson
+from apollo11.v1 import scheduler_pb2_grpc as pbg
+
+from scheduler.api import codec
+from scheduler.api.server import LEADER_METADATA
+from scheduler.api.views import EventView, Page, StatusView, Submission, TaskView
+from scheduler.errors import (
+    ApolloError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotLeaderError,
+)
+
+T = TypeVar("T")
+DEFAULT_SERVER = "127.0.0.1:7411"
+
+
+class UnavailableError(ApolloError):
+    """No node could serve the call (after retries)."""
+
+
+class ApiError(ApolloError):
+    """Any other error status from the server."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+
+
+def endpoints_from(spec: str | Sequence[str] | None) -> list[str]:
+    """`a:1,b:2`, a list, or APOLLO11_SERVER, or the default."""
+    if spec is None:
+        spec = os.environ.get("APOLLO11_SERVER", DEFAULT_SERVER)
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    eps = [p.strip() for p in parts if p.strip()]
+    if not eps:
+        raise InvalidArgumentError("no server given: use --server HOST:PORT or APOLLO11_SERVER")
+    return eps
+
+
+def _leader_from(err: grpc.aio.AioRpcError) -> str | None:
+    for key, value in err.trailing_metadata() or ():
+        if key == LEADER_METADATA:
+            return str(value)
+    return None
+
+
+def _translate(err: grpc.aio.AioRpcError) -> ApolloError:
+    code, msg = err.code(), err.details() or ""
+    if code is grpc.StatusCode.NOT_FOUND:
+        return NotFoundError(msg)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgumentError(msg)
+    if code is grpc.StatusCode.FAILED_PRECONDITION:
+        leader = _leader_from(err)
+        return NotLeaderError(msg, leader=leader) if leader else FailedPreconditionError(msg)
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return UnavailableError(msg)
+    return ApiError(code, msg)
+
+
+class Client:
+    def __init__(
+        self,
+        endpoints: str | Sequence[str] | None = None,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 6,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 3.0,
+    ) -> None:
+        self.endpoints = endpoints_from(endpoints)
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._primary: str | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+    def _channel(self, ep: str) -> grpc.aio.Channel:
+        ch = self._channels.get(ep)
+        if ch is None:
+            ch = self._channels[ep] = grpc.aio.insecure_channel(ep)
+        return ch
+
+    def _order(self, write: bool) -> list[str]:
+        eps = list(self.endpoints)
+        if write and self._primary:
+            eps = [self._primary] + [e for e in eps if e != self._primary]
+        return eps
+
+    async def _call(
+        self, service: str, method: str, request: Any, *, write: bool, retry: bool
+    ) -> Any:
+        """One unary call: follow the primary redirect, retry what is safe to retry."""
+        delay = self.backoff_s
+        last: ApolloError | None = None
+        redirects = 0
+        attempt = 0
+        eps = self._order(write)
+        i = 0
+        while attempt <= self.retries:
+            ep = eps[i % len(eps)]
+            stub = (pbg.SchedulerStub if service == "scheduler" else pbg.ClusterStub)(
+                self._channel(ep)
+            )
+            try:
+                result = await getattr(stub, method)(request, timeout=self.timeout_s)
+                if write:
+                    self._primary = ep
+                return result
+            except grpc.aio.AioRpcError as err:
+                last = _translate(err)
+                if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
+                    redirects += 1
+                    self._primary = last.leader
+                    if last.leader not in eps:
+                        eps.insert(0, last.leader)
+                    i = eps.index(last.leader)
+                    continue
+                retryable = err.code() in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ) or (write and isinstance(last, NotLeaderError))  # no primary yet: wait
+                if not (retry and retryable):
+                    raise last from None
+            attempt += 1
+            i += 1
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(self.max_backoff_s, delay * 2)
+        assert last is not None
+        raise last
+
+    # -------------------------------------------------------------- writes
+
+    async def submit(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int = 0,
+    ) -> Submission:
+        key = idempotency_key or f"client-{uuid.uuid4()}"  # makes the retry below safe
+        req = codec.submit_request(workflow, orjson.dumps(input).decode(), key, version)
+        resp = await self._call("scheduler", "SubmitTask", req, write=True, retry=True)
+        return codec.submission_from_pb(resp)
+
+    async def submit_shell(self, dag: Any, *, idempotency_key: str | None = None) -> Submission:
+        key = idempotency_key or f"client-{uuid.uuid4()}"
+        req = codec.submit_shell_request(orjson.dumps(dag).decode(), key)
+        resp = await self._call("scheduler", "SubmitShell", req, write=True, retry=True)
+        return codec.submission_from_pb(resp)
+
+    async def retry_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+        req = codec.step_action_request(task_id, step, operator, reason)
+        resp = await self._call("scheduler", "RetryStep", req, write=True, retry=False)
+        return int(resp.event_id)
+
+    async def skip_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+        req = codec.step_action_request(task_id, step, operator, reason)
+        resp = await self._call("scheduler", "SkipStep", req, write=True, retry=False)
+        return int(resp.event_id)
+
+    async def cancel(self, task_id: str, *, operator: str, reason: str) -> int:
+        req = codec.cancel_request(task_id, operator, reason)
+        resp = await self._call("scheduler", "CancelTask", req, write=True, retry=False)
+        return int(resp.event_id)
+
+    # --------------------------------------------------------------- reads
+
+    async def task(self, task_id: str, *, as_of: int = 0) -> TaskView:
+        req = codec.get_task_request(task_id, as_of)
+        return codec.task_from_pb(
+            await self._call("scheduler", "GetTask", req, write=False, retry=True)
+        )
+
+    async def tasks(
+        self,
+        *,
+        state: str | None = None,
+        workflow: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> Page:
+        req = codec.list_request(state, workflow, page_size, page_token)
+        return codec.page_from_pb(
+            await self._call("scheduler", "ListTasks", req, write=False, retry=True)
+        )
+
+    async def events(
+        self, *, task_id: str = "", from_id: int = 0, to_id: int = 0, limit: int = 100
+    ) -> tuple[list[EventView], int]:
+        """A page of events and where the next page starts (0: no more)."""
+        req = codec.events_request(task_id, from_id, to_id, limit)
+        resp = await self._call("scheduler", "GetEvents", req, write=False, retry=True)
+        return [codec.event_from_pb(e) for e in resp.events], int(resp.next_event_id)
+
+    async def status(self) -> StatusView:
+        resp = await self._call(
+            "cluster", "GetStatus", codec.status_request(), write=False, retry=True
+        )
+        return codec.status_from_pb(resp)
+
+    async def watch(self, task_id: str) -> AsyncIterator[EventView]:
+        """The task's events, past then live, until it finishes; resumes after a disconnect."""
+        last = 0
+        delay = self.backoff_s
+        failures = 0
+        eps = self._order(False)
+        i = 0
+        while True:
+            stub = pbg.SchedulerStub(self._channel(eps[i % len(eps)]))
+            try:
+                async for m in stub.WatchTask(codec.watch_request(task_id)):
+                    ev = codec.event_from_pb(m)
+                    if ev.event_id > last:
+                        last = ev.event_id
+                        failures = 0
+                        yield ev
+                return
+            except grpc.aio.AioRpcError as err:
+                if err.code() is not grpc.StatusCode.UNAVAILABLE or failures >= self.retries:
+                    raise _translate(err) from None
+                failures += 1
+                i += 1
+                await asyncio.sleep(delay)
+                delay = min(self.max_backoff_s, delay * 2)
+
+    async def wait(self, task_id: str) -> TaskView:
+        """Wait for a task to finish; returns its final state."""
+        async for _ in self.watch(task_id):
+            pass
+        return await self.task(task_id)
+
+
+class SyncClient:
+    """The same API, blocking: an event loop in a background thread runs the async client."""
+
+    def __init__(self, endpoints: str | Sequence[str] | None = None, **kw: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client = self._run(self._make(endpoints, kw))
+
+    async def _make(self, endpoints: str | Sequence[str] | None, kw: dict[str, Any]) -> Client:
+        return Client(endpoints, **kw)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def submit(self, workflow: str, input: Any = None, **kw: Any) -> Submission:
+        return self._run(self._client.submit(workflow, input, **kw))
+
+    def submit_shell(self, dag: Any, **kw: Any) -> Submission:
+        return self._run(self._client.submit_shell(dag, **kw))
+
+    def task(self, task_id: str, *, as_of: int = 0) -> TaskView:
+        return self._run(self._client.task(task_id, as_of=as_of))
+
+    def tasks(self, **kw: Any) -> Page:
+        return self._run(self._client.tasks(**kw))
+
+    def events(self, **kw: Any) -> tuple[list[EventView], int]:
+        return self._run(self._client.events(**kw))
+
+    def status(self) -> StatusView:
+        return self._run(self._client.status())
+
+    def retry_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+        return self._run(self._client.retry_step(task_id, step, operator=operator, reason=reason))
+
+    def skip_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+        return self._run(self._client.skip_step(task_id, step, operator=operator, reason=reason))
+
+    def cancel(self, task_id: str, *, operator: str, reason: str) -> int:
+        return self._run(self._client.cancel(task_id, operator=operator, reason=reason))
+
+    def wait(self, task_id: str) -> TaskView:
+        return self._run(self._client.wait(task_id))
+
+    def watch(self, task_id: str) -> Iterator[EventView]:
+        """Blocking iterator over the task's events (past, then live)."""
+        agen = self._client.watch(task_id)
+        while True:
+            try:
+                yield self._run(_next(agen))
+            except StopAsyncIteration:
+                return
+
+
+async def _next(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()
