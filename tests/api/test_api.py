@@ -1,0 +1,183 @@
+"""The public API end to end: a real node process, real gRPC, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from scheduler.client import Client, SyncClient
+from scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from scheduler.log import EventLog
+from tests.nodes import NodeProc, cli, start_node
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    n = start_node(tmp_path_factory.mktemp("api") / "data")
+    yield n
+    assert n.stop() == 0, "SIGTERM shuts the node down cleanly"
+
+
+def test_submit_wait_inspect_with_the_cli(node: NodeProc, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    res = cli(
+        "submit",
+        "etl",
+        "--input",
+        json.dumps({"step_seconds": 0.01, "ledger": str(ledger)}),
+        "--wait",
+        server=node.address,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "persist SUCCEEDED" in res.stdout
+    task_id = res.stdout.split("task ")[1].split()[0].strip()
+    res = cli("task", task_id, "--json", server=node.address)
+    task = json.loads(res.stdout)
+    assert {k: task[k] for k in ("task_id", "workflow", "state")} == {
+        "task_id": task_id,
+        "workflow": "etl",
+        "state": "SUCCEEDED",
+    }
+    assert [(s["name"], s["state"], s["attempt"], s["error"]) for s in task["steps"]] == [
+        (n, "SUCCEEDED", 1, None) for n in ("collect", "clean", "feature", "infer", "persist")
+    ]
+    res = cli("events", "--task", task_id, "--json", server=node.address)
+    kinds = [json.loads(line)["event_type"] for line in res.stdout.splitlines()]
+    assert kinds == ["TASK_SUBMITTED"] + ["STEP_STARTED", "STEP_SUCCEEDED"] * 5
+    assert len(ledger.read_text().splitlines()) == 5
+
+
+def test_failing_task_exits_nonzero_then_operator_retry(node: NodeProc) -> None:
+    inp = json.dumps({"step_seconds": 0, "fail_step": "infer", "fail_times": 9})
+    res = cli("submit", "etl", "--input", inp, "--wait", server=node.address)
+    assert res.returncode == 1, res.stdout
+    task_id = res.stdout.split("task ")[1].split()[0].strip()
+    res = cli("retry", task_id, "infer", "--reason", "r", "--operator", "", server=node.address)
+    assert res.returncode == 0, "an empty --operator falls back to the login name"
+    with SyncClient(node.address) as c:
+        t = c.wait(task_id)
+    assert t.state == "FAILED"  # fails again: fail_times=9, but the retry is on record
+    infer = next(s for s in t.steps if s.name == "infer")
+    assert infer.override is not None and infer.override["action"] == "retry"
+    assert infer.attempt == 8, "4 attempts, then 4 more after the operator's retry"
+
+
+def test_status_json_shape(node: NodeProc) -> None:
+    res = cli("status", "--json", server=node.address)
+    s = json.loads(res.stdout)
+    assert s["role"] == "primary" and s["term"] >= 1
+    assert s["leader"]["address"] == node.address
+    assert set(s["lease"]) >= {"ttl_s", "remaining_s"}
+    assert {"node_id", "role", "address", "last_event_id", "lag_events"} <= set(s["members"][0])
+
+
+async def test_errors_name_fields_and_limits(node: NodeProc) -> None:
+    async with Client(node.address, retries=0) as c:
+        with pytest.raises(NotFoundError, match="unknown workflow 'nope'"):
+            await c.submit("nope")
+        with pytest.raises(NotFoundError, match="no task 'zzz'"):
+            await c.task("zzz")
+        with pytest.raises(
+            InvalidArgumentError, match=r"input_json is \d+ bytes, over the 65536-byte limit"
+        ):
+            await c.submit("etl", {"blob": "x" * 70_000})
+        with pytest.raises(
+            InvalidArgumentError, match="idempotency_key is 300 characters, over the limit of 256"
+        ):
+            await c.submit("etl", idempotency_key="k" * 300)
+        with pytest.raises(InvalidArgumentError, match="page_size is 5000, over the limit of 1000"):
+            await c.tasks(page_size=5000)
+        with pytest.raises(InvalidArgumentError, match=r"steps\[0\].idempotency"):
+            await c.submit_shell({"steps": [{"name": "a", "run": "true"}]})
+        sub = await c.submit("etl", {"step_seconds": 0})
+        await c.wait(sub.task_id)
+        with pytest.raises(FailedPreconditionError, match="SUCCEEDED"):
+            await c.retry_step(sub.task_id, "clean", operator="o", reason="r")
+        with pytest.raises(InvalidArgumentError, match="reason is required"):
+            await c.cancel(sub.task_id, operator="o", reason="")
+        with pytest.raises(FailedPreconditionError, match="already SUCCEEDED"):
+            await c.cancel(sub.task_id, operator="o", reason="r")
+    channel = grpc.aio.insecure_channel(node.address)
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await channel.unary_unary("/apollo11.v1.Scheduler/SubmitTask")(b"\xff\xff\xff")
+    # Bytes that are not a message never reach our code: gRPC answers UNKNOWN itself.
+    assert exc.value.code() is grpc.StatusCode.UNKNOWN and "corrupt" in (exc.value.details() or "")
+    await channel.close()
+    assert node.alive()
+
+
+async def test_idempotent_submit_and_time_travel(node: NodeProc) -> None:
+    async with Client(node.address) as c:
+        a = await c.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-2026-11-30")
+        b = await c.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-2026-11-30")
+        assert a.task_id == b.task_id and a.created and not b.created
+        done = await c.wait(a.task_id)
+        assert done.state == "SUCCEEDED"
+        early = await c.task(a.task_id, as_of=a.event_id + 2)
+        assert early.as_of_event_id == a.event_id + 2
+        assert [s.state for s in early.steps][:2] == ["SUCCEEDED", "PENDING"]
+        page = await c.tasks(state="SUCCEEDED", workflow="etl", page_size=1)
+        assert len(page.tasks) == 1 and page.next_page_token
+        page2 = await c.tasks(state="SUCCEEDED", page_size=1, page_token=page.next_page_token)
+        assert page2.tasks[0].task_id < page.tasks[0].task_id
+
+
+def test_shell_dag_through_the_api(node: NodeProc, tmp_path: Path) -> None:
+    dag = {
+        "name": "runbook",
+        "steps": [
+            {"name": "one", "run": "echo one", "idempotency": "idempotent"},
+            {
+                "name": "two",
+                "run": "echo two; exit 4",
+                "after": ["one"],
+                "idempotency": "idempotent",
+                "retry": {"attempts": 1},
+            },
+        ],
+    }
+    path = tmp_path / "dag.json"
+    path.write_text(json.dumps(dag))
+    res = cli("submit", "shell", "--input", f"@{path}", "--wait", server=node.address)
+    assert res.returncode == 1
+    assert "command exited with code 4" in res.stdout
+
+
+def test_health_and_reflection(node: NodeProc) -> None:
+    with grpc.insecure_channel(node.address) as ch:
+        h = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""))
+        assert h.status == health_pb2.HealthCheckResponse.SERVING
+        h = health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service="apollo11.v1.Scheduler")
+        )
+        assert h.status == health_pb2.HealthCheckResponse.SERVING
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        responses = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        names = {s.name for r in responses for s in r.list_services_response.service}
+    assert {"apollo11.v1.Scheduler", "apollo11.v1.Cluster", "grpc.health.v1.Health"} <= names
+
+
+def test_sigterm_lets_acknowledged_work_finish(tmp_path: Path) -> None:
+    n = start_node(tmp_path / "d")
+    with SyncClient(n.address) as c:
+        sub = c.submit("etl", {"step_seconds": 0.5})
+        import time
+
+        time.sleep(0.7)
+    assert n.stop(signal.SIGTERM) == 0
+    out = n.proc.stdout.read() if n.proc.stdout else ""
+    assert "stopped" in out
+    log = EventLog.open(n.data_dir, read_only=True)
+    kinds = [e.event_type.name for e in log.read() if e.task_id == sub.task_id]
+    log.close_sync()
+    # the step that was running finished (drain) before the node exited
+    assert kinds.count("STEP_STARTED") == kinds.count("STEP_SUCCEEDED")
