@@ -38,10 +38,12 @@ test: lint typecheck unit
 bench: setup
 	$(BIN)/apollo11 bench log
 	$(BIN)/apollo11 bench engine
+	$(BIN)/apollo11 bench grpc
 
 bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
 	$(BIN)/apollo11 bench engine --quick
+	$(BIN)/apollo11 bench grpc --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -574,6 +574,20 @@ def bench_engine(
     _bench(run, summary_rows, "engine", quick, as_json, workdir)
 
 
+@bench_app.command("grpc")
+def bench_grpc(
+    quick: Annotated[bool, typer.Option("--quick", help="Shorter runs.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
+    ] = None,
+) -> None:
+    """gRPC: submits/s against one node from many clients, and submit-to-ack latency."""
+    from scheduler.bench.grpc_bench import run, summary_rows
+
+    _bench(run, summary_rows, "grpc", quick, as_json, workdir)
+
+
 def _bench(
     run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
 ) -> None:

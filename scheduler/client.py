@@ -102,6 +102,7 @@ class Client:
         self.max_backoff_s = max_backoff_s
         self._primary: str | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, str], Any] = {}
 
     async def __aenter__(self) -> Client:
         return self
@@ -113,12 +114,20 @@ class Client:
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
+        self._stubs.clear()
 
     def _channel(self, ep: str) -> grpc.aio.Channel:
         ch = self._channels.get(ep)
         if ch is None:
             ch = self._channels[ep] = grpc.aio.insecure_channel(ep)
         return ch
+
+    def _stub(self, service: str, ep: str) -> Any:
+        stub = self._stubs.get((service, ep))
+        if stub is None:
+            make = pbg.SchedulerStub if service == "scheduler" else pbg.ClusterStub
+            stub = self._stubs[(service, ep)] = make(self._channel(ep))
+        return stub
 
     def _order(self, write: bool) -> list[str]:
         eps = list(self.endpoints)
@@ -138,11 +147,10 @@ class Client:
         i = 0
         while attempt <= self.retries:
             ep = eps[i % len(eps)]
-            stub = (pbg.SchedulerStub if service == "scheduler" else pbg.ClusterStub)(
-                self._channel(ep)
-            )
             try:
-                result = await getattr(stub, method)(request, timeout=self.timeout_s)
+                result = await getattr(self._stub(service, ep), method)(
+                    request, timeout=self.timeout_s
+                )
                 if write:
                     self._primary = ep
                 return result
@@ -247,7 +255,7 @@ class Client:
         eps = self._order(False)
         i = 0
         while True:
-            stub = pbg.SchedulerStub(self._channel(eps[i % len(eps)]))
+            stub = self._stub("scheduler", eps[i % len(eps)])
             try:
                 async for m in stub.WatchTask(codec.watch_request(task_id)):
                     ev = codec.event_from_pb(m)

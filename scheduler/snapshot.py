@@ -105,20 +105,49 @@ def _state_meta(state: State) -> dict[str, Any]:
     }
 
 
-def capture(state: State, position: Position) -> Capture:
+class _TaskJsonCache:
+    """Serialized active tasks, reused while a task has not changed.
+
+    A snapshot holds every active task; with thousands of long-running
+    tasks, re-serializing each one every 1000 events dominated the stall.
+    """
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[int, bytes]] = {}
+
+    def get(self, task: TaskState) -> bytes:
+        hit = self._by_id.get(task.task_id)
+        if hit is not None and hit[0] == task.last_event_id:
+            return hit[1]
+        data = orjson.dumps(task.to_dict())
+        self._by_id[task.task_id] = (task.last_event_id, data)
+        return data
+
+    def keep_only(self, ids: set[str]) -> None:
+        for task_id in [t for t in self._by_id if t not in ids]:
+            del self._by_id[task_id]
+
+
+def capture(state: State, position: Position, cache: _TaskJsonCache | None = None) -> Capture:
     """Serialize the state at this instant (call on the loop, between batches)."""
     if position.event_id != state.last_event_id:
         raise SnapshotError(
             f"state is at event {state.last_event_id} but the log position is "
             f"{position.event_id}; a snapshot must be taken between batches"
         )
-    active: list[dict[str, Any]] = []
+    active: list[orjson.Fragment] = []
+    active_ids: set[str] = set()
     quiet: list[tuple[str, bytes]] = []
     for task in state.tasks.values():
         if task.quiescent:
             quiet.append(encode_entry(task))
+        elif cache is not None:
+            active.append(orjson.Fragment(cache.get(task)))
+            active_ids.add(task.task_id)
         else:
-            active.append(task.to_dict())
+            active.append(orjson.Fragment(orjson.dumps(task.to_dict())))
+    if cache is not None:
+        cache.keep_only(active_ids)
     meta = _state_meta(state)
     meta["tasks"] = active
     archive = state.archive
@@ -141,6 +170,11 @@ class Snapshots:
             raise ValueError(f"snapshots to keep must be at least 1, got {keep}")
         self.directory = directory
         self.keep = keep
+        # Chunk lists of snapshots this process wrote or read: retention needs
+        # them after every write, and re-reading big snapshots to learn them
+        # was the most expensive part of a write.
+        self._chunks_of: dict[int, tuple[str, ...]] = {}
+        self.task_json = _TaskJsonCache()
 
     def watermarks(self) -> list[int]:
         """Watermarks of the snapshot files present, newest first."""
@@ -204,6 +238,7 @@ class Snapshots:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e
         state.archive = Archive.open(self.directory, chunks)
         info = SnapshotInfo(watermark, doc["term"], pos, chunks, path)
+        self._chunks_of[watermark] = chunks
         return info, state
 
     def candidates(self, max_watermark: int | None = None) -> Iterator[tuple[SnapshotInfo, State]]:
@@ -248,6 +283,7 @@ class Snapshots:
         )
         path = os.path.join(self.directory, snapshot_name(cap.watermark))
         write_atomic(path, HEADER.pack(MAGIC, zlib.crc32(body), len(body)) + body)
+        self._chunks_of[cap.watermark] = names
         self._retain(set(names))
         info = SnapshotInfo(cap.watermark, cap.term, cap.position, names, path)
         return Written(info, tuple(chunks), tuple(t for t, _ in cap.new_entries))
@@ -257,12 +293,16 @@ class Snapshots:
         marks = self.watermarks()
         needed = set(live_chunks)
         for w in marks[: self.keep]:
-            try:
-                needed.update(self._read_body(w)[1]["chunks"])
-            except SnapshotError:
-                continue
+            known = self._chunks_of.get(w)
+            if known is None:
+                try:
+                    known = self._chunks_of[w] = tuple(self._read_body(w)[1]["chunks"])
+                except SnapshotError:
+                    continue
+            needed.update(known)
         for w in marks[self.keep :]:
             _unlink(os.path.join(self.directory, snapshot_name(w)))
+            self._chunks_of.pop(w, None)
         for name in os.listdir(self.directory):
             if (name.endswith(CHUNK_SUFFIX) and name not in needed) or name.endswith(".tmp"):
                 _unlink(os.path.join(self.directory, name))

@@ -173,7 +173,7 @@ class Store:
         if self._snapshot_task is not None:
             return self._snapshot_task
         t0 = time.perf_counter()
-        cap = capture(self.state, self.log.position())
+        cap = capture(self.state, self.log.position(), self.snapshots.task_json)
         self.last_snapshot_stall_s = time.perf_counter() - t0
         self._since_snapshot = 0
         loop = asyncio.get_running_loop()

@@ -1,0 +1,125 @@
+"""`apollo11 bench grpc`: submissions through gRPC against one node, fsync on.
+
+A real node process, and load generators in other processes: many
+concurrent clients for throughput, then one client alone for the latency a
+single caller sees. Submitted tasks park on a long first step so the
+measurement is the API and the log, not the steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def _load(address: str, clients: int, seconds: float) -> dict[str, Any]:
+    from scheduler.client import Client
+
+    async def go() -> dict[str, Any]:
+        lat: list[float] = []
+        stop = time.perf_counter() + seconds
+        async with Client(address, retries=0) as c:
+            await c.submit("etl", {"step_seconds": 3600})  # warm the channel
+
+            async def one(k: int) -> None:
+                while time.perf_counter() < stop:
+                    t0 = time.perf_counter()
+                    await c.submit("etl", {"step_seconds": 3600, "k": k})
+                    lat.append(time.perf_counter() - t0)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(k) for k in range(clients)))
+            dt = time.perf_counter() - t0
+        return {"n": len(lat), "seconds": dt, "lat": lat}
+
+    return asyncio.run(go())
+
+
+def _start_node(data_dir: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "node",
+            "--data-dir",
+            data_dir,
+            "--listen",
+            "127.0.0.1:0",
+            "--workflows",
+            "scheduler.examples",
+            "--node-id",
+            "bench",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = re.search(r"serving on port (\d+)", line)
+        if m:
+            return proc, f"127.0.0.1:{m.group(1)}"
+    raise RuntimeError("the node did not start")
+
+
+def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> dict[str, Any]:
+    seconds = 3.0 if quick else 8.0
+    clients = 64
+    base = tempfile.mkdtemp(prefix="apollo11-bench-", dir=workdir or os.getcwd())
+    proc, address = _start_node(os.path.join(base, "data"))
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as ex:
+            progress(f"{clients} concurrent clients in 2 processes, {seconds:g}s")
+            parts = [ex.submit(_load, address, clients // 2, seconds) for _ in range(2)]
+            results = [p.result() for p in parts]
+            progress("one client alone (latency)")
+            alone = ex.submit(_load, address, 1, seconds / 2).result()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        shutil.rmtree(base, ignore_errors=True)
+    n = sum(r["n"] for r in results)
+    dt = max(r["seconds"] for r in results)
+    lat = [x for r in results for x in r["lat"]]
+    return {
+        "quick": quick,
+        "clients": clients,
+        "submits_per_s": round(n / dt),
+        "loaded_p50_ms": round(_pct(lat, 0.5) * 1000, 3),
+        "loaded_p99_ms": round(_pct(lat, 0.99) * 1000, 3),
+        "single_client_submits_per_s": round(alone["n"] / alone["seconds"]),
+        "submit_p50_ms": round(_pct(alone["lat"], 0.5) * 1000, 3),
+        "submit_p99_ms": round(_pct(alone["lat"], 0.99) * 1000, 3),
+    }
+
+
+def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (f"submits/s, {r['clients']} concurrent clients (fsync on)", f"{r['submits_per_s']:,}"),
+        (
+            "submit-to-ack latency under that load",
+            f"p50 {r['loaded_p50_ms']} ms, p99 {r['loaded_p99_ms']} ms",
+        ),
+        (
+            "one client alone",
+            f"{r['single_client_submits_per_s']:,}/s, p50 {r['submit_p50_ms']} ms, p99 {r['submit_p99_ms']} ms",
+        ),
+    ]
