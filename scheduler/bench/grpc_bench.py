@@ -120,6 +120,7 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         (
             "one client alone",
-            f"{r['single_client_submits_per_s']:,}/s, p50 {r['submit_p50_ms']} ms, p99 {r['submit_p99_ms']} ms",
+            f"{r['single_client_submits_per_s']:,}/s, "
+            f"p50 {r['submit_p50_ms']} ms, p99 {r['submit_p99_ms']} ms",
         ),
     ]
