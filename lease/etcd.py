@@ -1,0 +1,221 @@
+"""The lease on etcd (v3 API, through aetcd).
+
+Keys, under `/apollo11/<cluster>/`:
+
+* `leader`: `{node_id, address, term}` under the primary's lease. Created
+  with a transaction that succeeds only if the key does not exist; its
+  create revision is the term, so terms only grow and are unique.
+* `members/<node_id>`: `{node_id, role, address, last_event_id, last_term}`
+  under that node's own lease.
+
+Every request carries a timeout of a third of the TTL: a hung etcd must
+make a renewal fail in time for the primary to fence itself, not block it.
+Several endpoints may be given; on a connection error the client moves to
+the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import aetcd
+import aetcd.exceptions
+import orjson
+
+from lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, World
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+PREFIX = "/apollo11"
+
+
+def parse_endpoints(urls: Sequence[str]) -> list[tuple[str, int]]:
+    out = []
+    for url in urls:
+        u = urlparse(url if "://" in url else f"http://{url}")
+        if not u.hostname:
+            raise ValueError(f"etcd endpoint {url!r} is not a URL like http://host:2379")
+        out.append((u.hostname, u.port or 2379))
+    if not out:
+        raise ValueError("at least one etcd endpoint is needed")
+    return out
+
+
+class EtcdLease(Lease):
+    def __init__(self, endpoints: Sequence[str], *, cluster: str, ttl_s: float = 5.0) -> None:
+        super().__init__(ttl_s=ttl_s)
+        self.endpoints = parse_endpoints(endpoints)
+        self.cluster = cluster
+        self.root = f"{PREFIX}/{cluster}/"
+        self.leader_key = (self.root + "leader").encode()
+        self.members_prefix = (self.root + "members/").encode()
+        self._ep = 0
+        self._client: aetcd.Client | None = None
+        self._lease_id: int | None = None  # the leader lease, while we hold it
+        self._member_lease_id: int | None = None
+        self._member_key: bytes | None = None
+        # etcd leases are whole seconds: round up, and fence on our own (float) TTL.
+        self._etcd_ttl = math.ceil(ttl_s)
+        self._timeout = max(0.5, ttl_s / 3)
+
+    # ---------------------------------------------------------- plumbing
+
+    async def _conn(self) -> aetcd.Client:
+        if self._client is None:
+            host, port = self.endpoints[self._ep % len(self.endpoints)]
+            client = aetcd.Client(host=host, port=port, timeout=self._timeout)
+            await client.connect()
+            self._client = client
+        return self._client
+
+    async def _reset(self) -> None:
+        client, self._client = self._client, None
+        self._ep += 1
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    async def _do(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        """Run one request, trying each endpoint once; LeaseUnavailable if none answers."""
+        last: Exception | None = None
+        for _ in range(len(self.endpoints)):
+            try:
+                return await fn(await self._conn())
+            except (aetcd.exceptions.ClientError, OSError, TimeoutError) as e:
+                last = e
+                await self._reset()
+        raise LeaseUnavailable(f"etcd did not answer ({what}): {last}")
+
+    # ------------------------------------------------------------ leader
+
+    async def campaign(self, node_id: str, address: str) -> LeaderInfo | None:
+        async def go(c: aetcd.Client) -> LeaderInfo | None:
+            grant = await c.lease(self._etcd_ttl)
+            value = orjson.dumps({"node_id": node_id, "address": address})
+            ok, _ = await c.transaction(
+                compare=[c.transactions.version(self.leader_key) == 0],
+                success=[c.transactions.put(self.leader_key, value, lease=grant.id)],
+                failure=[],
+            )
+            if not ok:
+                with contextlib.suppress(Exception):
+                    await c.revoke_lease(grant.id)
+                return None
+            got = await c.get(self.leader_key)
+            if got is None or got.lease != grant.id:
+                return None
+            term = got.create_revision
+            # Write the term into the value too, for anyone reading the key by hand;
+            # the create revision stays the authority.
+            full = orjson.dumps({"node_id": node_id, "address": address, "term": term})
+            await c.transaction(
+                compare=[c.transactions.create(self.leader_key) == term],
+                success=[c.transactions.put(self.leader_key, full, lease=grant.id)],
+                failure=[],
+            )
+            self._lease_id = grant.id
+            return LeaderInfo(node_id, address, term)
+
+        return await self._do("campaign", go)
+
+    async def renew(self) -> bool:
+        lease_id = self._lease_id
+        if lease_id is None:
+            return False
+
+        async def go(c: aetcd.Client) -> bool:
+            reply = await c.refresh_lease(lease_id)
+            if reply is None or reply.TTL <= 0:
+                return False
+            got = await c.get(self.leader_key)
+            return got is not None and got.lease == lease_id
+
+        alive = await self._do("renew", go)
+        if not alive:
+            self._lease_id = None  # a lapsed lease is never revived
+        return alive
+
+    async def resign(self) -> None:
+        lease_id, self._lease_id = self._lease_id, None
+        if lease_id is not None:
+            await self._do("resign", lambda c: c.revoke_lease(lease_id))
+
+    async def leader(self) -> LeaderInfo | None:
+        got = await self._do("read leader", lambda c: c.get(self.leader_key))
+        return None if got is None else _leader(got.value, got.create_revision)
+
+    # ----------------------------------------------------------- members
+
+    async def publish(self, member: MemberInfo) -> None:
+        async def go(c: aetcd.Client) -> None:
+            if self._member_lease_id is not None:
+                reply = await c.refresh_lease(self._member_lease_id)
+                if reply is None or reply.TTL <= 0:
+                    self._member_lease_id = None
+            if self._member_lease_id is None:
+                self._member_lease_id = (await c.lease(self._etcd_ttl)).id
+            key = self.members_prefix + member.node_id.encode()
+            self._member_key = key
+            value = orjson.dumps(
+                {
+                    "node_id": member.node_id,
+                    "role": member.role,
+                    "address": member.address,
+                    "last_event_id": member.last_event_id,
+                    "last_term": member.last_term,
+                }
+            )
+            await c.put(key, value, lease=self._member_lease_id)
+
+        await self._do("publish member", go)
+
+    async def world(self) -> World:
+        async def go(c: aetcd.Client) -> Any:
+            return await c.get_prefix(self.root.encode())
+
+        got = await self._do("read cluster", go)
+        leader: LeaderInfo | None = None
+        members: dict[str, MemberInfo] = {}
+        revisions: dict[str, int] = {}
+        for kv in got:
+            key, value = kv.key, kv.value
+            if key == self.leader_key:
+                leader = _leader(value, kv.create_revision)
+            elif key.startswith(self.members_prefix):
+                try:
+                    d = orjson.loads(value)
+                    m = MemberInfo(
+                        d["node_id"],
+                        d["role"],
+                        d["address"],
+                        int(d["last_event_id"]),
+                        int(d["last_term"]),
+                    )
+                except (ValueError, KeyError, TypeError):
+                    log.warning("ignoring a malformed member record %r", key)
+                    continue
+                members[m.node_id] = m
+                revisions[m.node_id] = kv.mod_revision
+        return World(leader, members, got.header.revision, revisions)
+
+    async def close(self) -> None:
+        member_lease, self._member_lease_id = self._member_lease_id, None
+        if member_lease is not None and self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.revoke_lease(member_lease)
+        await self._reset()
+
+
+def _leader(value: bytes, create_revision: int) -> LeaderInfo | None:
+    try:
+        d = orjson.loads(value)
+        return LeaderInfo(str(d["node_id"]), str(d["address"]), create_revision)
+    except (ValueError, KeyError, TypeError):
+        log.warning("the leader key holds something unreadable: %r", value[:100])
+        return None
