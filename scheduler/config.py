@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -45,6 +45,11 @@ class NodeSettings(BaseSettings):
     cluster: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     lease_ttl: float = 5.0
     sync_replicas: int = Field(default=1, ge=0, le=8)
+    # strict: a write waits for sync_replicas standbys (up to sync_timeout, then the
+    # client hears UNAVAILABLE, outcome unknown); relaxed: with fewer connected, it
+    # waits for those there are (async when none): available, can lose the tail.
+    sync_mode: Literal["strict", "relaxed"] = "strict"
+    sync_timeout: float = Field(default=5.0, gt=0)
     concurrency: int = Field(default=32, ge=1, le=10_000)
     snapshot_interval: int = Field(default=DEFAULT_INTERVAL, ge=1)
     segment_max_bytes: int = Field(default=DEFAULT_SEGMENT_MAX_BYTES, ge=4096)

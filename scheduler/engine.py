@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,8 +30,10 @@ from scheduler.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     InvalidEventError,
+    LeaseLostError,
     NotFoundError,
     NotLeaderError,
+    OutcomeUnknownError,
 )
 from scheduler.log.record import Event, EventType
 from scheduler.replay import DONE, StepState, StepStatus, TaskState, TaskStatus
@@ -95,6 +97,7 @@ class Engine:
         concurrency: int = 32,
         default_timeout_s: float = 3600.0,
         idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+        commit: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -106,6 +109,9 @@ class Engine:
         self.concurrency = concurrency
         self.default_timeout_s = default_timeout_s
         self.idempotency_ttl_s = idempotency_ttl_s
+        # What an acknowledgement waits for beyond local durability: the lease still
+        # held and, in synchronous mode, enough standbys (the node supplies it).
+        self._commit = commit or _durable_is_enough
         self._leading = False
         self._draining = False
         self._idle = asyncio.Event()  # set when no step runs (for drain)
@@ -422,7 +428,11 @@ class Engine:
         key = (task_id, name)
         logw = self.store.log
         try:
-            await logw.append(EventType.STEP_STARTED, task_id, name, attempt=attempt)
+            started = await logw.append(EventType.STEP_STARTED, task_id, name, attempt=attempt)
+            # A step runs only once its STARTED is committed: a new primary that does
+            # not know it started could run it a second time.
+            if not await self._committed(started.event_id):
+                return
             task = self.store.state.tasks[task_id]
             ctx = self._context(task, name, attempt, spec.after)
             history = self.store.state.durations.get(task.workflow, {}).get(name)
@@ -473,6 +483,19 @@ class Engine:
             )
         finally:
             self._free_slot()
+
+    async def _committed(self, event_id: int) -> bool:
+        """Wait for a commit; False when leadership is lost on the way."""
+        while True:
+            try:
+                await self._commit(event_id)
+                return True
+            except LeaseLostError:
+                return False
+            except OutcomeUnknownError as e:
+                if not self._leading:
+                    return False
+                log.warning("waiting for replication before running a step: %s", e)
 
     def _attempts_used_after(self, task_id: str, name: str, attempt: int, spec: Step) -> bool:
         step = self.store.state.tasks[task_id].steps[name]
@@ -616,6 +639,7 @@ class Engine:
         result = Submitted(task_id, True, event.event_id)
         if idempotency_key is not None:
             self._inflight_keys.pop(idempotency_key).set_result(result)
+        await self._commit(event.event_id)
         return result
 
     def _existing(self, key: str) -> str | None:
@@ -718,10 +742,16 @@ class Engine:
             ]
             if owed:
                 payload["compensate"] = owed
-        return await self.store.log.append(EventType.TASK_CANCELLED, task_id, payload=payload)
+        event = await self.store.log.append(EventType.TASK_CANCELLED, task_id, payload=payload)
+        await self._commit(event.event_id)
+        return event
 
     def running(self) -> int:
         return self._slots_used
+
+
+async def _durable_is_enough(event_id: int) -> None:
+    return None
 
 
 def _require_reason(operator: str, reason: str) -> None:

@@ -85,6 +85,19 @@ class NotLeaderError(FailedPreconditionError):
         self.leader = leader
 
 
+class OutcomeUnknownError(ApolloError):
+    """A write is durable on this node but could not be confirmed as committed
+    (not enough standbys acknowledged in time, or the lease is in doubt).
+
+    Reported as unknown, never as failed: it may well survive. Retry with the
+    same idempotency key, or ask the primary. gRPC UNAVAILABLE.
+    """
+
+
+class LeaseLostError(OutcomeUnknownError):
+    """The node is no longer sure it holds the lease: it must stop acting as primary."""
+
+
 class WorkflowDefinitionError(ApolloError, ValueError):
     """A workflow cannot be registered as written; the message names the workflow and step."""
 

@@ -6,7 +6,7 @@ Names follow Prometheus conventions: `apollo11_` prefix, units in the name,
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 LOG_APPENDS = Counter("apollo11_log_appends_total", "Events made durable in the event log")
 LOG_BATCH_EVENTS = Histogram(
@@ -53,4 +53,24 @@ STEP_RETRIES = Counter(
 )
 COMPENSATIONS = Counter(
     "apollo11_compensations_started_total", "Compensations started", ["workflow", "step"]
+)
+
+REPLICATION_LAG_EVENTS = Gauge(
+    "apollo11_replication_lag_events",
+    "Events the primary holds that a standby has not acked",
+    ["standby"],
+)
+REPLICATION_LAG_SECONDS = Gauge(
+    "apollo11_replication_lag_seconds",
+    "How long ago a standby last held everything the primary had durable",
+    ["standby"],
+)
+ROLE = Gauge("apollo11_role_primary", "1 when this node is the primary, else 0")
+TERM = Gauge("apollo11_term", "The term this node last saw")
+LEADER_CHANGES = Counter("apollo11_leader_changes_total", "Times this node became primary")
+LEASE_RENEWALS = Counter("apollo11_lease_renewals_total", "Lease renewals", ["outcome"])
+PROMOTION_SECONDS = Histogram(
+    "apollo11_promotion_seconds",
+    "From winning the lease to scheduling (recovery of the lost steps included)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )

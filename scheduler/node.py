@@ -1,31 +1,60 @@
-"""The node process: store, lease, engine (and, as they land, the API and replication).
+"""The node process: store, lease, engine, API, and its role in the cluster.
 
-Each step of the node's life is a small decision that returns a sentence,
-logged as is (Patroni's style): "promoted: term 7, recovered from snapshot
-41000 + 312 events in 9.1 ms".
+Standalone (no --etcd) a node leads at once on an in-memory lease. In a
+cluster, a loop reads the world from etcd a few times a second and takes
+one small decision per cycle, each returning a sentence that is logged as
+is (Patroni's style): "standby: following node-1 (term 7) at event 40213",
+"promoted: term 9, ...", "demoted self because the lease was not renewed
+for 3.4s".
+
+Losing the lease is an explicit branch, taken before the TTL can run out:
+a watchdog compares the monotonic time of the last successful renewal with
+the TTL minus a margin, and every acknowledgement re-checks it, so a
+primary that was paused (SIGSTOP) and resumes acknowledges nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
+import shutil
 import signal
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from lease import LeaderInfo, Lease, MemoryLease
+from lease import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, MemoryLease, World
+from replicator.receiver import Follower
+from replicator.sender import ReplicationHub, ReplicationTimeout
+from scheduler import metrics
 from scheduler.api.server import ApiServer
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
 from scheduler.engine import Engine
-from scheduler.errors import NotLeaderError
+from scheduler.errors import (
+    ApolloError,
+    LeaseLostError,
+    LogError,
+    NotLeaderError,
+    OutcomeUnknownError,
+)
 from scheduler.log import EventType, LogConfig
+from scheduler.log.datadir import DataDir, fsync_dir
+from scheduler.log.eventlog import cut_after
 from scheduler.replay import State
+from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
+from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from scheduler.store import Store, StoreConfig, state_at
 from scheduler.workflow import Registry
 
 log = logging.getLogger(__name__)
+
+CYCLE_S = 0.2  # how often the role loop reads the world
+SETTLE_S = 0.45  # after the leader vanishes, let every standby publish its final position
 
 
 class Node:
@@ -43,108 +72,371 @@ class Node:
         self._lease = lease
         self.store: Store | None = None
         self.engine: Engine | None = None
-        self.leader: LeaderInfo | None = None
-        self.role = "starting"
-        self._keepalive: asyncio.Task[None] | None = None
-        self._renewed_at = 0.0  # monotonic time of the last successful renewal
-        self.started_at = time.time()
         self.api: ApiServer | None = None
+        self.hub = ReplicationHub()
+        self.follower: Follower | None = None
+        self.leader: LeaderInfo | None = None
+        self.world: World | None = None
+        self.role = "starting"
+        self.known_term = 0
         self.port = 0
+        self.started_at = time.time()
+        self._renewed_at = 0.0  # monotonic time (taken before the request) of the last renewal
+        self._tasks: list[asyncio.Task[None]] = []
+        self._leaderless_since: float | None = None
+        self._last_sentence = ""
+        self._stopping = False
+        self._segment_bytes = settings.segment_max_bytes
+        ttl = settings.lease_ttl
+        # Fence well before etcd can expire the lease (it counts from after our renewal).
+        self.fence_after_s = ttl - max(0.5, ttl * 0.25)
 
     @property
     def lease(self) -> Lease:
         assert self._lease is not None
         return self._lease
 
+    @property
+    def address(self) -> str:
+        """Where clients and peers reach this node (the real port when --listen used 0)."""
+        if self.settings.advertise:
+            return self.settings.advertise
+        host = self.settings.listen.rpartition(":")[0]
+        return f"{host}:{self.port}"
+
+    # ------------------------------------------------------------ start
+
     def _open_store(self) -> Store:
         s = self.settings
         cfg = StoreConfig(
             log=LogConfig(
-                segment_max_bytes=s.segment_max_bytes,
+                segment_max_bytes=self._segment_bytes,
                 payload_max_bytes=s.payload_max_bytes,
                 fsync=s.fsync,
             ),
             snapshot_interval=s.snapshot_interval,
         )
-        return Store.open(s.data_dir, config=cfg, instance_id=s.node_id, clock=self.clock.now_ms)
+        store = Store.open(s.data_dir, config=cfg, instance_id=s.node_id, clock=self.clock.now_ms)
+        self.engine = Engine(
+            store,
+            self.registry,
+            node_id=s.node_id,
+            clock=self.clock,
+            concurrency=s.concurrency,
+            idempotency_ttl_s=s.idempotency_ttl,
+            commit=self.commit,
+        )
+        if self.api is not None:
+            store.add_observer(self.api.watchers)
+        self.saw_term(store.log.last_term)
+        return store
 
     async def start(self) -> str:
         s = self.settings
         for module in s.workflows:
             self.registry.load_module(module)
         self.store = self._open_store()
-        self.engine = Engine(
-            self.store,
-            self.registry,
-            node_id=s.node_id,
-            clock=self.clock,
-            concurrency=s.concurrency,
-            idempotency_ttl_s=s.idempotency_ttl,
-        )
-        if self._lease is None:
-            if not s.standalone:
-                raise NotImplementedError("cluster mode (--etcd) arrives with the cluster issue")
-            # Standalone: an in-memory lease whose terms start above everything in the log.
-            self._lease = MemoryLease(ttl_s=s.lease_ttl, min_term=self.store.log.last_term)
         self.api = ApiServer(self)
         self.port = await self.api.start(s.listen)
-        won = await self.lease.campaign(s.node_id, self.address)
+        if self._lease is None:
+            if s.standalone:
+                # Standalone: an in-memory lease whose terms start above the log's.
+                self._lease = MemoryLease(ttl_s=s.lease_ttl, min_term=self.store.log.last_term)
+            else:
+                from lease.etcd import EtcdLease
+
+                self._lease = EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl)
+        if s.standalone:
+            t0 = time.monotonic()
+            won = await self.lease.campaign(s.node_id, self.address)
+            if won is None:
+                raise ApolloError("the in-memory lease is taken: is another node running here?")
+            return f"{await self._promote(won, t0)}, serving on port {self.port}"
+        self.role = "standby"
+        self._spawn(self._role_loop(), "apollo11-role")
+        return (
+            f"started as standby of cluster {s.cluster!r}: {self.store.recovery}, "
+            f"serving on port {self.port}"
+        )
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    # ------------------------------------------------------- the role loop
+
+    async def _role_loop(self) -> None:
+        while not self._stopping:
+            try:
+                sentence = await self._cycle()
+            except LeaseUnavailable as e:
+                sentence = f"cannot read the cluster from etcd: {e}"
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # one bad cycle must not end the loop
+                log.exception("role cycle failed")
+                sentence = f"role cycle failed: {e}"
+            if sentence != self._last_sentence:
+                log.info("%s", sentence)
+                self._last_sentence = sentence
+            await asyncio.sleep(CYCLE_S)
+
+    def _me(self) -> MemberInfo:
+        assert self.store is not None
+        return MemberInfo(
+            self.settings.node_id,
+            self.role,
+            self.address,
+            self.store.log.durable_id,
+            self.store.log.last_term,
+        )
+
+    async def _cycle(self) -> str:
+        """Read the world once and take one decision."""
+        await self.lease.publish(self._me())
+        world = self.world = await self.lease.world()
+        me = self.settings.node_id
+        leader = world.leader
+        if leader is not None:
+            self.saw_term(leader.term)
+        if self.role == "primary":
+            mine = self.leader
+            if leader is None or mine is None or leader.term != mine.term:
+                return await self.demote("the leader key is gone or belongs to another term")
+            return f"primary: term {mine.term}, {len(self.hub.connected())} standby(s) connected"
+        if leader is not None and leader.node_id != me:
+            self._leaderless_since = None
+            self.leader = leader
+            await self._follow(leader)
+            assert self.store is not None
+            return (
+                f"standby: following {leader.node_id} (term {leader.term}) "
+                f"at event {self.store.log.durable_id}"
+            )
+        if leader is not None:
+            self._leaderless_since = None
+            return (
+                f"the leader key still names this node (term {leader.term}) from before a "
+                f"restart; waiting for its lease to lapse"
+            )
+        return await self._leaderless(world)
+
+    async def _leaderless(self, world: World) -> str:
+        self.leader = None
+        await self._stop_following()
+        now = time.monotonic()
+        if self._leaderless_since is None:
+            self._leaderless_since = now
+            return "no leader: published this node's position, waiting for the others'"
+        if now - self._leaderless_since < SETTLE_S:
+            return "no leader: waiting for every standby's final position"
+        me = self._me()
+        # A member still marked primary with no leader key is the one that died (or is
+        # about to demote itself): it is not a candidate.
+        candidates = [m for m in world.members.values() if m.role != "primary"]
+        candidates = [m for m in candidates if m.node_id != me.node_id] + [me]
+        best = max(candidates, key=lambda m: (m.position, _reverse(m.node_id)))
+        if best.node_id != me.node_id:
+            return (
+                f"no leader: {best.node_id} is at {best.position}, ahead of this node at "
+                f"{me.position}; not campaigning"
+            )
+        t0 = time.monotonic()
+        won = await self.lease.campaign(me.node_id, self.address)
         if won is None:
-            self.role = "standby"
-            return f"standby: {self.store.recovery}, serving on port {self.port}"
-        return f"{await self._promote(won)}, serving on port {self.port}"
+            return "no leader: another node won the election"
+        return await self._promote(won, t0)
 
-    @property
-    def address(self) -> str:
-        """Where clients reach this node (the real port when --listen asked for port 0)."""
-        if self.settings.advertise:
-            return self.settings.advertise
-        host = self.settings.listen.rpartition(":")[0]
-        return f"{host}:{self.port}"
+    async def _follow(self, leader: LeaderInfo) -> None:
+        f = self.follower
+        if f is not None and f.address == leader.address and f.leader_term == leader.term:
+            return
+        await self._stop_following()
+        self.follower = Follower(self, leader.address, leader.term)
+        self.follower.start()
 
-    async def _promote(self, won: LeaderInfo) -> str:
+    async def _stop_following(self) -> None:
+        if self.follower is not None:
+            await self.follower.stop()
+            self.follower = None
+
+    # ------------------------------------------------ promotion, demotion
+
+    async def _promote(self, won: LeaderInfo, renewed_at: float) -> str:
         assert self.store is not None and self.engine is not None
         t0 = time.perf_counter()
+        await self._stop_following()
+        self._renewed_at = renewed_at
+        self.saw_term(won.term)
         log_ = self.store.log
         log_.term = won.term
-        await log_.append(
+        self.role = "primary"
+        self.leader = won
+        self.hub = ReplicationHub()
+        started = await log_.append(
             EventType.TERM_STARTED,
             "",
             payload={"node_id": self.settings.node_id, "address": self.address},
         )
         await self.engine.start()
-        self._renewed_at = time.monotonic()
-        self.leader = won
-        self.role = "primary"
-        self._keepalive = asyncio.create_task(self._renew_loop(), name="apollo11-keepalive")
+        self._spawn(self._keepalive(), "apollo11-keepalive")
+        self._spawn(self._watchdog(), "apollo11-watchdog")
+        spent = time.perf_counter() - t0
+        metrics.PROMOTION_SECONDS.observe(spent)
+        metrics.LEADER_CHANGES.inc()
+        metrics.ROLE.set(1)
+        metrics.TERM.set(won.term)
+        if not self.settings.standalone:
+            with contextlib.suppress(LeaseUnavailable):
+                await self.lease.publish(self._me())
         return (
-            f"promoted: term {won.term}, {self.store.recovery}, "
-            f"scheduling in {(time.perf_counter() - t0) * 1000:.1f} ms"
+            f"promoted: term {won.term} starts at event {started.event_id}, "
+            f"scheduling after {spent * 1000:.1f} ms"
         )
 
-    async def _renew_loop(self) -> None:
+    async def _keepalive(self) -> None:
+        """Renew every TTL/3. A renewal that etcd refuses means the lease is gone."""
         period = self.lease.ttl_s / 3
-        while True:
-            await asyncio.sleep(period)
-            if not await self.lease.renew():
-                log.error("%s", await self.demote("lease renewal failed"))
+        while self.role == "primary":
+            t0 = time.monotonic()
+            try:
+                alive = await self.lease.renew()
+            except LeaseUnavailable as e:
+                metrics.LEASE_RENEWALS.labels("error").inc()
+                log.warning("lease renewal failed (will retry until the fence): %s", e)
+                await asyncio.sleep(min(0.2, period))
+                continue
+            if not alive:
+                metrics.LEASE_RENEWALS.labels("lost").inc()
+                log.error("%s", await self.demote("etcd says the lease is gone"))
                 return
-            self._renewed_at = time.monotonic()
+            metrics.LEASE_RENEWALS.labels("ok").inc()
+            self._renewed_at = t0
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - t0)))
+
+    async def _watchdog(self) -> None:
+        """Fence before the lease can expire: the explicit branch for losing it."""
+        while self.role == "primary":
+            since = time.monotonic() - self._renewed_at
+            if since > self.fence_after_s:
+                log.error(
+                    "%s",
+                    await self.demote(
+                        f"the lease was not renewed for {since:.1f}s (TTL {self.lease.ttl_s:g}s)"
+                    ),
+                )
+                return
+            await asyncio.sleep(0.05)
+
+    def lease_valid(self) -> bool:
+        return self.role == "primary" and time.monotonic() - self._renewed_at <= self.fence_after_s
 
     async def demote(self, why: str) -> str:
-        """Stop acting as primary at once (the lease is gone or going)."""
-        if self.engine is not None:
-            await self.engine.stop()
+        """Stop acting as primary at once: no more acks, no more steps."""
+        if self.role != "primary":
+            return f"already not primary ({why})"
         self.role = "standby"
         self.leader = None
+        metrics.ROLE.set(0)
+        self.hub.fail_all(f"this node stopped being the primary: {why}")
+        if self.engine is not None:
+            await self.engine.stop()
+        for t in self._tasks:
+            if (
+                t.get_name() in ("apollo11-keepalive", "apollo11-watchdog")
+                and t is not asyncio.current_task()
+            ):
+                t.cancel()
+        with contextlib.suppress(Exception):
+            await self.lease.resign()  # if the key is still ours, let others go now
+        if self.settings.standalone:
+            return f"demoted self because {why}"
+        if not any(t.get_name() == "apollo11-role" and not t.done() for t in self._tasks):
+            self._spawn(self._role_loop(), "apollo11-role")
         return f"demoted self because {why}"
+
+    # ------------------------------------------------------------ writes
+
+    async def commit(self, event_id: int) -> None:
+        """What an acknowledgement waits for: this node still holds the lease, and
+        (in synchronous mode) enough standbys hold the event durably."""
+        self._check_lease(event_id)
+        s = self.settings
+        if s.sync_replicas and not s.standalone:
+            need = s.sync_replicas
+            if s.sync_mode == "relaxed":
+                need = min(need, len(self.hub.connected()))
+            if need:
+                try:
+                    await self.hub.wait(event_id, need, s.sync_timeout)
+                except ReplicationTimeout as e:
+                    raise OutcomeUnknownError(str(e)) from None
+        self._check_lease(event_id)
+
+    def _check_lease(self, event_id: int) -> None:
+        if not self.lease_valid():
+            raise LeaseLostError(
+                f"event {event_id} is durable on {self.settings.node_id}, but this node is "
+                f"no longer sure it holds the lease; the write's outcome is unknown (check "
+                f"with the new primary)"
+            )
+
+    def saw_term(self, term: int) -> None:
+        if term > self.known_term:
+            self.known_term = term
+            metrics.TERM.set(term)
+
+    def adopt_segment_size(self, size: int) -> None:
+        """Rotate segments where the primary does, so segment files stay byte-identical."""
+        if size and self.store is not None and size != self.store.log.config.segment_max_bytes:
+            self._segment_bytes = size
+            self.store.log.config = dataclasses.replace(
+                self.store.log.config, segment_max_bytes=size
+            )
+
+    # ------------------------------------------------ reshaping the store
+
+    async def _reopen(self, change: Callable[[DataDir], str]) -> str:
+        assert self.store is not None
+        await self.store.close()
+        self.store = None
+        data = DataDir.open(self.settings.data_dir)
+        what = await asyncio.to_thread(change, data)
+        self.store = self._open_store()
+        return what
+
+    async def cut_divergent_tail(self, keep_through: int, reason: str) -> str:
+        """A deposed primary rejoining: move its divergent tail to quarantine."""
+
+        def change(data: DataDir) -> str:
+            name = f"diverged-after-{keep_through}-{int(time.time())}.log"
+            qpath = os.path.join(data.root, "quarantine", name)
+            try:
+                n = cut_after(data.root, keep_through, qpath)
+            except LogError:
+                _wipe(data)
+                return "nothing in common with the primary: cleared the log to catch up by snapshot"
+            _drop_snapshots_after(data, keep_through)
+            return f"cut a divergent tail of {n} events after {keep_through} into {qpath}: {reason}"
+
+        return await self._reopen(change)
+
+    async def install_snapshot(self, staging: Path, watermark: int) -> str:
+        def change(data: DataDir) -> str:
+            _wipe(data)
+            for p in staging.iterdir():
+                os.replace(p, os.path.join(data.snapshot_dir, p.name))
+            fsync_dir(data.snapshot_dir)
+            shutil.rmtree(staging, ignore_errors=True)
+            return f"installed snapshot {watermark} from the primary"
+
+        return await self._reopen(change)
 
     # ---------------------------------------------------------- for the API
 
     def not_leader(self) -> NotLeaderError:
         leader = self.leader
         if self.role == "primary" or leader is None:
-            return NotLeaderError("this node is not the primary (or is shutting down)")
+            return NotLeaderError("this node is not the primary (no primary is known right now)")
         return NotLeaderError(
             f"this node is a standby; the primary is {leader.node_id} at {leader.address}",
             leader=leader.address,
@@ -163,61 +455,125 @@ class Node:
         store = self.store
         leader = self.leader
         remaining = -1.0
-        if self.role == "primary" and self._lease is not None:
+        if self.role == "primary":
             remaining = max(0.0, self.lease.ttl_s - (time.monotonic() - self._renewed_at))
-        me = {
-            "node_id": self.settings.node_id,
-            "role": self.role,
-            "address": self.address,
-            "last_event_id": store.log.durable_id,
-            "term": store.log.last_term,
-            "lag_events": 0,
-            "lag_ms": 0.0,
-            "connected": True,
-            "synchronous": False,
-        }
+        durable = store.log.durable_id
+        members: dict[str, dict[str, Any]] = {}
+        world = self.world
+        if world is not None:
+            for info in world.members.values():
+                members[info.node_id] = _member(
+                    info.node_id, info.role, info.address, info.last_event_id, info.last_term
+                )
+        me = _member(self.settings.node_id, self.role, self.address, durable, store.log.last_term)
+        members[self.settings.node_id] = me
+        head = durable
+        if self.role != "primary" and self.follower is not None:
+            head = max(durable, self.follower.primary_durable_id)
+        if self.role == "primary":
+            now = time.monotonic()
+            for v in self.hub.standbys.values():
+                m = members.setdefault(v.node_id, _member(v.node_id, "standby", v.address, 0, 0))
+                m["last_event_id"] = max(m["last_event_id"], v.acked_id)
+                m["connected"] = v.connected
+                m["synchronous"] = v.connected and self.settings.sync_replicas > 0
+                caught = v.caught_up_at or now
+                m["lag_ms"] = 0.0 if v.acked_id >= durable else round((now - caught) * 1000, 1)
+                metrics.REPLICATION_LAG_SECONDS.labels(v.node_id).set(m["lag_ms"] / 1000)
+        for m in members.values():
+            m["lag_events"] = max(0, head - m["last_event_id"])
+        if self.role != "primary" and self.follower is not None:
+            me["connected"] = self.follower.connected
         return {
             "node_id": self.settings.node_id,
             "role": self.role,
-            "term": store.state.term,
+            "term": max(self.known_term, store.state.term),
             "leader": None
             if leader is None
             else {"node_id": leader.node_id, "address": leader.address, "term": leader.term},
             "lease": None
             if self._lease is None
             else {"ttl_s": self.lease.ttl_s, "remaining_s": round(remaining, 3)},
-            "members": [me],
-            "last_event_id": store.log.durable_id,
+            "members": sorted(members.values(), key=lambda m: m["node_id"]),
+            "last_event_id": durable,
             "applied_event_id": store.state.last_event_id,
             "recovery": str(store.recovery),
             "running_steps": self.engine.running() if self.engine else 0,
             "active_tasks": sum(1 for t in store.state.tasks.values() if not t.quiescent),
         }
 
+    # ------------------------------------------------------------- stop
+
     async def stop(self) -> str:
         """Graceful: stop taking requests, stop starting steps, let running ones finish
-        (up to drain_timeout), resign the lease so a standby need not wait for the
-        TTL, close the store."""
+        (up to drain_timeout), resign the lease so a standby takes over at once
+        instead of after the TTL, close the store."""
+        self._stopping = True
+        was_primary = self.role == "primary"
         if self.api is not None:
             await self.api.stop(grace_s=min(5.0, self.settings.drain_timeout))
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
         drained = True
         if self.engine is not None and self.engine.leading:
             drained = await self.engine.drain(within_s=self.settings.drain_timeout)
             await self.engine.stop()
+        self.role = "stopped"
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self._stop_following()
         if self._lease is not None:
+            if was_primary:
+                with contextlib.suppress(Exception):
+                    await self.lease.resign()
             with contextlib.suppress(Exception):
-                await self.lease.resign()
-            await self.lease.close()
+                await self.lease.close()
         if self.store is not None:
             await self.store.close()
-        self.role = "stopped"
+        metrics.ROLE.set(0)
         return "stopped" + (
             "" if drained else " (steps still running were left for the next leader)"
         )
+
+
+def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "role": role,
+        "address": address,
+        "last_event_id": last,
+        "term": term,
+        "lag_events": 0,
+        "lag_ms": 0.0,
+        "connected": role == "primary",
+        "synchronous": False,
+    }
+
+
+def _reverse(node_id: str) -> tuple[int, ...]:
+    """Sort key so that max() prefers the smallest node id on a tie."""
+    return tuple(-ord(c) for c in node_id)
+
+
+def _wipe(data: DataDir) -> None:
+    for d in (data.log_dir, data.snapshot_dir):
+        for name in os.listdir(d):
+            path = os.path.join(d, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        fsync_dir(d)
+
+
+def _drop_snapshots_after(data: DataDir, keep_through: int) -> None:
+    for name in os.listdir(data.snapshot_dir):
+        if name.startswith(SNAPSHOT_PREFIX) and name.endswith(SNAPSHOT_SUFFIX):
+            mark = name[len(SNAPSHOT_PREFIX) : -len(SNAPSHOT_SUFFIX)]
+            if mark.isdigit() and int(mark) > keep_through:
+                os.unlink(os.path.join(data.snapshot_dir, name))
+    fsync_dir(data.snapshot_dir)
 
 
 async def serve(settings: NodeSettings) -> int:

@@ -175,6 +175,7 @@ class Snapshots:
         # was the most expensive part of a write.
         self._chunks_of: dict[int, tuple[str, ...]] = {}
         self.task_json = _TaskJsonCache()
+        self._pinned: dict[int, int] = {}  # watermark -> readers (a standby being sent it)
 
     def watermarks(self) -> list[int]:
         """Watermarks of the snapshot files present, newest first."""
@@ -252,6 +253,28 @@ class Snapshots:
                 metrics.SNAPSHOT_FALLBACKS.inc()
                 log.error("snapshot %d unusable, falling back to an older one: %s", w, e)
 
+    def newest_pinned(self) -> SnapshotInfo | None:
+        """The newest readable snapshot, pinned: retention keeps it (and its chunks)
+        until `unpin`. For sending it to a standby while new snapshots are taken."""
+        for w in self.watermarks():
+            try:
+                path, doc = self._read_body(w)
+                chunks = tuple(doc["chunks"])
+                info = SnapshotInfo(w, doc["term"], Position(*doc["position"]), chunks, path)
+            except (SnapshotError, KeyError, TypeError, ValueError):
+                continue
+            self._pinned[w] = self._pinned.get(w, 0) + 1
+            self._chunks_of[w] = chunks
+            return info
+        return None
+
+    def unpin(self, watermark: int) -> None:
+        n = self._pinned.get(watermark, 0) - 1
+        if n <= 0:
+            self._pinned.pop(watermark, None)
+        else:
+            self._pinned[watermark] = n
+
     # ------------------------------------------------------------- writing
 
     def write(self, cap: Capture) -> Written:
@@ -292,7 +315,8 @@ class Snapshots:
         """Keep the newest `keep` snapshots and every chunk one of them needs."""
         marks = self.watermarks()
         needed = set(live_chunks)
-        for w in marks[: self.keep]:
+        kept = set(marks[: self.keep]) | set(self._pinned)
+        for w in kept:
             known = self._chunks_of.get(w)
             if known is None:
                 try:
@@ -301,6 +325,8 @@ class Snapshots:
                     continue
             needed.update(known)
         for w in marks[self.keep :]:
+            if w in self._pinned:
+                continue
             _unlink(os.path.join(self.directory, snapshot_name(w)))
             self._chunks_of.pop(w, None)
         for name in os.listdir(self.directory):

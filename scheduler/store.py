@@ -114,6 +114,8 @@ class Store:
         started = time.perf_counter()
         data = DataDir.open(data_dir)
         snapshots = Snapshots(data.snapshot_dir, keep=cfg.snapshots_keep)
+        # A standby seeded from a snapshot has no log yet: it starts after the watermark.
+        fresh_log = not any(n.endswith(".seg") for n in os.listdir(data.log_dir))
         for info, state in snapshots.candidates():
             counter = _Counter(state)
             try:
@@ -126,6 +128,7 @@ class Store:
                     hint_term=info.term,
                     on_events=counter,
                     clock=clock,
+                    base_id=info.watermark + 1 if fresh_log else 1,
                 )
             except SnapshotMismatchError as e:
                 if isinstance(state.archive, Archive):

@@ -32,6 +32,7 @@ from scheduler.errors import (
     LogFailedError,
     NotFoundError,
     NotLeaderError,
+    OutcomeUnknownError,
     StaleTermError,
 )
 from scheduler.log.record import Event
@@ -60,7 +61,7 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(e, FailedPreconditionError | StaleTermError):
         return grpc.StatusCode.FAILED_PRECONDITION
-    if isinstance(e, LogFailedError | LogClosedError):
+    if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL
 
@@ -387,7 +388,7 @@ class Watchers:
                     q.put_nowait(e)
 
 
-SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster")
+SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replication")
 
 
 class ApiServer:
@@ -404,6 +405,11 @@ class ApiServer:
         )
         pbg.add_SchedulerServicer_to_server(SchedulerService(node, self.watchers), self.server)
         pbg.add_ClusterServicer_to_server(ClusterService(node), self.server)
+        from apollo11.v1 import replication_pb2_grpc as rpbg
+
+        from replicator.sender import ReplicationService
+
+        rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (

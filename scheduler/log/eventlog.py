@@ -32,7 +32,7 @@ from scheduler.errors import (
     SnapshotMismatchError,
     StaleTermError,
 )
-from scheduler.log.datadir import DataDir
+from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.record import (
     DEFAULT_PAYLOAD_MAX_BYTES,
     FRAME,
@@ -939,3 +939,60 @@ def _rewrite_index(seg: Segment) -> None:
     """Drop index entries that point past a cut tail (derived data, no fsync)."""
     with open(seg.index_path, "wb") as f:
         f.write(b"".join(INDEX_ENTRY.pack(*e) for e in seg.index if e[1] > 0))
+
+
+# ------------------------------------------------------------ rejoining
+
+
+def cut_after(data_dir: str | os.PathLike[str], keep_through: int, quarantine: str) -> int:
+    """Cut every record after `keep_through` off a closed log, keeping them for audit.
+
+    The records go, byte for byte, to the file `quarantine` (same framing as
+    a segment: `apollo11 replay` style tools can read them). Returns how many
+    records were cut. Used when a deposed primary rejoins: its divergent tail
+    was never acknowledged under a term the cluster kept.
+    """
+    data = DataDir.open_existing(data_dir)
+    log_ = EventLog.open(data.root, read_only=True, replay_from=None)
+    try:
+        segments = list(log_.segments)
+        last = log_.durable_id
+    finally:
+        log_.close_sync()
+    if keep_through >= last:
+        return 0
+    if keep_through < segments[0].first_id - 1:
+        raise LogError(
+            f"nothing to keep: the log starts at {segments[0].first_id}, after event "
+            f"{keep_through}; start this node from an empty data directory"
+        )
+    os.makedirs(os.path.dirname(quarantine), exist_ok=True)
+    cut = last - keep_through
+    with open(quarantine, "ab") as q:
+        for seg in segments:
+            if seg.last_id <= keep_through:
+                continue
+            if seg.first_id > keep_through:
+                q.write(_pread(seg.path, 0, seg.size))
+                continue
+            at = seg.locate(keep_through + 1)
+            q.write(_pread(seg.path, at, seg.size - at))
+        q.flush()
+        os.fsync(q.fileno())
+    fsync_dir(os.path.dirname(quarantine))
+    for seg in segments:
+        if seg.last_id <= keep_through:
+            continue
+        if seg.first_id > keep_through and seg is not segments[0]:
+            os.unlink(seg.path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(seg.index_path)
+            continue
+        at = 0 if seg.first_id > keep_through else seg.locate(keep_through + 1)
+        with open(seg.path, "r+b") as f:
+            f.truncate(at)
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(seg.index_path)  # derived; rebuilt on demand
+    data.fsync_log_dir()
+    return cut

@@ -1,0 +1,263 @@
+"""The primary's side of log shipping: one Follow stream per standby, and the sync gate.
+
+Records are shipped exactly as they are on disk, many per message, and only
+once they are durable here. Each standby acknowledges its durable position;
+`ReplicationHub.wait` is what a synchronous write waits on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiofiles
+import aiofiles.os
+import grpc
+from apollo11.v1 import replication_pb2 as rpb
+from apollo11.v1 import replication_pb2_grpc as rpbg
+
+from replicator.divergence import common_prefix
+from scheduler import metrics
+from scheduler.errors import ApolloError
+
+if TYPE_CHECKING:
+    from scheduler.node import Node
+
+log = logging.getLogger(__name__)
+
+BATCH_BYTES = 1024 * 1024
+HEARTBEAT_S = 0.5
+SNAPSHOT_CHUNK = 1024 * 1024
+
+
+class ReplicationTimeout(ApolloError):
+    """Not enough standbys acknowledged in time: the write's replication outcome is unknown."""
+
+
+@dataclass
+class StandbyView:
+    """What the primary knows about one follower."""
+
+    node_id: str
+    address: str
+    connected: bool = False
+    acked_id: int = 0
+    acked_at: float = 0.0  # monotonic
+    sent_id: int = 0
+    caught_up_at: float = 0.0  # monotonic time acked_id last equalled our durable id
+
+
+class ReplicationHub:
+    """Follower positions, and the writes waiting for enough of them."""
+
+    def __init__(self) -> None:
+        self.standbys: dict[str, StandbyView] = {}
+        # one heap of (event id, seq, future) per number of standbys waited for
+        self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
+        self._seq = 0
+
+    def connected(self) -> list[StandbyView]:
+        return [s for s in self.standbys.values() if s.connected]
+
+    def acked_by(self, n: int) -> int:
+        """The highest event id that at least `n` connected standbys hold."""
+        if n <= 0:
+            return 1 << 62
+        acks = sorted((s.acked_id for s in self.connected()), reverse=True)
+        return acks[n - 1] if len(acks) >= n else 0
+
+    def on_ack(self, view: StandbyView, event_id: int, durable_here: int) -> None:
+        view.acked_id = max(view.acked_id, event_id)
+        now = time.monotonic()
+        view.acked_at = now
+        if view.acked_id >= durable_here:
+            view.caught_up_at = now
+        for n, heap in self._waiters.items():
+            reached = self.acked_by(n)
+            while heap and heap[0][0] <= reached:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait(self, event_id: int, n: int, timeout_s: float) -> None:
+        """Until `n` standbys hold `event_id` durably; ReplicationTimeout after timeout_s."""
+        if self.acked_by(n) >= event_id:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._waiters.setdefault(n, []), (event_id, self._seq, fut))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await fut
+        except TimeoutError:
+            have = len(self.connected())
+            raise ReplicationTimeout(
+                f"event {event_id} is durable on the primary but {n} standby acknowledgement(s) "
+                f"did not arrive within {timeout_s:g}s ({have} standby(s) connected); its "
+                f"replication outcome is unknown"
+            ) from None
+
+    def fail_all(self, why: str) -> None:
+        for heap in self._waiters.values():
+            for _, _, fut in heap:
+                if not fut.done():
+                    fut.set_exception(ReplicationTimeout(why))
+        self._waiters.clear()
+
+
+class ReplicationService(rpbg.ReplicationServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def Follow(
+        self, request_iterator: AsyncIterator[rpb.StandbyMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[rpb.PrimaryMessage]:
+        node = self.node
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("kind") != "hello":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be Hello")
+            return
+        hello = first.hello
+        if node.role != "primary" or node.store is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"{node.settings.node_id} is not the primary"
+            )
+            return
+        store = node.store
+        term = store.log.term
+        if hello.known_term > term:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{hello.node_id} knows term {hello.known_term}, newer than this primary's {term}",
+            )
+            return
+        hub = node.hub
+        view = hub.standbys.get(hello.node_id) or StandbyView(hello.node_id, hello.address)
+        view.address = hello.address
+        hub.standbys[hello.node_id] = view
+
+        # Where does this standby's log stop agreeing with ours?
+        standby_terms = [(t.term, t.first_event_id) for t in hello.terms]
+        agree = common_prefix(
+            store.state.terms, store.log.durable_id, standby_terms, hello.last_event_id
+        )
+        if hello.last_event_id > agree:
+            reason = (
+                f"events {agree + 1}..{hello.last_event_id} (term {hello.last_term}) are not in "
+                f"the primary's history"
+            )
+            log.warning("standby %s diverged: %s", hello.node_id, reason)
+            yield rpb.PrimaryMessage(
+                diverged=rpb.Diverged(keep_through_event_id=agree, reason=reason)
+            )
+            return
+        start = hello.last_event_id + 1
+        empty = hello.last_event_id == 0
+        snapshot = None
+        if start < store.log.first_id or (empty and store.snapshots.watermarks()):
+            snapshot = store.snapshots.newest_pinned()
+        if snapshot is None and start < store.log.first_id:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"event {start} is no longer kept here and no snapshot is available",
+            )
+            return
+        if snapshot is not None:
+            start = snapshot.watermark + 1
+        view.connected = True
+        view.acked_id = start - 1
+        view.sent_id = start - 1
+        acks = asyncio.create_task(self._acks(request_iterator, view))
+        try:
+            yield rpb.PrimaryMessage(
+                welcome=rpb.Welcome(
+                    node_id=node.settings.node_id,
+                    term=term,
+                    from_event_id=start,
+                    segment_max_bytes=store.log.config.segment_max_bytes,
+                )
+            )
+            if snapshot is not None:
+                try:
+                    async for msg in self._snapshot(store, snapshot):
+                        yield msg
+                finally:
+                    store.snapshots.unpin(snapshot.watermark)
+                log.info("sent snapshot %d to %s", snapshot.watermark, hello.node_id)
+            nxt = start
+            while node.role == "primary" and store.log.term == term:
+                batch = store.log.read_raw(nxt, BATCH_BYTES)
+                if batch.data:
+                    yield rpb.PrimaryMessage(
+                        batch=rpb.Batch(
+                            first_event_id=batch.first_id,
+                            last_event_id=batch.last_id,
+                            term=term,
+                            records=batch.data,
+                            primary_durable_id=store.log.durable_id,
+                            sent_ms=time.time_ns() // 1_000_000,
+                        )
+                    )
+                    view.sent_id = batch.last_id
+                    nxt = batch.last_id + 1
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(HEARTBEAT_S):
+                        await store.log.wait_durable(nxt - 1)
+                        continue
+                yield rpb.PrimaryMessage(
+                    heartbeat=rpb.Heartbeat(
+                        term=term,
+                        primary_durable_id=store.log.durable_id,
+                        sent_ms=time.time_ns() // 1_000_000,
+                    )
+                )
+        except ApolloError as e:
+            log.error("replication to %s stopped: %s", hello.node_id, e)
+        finally:
+            view.connected = False
+            acks.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acks
+
+    async def _acks(self, requests: AsyncIterator[rpb.StandbyMessage], view: StandbyView) -> None:
+        store = self.node.store
+        async for msg in requests:
+            if msg.WhichOneof("kind") == "ack" and store is not None:
+                self.node.hub.on_ack(view, msg.ack.durable_event_id, store.log.durable_id)
+                metrics.REPLICATION_LAG_EVENTS.labels(view.node_id).set(
+                    max(0, store.log.durable_id - view.acked_id)
+                )
+
+    async def _snapshot(self, store: Any, info: Any) -> AsyncIterator[rpb.PrimaryMessage]:
+        directory = store.snapshots.directory
+        files = [*info.chunks, os.path.basename(info.path)]  # the snapshot file last
+        for i, name in enumerate(files):
+            path = os.path.join(directory, name)
+            size = (await aiofiles.os.stat(path)).st_size
+            off = 0
+            # aiofiles: a snapshot can be large and this is off the hot path.
+            async with aiofiles.open(path, "rb") as f:
+                while True:
+                    data = await f.read(SNAPSHOT_CHUNK)
+                    last_of_file = off + len(data) >= size
+                    yield rpb.PrimaryMessage(
+                        snapshot=rpb.SnapshotChunk(
+                            name=name,
+                            offset=off,
+                            data=data,
+                            last_of_file=last_of_file,
+                            last=last_of_file and i == len(files) - 1,
+                            watermark=info.watermark,
+                        )
+                    )
+                    off += len(data)
+                    if last_of_file:
+                        break
