@@ -505,18 +505,17 @@ class Node:
     # ------------------------------------------------------------- stop
 
     async def stop(self) -> str:
-        """Graceful: stop taking requests, stop starting steps, let running ones finish
+        """Graceful: stop starting steps and refuse new writes, let running steps finish
         (up to drain_timeout), resign the lease so a standby takes over at once
-        instead of after the TTL, close the store."""
+        instead of after the TTL, then stop serving and close the store."""
         self._stopping = True
         was_primary = self.role == "primary"
-        if self.api is not None:
-            await self.api.stop(grace_s=min(5.0, self.settings.drain_timeout))
         drained = True
         if self.engine is not None and self.engine.leading:
             drained = await self.engine.drain(within_s=self.settings.drain_timeout)
             await self.engine.stop()
         self.role = "stopped"
+        metrics.ROLE.set(0)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -529,12 +528,12 @@ class Node:
                     await self.lease.resign()
             with contextlib.suppress(Exception):
                 await self.lease.close()
+        if self.api is not None:
+            # Replication streams never end by themselves: a short grace is for unary calls.
+            await self.api.stop(grace_s=1.0)
         if self.store is not None:
             await self.store.close()
-        metrics.ROLE.set(0)
-        return "stopped" + (
-            "" if drained else " (steps still running were left for the next leader)"
-        )
+        return "stopped" + ("" if drained else " (steps still running were left for the next leader)")
 
 
 def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict[str, Any]:

