@@ -533,7 +533,9 @@ class Node:
             await self.api.stop(grace_s=1.0)
         if self.store is not None:
             await self.store.close()
-        return "stopped" + ("" if drained else " (steps still running were left for the next leader)")
+        if drained:
+            return "stopped"
+        return "stopped (steps still running were left for the next leader)"
 
 
 def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
+
 from lease.local_etcd import LocalEtcd
 from scheduler.client import SyncClient
 from scheduler.log import EventLog, EventType
@@ -202,9 +202,8 @@ def test_a_write_to_a_standby_names_the_primary(cluster: Cluster) -> None:
     cluster.wait_converged()
     standby = next(m for m in cluster.members if m.node_id != primary.node_id)
     time.sleep(0.5)
-    with grpc.insecure_channel(standby.address) as ch:
-        with pytest.raises(grpc.RpcError) as exc:
-            pbg.SchedulerStub(ch).SubmitTask(pb.SubmitTaskRequest(workflow="etl"), timeout=5)
+    with grpc.insecure_channel(standby.address) as ch, pytest.raises(grpc.RpcError) as exc:
+        pbg.SchedulerStub(ch).SubmitTask(pb.SubmitTaskRequest(workflow="etl"), timeout=5)
     err = exc.value
     assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert dict(err.trailing_metadata())["apollo11-leader"] == primary.address  # type: ignore[arg-type]
