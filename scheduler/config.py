@@ -56,6 +56,9 @@ class NodeSettings(BaseSettings):
     payload_max_bytes: int = Field(default=DEFAULT_PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     idempotency_ttl: float = Field(default=24 * 3600.0, gt=0)
+    # all: keep every segment (full audit history and time travel); snapshots: delete
+    # what the oldest kept snapshot covers.
+    log_retention: Literal["all", "snapshots"] = "all"
     drain_timeout: float = Field(default=10.0, ge=0)
 
     @field_validator("workflows", "etcd", mode="before")

@@ -42,6 +42,9 @@ class StoreConfig:
     log: LogConfig = field(default_factory=LogConfig)
     snapshot_interval: int = DEFAULT_INTERVAL
     snapshots_keep: int = DEFAULT_KEEP
+    # False: delete log segments that the oldest kept snapshot covers (a standby that
+    # falls further behind is then sent a snapshot). True keeps the full history.
+    keep_all_segments: bool = True
 
     def __post_init__(self) -> None:
         if self.snapshot_interval < 1:
@@ -203,6 +206,10 @@ class Store:
         written = fut.result()
         self.state.archive = Archive(written.chunks)
         watermark = written.info.watermark
+        if not self.config.keep_all_segments:
+            marks = self.snapshots.watermarks()
+            if len(marks) >= self.config.snapshots_keep:
+                self.log.drop_before(marks[-1] + 1)
         tasks = self.state.tasks
         for task_id in written.archived:
             t = tasks.get(task_id)

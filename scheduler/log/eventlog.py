@@ -273,6 +273,23 @@ class EventLog:
         tail = self._segments[-1]
         return Position(self._durable_id, tail.first_id, tail.size)
 
+    def drop_before(self, event_id: int) -> int:
+        """Delete sealed segments holding only events before `event_id`; how many went.
+
+        For log retention: what a snapshot covers need not stay on disk, unless
+        the history is wanted for audits and time travel (the default keeps it).
+        """
+        dropped = 0
+        while len(self._segments) > 1 and self._segments[0].last_id < event_id:
+            seg = self._segments.pop(0)
+            for path in (seg.path, seg.index_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            dropped += 1
+        if dropped:
+            self._data.fsync_log_dir()
+        return dropped
+
     def position_after(self, event_id: int) -> Position:
         """Where the record after durable event `event_id` starts."""
         if event_id >= self._durable_id:
@@ -556,6 +573,8 @@ class EventLog:
                 self._segments.append(seg)
             seg = self._segments[-1]
             n = len(part.chunks)
+            if not n:
+                continue  # a batch whose very first record opened a new segment
             seg.size += sum(len(c) for c in part.chunks)
             seg.last_id = events[i + n - 1].event_id
             seg.index.extend(part.index)

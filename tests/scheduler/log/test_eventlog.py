@@ -322,3 +322,19 @@ async def test_cancelling_one_appender_does_not_cancel_its_batch(open_log) -> No
     assert all(not isinstance(d, BaseException) for i, d in enumerate(done) if i != 3)
     assert log.durable_id == 10, "the cancelled appender's event was written with its batch"
     await log.close()
+
+
+async def test_reads_while_writing_across_rotations(tmp_path) -> None:
+    """A batch whose first record opens a new segment must not corrupt the old one's range."""
+    log = EventLog.open(
+        tmp_path / "d", config=LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.UNSAFE_NEVER)
+    )
+    for round_ in range(60):
+        await log.append_many([Draft(S, f"t{round_}", "s", {"pad": "x" * 300}) for _ in range(3)])
+        got = [e.event_id for e in log.read()]
+        assert got == list(range(1, log.durable_id + 1))
+        for seg in log.segments:
+            if not seg.empty:
+                assert next(log.read(seg.last_id, seg.last_id)).event_id == seg.last_id
+    assert len(log.segments) > 5
+    await log.close()
