@@ -85,6 +85,10 @@ class NotLeaderError(FailedPreconditionError):
         self.leader = leader
 
 
+class NoLeaderError(ApolloError):
+    """No primary is known right now (an election is under way): retry shortly (UNAVAILABLE)."""
+
+
 class OutcomeUnknownError(ApolloError):
     """A write is durable on this node but could not be confirmed as committed
     (not enough standbys acknowledged in time, or the lease is in doubt).

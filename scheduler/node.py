@@ -39,6 +39,7 @@ from scheduler.errors import (
     ApolloError,
     LeaseLostError,
     LogError,
+    NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
 )
@@ -434,10 +435,12 @@ class Node:
 
     # ---------------------------------------------------------- for the API
 
-    def not_leader(self) -> NotLeaderError:
+    def not_leader(self) -> ApolloError:
         leader = self.leader
-        if self.role == "primary" or leader is None:
-            return NotLeaderError("this node is not the primary (no primary is known right now)")
+        if self.role == "primary" or self._stopping:
+            return NotLeaderError("this node is shutting down or stepping down; try another")
+        if leader is None:
+            return NoLeaderError("no primary is known right now (an election is under way); retry")
         return NotLeaderError(
             f"this node is a standby; the primary is {leader.node_id} at {leader.address}",
             leader=leader.address,

@@ -30,6 +30,7 @@ from scheduler.errors import (
     InvalidEventError,
     LogClosedError,
     LogFailedError,
+    NoLeaderError,
     NotFoundError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -61,7 +62,7 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(e, FailedPreconditionError | StaleTermError):
         return grpc.StatusCode.FAILED_PRECONDITION
-    if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError):
+    if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError | NoLeaderError):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL
 

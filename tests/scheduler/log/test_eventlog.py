@@ -338,3 +338,26 @@ async def test_reads_while_writing_across_rotations(tmp_path) -> None:
                 assert next(log.read(seg.last_id, seg.last_id)).event_id == seg.last_id
     assert len(log.segments) > 5
     await log.close()
+
+
+async def test_cut_after_quarantines_a_divergent_tail(open_log, tmp_path) -> None:
+    from scheduler.log.eventlog import cut_after
+
+    log = open_log()
+    await _fill(log, 120)  # several 4 KiB segments
+    n_segments = len(log.segments)
+    original = {e.event_id: log.read_raw(e.event_id, 1).data for e in log.read()}
+    await log.close()
+    root = tmp_path / "data"
+    q = tmp_path / "quarantine" / "tail.log"
+    assert cut_after(root, 57, str(q)) == 63
+    assert q.read_bytes() == b"".join(original[i] for i in range(58, 121)), "kept byte for byte"
+    again = EventLog.open(root, config=log.config, instance_id="n1")
+    assert again.durable_id == 57 and len(again.segments) < n_segments
+    assert [e.event_id for e in again.read()] == list(range(1, 58))
+    e = await again.append(S, "new", "s")
+    assert e.event_id == 58
+    await again.close()
+    with pytest.raises(LogError, match="nothing to keep"):
+        # a log that starts later than what should be kept cannot be cut to it
+        cut_after(root, -5, str(q))
