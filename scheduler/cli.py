@@ -97,6 +97,28 @@ def node(
     raise typer.Exit(code)
 
 
+@app.command()
+def dev(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where etcd and the nodes keep their data.")
+    ] = Path(".apollo11-dev"),
+    nodes: Annotated[int, typer.Option("--nodes", help="How many nodes.")] = 3,
+    base_port: Annotated[int, typer.Option("--base-port", help="gRPC port of n1; n2 +1...")] = 7411,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", help="Seconds (>= 2).")] = 5.0,
+    workflows: Annotated[str, typer.Option("--workflows", help="Workflow modules.")] = (
+        "scheduler.examples"
+    ),
+) -> None:
+    """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
+    from scheduler.dev import run
+
+    if lease_ttl < 2:
+        raise _fail("--lease-ttl must be at least 2 seconds", 2)
+    if not 1 <= nodes <= 9:
+        raise _fail("--nodes must be between 1 and 9", 2)
+    raise typer.Exit(run(directory, nodes, base_port, lease_ttl, workflows))
+
+
 # ------------------------------------------------------------- client commands
 
 Server = Annotated[
