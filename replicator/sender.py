@@ -13,8 +13,9 @@ import heapq
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiofiles
@@ -52,6 +53,15 @@ class StandbyView:
     acked_at: float = 0.0  # monotonic
     sent_id: int = 0
     caught_up_at: float = 0.0  # monotonic time acked_id last equalled our durable id
+    next_batch: int = 0  # index into the hub's durable-batch record not yet acked
+    lags: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+
+    def lag_ms(self, q: float) -> float:
+        """A percentile of recent ack latencies (durable on the primary -> acked)."""
+        if not self.lags:
+            return 0.0
+        ordered = sorted(self.lags)
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
 
 
 class ReplicationHub:
@@ -59,6 +69,9 @@ class ReplicationHub:
 
     def __init__(self) -> None:
         self.standbys: dict[str, StandbyView] = {}
+        # (last event id, monotonic time) of each durable batch, to time acks against
+        self._batches: deque[tuple[int, float]] = deque()
+        self._base = 0  # index of _batches[0] since the hub started
         # one heap of (event id, seq, future) per number of standbys waited for
         self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
         self._seq = 0
@@ -73,9 +86,24 @@ class ReplicationHub:
         acks = sorted((s.acked_id for s in self.connected()), reverse=True)
         return acks[n - 1] if len(acks) >= n else 0
 
+    def on_durable(self, last_event_id: int) -> None:
+        """A batch became durable on the primary (called per batch, not per event)."""
+        self._batches.append((last_event_id, time.monotonic()))
+        if len(self._batches) > 100_000:
+            self._batches.popleft()
+            self._base += 1
+
     def on_ack(self, view: StandbyView, event_id: int, durable_here: int) -> None:
         view.acked_id = max(view.acked_id, event_id)
         now = time.monotonic()
+        i = max(view.next_batch, self._base)
+        while i - self._base < len(self._batches):
+            last, at = self._batches[i - self._base]
+            if last > view.acked_id:
+                break
+            view.lags.append(now - at)
+            i += 1
+        view.next_batch = i
         view.acked_at = now
         if view.acked_id >= durable_here:
             view.caught_up_at = now
@@ -103,6 +131,13 @@ class ReplicationHub:
                 f"did not arrive within {timeout_s:g}s ({have} standby(s) connected); its "
                 f"replication outcome is unknown"
             ) from None
+
+    def index_after(self, event_id: int) -> int:
+        """Index of the first recorded batch ending after `event_id`."""
+        for k, (last, _) in enumerate(self._batches):
+            if last > event_id:
+                return self._base + k
+        return self._base + len(self._batches)
 
     def fail_all(self, why: str) -> None:
         for heap in self._waiters.values():
@@ -173,6 +208,7 @@ class ReplicationService(rpbg.ReplicationServicer):
             start = snapshot.watermark + 1
         view.connected = True
         view.acked_id = start - 1
+        view.next_batch = hub.index_after(start - 1)
         view.sent_id = start - 1
         acks = asyncio.create_task(self._acks(request_iterator, view))
         try:

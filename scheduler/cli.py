@@ -610,6 +610,25 @@ def bench_grpc(
     _bench(run, summary_rows, "grpc", quick, as_json, workdir)
 
 
+@bench_app.command("failover")
+def bench_failover(
+    cycles: Annotated[int | None, typer.Option("--cycles", help="Kills (default 20).")] = None,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", help="Seconds.")] = 5.0,
+    quick: Annotated[bool, typer.Option("--quick", help="3 kills, shorter runs.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
+    ] = None,
+) -> None:
+    """Cluster: failover time over N kills, acked writes lost, replication lag, e2e tasks/s."""
+    from scheduler.bench import failover_bench
+
+    def run(q: bool, w: str | None, progress: Any) -> Any:
+        return failover_bench.run(q, w, progress, cycles=cycles, ttl=lease_ttl)
+
+    _bench(run, failover_bench.summary_rows, "failover", quick, as_json, workdir)
+
+
 def _bench(
     run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
 ) -> None:

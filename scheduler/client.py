@@ -138,41 +138,52 @@ class Client:
     async def _call(
         self, service: str, method: str, request: Any, *, write: bool, retry: bool
     ) -> Any:
-        """One unary call: follow the primary redirect, retry what is safe to retry."""
+        """One unary call: follow the primary redirect, retry what is safe to retry.
+
+        Each round tries every endpoint once (the presumed primary first for
+        writes); `retries` is the number of further rounds, with capped backoff
+        between them. An endpoint that cannot be reached stops being presumed
+        primary.
+        """
         delay = self.backoff_s
         last: ApolloError | None = None
         redirects = 0
-        attempt = 0
-        eps = self._order(write)
-        i = 0
-        while attempt <= self.retries:
-            ep = eps[i % len(eps)]
-            try:
-                result = await getattr(self._stub(service, ep), method)(
-                    request, timeout=self.timeout_s
-                )
-                if write:
-                    self._primary = ep
-                return result
-            except grpc.aio.AioRpcError as err:
-                last = _translate(err)
-                if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
-                    redirects += 1
-                    self._primary = last.leader
-                    if last.leader not in eps:
-                        eps.insert(0, last.leader)
-                    i = eps.index(last.leader)
+        for round_ in range(self.retries + 1):
+            if round_:
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(self.max_backoff_s, delay * 2)
+            eps = self._order(write)
+            tried: set[str] = set()
+            i = 0
+            while i < len(eps):
+                ep = eps[i]
+                i += 1
+                if ep in tried:
                     continue
-                retryable = err.code() in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                ) or (write and isinstance(last, NotLeaderError))  # no primary yet: wait
-                if not (retry and retryable):
-                    raise last from None
-            attempt += 1
-            i += 1
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(self.max_backoff_s, delay * 2)
+                tried.add(ep)
+                try:
+                    result = await getattr(self._stub(service, ep), method)(
+                        request, timeout=self.timeout_s
+                    )
+                    if write:
+                        self._primary = ep
+                    return result
+                except grpc.aio.AioRpcError as err:
+                    last = _translate(err)
+                    if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
+                        redirects += 1
+                        self._primary = last.leader
+                        eps.insert(i, last.leader)  # the named primary, next
+                        tried.discard(last.leader)
+                        continue
+                    transient = err.code() in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    )
+                    if transient and ep == self._primary:
+                        self._primary = None
+                    if not (retry and (transient or isinstance(last, NotLeaderError))):
+                        raise last from None
         assert last is not None
         raise last
 
@@ -279,13 +290,27 @@ class Client:
         return await self.task(task_id)
 
 
+_shared: asyncio.AbstractEventLoop | None = None
+_shared_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    """One event loop thread per process for every SyncClient: grpc.aio does not
+    support several event loops in one process (calls on a second loop hang)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="apollo11-client", daemon=True).start()
+            _shared = loop
+        return _shared
+
+
 class SyncClient:
-    """The same API, blocking: an event loop in a background thread runs the async client."""
+    """The same API, blocking: the async client on a background event loop."""
 
     def __init__(self, endpoints: str | Sequence[str] | None = None, **kw: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
+        self._loop = _background_loop()
         self._client = self._run(self._make(endpoints, kw))
 
     async def _make(self, endpoints: str | Sequence[str] | None, kw: dict[str, Any]) -> Client:
@@ -302,9 +327,6 @@ class SyncClient:
 
     def close(self) -> None:
         self._run(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
 
     def submit(self, workflow: str, input: Any = None, **kw: Any) -> Submission:
         return self._run(self._client.submit(workflow, input, **kw))

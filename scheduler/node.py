@@ -54,8 +54,8 @@ from scheduler.workflow import Registry
 
 log = logging.getLogger(__name__)
 
-CYCLE_S = 0.2  # how often the role loop reads the world
-SETTLE_S = 0.45  # after the leader vanishes, let every standby publish its final position
+CYCLE_S = 0.1  # how often the role loop reads the world
+SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position
 
 
 class Node:
@@ -274,6 +274,8 @@ class Node:
         self.role = "primary"
         self.leader = won
         self.hub = ReplicationHub()
+        hub = self.hub
+        self.store.add_observer(lambda events: hub.on_durable(events[-1].event_id))
         started = await log_.append(
             EventType.TERM_STARTED,
             "",
@@ -481,6 +483,8 @@ class Node:
                 m["last_event_id"] = max(m["last_event_id"], v.acked_id)
                 m["connected"] = v.connected
                 m["synchronous"] = v.connected and self.settings.sync_replicas > 0
+                m["ack_p50_ms"] = v.lag_ms(0.50)
+                m["ack_p99_ms"] = v.lag_ms(0.99)
                 caught = v.caught_up_at or now
                 m["lag_ms"] = 0.0 if v.acked_id >= durable else round((now - caught) * 1000, 1)
                 metrics.REPLICATION_LAG_SECONDS.labels(v.node_id).set(m["lag_ms"] / 1000)
@@ -553,6 +557,8 @@ def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict
         "lag_ms": 0.0,
         "connected": role == "primary",
         "synchronous": False,
+        "ack_p50_ms": 0.0,
+        "ack_p99_ms": 0.0,
     }
 
 

@@ -235,6 +235,8 @@ def status_from_pb(m: pb.ClusterStatus) -> StatusView:
                 lag_ms=x.lag_ms,
                 connected=x.connected,
                 synchronous=x.synchronous,
+                ack_p50_ms=x.ack_p50_ms,
+                ack_p99_ms=x.ack_p99_ms,
             )
             for x in m.members
         ),

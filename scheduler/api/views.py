@@ -144,6 +144,8 @@ class MemberView:
     lag_ms: float
     connected: bool
     synchronous: bool
+    ack_p50_ms: float = 0.0
+    ack_p99_ms: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -155,6 +157,8 @@ class MemberView:
             "lag_ms": self.lag_ms,
             "connected": self.connected,
             "synchronous": self.synchronous,
+            "ack_p50_ms": self.ack_p50_ms,
+            "ack_p99_ms": self.ack_p99_ms,
         }
 
 

@@ -319,7 +319,7 @@ class LeaseInfo(_message.Message):
     def __init__(self, ttl_s: _Optional[float] = ..., remaining_s: _Optional[float] = ...) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("node_id", "role", "address", "last_event_id", "term", "lag_events", "lag_ms", "connected", "synchronous")
+    __slots__ = ("node_id", "role", "address", "last_event_id", "term", "lag_events", "lag_ms", "connected", "synchronous", "ack_p50_ms", "ack_p99_ms")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -329,6 +329,8 @@ class Member(_message.Message):
     LAG_MS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     SYNCHRONOUS_FIELD_NUMBER: _ClassVar[int]
+    ACK_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    ACK_P99_MS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     role: str
     address: str
@@ -338,7 +340,9 @@ class Member(_message.Message):
     lag_ms: float
     connected: bool
     synchronous: bool
-    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ...) -> None: ...
+    ack_p50_ms: float
+    ack_p99_ms: float
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ..., ack_p50_ms: _Optional[float] = ..., ack_p99_ms: _Optional[float] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
     __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks")

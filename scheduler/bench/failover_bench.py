@@ -1,0 +1,308 @@
+"""`apollo11 bench failover`: a real etcd and three node processes, killed for real.
+
+* failover time: from SIGKILL of the primary to the first write acknowledged
+  by the new one, over N kills, with tasks being submitted all along;
+* acknowledged writes lost (with the default --sync-replicas 1: must be 0);
+* replication lag (durable on the primary -> acknowledged by a standby) under
+  an offered load of 5k and 20k events/s;
+* end to end: five-step tasks per second through gRPC with two synchronous
+  standbys (--sync-replicas 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from lease.local_etcd import free_port
+from scheduler.dev import DevCluster
+
+PUBLISHED = {  # published failover defaults of the systems people compare with
+    "Patroni (ttl)": 30.0,
+    "Kubernetes leader election (lease duration)": 15.0,
+    "Redis Sentinel (down-after-milliseconds)": 30.0,
+}
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def _cluster(base: Path, ttl: float, env: dict[str, str] | None = None) -> DevCluster:
+    port = free_port()
+    while any(_busy(port + i) for i in range(3)):
+        port = free_port()
+    dev = DevCluster(base, 3, port, etcd_port=free_port(), lease_ttl=ttl, env=env or {})
+    dev.start()
+    return dev
+
+
+def _busy(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _status(address: str) -> dict[str, Any] | None:
+    from scheduler.client import SyncClient
+
+    try:
+        with SyncClient(address, retries=0, timeout_s=1) as c:
+            return c.status().to_json()
+    except Exception:
+        return None
+
+
+def _primary(dev: DevCluster, timeout: float = 60, exclude: str | None = None) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for i, ep in enumerate(dev.endpoints):
+            node = f"n{i + 1}"
+            if node == exclude or dev.procs[node].poll() is not None:
+                continue
+            s = _status(ep)
+            if s and s["role"] == "primary":
+                return node
+        time.sleep(0.05)
+    raise RuntimeError("no primary")
+
+
+class _Load(threading.Thread):
+    def __init__(self, endpoints: str) -> None:
+        super().__init__(daemon=True)
+        self.endpoints = endpoints
+        self.acked: list[str] = []
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        from scheduler.client import SyncClient
+
+        with SyncClient(self.endpoints, retries=2, timeout_s=3) as c:
+            while not self.stop_flag.is_set():
+                try:
+                    self.acked.append(c.submit("etl", {"step_seconds": 0.02}).task_id)
+                except Exception:
+                    time.sleep(0.02)
+                time.sleep(0.01)
+
+
+def _failovers(dev: DevCluster, cycles: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    from scheduler.client import SyncClient
+
+    eps = ",".join(dev.endpoints)
+    load = _Load(eps)
+    load.start()
+    times: list[float] = []
+    try:
+        time.sleep(1.0)
+        for n in range(cycles):
+            old = _primary(dev)
+            i = int(old[1:]) - 1
+            dev.procs[old].send_signal(signal.SIGKILL)
+            dev.procs[old].wait()
+            t0 = time.monotonic()
+            live = ",".join(ep for k, ep in enumerate(dev.endpoints) if k != i)
+            with SyncClient(live, retries=0, timeout_s=1) as probe:
+                while True:
+                    try:
+                        probe.submit("etl", {"step_seconds": 0})
+                        break
+                    except Exception:
+                        time.sleep(0.01)
+            times.append(time.monotonic() - t0)
+            progress(
+                f"kill {n + 1}/{cycles}: {old} -> new primary acknowledged after {times[-1]:.2f}s"
+            )
+            dev.start_node(i)
+            # let the old primary rejoin and catch up before the next kill
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                s = _status(dev.endpoints[i])
+                if (
+                    s
+                    and s["role"] == "standby"
+                    and all(m["lag_events"] == 0 for m in s["members"] if m["node_id"] == old)
+                ):
+                    break
+                time.sleep(0.1)
+    finally:
+        load.stop_flag.set()
+        load.join(30)
+    with SyncClient(eps, timeout_s=10) as c:
+        for t in load.acked:
+            c.wait(t)
+    return {"failover_s": times, "acked": load.acked}
+
+
+def _acked_lost(dev: DevCluster, acked: list[str]) -> int:
+    from scheduler.log import EventLog, EventType
+
+    primary = _primary(dev)
+    dev.stop()
+    log = EventLog.open(dev.root / primary, read_only=True)
+    submitted = {e.task_id for e in log.read() if e.event_type is EventType.TASK_SUBMITTED}
+    log.close_sync()
+    return sum(1 for t in acked if t not in submitted)
+
+
+def _offered(endpoints: str, tasks_per_s: float, seconds: float) -> int:
+    from scheduler.client import Client
+
+    async def go() -> int:
+        done = 0
+        async with Client(endpoints, retries=2) as c:
+            t0 = time.perf_counter()
+            sent = 0
+            pending: set[asyncio.Task[Any]] = set()
+            while (now := time.perf_counter()) - t0 < seconds:
+                due = int((now - t0) * tasks_per_s)
+                while sent < due:
+                    t = asyncio.create_task(c.submit("etl", {"step_seconds": 0}))
+                    pending.add(t)
+                    t.add_done_callback(pending.discard)
+                    sent += 1
+                await asyncio.sleep(0.002)
+            for t in list(pending):
+                try:
+                    await t
+                    done += 1
+                except Exception:
+                    pass
+        return sent
+
+    return asyncio.run(go())
+
+
+def _lag_at(dev: DevCluster, events_per_s: int, seconds: float) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    primary = _primary(dev)
+    eps = ",".join(dev.endpoints)
+    before = _status(dev.endpoints[int(primary[1:]) - 1]) or {}
+    start_event = int(before.get("last_event_id", 0))
+    per_proc = events_per_s / 11 / 2
+    with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+        list(ex.map(_offered, [eps, eps], [per_proc, per_proc], [seconds, seconds]))
+    s = _status(dev.endpoints[int(primary[1:]) - 1]) or {}
+    standbys = [m for m in s.get("members", []) if m["role"] == "standby"]
+    return {
+        "offered_events_per_s": events_per_s,
+        "achieved_events_per_s": round((int(s.get("last_event_id", 0)) - start_event) / seconds),
+        "p50_ms": max((m["ack_p50_ms"] for m in standbys), default=float("nan")),
+        "p99_ms": max((m["ack_p99_ms"] for m in standbys), default=float("nan")),
+    }
+
+
+def _e2e(endpoints: str, seconds: float, concurrency: int) -> int:
+    from scheduler.client import Client
+
+    async def go() -> int:
+        done = 0
+        stop = time.perf_counter() + seconds
+        async with Client(endpoints, retries=3) as c:
+
+            async def worker() -> None:
+                nonlocal done
+                while time.perf_counter() < stop:
+                    sub = await c.submit("etl", {"step_seconds": 0})
+                    view = await c.wait(sub.task_id)
+                    if view.state == "SUCCEEDED":
+                        done += 1
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done
+
+    return asyncio.run(go())
+
+
+def run(
+    quick: bool,
+    workdir: str | None,
+    progress: Callable[[str], None],
+    cycles: int | None = None,
+    ttl: float = 5.0,
+) -> dict[str, Any]:
+    cycles = cycles if cycles is not None else (3 if quick else 20)
+    lag_seconds = 3.0 if quick else 6.0
+    base = Path(tempfile.mkdtemp(prefix="apollo11-bench-", dir=workdir or os.getcwd()))
+    result: dict[str, Any] = {"quick": quick, "lease_ttl_s": ttl, "cycles": cycles}
+    try:
+        progress(f"three nodes, TTL {ttl:g}s, {cycles} kills of the primary under load")
+        dev = _cluster(base / "failover", ttl)
+        try:
+            _primary(dev)
+            fo = _failovers(dev, cycles, progress)
+            result["acked_writes"] = len(fo["acked"])
+            result["acked_lost"] = _acked_lost(dev, fo["acked"])
+        finally:
+            dev.stop()
+        ms = [t * 1000 for t in fo["failover_s"]]
+        result["failover_ms"] = {
+            "p50": round(_pct(ms, 0.5)),
+            "p99": round(_pct(ms, 0.99)),
+            "max": round(max(ms)),
+        }
+        progress("replication lag under offered load")
+        dev = _cluster(base / "lag", ttl)
+        try:
+            _primary(dev)
+            time.sleep(1)
+            result["lag_ms"] = {
+                f"at_{r // 1000}k_events_per_s": _lag_at(dev, r, lag_seconds)
+                for r in (5_000, 20_000)
+            }
+        finally:
+            dev.stop()
+        progress("end to end with two synchronous standbys (--sync-replicas 2)")
+        dev = _cluster(base / "e2e", ttl, env={"APOLLO11_SYNC_REPLICAS": "2"})
+        try:
+            _primary(dev)
+            time.sleep(1)
+            ctx = multiprocessing.get_context("spawn")
+            eps = ",".join(dev.endpoints)
+            secs = lag_seconds
+            with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+                done = sum(ex.map(_e2e, [eps, eps], [secs, secs], [64, 64]))
+            result["e2e_tasks_per_s_sync2"] = round(done / secs)
+        finally:
+            dev.stop()
+        result["published_defaults_s"] = PUBLISHED
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    fo = r["failover_ms"]
+    rows = [
+        (
+            f"failover, kill -9 of the primary ({r['cycles']} times, TTL {r['lease_ttl_s']:g}s)",
+            f"p50 {fo['p50']} ms, p99 {fo['p99']} ms, max {fo['max']} ms",
+        ),
+        ("acknowledged writes lost", f"{r['acked_lost']} of {r['acked_writes']}"),
+    ]
+    for name, lag in r["lag_ms"].items():
+        rows.append(
+            (
+                f"replication ack latency {name.replace('_', ' ')}",
+                f"p50 {lag['p50_ms']} ms, p99 {lag['p99_ms']} ms "
+                f"(achieved {lag['achieved_events_per_s']:,} events/s)",
+            )
+        )
+    rows.append(
+        ("five-step tasks/s end to end, 2 sync standbys", f"{r['e2e_tasks_per_s_sync2']:,}")
+    )
+    for name, secs in r["published_defaults_s"].items():
+        rows.append((f"for comparison: {name}", f"{secs:g} s"))
+    return rows
