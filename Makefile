@@ -4,7 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test unit lint typecheck format proto bench bench-quick clean
+COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE_FILE := deploy/docker-compose.yml
+SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
+
+.PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
+	demo wheelhouse up down status logs failover-demo e2e
 
 setup: $(STAMP)
 
@@ -44,6 +49,34 @@ bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
 	$(BIN)/apollo11 bench engine --quick
 	$(BIN)/apollo11 bench grpc --quick
+
+# The local cluster, no Docker: bundled etcd + three nodes, kill the primary, narrate.
+demo: setup
+	$(BIN)/python deploy/demo.py
+
+# Wheels of the project and every dependency, for the image build (no network in it).
+wheelhouse: setup
+	rm -rf deploy/wheelhouse
+	$(BIN)/python -m pip wheel --quiet --wheel-dir deploy/wheelhouse .
+
+up: wheelhouse
+	$(COMPOSE) -f $(COMPOSE_FILE) up -d --build
+
+down:
+	$(COMPOSE) -f $(COMPOSE_FILE) down -v --remove-orphans
+
+status: setup
+	$(BIN)/apollo11 status --server $(SERVERS)
+
+logs:
+	$(COMPOSE) -f $(COMPOSE_FILE) logs --tail 100 -f
+
+failover-demo: setup
+	$(BIN)/python deploy/e2e_check.py --ttl $${APOLLO11_LEASE_TTL:-5}
+
+# The compose deployment end to end on this machine (installs Docker when missing).
+e2e: setup
+	deploy/e2e.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

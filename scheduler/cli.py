@@ -435,6 +435,29 @@ def cancel(
 
 
 @app.command()
+def health(server: Server = None) -> None:
+    """Exit 0 when the node's gRPC health service says SERVING (for container HEALTHCHECKs)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from scheduler.client import endpoints_from
+
+    endpoint = endpoints_from(server)[0]
+    try:
+        with grpc.insecure_channel(endpoint) as ch:
+            reply = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=2
+            )
+    except grpc.RpcError as e:
+        raise _fail(f"{endpoint}: {e.code().name}") from e
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        raise _fail(
+            f"{endpoint}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+        )
+    out.print(f"{endpoint}: SERVING")
+
+
+@app.command()
 def status(server: Server = None, as_json: AsJson = False) -> None:
     """Who is primary, the term, the lease, and every member's position and lag."""
 

@@ -1,0 +1,113 @@
+"""Checks run from the host against the compose cluster (called by deploy/e2e.sh).
+
+Everything goes through the published ports and the real CLI, as a user would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+NODES = {"node1": "127.0.0.1:7411", "node2": "127.0.0.1:7421", "node3": "127.0.0.1:7431"}
+SERVERS = ",".join(NODES.values())
+CLI = [sys.executable, "-m", "scheduler.cli"]
+
+
+def say(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} e2e: {msg}", flush=True)
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "APOLLO11_SERVER": SERVERS}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def status(address: str) -> dict | None:  # type: ignore[type-arg]
+    r = cli("status", "--json", "--server", address, timeout=10)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict]:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node, addr in NODES.items():
+            if node == exclude:
+                continue
+            s = status(addr)
+            if s and s["role"] == "primary":
+                return node, s
+        time.sleep(0.1)
+    raise SystemExit("no primary")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ttl", type=float, default=5.0)
+    ap.add_argument("--tasks", type=int, default=8)
+    args = ap.parse_args()
+
+    old, s = primary()
+    say(f"primary {old}, term {s['term']}")
+    acked = []
+    for i in range(args.tasks):
+        r = cli(
+            "submit",
+            "etl",
+            "--input",
+            json.dumps({"step_seconds": 0.5}),
+            "--idempotency-key",
+            f"e2e-{time.time_ns()}-{i}",
+            "--json",
+        )
+        assert r.returncode == 0, r.stderr
+        acked.append(json.loads(r.stdout)["task_id"])
+    say(f"{len(acked)} tasks acknowledged; letting them run")
+    time.sleep(1.0)
+
+    subprocess.run(["docker", "kill", f"apollo11-{old}"], check=True, capture_output=True)
+    killed = time.monotonic()
+    say(f"docker kill apollo11-{old}")
+    new, s2 = primary(exclude=old, timeout=args.ttl + 30)
+    took = time.monotonic() - killed
+    say(f"new primary {new}, term {s2['term']} (was {s['term']}), {took:.1f}s after the kill")
+    assert s2["term"] > s["term"], "the term only grows"
+    assert took <= args.ttl + 2, f"takeover took {took:.1f}s, more than TTL + 2 s"
+
+    deadline = time.monotonic() + 180
+    for t in acked:
+        while True:
+            r = cli("task", t, "--json")
+            if r.returncode == 0 and json.loads(r.stdout)["state"] in (
+                "SUCCEEDED",
+                "FAILED",
+                "CANCELLED",
+            ):
+                state = json.loads(r.stdout)["state"]
+                assert state == "SUCCEEDED", f"task {t} ended {state}"
+                break
+            assert time.monotonic() < deadline, f"task {t} did not complete"
+            time.sleep(0.3)
+    say(f"all {len(acked)} acknowledged tasks completed")
+
+    subprocess.run(["docker", "start", f"apollo11-{old}"], check=True, capture_output=True)
+    say(f"docker start apollo11-{old}")
+    deadline = time.monotonic() + 90
+    while True:
+        s3 = status(NODES[old])
+        if s3 and s3["role"] == "standby" and s3["leader"] and s3["leader"]["node_id"] == new:
+            me = next(m for m in s3["members"] if m["node_id"] == old)
+            if me["lag_events"] == 0:
+                break
+        assert time.monotonic() < deadline, f"{old} did not rejoin as a standby: {s3}"
+        time.sleep(0.5)
+    say(f"{old} rejoined as a standby of {new} and caught up")
+    print(cli("status").stdout, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
