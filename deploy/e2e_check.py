@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+from scheduler.client import SyncClient
+
 NODES = {"node1": "127.0.0.1:7411", "node2": "127.0.0.1:7421", "node3": "127.0.0.1:7431"}
 SERVERS = ",".join(NODES.values())
 CLI = [sys.executable, "-m", "scheduler.cli"]
@@ -27,8 +29,12 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def status(address: str) -> dict | None:  # type: ignore[type-arg]
-    r = cli("status", "--json", "--server", address, timeout=10)
-    return json.loads(r.stdout) if r.returncode == 0 else None
+    """One quick look (polled often, so not through the CLI's patient retries)."""
+    try:
+        with SyncClient(address, retries=0, timeout_s=2) as c:
+            return c.status().to_json()
+    except Exception:
+        return None
 
 
 def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict]:  # type: ignore[type-arg]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -40,8 +41,9 @@ class NodeSettings(BaseSettings):
     listen: str = "127.0.0.1:7411"
     advertise: str | None = None
     http: str | None = None
-    workflows: list[str] = Field(default_factory=list)
-    etcd: list[str] = Field(default_factory=list)
+    # NoDecode: from the environment these are "a,b" (split below), not JSON lists.
+    workflows: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    etcd: Annotated[list[str], NoDecode] = Field(default_factory=list)
     cluster: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     lease_ttl: float = 5.0
     sync_replicas: int = Field(default=1, ge=0, le=8)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.config import load_settings
+
+
+def test_environment_lists_are_comma_separated(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("APOLLO11_WORKFLOWS", "scheduler.examples,mypkg.flows")
+    monkeypatch.setenv("APOLLO11_ETCD", "http://etcd1:2379,http://etcd2:2379")
+    s = load_settings(data_dir=tmp_path)
+    assert s.workflows == ["scheduler.examples", "mypkg.flows"]
+    assert s.etcd == ["http://etcd1:2379", "http://etcd2:2379"]
+    assert not s.standalone
+
+
+def test_flags_beat_environment_beats_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "node.toml"
+    cfg.write_text('node_id = "from-file"\nlease_ttl = 7\ncluster = "filecluster"\n')
+    monkeypatch.setenv("APOLLO11_LEASE_TTL", "9")
+    s = load_settings(cfg, data_dir=tmp_path, node_id="from-flag")
+    assert (s.node_id, s.lease_ttl, s.cluster) == ("from-flag", 9.0, "filecluster")
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        ({"lease_ttl": 1.0}, "--lease-ttl (APOLLO11_LEASE_TTL): lease_ttl must be at least 2"),
+        ({"listen": "nowhere"}, "--listen"),
+        ({"sync_replicas": -1}, "--sync-replicas"),
+        ({"node_id": "bad id!"}, "node_id may use"),
+    ],
+)
+def test_invalid_values_name_the_flag(
+    tmp_path: Path, flags: dict[str, object], needle: str
+) -> None:
+    with pytest.raises(ValueError, match="invalid node settings") as exc:
+        load_settings(data_dir=tmp_path, **flags)
+    assert needle in str(exc.value)
+
+
+def test_missing_config_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", data_dir=tmp_path)
