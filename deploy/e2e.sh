@@ -60,7 +60,8 @@ export APOLLO11_BASE_IMAGE=$BASE ETCD_IMAGE=$ETCD APOLLO11_IMAGE=apollo11:e2e
 log "node base image: $BASE; etcd image: $ETCD"
 
 # ---------------------------------------------------------------- 3. build, up
-make -s wheelhouse
+log "building the wheelhouse on the host"
+make -s wheelhouse >/tmp/apollo11-wheelhouse.log 2>&1 || { tail -20 /tmp/apollo11-wheelhouse.log; exit 1; }
 cleanup() {
   status=$?
   if [ $status -ne 0 ]; then
@@ -74,9 +75,9 @@ cleanup() {
 trap cleanup EXIT
 "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml down -v --remove-orphans >/dev/null 2>&1 || true
 log "building the node image"
-"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml build --quiet
+"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml build --quiet 2>&1 | grep -v -i -E "deprecated|buildx|docs.docker.com|^$" || true
 log "starting etcd x3 and three nodes"
-"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml up -d
+"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml up -d 2>&1 | grep -v -E "^(Creating|Starting|Network|Volume|Container)" || true
 
 # ---------------------------------------------------------------- 4. checks
 "$ROOT/.venv/bin/python" deploy/e2e_check.py --ttl "$APOLLO11_LEASE_TTL"

@@ -253,6 +253,22 @@ class Client:
         return [codec.event_from_pb(e) for e in resp.events], int(resp.next_event_id)
 
     async def status(self) -> StatusView:
+        """The cluster as the primary sees it (member lag and connections are the
+        primary's knowledge); the first node that answers when no primary does."""
+        first: StatusView | None = None
+        for ep in self.endpoints:
+            try:
+                resp = await self._stub("cluster", ep).GetStatus(
+                    codec.status_request(), timeout=self.timeout_s
+                )
+            except grpc.aio.AioRpcError:
+                continue
+            view = codec.status_from_pb(resp)
+            if view.role == "primary":
+                return view
+            first = first or view
+        if first is not None:
+            return first
         resp = await self._call(
             "cluster", "GetStatus", codec.status_request(), write=False, retry=True
         )
