@@ -75,9 +75,11 @@ cleanup() {
 trap cleanup EXIT
 "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml down -v --remove-orphans >/dev/null 2>&1 || true
 log "building the node image"
-"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml build --quiet 2>&1 | grep -v -i -E "deprecated|buildx|docs.docker.com|^$" || true
+"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml build --quiet >/tmp/apollo11-build.log 2>&1 \
+  || { tail -30 /tmp/apollo11-build.log; exit 1; }
 log "starting etcd x3 and three nodes"
-"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml up -d 2>&1 | grep -v -E "^(Creating|Starting|Network|Volume|Container)" || true
+"${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml up -d >/tmp/apollo11-up.log 2>&1 \
+  || { tail -30 /tmp/apollo11-up.log; exit 1; }
 
 # ---------------------------------------------------------------- 4. checks
 "$ROOT/.venv/bin/python" deploy/e2e_check.py --ttl "$APOLLO11_LEASE_TTL"
