@@ -56,6 +56,7 @@ class NodeSettings(BaseSettings):
     snapshot_interval: int = Field(default=DEFAULT_INTERVAL, ge=1)
     segment_max_bytes: int = Field(default=DEFAULT_SEGMENT_MAX_BYTES, ge=4096)
     payload_max_bytes: int = Field(default=DEFAULT_PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
+    submit_max_bytes: int = Field(default=64 * 1024, ge=64, le=8 * 1024 * 1024)
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     idempotency_ttl: float = Field(default=24 * 3600.0, gt=0)
     # all: keep every segment (full audit history and time travel); snapshots: delete

@@ -113,6 +113,7 @@ class Node:
             log=LogConfig(
                 segment_max_bytes=self._segment_bytes,
                 payload_max_bytes=s.payload_max_bytes,
+                submit_max_bytes=max(s.submit_max_bytes, s.payload_max_bytes),
                 fsync=s.fsync,
             ),
             snapshot_interval=s.snapshot_interval,
