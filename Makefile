@@ -4,8 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_FILE := deploy/docker-compose.yml
+# deploy/images.sh starts Docker when needed and picks the base images (a local
+# debootstrap base where no registry is reachable); it prints COMPOSE and the images.
+IMAGES := eval "$$(deploy/images.sh)" &&
+COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 
 .PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
@@ -60,7 +63,8 @@ wheelhouse: setup
 	$(BIN)/python -m pip wheel --quiet --wheel-dir deploy/wheelhouse .
 
 up: wheelhouse
-	$(COMPOSE) -f $(COMPOSE_FILE) up -d --build
+	$(IMAGES) $$COMPOSE -f $(COMPOSE_FILE) build && $$COMPOSE -f $(COMPOSE_FILE) up -d
+	@echo "up: three nodes on 127.0.0.1:7411, :7421, :7431 (make status, make failover-demo)"
 
 down:
 	$(COMPOSE) -f $(COMPOSE_FILE) down -v --remove-orphans

@@ -29,30 +29,6 @@ def say(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')}  {msg}", flush=True)
 
 
-def status(address: str) -> dict | None:  # type: ignore[type-arg]
-    try:
-        with SyncClient(address, retries=0, timeout_s=1) as c:
-            return c.status().to_json()
-    except Exception:
-        return None
-
-
-def find_primary(
-    dev: DevCluster, exclude: str | None = None, timeout: float = 30
-) -> tuple[str, dict]:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for i, ep in enumerate(dev.endpoints):
-            node = f"n{i + 1}"
-            if node == exclude or dev.procs[node].poll() is not None:
-                continue
-            s = status(ep)
-            if s and s["role"] == "primary":
-                return node, s
-        time.sleep(0.05)
-    raise SystemExit("no primary came up")
-
-
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="apollo11-demo-"))
     ledger = root / "ledger"
@@ -61,7 +37,7 @@ def main() -> int:
     dev.start()
     ok = False
     try:
-        leader, s = find_primary(dev)
+        leader, s = dev.primary()
         say(f"{leader} leads, term {s['term']}; standbys follow its log")
         eps = ",".join(dev.endpoints)
         with SyncClient(eps) as c:
@@ -75,7 +51,7 @@ def main() -> int:
         dev.procs[leader].send_signal(signal.SIGKILL)
         dev.procs[leader].wait()
         say(f"kill -9 {leader}: the primary is gone mid-run, with steps running")
-        new, s2 = find_primary(dev, exclude=leader)
+        new, s2 = dev.primary(exclude=leader)
         took = time.monotonic() - killed_at
         say(
             f"{leader}'s lease lapsed; {new} took over with term {s2['term']} "
@@ -88,7 +64,7 @@ def main() -> int:
         done = [t for t, v in finals.items() if v.state == "SUCCEEDED"]
         say(f"{len(done)} of {TASKS} tasks completed")
         time.sleep(1)
-        s3 = status(dev.endpoints[int(leader[1:]) - 1])
+        s3 = dev.status(leader)
         if s3:
             following = s3["leader"]["node_id"] if s3["leader"] else "?"
             say(f"{leader} is now {s3['role']}, following {following}")

@@ -14,50 +14,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PROJECT=apollo11e2e
-LOCAL_BASE=apollo11-base:bookworm
 export APOLLO11_LEASE_TTL=${APOLLO11_LEASE_TTL:-5}
 SECONDS=0
 
 log() { printf '%s e2e: %s\n' "$(date +%T)" "$*"; }
 
-# ---------------------------------------------------------------- 1. engine
-if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
-  log "installing docker.io and docker-compose from Debian"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq docker.io docker-compose >/dev/null
-fi
-if ! docker info >/dev/null 2>&1; then
-  log "starting dockerd"
-  (dockerd >/tmp/apollo11-dockerd.log 2>&1 &)
-  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { tail -30 /tmp/apollo11-dockerd.log; log "dockerd did not start"; exit 1; }
-fi
-if docker compose version >/dev/null 2>&1; then COMPOSE=(docker compose); else COMPOSE=(docker-compose); fi
-log "using ${COMPOSE[*]} ($("${COMPOSE[@]}" version --short 2>/dev/null || true))"
-
-# ---------------------------------------------------------------- 2. base images
-BASE=${APOLLO11_BASE_IMAGE:-python:3.11-slim}
-ETCD=${ETCD_IMAGE:-quay.io/coreos/etcd:v3.5.17}
-have() { docker image inspect "$1" >/dev/null 2>&1; }
-pull() { timeout 60 docker pull -q "$1" >/dev/null 2>&1; }
-if ! have "$BASE" && ! pull "$BASE" || ! have "$ETCD" && ! pull "$ETCD"; then
-  if ! have "$LOCAL_BASE"; then
-    log "no registry: building $LOCAL_BASE with debootstrap (once; cached afterwards)"
-    command -v debootstrap >/dev/null 2>&1 || apt-get install -y -qq debootstrap >/dev/null
-    ROOTFS=$(mktemp -d /tmp/apollo11-rootfs.XXXXXX)
-    debootstrap --variant=minbase --include=python3,python3-venv,etcd-server,ca-certificates \
-      bookworm "$ROOTFS" http://deb.debian.org/debian >/tmp/apollo11-debootstrap.log 2>&1 \
-      || { tail -20 /tmp/apollo11-debootstrap.log; exit 1; }
-    rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
-    tar -C "$ROOTFS" -c . | docker import - "$LOCAL_BASE" >/dev/null
-    rm -rf "$ROOTFS"
-  fi
-  have "$BASE" || BASE=$LOCAL_BASE
-  have "$ETCD" || ETCD=$LOCAL_BASE
-fi
-export APOLLO11_BASE_IMAGE=$BASE ETCD_IMAGE=$ETCD APOLLO11_IMAGE=apollo11:e2e
-log "node base image: $BASE; etcd image: $ETCD"
+# ---------------------------------------------------------------- 1-2. engine, images
+eval "$(deploy/images.sh)"
+read -r -a COMPOSE <<<"$COMPOSE"
+export APOLLO11_IMAGE=apollo11:e2e
 
 # ---------------------------------------------------------------- 3. build, up
 log "building the wheelhouse on the host"

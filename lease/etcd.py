@@ -16,6 +16,7 @@ the next one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -74,22 +75,39 @@ class EtcdLease(Lease):
             self._client = client
         return self._client
 
-    async def _reset(self) -> None:
+    async def _reset(self, failed: aetcd.Client | None = None) -> None:
+        """Drop the connection (and move to the next endpoint) - unless another request
+        already replaced the one that failed."""
+        if failed is not None and self._client is not failed:
+            return
         client, self._client = self._client, None
         self._ep += 1
         if client is not None:
-            with contextlib.suppress(Exception):
-                await client.close()
+            with contextlib.suppress(Exception, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await client.close()
 
     async def _do(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         """Run one request, trying each endpoint once; LeaseUnavailable if none answers."""
         last: Exception | None = None
         for _ in range(len(self.endpoints)):
+            client: aetcd.Client | None = None
             try:
-                return await fn(await self._conn())
+                client = await self._conn()
+                # A hard bound around the whole request, run as its own task so that a
+                # timeout cancels the request, never the caller.
+                return await asyncio.wait_for(fn(client), self._timeout * 1.5)
             except (aetcd.exceptions.ClientError, OSError, TimeoutError) as e:
                 last = e
-                await self._reset()
+                await self._reset(client)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we are being cancelled: let it go
+                # Another coroutine closed the shared connection under this request;
+                # grpc.aio reports that as a cancellation. It is a connection failure.
+                last = ConnectionError("the etcd connection was closed during the request")
+                await self._reset(client)
         raise LeaseUnavailable(f"etcd did not answer ({what}): {last}")
 
     # ------------------------------------------------------------ leader

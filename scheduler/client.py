@@ -130,8 +130,10 @@ class Client:
         return stub
 
     def _order(self, write: bool) -> list[str]:
+        """The presumed primary first, for writes and reads alike: a read right
+        after a write then sees it (a standby may not have applied it yet)."""
         eps = list(self.endpoints)
-        if write and self._primary:
+        if self._primary:
             eps = [self._primary] + [e for e in eps if e != self._primary]
         return eps
 

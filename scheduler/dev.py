@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lease.local_etcd import LocalEtcd
 
@@ -74,6 +75,31 @@ class DevCluster:
         self.etcd = LocalEtcd(self.root / "etcd", client_port=self.etcd_port).start()
         for i in range(self.nodes):
             self.start_node(i)
+
+    def status(self, node: str) -> dict[str, Any] | None:
+        """One quick look at a node's status (None when it does not answer)."""
+        from scheduler.client import SyncClient
+
+        try:
+            with SyncClient(self.endpoints[int(node[1:]) - 1], retries=0, timeout_s=1) as c:
+                return c.status().to_json()
+        except Exception:
+            return None
+
+    def primary(
+        self, exclude: str | None = None, timeout: float = 60
+    ) -> tuple[str, dict[str, Any]]:
+        """The live node that says it is primary, and its status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node, proc in self.procs.items():
+                if node == exclude or proc.poll() is not None:
+                    continue
+                s = self.status(node)
+                if s and s["role"] == "primary":
+                    return node, s
+            time.sleep(0.05)
+        raise RuntimeError(f"no primary within {timeout:g}s")
 
     def stop(self) -> None:
         for proc in self.procs.values():

@@ -174,7 +174,15 @@ class Node:
             except LeaseUnavailable as e:
                 sentence = f"cannot read the cluster from etcd: {e}"
             except asyncio.CancelledError:
-                raise
+                if self._stopping:
+                    raise
+                # A stray cancellation (a request timeout that escaped as one) must not
+                # end the loop that decides this node's role.
+                task = asyncio.current_task()
+                if task is not None:
+                    while task.uncancel():
+                        pass
+                sentence = "role cycle interrupted; continuing"
             except Exception as e:  # one bad cycle must not end the loop
                 log.exception("role cycle failed")
                 sentence = f"role cycle failed: {e}"

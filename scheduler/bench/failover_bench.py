@@ -66,17 +66,7 @@ def _status(address: str) -> dict[str, Any] | None:
 
 
 def _primary(dev: DevCluster, timeout: float = 60, exclude: str | None = None) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for i, ep in enumerate(dev.endpoints):
-            node = f"n{i + 1}"
-            if node == exclude or dev.procs[node].poll() is not None:
-                continue
-            s = _status(ep)
-            if s and s["role"] == "primary":
-                return node
-        time.sleep(0.05)
-    raise RuntimeError("no primary")
+    return dev.primary(exclude=exclude, timeout=timeout)[0]
 
 
 class _Load(threading.Thread):

@@ -384,12 +384,7 @@ class EventLog:
         event, data = self._encode(
             event_type, task_id, step_name, payload, attempt, self._next_id, self._clock()
         )
-        batch = self._admit(data, event)
-        # Each appender awaits its own future: cancelling one appender must not
-        # cancel a future the whole batch shares.
-        fut = self._loop.create_future()
-        batch.waiters.append(fut)
-        await fut
+        await self._durable(self._admit(data, event))
         return event
 
     async def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
@@ -402,13 +397,7 @@ class EventLog:
         encoded = [self._encode(*d, self._next_id + i, now) for i, d in enumerate(drafts)]
         if not encoded:
             return []
-        batch: _Batch | None = None
-        for event, data in encoded:
-            batch = self._admit(data, event)
-        assert batch is not None
-        fut = self._loop.create_future()
-        batch.waiters.append(fut)
-        await fut
+        await self._stage_all(encoded)
         return [e for e, _ in encoded]
 
     async def append_raw(self, data: bytes) -> list[Event]:
@@ -448,14 +437,23 @@ class EventLog:
         if not staged:
             return []
         self.term = max(self.term, term)
+        await self._stage_all(staged)
+        return [e for e, _ in staged]
+
+    async def _stage_all(self, records: Sequence[tuple[Event, bytes]]) -> None:
+        """Stage records into the forming batch together; return once they are durable."""
         batch: _Batch | None = None
-        for event, rec in staged:
-            batch = self._admit(rec, event)
+        for event, data in records:
+            batch = self._admit(data, event)
         assert batch is not None
+        await self._durable(batch)
+
+    async def _durable(self, batch: _Batch) -> None:
+        # Each appender awaits its own future: cancelling one appender must not
+        # cancel a future the whole batch shares.
         fut = self._loop.create_future()
         batch.waiters.append(fut)
         await fut
-        return [e for e, _ in staged]
 
     def _admit(self, data: bytes, event: Event) -> _Batch:
         """Add one encoded record to the batch being formed (no I/O here)."""
@@ -672,9 +670,7 @@ class EventLog:
     async def flush(self) -> None:
         """Wait for everything staged so far to be durable."""
         if self._batch is not None:
-            fut = self._loop.create_future()
-            self._batch.waiters.append(fut)
-            await fut
+            await self._durable(self._batch)
 
     async def close(self) -> None:
         if self._closed:

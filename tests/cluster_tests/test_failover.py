@@ -181,8 +181,8 @@ def test_a_paused_primary_acknowledges_nothing_and_rejoins(
         stop.set()
         t.join(30)
     s = cluster.status(old)
-    assert s is not None and s["role"] == "standby", s
-    assert s["leader"]["node_id"] == new.node_id  # type: ignore[index]
+    assert s is not None and s["role"] == "standby", (s, cluster.tail_logs())
+    assert s["leader"] and s["leader"]["node_id"] == new.node_id, (s, cluster.tail_logs(40))  # type: ignore[index]
     _wait_all_done(cluster.endpoints, sub.acked)
     last = cluster.wait_converged()
     events = _final_log(new.data_dir)
