@@ -12,7 +12,7 @@ COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 
 .PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
-	demo wheelhouse up down status logs failover-demo e2e
+	demo wheelhouse up down status logs failover-demo e2e alerts-test
 
 setup: $(STAMP)
 
@@ -41,7 +41,14 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+# The Prometheus alert rules and their unit tests (promtool comes from Debian's prometheus).
+alerts-test:
+	@command -v promtool >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
+
+test: lint typecheck unit alerts-test
 
 bench: setup
 	$(BIN)/apollo11 bench log

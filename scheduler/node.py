@@ -74,6 +74,8 @@ class Node:
         self.store: Store | None = None
         self.engine: Engine | None = None
         self.api: ApiServer | None = None
+        self.http: Any = None
+        self.http_port = 0
         self.hub = ReplicationHub()
         self.follower: Follower | None = None
         self.leader: LeaderInfo | None = None
@@ -141,6 +143,11 @@ class Node:
         self.store = self._open_store()
         self.api = ApiServer(self)
         self.port = await self.api.start(s.listen)
+        if s.http:
+            from scheduler.web import HttpServer
+
+            self.http = HttpServer(self, s.http)
+            self.http_port = await self.http.start()
         if self._lease is None:
             if s.standalone:
                 # Standalone: an in-memory lease whose terms start above the log's.
@@ -548,6 +555,8 @@ class Node:
         if self.api is not None:
             # Replication streams never end by themselves: a short grace is for unary calls.
             await self.api.stop(grace_s=1.0)
+        if self.http is not None:
+            await self.http.stop()
         if self.store is not None:
             await self.store.close()
         if drained:

@@ -1,0 +1,48 @@
+"""The node's HTTP side: Prometheus metrics with the names operators alert on."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+from lease.local_etcd import free_port
+from scheduler.client import SyncClient
+from tests.nodes import start_node
+
+REQUIRED = [
+    "apollo11_log_appends_total",
+    "apollo11_log_fsync_batch_events_bucket",
+    "apollo11_log_fsync_seconds_bucket",
+    "apollo11_scheduler_loop_seconds_bucket",
+    "apollo11_step_outcomes_total",
+    "apollo11_step_duration_seconds_bucket",
+    "apollo11_step_retries_total",
+    "apollo11_compensation_backlog",
+    "apollo11_promotion_seconds_bucket",
+    "apollo11_recovery_seconds",
+    "apollo11_role_primary",
+    "apollo11_term",
+    "apollo11_leader_changes_total",
+    "apollo11_active_tasks",
+]
+
+
+def test_metrics_endpoint(tmp_path: Path) -> None:
+    http = free_port()
+    node = start_node(tmp_path / "d", "--http", f"127.0.0.1:{http}")
+    try:
+        with SyncClient(node.address) as c:
+            sub = c.submit("etl", {"step_seconds": 0, "fail_step": "clean", "fail_times": 1})
+            assert c.wait(sub.task_id).state == "SUCCEEDED"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5).read().decode()
+        for name in REQUIRED:
+            assert name in body, name
+        assert "apollo11_role_primary 1.0" in body
+        assert (
+            'apollo11_step_outcomes_total{outcome="failed",step="clean",workflow="etl"} 1.0' in body
+        )
+        assert 'apollo11_step_retries_total{step="clean",workflow="etl"} 1.0' in body
+        health = urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=5).read()
+        assert b'"role":"primary"' in health
+    finally:
+        assert node.stop() == 0
