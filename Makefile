@@ -12,7 +12,7 @@ COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 
 .PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
-	demo wheelhouse up down status logs failover-demo e2e alerts-test
+	demo wheelhouse up down status logs failover-demo e2e alerts-test chromium
 
 setup: $(STAMP)
 
@@ -38,7 +38,12 @@ format: setup
 typecheck: setup
 	$(BIN)/mypy
 
-unit: setup
+# The browser test drives Debian's chromium (Playwright never downloads a browser here).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+unit: setup chromium
 	$(BIN)/pytest -q
 
 # The Prometheus alert rules and their unit tests (promtool comes from Debian's prometheus).

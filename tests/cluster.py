@@ -26,6 +26,7 @@ class Member:
     args: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    http_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -84,6 +85,7 @@ class Cluster:
         *extra: str,
         ttl: float = TTL,
         env: dict[str, str] | None = None,
+        http: bool = False,
     ) -> Cluster:
         c = cls(root, etcd_url, name)
         for i in range(1, n + 1):
@@ -107,8 +109,13 @@ class Cluster:
                 str(ttl),
                 *extra,
             ]
+            http_port = free_port() if http else 0
+            if http:
+                args += ["--http", f"127.0.0.1:{http_port}"]
             c.members.append(
-                Member(node_id, data, port, args, root / f"{node_id}.log", dict(env or {}))
+                Member(
+                    node_id, data, port, args, root / f"{node_id}.log", dict(env or {}), http_port
+                )
             )
         return c
 

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scheduler import metrics
+from scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -39,6 +40,7 @@ def make_app(node: Node) -> FastAPI:
     def healthz() -> dict[str, object]:
         return {"node_id": node.settings.node_id, "role": node.role}
 
+    add_pages(app, node)
     return app
 
 
