@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 2.0
+SILENCE_S = 3.0  # six missed heartbeats
 
 
 class Diverged(Exception):
@@ -71,8 +72,14 @@ class Follower:
             except asyncio.CancelledError:
                 raise
             except Diverged as d:
-                log.warning("%s", await self.node.cut_divergent_tail(d.keep_through, str(d)))
-                delay = 0.05
+                try:
+                    log.warning("%s", await self.node.cut_divergent_tail(d.keep_through, str(d)))
+                except Exception as e:  # the follower must live on, and retry
+                    self._rate_limited(f"cutting the divergent tail failed: {e}")
+                    await asyncio.sleep(delay)
+                    delay = min(MAX_BACKOFF_S, delay * 2)
+                else:
+                    delay = 0.05
                 continue
             except (grpc.aio.AioRpcError, ApolloError, OSError) as e:
                 self._rate_limited(f"following {self.address}: {_describe(e)}")
@@ -115,7 +122,18 @@ class Follower:
             call = rpbg.ReplicationStub(channel).Follow(requests())
             staging: Path | None = None
             try:
-                async for msg in call:
+                messages = aiter(call)
+                while True:
+                    # The primary sends at least a heartbeat every HEARTBEAT_S: silence
+                    # for much longer means a dead link, even if TCP has not noticed.
+                    try:
+                        msg = await asyncio.wait_for(anext(messages), SILENCE_S)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise ConnectionError(
+                            f"{self.address} went silent for {SILENCE_S:g}s"
+                        ) from None
                     kind = msg.WhichOneof("kind")
                     if kind == "batch":
                         await self._batch(msg.batch, outgoing)

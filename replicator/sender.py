@@ -52,6 +52,7 @@ class StandbyView:
     acked_id: int = 0
     acked_at: float = 0.0  # monotonic
     sent_id: int = 0
+    stream: int = 0  # which Follow stream owns this view (a reconnect takes it over)
     caught_up_at: float = 0.0  # monotonic time acked_id last equalled our durable id
     next_batch: int = 0  # index into the hub's durable-batch record not yet acked
     lags: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
@@ -75,6 +76,7 @@ class ReplicationHub:
         # one heap of (event id, seq, future) per number of standbys waited for
         self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
         self._seq = 0
+        self.streams = 0
 
     def connected(self) -> list[StandbyView]:
         return [s for s in self.standbys.values() if s.connected]
@@ -131,6 +133,14 @@ class ReplicationHub:
                 f"did not arrive within {timeout_s:g}s ({have} standby(s) connected); its "
                 f"replication outcome is unknown"
             ) from None
+        finally:
+            if not fut.done():
+                # Given up (timeout, cancel): take it out of the heap, or waiters pile
+                # up for as long as the standbys are away.
+                heap = self._waiters.get(n, [])
+                heap[:] = [w for w in heap if w[2] is not fut]
+                heapq.heapify(heap)
+                fut.cancel()
 
     def index_after(self, event_id: int) -> int:
         """Index of the first recorded batch ending after `event_id`."""
@@ -207,7 +217,11 @@ class ReplicationService(rpbg.ReplicationServicer):
         if snapshot is not None:
             start = snapshot.watermark + 1
         view.connected = True
-        view.acked_id = start - 1
+        hub.streams += 1
+        stream = view.stream = hub.streams
+        # What it holds for sure, not where streaming starts: a standby being sent a
+        # snapshot holds nothing of it until it acknowledges.
+        view.acked_id = hello.last_event_id
         view.next_batch = hub.index_after(start - 1)
         view.sent_id = start - 1
         acks = asyncio.create_task(self._acks(request_iterator, view))
@@ -258,7 +272,8 @@ class ReplicationService(rpbg.ReplicationServicer):
         except ApolloError as e:
             log.error("replication to %s stopped: %s", hello.node_id, e)
         finally:
-            view.connected = False
+            if view.stream == stream:  # a newer stream from the same standby owns it now
+                view.connected = False
             acks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acks

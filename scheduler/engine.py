@@ -14,12 +14,15 @@ the number of finished tasks (which live in the archive, untouched).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import inspect
 import logging
 import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,7 +49,6 @@ from scheduler.workflow import (
     StepError,
     StepFn,
     Workflow,
-    call_step,
 )
 
 log = logging.getLogger(__name__)
@@ -61,10 +63,43 @@ class Executor(Protocol):
 
     async def run(self, fn: StepFn, ctx: StepContext) -> Any: ...
 
+    async def settle(self, task_id: str, step: str) -> None:
+        """Return once nothing of this step is still executing (after a timeout or a
+        cancel the engine waits on this before the step may run again)."""
+
 
 class InProcessExecutor:
+    """Coroutines on the loop; plain functions on a pool of threads of our own.
+
+    A thread cannot be interrupted: when a timeout or a cancel gives up on one,
+    it is remembered, and `settle` waits for it to end, so a retry never runs
+    beside an attempt that is still going.
+    """
+
+    def __init__(self, threads: int = 32) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="apollo11-step")
+        self._lingering: dict[tuple[str, str], concurrent.futures.Future[Any]] = {}
+
     async def run(self, fn: StepFn, ctx: StepContext) -> Any:
-        return await call_step(fn, ctx)
+        if inspect.iscoroutinefunction(fn):
+            return await fn(ctx)
+        cf = self._pool.submit(fn, ctx)
+        try:
+            result = await asyncio.wrap_future(cf)
+        except asyncio.CancelledError:
+            if not cf.done():
+                self._lingering[(ctx.task_id, ctx.step)] = cf
+            raise
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    async def settle(self, task_id: str, step: str) -> None:
+        cf = self._lingering.pop((task_id, step), None)
+        if cf is not None and not cf.done():
+            log.warning("step %s/%s: waiting for its abandoned thread to end", task_id, step)
+            with contextlib.suppress(BaseException):
+                await asyncio.wrap_future(cf)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +139,7 @@ class Engine:
         self.store = store
         self.registry = registry
         self.node_id = node_id
-        self.executor: Executor = executor or InProcessExecutor()
+        self.executor: Executor = executor or InProcessExecutor(threads=concurrency)
         self.clock = clock or Clock()
         self.concurrency = concurrency
         self.default_timeout_s = default_timeout_s
@@ -322,12 +357,25 @@ class Engine:
         return out
 
     def _blocked(self, task: TaskState, wf: Workflow, name: str, comp: set[str]) -> bool:
-        """Must this step's compensation wait? Yes while a dependent still runs, owes a
-        compensation or is compensating: dependents are compensated first."""
-        for d in wf.dependents.get(name, ()):
+        """Must this step's compensation wait? Yes while any step downstream of it (not
+        only a direct dependent) runs, is about to run, owes a compensation or is
+        compensating: dependents are compensated first."""
+        seen: set[str] = set()
+        stack = list(wf.dependents.get(name, ()))
+        while stack:
+            d = stack.pop()
+            if d in seen:
+                continue
+            seen.add(d)
             st = task.steps[d].status
-            if d in comp or st is StepStatus.STARTED or st is StepStatus.COMPENSATING:
+            if (
+                d in comp
+                or st is StepStatus.STARTED
+                or st is StepStatus.COMPENSATING
+                or (task.task_id, d) in self._busy
+            ):
                 return True
+            stack.extend(wf.dependents.get(d, ()))
         return False
 
     def _budget(self, step: StepState) -> tuple[int, int]:
@@ -434,6 +482,17 @@ class Engine:
             if not await self._committed(started.event_id):
                 return
             task = self.store.state.tasks[task_id]
+            if task.cancelled is not None or task.failed_final:
+                # Cancelled (or failed for good) while STARTED was being committed: do
+                # not run it; record that, so its compensation (if any) follows.
+                stopped: dict[str, Any] = {
+                    "error": "cancelled by operator" if task.cancelled else "task failed",
+                    "final": True,
+                }
+                if spec.needs_compensation:
+                    stopped["compensate"] = True
+                await self._append_failure(task_id, name, attempt, stopped)
+                return
             ctx = self._context(task, name, attempt, spec.after)
             history = self.store.state.durations.get(task.workflow, {}).get(name)
             timeout = spec.timeout_s(history, self.default_timeout_s)
@@ -482,6 +541,11 @@ class Engine:
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
             )
         finally:
+            self._cancel_why.pop(key, None)
+            # The slot (and the step's key in _busy) stay taken while an abandoned
+            # thread of this attempt still runs: no retry beside it.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self.executor.settle(task_id, name))
             self._free_slot()
 
     async def _committed(self, event_id: int) -> bool:
@@ -491,6 +555,7 @@ class Engine:
                 await self._commit(event_id)
                 return True
             except LeaseLostError:
+                self._leading = False  # decide nothing more; the node demotes us
                 return False
             except OutcomeUnknownError as e:
                 if not self._leading:
@@ -556,6 +621,10 @@ class Engine:
             if step.status is not StepStatus.COMPENSATING:
                 await logw.append(EventType.STEP_COMPENSATING, task_id, name, attempt=step.attempt)
                 metrics.COMPENSATIONS.labels(task.workflow, name).inc()
+            # Like a step, the action runs only once COMPENSATING is committed (also when
+            # resuming one: it may be this node's own uncommitted record).
+            if not await self._committed(task.last_event_id):
+                return
             n = 0
             while True:
                 n += 1
@@ -713,12 +782,14 @@ class Engine:
     async def _override(
         self, task_id: str, step: str, action: str, operator: str, reason: str
     ) -> Event:
-        return await self.store.log.append(
+        event = await self.store.log.append(
             EventType.MANUAL_OVERRIDE,
             task_id,
             step,
             {"action": action, "operator": operator, "reason": reason},
         )
+        await self._commit(event.event_id)
+        return event
 
     async def cancel_task(self, task_id: str, *, operator: str, reason: str) -> Event:
         """Cancel a task: running steps are cancelled, compensation follows by policy."""

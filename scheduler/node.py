@@ -38,14 +38,13 @@ from scheduler.engine import Engine
 from scheduler.errors import (
     ApolloError,
     LeaseLostError,
-    LogError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
 )
 from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
-from scheduler.log.eventlog import cut_after
+from scheduler.log.eventlog import NothingInCommonError, cut_after
 from scheduler.replay import State
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
 from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
@@ -90,6 +89,7 @@ class Node:
         self._last_sentence = ""
         self._stopping = False
         self._segment_bytes = settings.segment_max_bytes
+        self._timing_batches = False  # the hub's durable-batch observer is registered
         ttl = settings.lease_ttl
         # Fence well before etcd can expire the lease (it counts from after our renewal).
         self.fence_after_s = ttl - max(0.5, ttl * 0.25)
@@ -133,6 +133,7 @@ class Node:
         )
         if self.api is not None:
             store.add_observer(self.api.watchers)
+        self._timing_batches = False  # a new store: register the hub's observer again
         self.saw_term(store.log.last_term)
         return store
 
@@ -290,8 +291,10 @@ class Node:
         self.role = "primary"
         self.leader = won
         self.hub = ReplicationHub()
-        hub = self.hub
-        self.store.add_observer(lambda events: hub.on_durable(events[-1].event_id))
+        if not self._timing_batches:
+            # Registered once: it always feeds the current hub.
+            self.store.add_observer(lambda events: self.hub.on_durable(events[-1].event_id))
+            self._timing_batches = True
         started = await log_.append(
             EventType.TERM_STARTED,
             "",
@@ -416,13 +419,16 @@ class Node:
     # ------------------------------------------------ reshaping the store
 
     async def _reopen(self, change: Callable[[DataDir], str]) -> str:
+        """Close the store, change the files, open it again - whatever happens in between
+        (a failed change leaves the files as they were, and the store is reopened)."""
         assert self.store is not None
         await self.store.close()
         self.store = None
-        data = DataDir.open(self.settings.data_dir)
-        what = await asyncio.to_thread(change, data)
-        self.store = self._open_store()
-        return what
+        try:
+            data = DataDir.open(self.settings.data_dir)
+            return await asyncio.to_thread(change, data)
+        finally:
+            self.store = self._open_store()
 
     async def cut_divergent_tail(self, keep_through: int, reason: str) -> str:
         """A deposed primary rejoining: move its divergent tail to quarantine."""
@@ -430,12 +436,14 @@ class Node:
         def change(data: DataDir) -> str:
             name = f"diverged-after-{keep_through}-{int(time.time())}.log"
             qpath = os.path.join(data.root, "quarantine", name)
+            # Snapshots that include the divergent events go first: a crash between the
+            # two steps must not leave a snapshot pointing past the end of the log.
+            _drop_snapshots_after(data, keep_through)
             try:
                 n = cut_after(data.root, keep_through, qpath)
-            except LogError:
+            except NothingInCommonError:
                 _wipe(data)
                 return "nothing in common with the primary: cleared the log to catch up by snapshot"
-            _drop_snapshots_after(data, keep_through)
             return f"cut a divergent tail of {n} events after {keep_through} into {qpath}: {reason}"
 
         return await self._reopen(change)

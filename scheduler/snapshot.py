@@ -315,7 +315,8 @@ class Snapshots:
         """Keep the newest `keep` snapshots and every chunk one of them needs."""
         marks = self.watermarks()
         needed = set(live_chunks)
-        kept = set(marks[: self.keep]) | set(self._pinned)
+        pinned = set(self._pinned.copy())  # the loop pins and unpins while this runs
+        kept = set(marks[: self.keep]) | pinned
         for w in kept:
             known = self._chunks_of.get(w)
             if known is None:
@@ -325,7 +326,7 @@ class Snapshots:
                     continue
             needed.update(known)
         for w in marks[self.keep :]:
-            if w in self._pinned:
+            if w in pinned:
                 continue
             _unlink(os.path.join(self.directory, snapshot_name(w)))
             self._chunks_of.pop(w, None)

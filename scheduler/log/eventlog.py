@@ -120,6 +120,10 @@ class RawBatch(NamedTuple):
     data: bytes
 
 
+class NothingInCommonError(LogError):
+    """The log starts after the point it should be cut back to."""
+
+
 class _Part:
     """Bytes of one batch that go to one segment."""
 
@@ -513,19 +517,33 @@ class EventLog:
                 log.error("event log write failed; refusing further appends: %s", e)
                 _resolve(batch.waiters, LogFailedError(f"write failed: {e}"))
                 self._fail_pending()
+                self._wake_durable_waiters()
                 return
             metrics.LOG_FSYNC_SECONDS.observe(time.perf_counter() - started)
             metrics.LOG_BATCH_EVENTS.observe(len(batch.events))
             metrics.LOG_APPENDS.inc(len(batch.events))
             self._land(batch)
-            for listener in self._listeners:
-                listener(batch.events)
+            try:
+                for listener in self._listeners:
+                    listener(batch.events)
+            except Exception as e:
+                # The batch is durable, but what depends on it (the state) could not
+                # follow: stop here rather than acknowledge on top of a broken state.
+                self._failed = e
+                log.exception("a listener of the event log failed; refusing further appends")
+                _resolve(batch.waiters, LogFailedError(f"durable, but not applied: {e}"))
+                self._fail_pending()
+                self._wake_durable_waiters()
+                return
             _resolve(batch.waiters, None)
-            waiters, self._durable_waiters = self._durable_waiters, None
-            if waiters is not None:
-                waiters.set_result(None)
+            self._wake_durable_waiters()
             if self._batch is not None:
                 self._wake.set()
+
+    def _wake_durable_waiters(self) -> None:
+        waiters, self._durable_waiters = self._durable_waiters, None
+        if waiters is not None and not waiters.done():
+            waiters.set_result(None)
 
     def _fail_pending(self) -> None:
         if self._batch is not None:
@@ -541,8 +559,10 @@ class EventLog:
                 # crash can only ever tear the last segment.
                 if sync:
                     os.fdatasync(self._fd)
-                os.close(self._fd)
-                os.close(self._idx_fd)
+                old_fd, old_idx = self._fd, self._idx_fd
+                self._fd = self._idx_fd = -1  # never close them twice, whatever fails next
+                os.close(old_fd)
+                os.close(old_idx)
                 path = os.path.join(self._data.log_dir, segment_name(part.first_id))
                 self._fd = _open_append(path, create=True)
                 self._idx_fd = _open_append(path[:-4] + ".idx", create=True)
@@ -620,7 +640,15 @@ class EventLog:
             if info is None:
                 if off == 0:  # one record bigger than max_bytes
                     body_len = FRAME.unpack_from(data, 0)[1] if len(data) >= 8 else 0
-                    data = seg.read(start, 8 + body_len)
+                    bigger = seg.read(start, 8 + body_len)
+                    if len(bigger) <= len(data):
+                        raise CorruptLogError(
+                            f"the record of event {from_id} runs past the durable end of its "
+                            f"segment",
+                            path=seg.path,
+                            offset=start,
+                        )
+                    data = bigger
                     view = memoryview(data)
                     continue
                 break
@@ -878,6 +906,11 @@ def _iter_segments(
         i += 1
     first = segments[i]
     if hint is not None and hint.segment_id == first.first_id and hint.event_id + 1 == start_id:
+        if hint.offset > os.path.getsize(first.path):
+            raise SnapshotMismatchError(
+                f"the snapshot at event {hint.event_id} points past the end of "
+                f"{first.path}: the log lost data the snapshot had"
+            )
         offset, expect = hint.offset, start_id
     else:
         offset, expect = 0, first.first_id  # scan the whole segment, hand over from start_id
@@ -977,7 +1010,7 @@ def cut_after(data_dir: str | os.PathLike[str], keep_through: int, quarantine: s
     if keep_through >= last:
         return 0
     if keep_through < segments[0].first_id - 1:
-        raise LogError(
+        raise NothingInCommonError(
             f"nothing to keep: the log starts at {segments[0].first_id}, after event "
             f"{keep_through}; start this node from an empty data directory"
         )

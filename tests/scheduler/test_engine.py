@@ -12,7 +12,12 @@ import pytest
 
 from scheduler.clock import FakeClock
 from scheduler.engine import Engine
-from scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from scheduler.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotLeaderError,
+)
 from scheduler.log import EventType, FsyncPolicy, LogConfig
 from scheduler.replay import StepStatus, TaskStatus
 from scheduler.store import Store, StoreConfig
@@ -519,3 +524,104 @@ async def test_lost_attempts_do_not_use_up_retries_but_are_capped(rig_factory: A
     )
     await again2.engine.stop()
     await again2.store.close()
+
+
+async def test_compensation_and_overrides_wait_for_the_commit(tmp_path: Path) -> None:
+    """Nothing is acted on, or acknowledged, before it is committed."""
+    from scheduler.errors import LeaseLostError
+
+    undone: list[str] = []
+    fenced = False
+    wf = Workflow("pay")
+
+    async def charge(ctx: StepContext) -> None:
+        nonlocal fenced
+        fenced = True  # the lease is lost while the step fails
+        raise RuntimeError("declined")
+
+    async def refund(ctx: StepContext) -> None:
+        undone.append(ctx.step)
+
+    wf.step(name="charge", idempotency=NotIdempotent(compensate=refund), retry=Retry(attempts=1))(
+        charge
+    )
+    reg = Registry()
+    reg.register(wf)
+    store = Store.open(tmp_path / "d", config=CFG, instance_id="n1")
+
+    async def commit(event_id: int) -> None:
+        if fenced:
+            raise LeaseLostError("fenced")
+
+    engine = Engine(store, reg, node_id="n1", commit=commit)
+    await engine.start()
+    sub = await engine.submit("pay")
+    for _ in range(200):
+        t = store.state.tasks[sub.task_id]
+        if t.steps["charge"].status is StepStatus.FAILED:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.3)
+    assert undone == [], "a compensation never runs before its COMPENSATING is committed"
+    with pytest.raises((LeaseLostError, NotLeaderError)):
+        await engine.skip_step(sub.task_id, "charge", operator="o", reason="r")
+    await engine.stop()
+    await store.close()
+
+
+async def test_compensation_waits_for_every_downstream_step(rig_factory: Any) -> None:
+    """A -> B -> C, B idempotent: A's compensation still waits for C's (not only B's)."""
+    order: list[str] = []
+    wf = Workflow("chain")
+
+    async def work(ctx: StepContext) -> None:
+        order.append(f"run-{ctx.step}")
+
+    async def undo(ctx: StepContext) -> None:
+        order.append(f"undo-{ctx.step}-start")
+        await asyncio.sleep(0.05 if ctx.step == "c" else 0)
+        order.append(f"undo-{ctx.step}-end")
+
+    wf.step(name="a", idempotency=NotIdempotent(compensate=undo))(work)
+    wf.step(name="b", after=["a"], idempotency=Idempotent())(work)
+
+    async def slow(ctx: StepContext) -> None:
+        order.append("run-c")
+        await asyncio.sleep(30)
+
+    wf.step(name="c", after=["b"], idempotency=NotIdempotent(compensate=undo))(slow)
+    rig = await rig_factory(wf)
+    sub = await rig.engine.submit("chain")
+    async with asyncio.timeout(10):
+        while "run-c" not in order:
+            await asyncio.sleep(0.01)
+    await rig.engine.cancel_task(sub.task_id, operator="o", reason="r")
+    async with asyncio.timeout(10):
+        await rig.engine.wait(sub.task_id)
+    assert order.index("undo-c-end") < order.index("undo-a-start"), order
+
+
+async def test_a_timed_out_thread_step_is_not_retried_beside_itself(rig_factory: Any) -> None:
+    import threading
+
+    spans: list[tuple[int, float, float]] = []
+    lock = threading.Lock()
+    wf = Workflow("thready")
+
+    def blocking(ctx: StepContext) -> None:
+        import time
+
+        t0 = time.monotonic()
+        time.sleep(0.4 if ctx.attempt == 1 else 0)
+        with lock:
+            spans.append((ctx.attempt, t0, time.monotonic()))
+
+    wf.step(name="s", idempotency=Checkpoint(), timeout=0.1, retry=Retry(attempts=2, backoff_s=0))(
+        blocking
+    )
+    rig = await rig_factory(wf)
+    task_id = await rig.run("thready")
+    assert rig.store.state.peek(task_id).status is TaskStatus.SUCCEEDED  # type: ignore[union-attr]
+    (a1, _, end1), (a2, start2, _) = sorted(spans)
+    assert (a1, a2) == (1, 2)
+    assert start2 >= end1, "attempt 2 started only once the abandoned attempt 1 had ended"

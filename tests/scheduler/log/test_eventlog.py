@@ -361,3 +361,17 @@ async def test_cut_after_quarantines_a_divergent_tail(open_log, tmp_path) -> Non
     with pytest.raises(LogError, match="nothing to keep"):
         # a log that starts later than what should be kept cannot be cut to it
         cut_after(root, -5, str(q))
+
+
+async def test_a_failing_listener_fails_appends_instead_of_hanging(open_log) -> None:
+    log = open_log()
+
+    def broken(events) -> None:  # type: ignore[no-untyped-def]
+        raise OSError("EIO reading an archive chunk")
+
+    log.add_listener(broken)
+    with pytest.raises(LogError, match="durable, but not applied"):
+        await asyncio.wait_for(log.append(S, "t", "s"), 5)
+    with pytest.raises(LogError):
+        await asyncio.wait_for(log.append(S, "t", "s"), 5)
+    await log.close()
