@@ -380,6 +380,17 @@ Reason = Annotated[str, typer.Option("--reason", help="Why (kept in the audit lo
 Operator = Annotated[str | None, typer.Option("--operator", help="Who (default: your login name).")]
 
 
+def _act(action: str, server: str | None, **kw: Any) -> None:
+    """An operator action through the client; prints the audit event's id."""
+
+    async def go() -> int:
+        async with _client(server) as c:
+            fn = {"retry": c.retry_step, "skip": c.skip_step, "cancel": c.cancel}[action]
+            return int(await fn(**kw))
+
+    out.print(f"{action} recorded as event {_run(go())}")
+
+
 @app.command()
 def retry(
     task_id: Annotated[str, typer.Argument()],
@@ -389,14 +400,7 @@ def retry(
     server: Server = None,
 ) -> None:
     """Run a failed step again (an audited event)."""
-
-    async def go() -> int:
-        async with _client(server) as c:
-            return int(
-                await c.retry_step(task_id, step, operator=_operator(operator), reason=reason)
-            )
-
-    out.print(f"retry recorded as event {_run(go())}")
+    _act("retry", server, task_id=task_id, step=step, operator=_operator(operator), reason=reason)
 
 
 @app.command()
@@ -408,14 +412,7 @@ def skip(
     server: Server = None,
 ) -> None:
     """Mark a step done without running it (an audited event)."""
-
-    async def go() -> int:
-        async with _client(server) as c:
-            return int(
-                await c.skip_step(task_id, step, operator=_operator(operator), reason=reason)
-            )
-
-    out.print(f"skip recorded as event {_run(go())}")
+    _act("skip", server, task_id=task_id, step=step, operator=_operator(operator), reason=reason)
 
 
 @app.command()
@@ -426,12 +423,7 @@ def cancel(
     server: Server = None,
 ) -> None:
     """Cancel a task: running steps stop, compensation follows (an audited event)."""
-
-    async def go() -> int:
-        async with _client(server) as c:
-            return int(await c.cancel(task_id, operator=_operator(operator), reason=reason))
-
-    out.print(f"cancel recorded as event {_run(go())}")
+    _act("cancel", server, task_id=task_id, operator=_operator(operator), reason=reason)
 
 
 @app.command()
