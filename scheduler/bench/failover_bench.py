@@ -260,7 +260,11 @@ def run(
         finally:
             dev.stop()
         progress("end to end with two synchronous standbys (--sync-replicas 2)")
-        dev = _cluster(base / "e2e", ttl, env={"APOLLO11_SYNC_REPLICAS": "2"})
+        # No-op steps: a high step concurrency, so that steps waiting for their STARTED
+        # to reach both standbys do not hold every slot.
+        dev = _cluster(
+            base / "e2e", ttl, env={"APOLLO11_SYNC_REPLICAS": "2", "APOLLO11_CONCURRENCY": "512"}
+        )
         try:
             _primary(dev)
             time.sleep(1)
