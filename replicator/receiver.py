@@ -14,7 +14,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
 from scheduler.errors import ApolloError, StaleTermError
+from scheduler.log.record import Event
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 2.0
+MAX_INFLIGHT = 64  # batches staged but not yet durable
 SILENCE_S = 3.0  # six missed heartbeats
 
 
@@ -51,6 +54,7 @@ class Follower:
         self.last_batch_at = 0.0  # monotonic
         self.task: asyncio.Task[None] | None = None
         self._last_error_log = 0.0
+        self._inflight: deque[asyncio.Task[None]] = deque()
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"follow {self.address}")
@@ -156,6 +160,10 @@ class Follower:
                             )
                             staging = None
             finally:
+                # Staged batches become durable regardless; forget their acks.
+                for t in self._inflight:
+                    t.cancel()
+                self._inflight.clear()
                 outgoing.put_nowait(None)
                 if staging is not None:
                     shutil.rmtree(staging, ignore_errors=True)
@@ -171,13 +179,27 @@ class Follower:
     async def _batch(
         self, b: rpb.Batch, outgoing: asyncio.Queue[rpb.StandbyMessage | None]
     ) -> None:
+        """Stage the batch now, acknowledge it once durable, and go on reading: the next
+        batches are staged while this one is written (one fsync can cover several)."""
         self._check_term(b.term)
         store = self.node.store
         assert store is not None
-        if b.last_event_id <= store.log.durable_id:
+        if b.last_event_id < store.log.next_id:
             return  # already have it (a resend after reconnect)
-        await store.log.append_raw(b.records)
+        durable = store.log.stage_raw(b.records)  # checks CRCs, ids and terms: raises here
         self.primary_durable_id = b.primary_durable_id
+        self._inflight.append(asyncio.ensure_future(self._ack_when(durable, outgoing)))
+        while self._inflight and self._inflight[0].done():
+            self._inflight.popleft().result()  # surfaces a write failure
+        if len(self._inflight) >= MAX_INFLIGHT:
+            await self._inflight.popleft()  # backpressure on the stream
+
+    async def _ack_when(
+        self, durable: Awaitable[list[Event]], outgoing: asyncio.Queue[rpb.StandbyMessage | None]
+    ) -> None:
+        await durable
+        store = self.node.store
+        assert store is not None
         self.last_batch_at = time.monotonic()
         outgoing.put_nowait(
             rpb.StandbyMessage(

@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -410,6 +410,12 @@ class EventLog:
         Every CRC is checked, ids must continue this log exactly, and terms
         must not go down. Returns the decoded events once durable.
         """
+        return await self.stage_raw(data)
+
+    def stage_raw(self, data: bytes) -> Awaitable[list[Event]]:
+        """`append_raw` in two halves: check and stage now (errors raise here), and
+        return an awaitable for durability. A standby stages the next batch while
+        the previous one is still being written, so one fsync can cover both."""
         term_now = self.term
         self.term = self._last_term  # raw records carry their own terms
         try:
@@ -438,11 +444,17 @@ class EventLog:
             staged.append((event, data[off:end]))
             off = end
         term = decoded.term
-        if not staged:
-            return []
         self.term = max(self.term, term)
-        await self._stage_all(staged)
-        return [e for e, _ in staged]
+        events = [e for e, _ in staged]
+        if not staged:
+            return _ready(events)
+        batch: _Batch | None = None
+        for event, rec in staged:
+            batch = self._admit(rec, event)
+        assert batch is not None
+        fut = self._loop.create_future()
+        batch.waiters.append(fut)
+        return _after(fut, events)
 
     async def _stage_all(self, records: Sequence[tuple[Event, bytes]]) -> None:
         """Stage records into the forming batch together; return once they are durable."""
@@ -730,6 +742,15 @@ class EventLog:
             if fd >= 0:
                 os.close(fd)
         self._fd = self._idx_fd = -1
+
+
+async def _ready(events: list[Event]) -> list[Event]:
+    return events
+
+
+async def _after(fut: asyncio.Future[None], events: list[Event]) -> list[Event]:
+    await fut
+    return events
 
 
 def _resolve(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
