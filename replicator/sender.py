@@ -242,8 +242,10 @@ class ReplicationService(rpbg.ReplicationServicer):
                     store.snapshots.unpin(snapshot.watermark)
                 log.info("sent snapshot %d to %s", snapshot.watermark, hello.node_id)
             nxt = start
+            at: tuple[int, int] | None = None
             while node.role == "primary" and store.log.term == term:
-                batch = store.log.read_raw(nxt, BATCH_BYTES)
+                batch = store.log.read_raw(nxt, BATCH_BYTES, at)
+                at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
                 if batch.data:
                     yield rpb.PrimaryMessage(
                         batch=rpb.Batch(

@@ -118,6 +118,9 @@ class RawBatch(NamedTuple):
     first_id: int
     last_id: int
     data: bytes
+    # where the next record starts: pass it back as `at` to skip locating it
+    segment_id: int = 0
+    end_offset: int = 0
 
 
 class NothingInCommonError(LogError):
@@ -631,18 +634,25 @@ class EventLog:
                 f"event {from_id} is no longer in this log (it starts at {self.first_id})"
             )
 
-    def read_raw(self, from_id: int, max_bytes: int = 1024 * 1024) -> RawBatch:
+    def read_raw(
+        self, from_id: int, max_bytes: int = 1024 * 1024, at: tuple[int, int] | None = None
+    ) -> RawBatch:
         """Whole durable records from `from_id`, about `max_bytes` of them (at least one).
 
-        Stays within one segment; call again from `last_id + 1` for more.
-        Every record's CRC is checked before it leaves: a corrupt record is
-        refused here rather than shipped.
+        Stays within one segment; call again from `last_id + 1` for more, with
+        `at=(batch.segment_id, batch.end_offset)` so the record need not be
+        located again (a follower reading batch after batch). Every record's
+        CRC is checked before it leaves: a corrupt record is refused here
+        rather than shipped.
         """
         self._check_range(from_id)
         if from_id > self._durable_id:
-            return RawBatch(from_id, from_id - 1, b"")
+            return RawBatch(from_id, from_id - 1, b"", *(at or (0, 0)))
         seg = self._segments[self._segment_for(from_id)]
-        start = seg.locate(from_id)
+        if at is not None and at[0] == seg.first_id and at[1] < seg.size:
+            start = at[1]  # checked below: the record there must be `from_id`
+        else:
+            start = seg.locate(from_id)
         data = seg.read(start, max(max_bytes, HEADER_SIZE))
         off = 0
         last = from_id - 1
@@ -665,6 +675,8 @@ class EventLog:
                     continue
                 break
             if info.event_id != last + 1:
+                if off == 0 and at is not None:
+                    return self.read_raw(from_id, max_bytes)  # a stale hint: locate it
                 raise CorruptLogError(
                     f"expected event {last + 1}, found {info.event_id}",
                     path=seg.path,
@@ -674,7 +686,7 @@ class EventLog:
             off = info.end
             if off >= max_bytes:
                 break
-        return RawBatch(from_id, last, data[:off])
+        return RawBatch(from_id, last, data[:off], seg.first_id, start + off)
 
     def read(self, from_id: int = 1, to_id: int | None = None) -> Iterator[Event]:
         """Durable events with ids in [from_id, to_id], checked and decoded, in order."""

@@ -375,3 +375,23 @@ async def test_a_failing_listener_fails_appends_instead_of_hanging(open_log) -> 
     with pytest.raises(LogError):
         await asyncio.wait_for(log.append(S, "t", "s"), 5)
     await log.close()
+
+
+async def test_read_raw_with_position_hints(open_log) -> None:
+    log = open_log()
+    await _fill(log, 150)
+    plain, hinted = [], []
+    pos, at = 1, None
+    while pos <= log.durable_id:
+        b = log.read_raw(pos, 300)
+        plain.append(b.data)
+        h = log.read_raw(pos, 300, at)
+        hinted.append(h.data)
+        assert (h.first_id, h.last_id) == (b.first_id, b.last_id)
+        at = (h.segment_id, h.end_offset)
+        pos = b.last_id + 1
+    assert plain == hinted
+    # A wrong hint is caught (the record there is not the one asked for) and ignored.
+    seg = log.segments[0]
+    assert log.read_raw(5, 300, (seg.first_id, 0)).data == log.read_raw(5, 300).data
+    await log.close()
