@@ -25,8 +25,8 @@ json_text = st.one_of(
     st.recursive(
         st.none()
         | st.booleans()
-        | st.integers()
-        | st.floats(allow_nan=False)
+        | st.integers(-(2**63), 2**63 - 1)  # what a JSON encoder accepts
+        | st.floats(allow_nan=False, allow_infinity=False)
         | st.text(max_size=20),
         lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
         max_leaves=10,
