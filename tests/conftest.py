@@ -7,12 +7,12 @@ from collections.abc import Callable
 import pytest
 from hypothesis import settings
 
+from scheduler.log import EventLog, FsyncPolicy, LogConfig
+
 # CI runs the property tests derandomized (HYPOTHESIS_PROFILE=ci in .ci/run): a gate
 # must not fail on a new random example; exploring belongs to local runs.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
-
-from scheduler.log import EventLog, FsyncPolicy, LogConfig
 
 
 @pytest.fixture
