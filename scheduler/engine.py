@@ -43,6 +43,7 @@ from scheduler.replay import DONE, StepState, StepStatus, TaskState, TaskStatus
 from scheduler.shell import SHELL_WORKFLOW, shell_workflow
 from scheduler.store import Store
 from scheduler.workflow import (
+    AUTO,
     Registry,
     Step,
     StepContext,
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (task_id, step)
 ERROR_TEXT_MAX = 1024  # our own error strings are cut (visibly) to stay under the payload cap
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600.0
+AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this many
 
 
 class Executor(Protocol):
@@ -63,9 +65,10 @@ class Executor(Protocol):
 
     async def run(self, fn: StepFn, ctx: StepContext) -> Any: ...
 
-    async def settle(self, task_id: str, step: str) -> None:
-        """Return once nothing of this step is still executing (after a timeout or a
-        cancel the engine waits on this before the step may run again)."""
+    def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
+        """Something to await until nothing of this step is still executing (after a
+        timeout or a cancel the engine waits on it before the step may run again), or
+        None when nothing is (the common case, decided without a coroutine)."""
 
 
 class InProcessExecutor:
@@ -79,9 +82,13 @@ class InProcessExecutor:
     def __init__(self, threads: int = 32) -> None:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="apollo11-step")
         self._lingering: dict[tuple[str, str], concurrent.futures.Future[Any]] = {}
+        self._is_async: dict[StepFn, bool] = {}  # inspect's answer costs ~2 us a call
 
     async def run(self, fn: StepFn, ctx: StepContext) -> Any:
-        if inspect.iscoroutinefunction(fn):
+        is_async = self._is_async.get(fn)
+        if is_async is None:
+            is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        if is_async:
             return await fn(ctx)
         cf = self._pool.submit(fn, ctx)
         try:
@@ -94,12 +101,17 @@ class InProcessExecutor:
             return await result
         return result
 
-    async def settle(self, task_id: str, step: str) -> None:
+    def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
         cf = self._lingering.pop((task_id, step), None)
-        if cf is not None and not cf.done():
-            log.warning("step %s/%s: waiting for its abandoned thread to end", task_id, step)
-            with contextlib.suppress(BaseException):
-                await asyncio.wrap_future(cf)
+        if cf is None or cf.done():
+            return None
+        log.warning("step %s/%s: waiting for its abandoned thread to end", task_id, step)
+        return _quietly(asyncio.wrap_future(cf))
+
+
+async def _quietly(fut: Awaitable[Any]) -> None:
+    with contextlib.suppress(BaseException):
+        await fut
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +168,8 @@ class Engine:
         self._slots_used = 0
         self._queued: deque[str] = deque()
         self._queued_set: set[str] = set()
+        self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
+        self._metric_children: dict[Key, tuple[Any, Any, Any, Any]] = {}
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -494,8 +508,7 @@ class Engine:
                 await self._append_failure(task_id, name, attempt, stopped)
                 return
             ctx = self._context(task, name, attempt, spec.after)
-            history = self.store.state.durations.get(task.workflow, {}).get(name)
-            timeout = spec.timeout_s(history, self.default_timeout_s)
+            timeout = self._timeout_for(task.workflow, name, spec)
             t0 = time.perf_counter()
             error: dict[str, Any] | None = None
             try:
@@ -512,13 +525,14 @@ class Engine:
                 error = {"error": _cut(str(e)) or "failed", **e.details}
             except Exception as e:
                 error = {"error": _cut(f"{type(e).__name__}: {e}")}
-            metrics.STEP_SECONDS.labels(task.workflow, name).observe(time.perf_counter() - t0)
+            seconds, succeeded, failed, retries = self._step_metrics(task.workflow, name)
+            seconds.observe(time.perf_counter() - t0)
             if error is None:
                 try:
                     await logw.append(
                         EventType.STEP_SUCCEEDED, task_id, name, {"result": result}, attempt=attempt
                     )
-                    metrics.STEP_OUTCOMES.labels(task.workflow, name, "succeeded").inc()
+                    succeeded.inc()
                     return
                 except InvalidEventError as e:
                     error = {
@@ -533,9 +547,9 @@ class Engine:
             if spec.needs_compensation:
                 error["compensate"] = True
             await self._append_failure(task_id, name, attempt, error)
-            metrics.STEP_OUTCOMES.labels(task.workflow, name, "failed").inc()
+            failed.inc()
             if not final:
-                metrics.STEP_RETRIES.labels(task.workflow, name).inc()
+                retries.inc()
         except ApolloError as e:
             log.error(
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
@@ -544,9 +558,39 @@ class Engine:
             self._cancel_why.pop(key, None)
             # The slot (and the step's key in _busy) stay taken while an abandoned
             # thread of this attempt still runs: no retry beside it.
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(self.executor.settle(task_id, name))
+            lingering = self.executor.settle(task_id, name)
+            if lingering is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(lingering)
             self._free_slot()
+
+    def _timeout_for(self, workflow: str, name: str, spec: Step) -> float:
+        """The step's timeout; an `auto` one is recomputed every few new samples, not
+        sorted afresh for every start."""
+        if spec.timeout != AUTO:
+            return float(spec.timeout)
+        history = self.store.state.durations.get(workflow, {}).get(name)
+        n = len(history) if history else 0
+        key = (workflow, name)
+        cached = self._timeouts.get(key)
+        if cached is not None and 0 <= n - cached[0] < AUTO_REFRESH_SAMPLES:
+            return cached[1]
+        value = spec.timeout_s(history, self.default_timeout_s)
+        self._timeouts[key] = (n, value)
+        return value
+
+    def _step_metrics(self, workflow: str, name: str) -> tuple[Any, Any, Any, Any]:
+        """The step's labelled metric children (looking them up costs more than using them)."""
+        key = (workflow, name)
+        found = self._metric_children.get(key)
+        if found is None:
+            found = self._metric_children[key] = (
+                metrics.STEP_SECONDS.labels(workflow, name),
+                metrics.STEP_OUTCOMES.labels(workflow, name, "succeeded"),
+                metrics.STEP_OUTCOMES.labels(workflow, name, "failed"),
+                metrics.STEP_RETRIES.labels(workflow, name),
+            )
+        return found
 
     async def _committed(self, event_id: int) -> bool:
         """Wait for a commit; False when leadership is lost on the way."""

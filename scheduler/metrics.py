@@ -57,6 +57,13 @@ COMPENSATIONS = Counter(
     "apollo11_compensations_started_total", "Compensations started", ["workflow", "step"]
 )
 
+LOOP_LAG_SECONDS = Histogram(
+    "apollo11_event_loop_lag_seconds",
+    "How late the node's event loop ran a timer (sampled 20 times a second): "
+    "every request, step and replication message waits this long too",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+
 REPLICATION_LAG_EVENTS = Gauge(
     "apollo11_replication_lag_events",
     "Events the primary holds that a standby has not acked",

@@ -157,6 +157,7 @@ class Node:
                 from lease.etcd import EtcdLease
 
                 self._lease = EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl)
+        self._spawn(_watch_loop_lag(), "apollo11-loop-lag")
         if s.standalone:
             t0 = time.monotonic()
             won = await self.lease.campaign(s.node_id, self.address)
@@ -624,3 +625,13 @@ async def serve(settings: NodeSettings) -> int:
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
     return 0
+
+
+async def _watch_loop_lag(period_s: float = 0.05) -> None:
+    """Observe how late the event loop wakes a timer: a busy or blocked loop delays
+    everything this node does, and this is the one number that shows it."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t0 = loop.time()
+        await asyncio.sleep(period_s)
+        metrics.LOOP_LAG_SECONDS.observe(max(0.0, loop.time() - t0 - period_s))

@@ -1,0 +1,82 @@
+"""The sync gate: writes wait for N standbys, time out as "unknown", never leak."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from replicator.sender import ReplicationHub, ReplicationTimeout, StandbyView
+
+
+def _hub(*names: str) -> tuple[ReplicationHub, list[StandbyView]]:
+    hub = ReplicationHub()
+    views = []
+    for name in names:
+        v = hub.standbys[name] = StandbyView(name, f"{name}:1", connected=True)
+        views.append(v)
+    return hub, views
+
+
+async def test_a_write_waits_for_as_many_standbys_as_asked() -> None:
+    hub, (a, b) = _hub("a", "b")
+    one = asyncio.create_task(hub.wait(5, 1, 10))
+    two = asyncio.create_task(hub.wait(5, 2, 10))
+    await asyncio.sleep(0)
+    hub.on_ack(a, 5, 5)
+    await asyncio.sleep(0)
+    assert one.done() and not two.done()
+    hub.on_ack(b, 4, 5)  # not far enough
+    await asyncio.sleep(0)
+    assert not two.done()
+    hub.on_ack(b, 7, 7)
+    await asyncio.wait_for(two, 1)
+
+
+async def test_waiters_are_released_in_event_order() -> None:
+    hub, (a,) = _hub("a")
+    tasks = {i: asyncio.create_task(hub.wait(i, 1, 10)) for i in (3, 1, 2)}
+    await asyncio.sleep(0)
+    hub.on_ack(a, 2, 3)
+    await asyncio.sleep(0)
+    assert [i for i, t in sorted(tasks.items()) if t.done()] == [1, 2]
+    hub.on_ack(a, 3, 3)
+    await asyncio.gather(*tasks.values())
+
+
+async def test_no_ack_in_time_is_an_unknown_outcome_naming_the_event() -> None:
+    hub, _ = _hub("a")
+    with pytest.raises(ReplicationTimeout, match=r"event 9 .* within 0.2s .*unknown"):
+        await hub.wait(9, 1, 0.2)
+    assert not hub._deadlines
+
+
+async def test_a_cancelled_wait_leaves_nothing_behind() -> None:
+    hub, (a,) = _hub("a")
+    t = asyncio.create_task(hub.wait(4, 1, 0.2))
+    await asyncio.sleep(0)
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+    await asyncio.sleep(0.3)  # the sweep runs and stops
+    assert hub._sweep is None and not hub._deadlines
+    hub.on_ack(a, 4, 4)  # pops the dead waiter without touching it
+    assert not hub._waiters[1]
+
+
+async def test_many_expired_waiters_are_dropped_without_an_ack() -> None:
+    hub, _ = _hub("a")
+    tasks = [asyncio.create_task(hub.wait(i, 1, 0.05)) for i in range(1, 500)]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, ReplicationTimeout) for r in results)
+    assert len(hub._waiters[1]) == 0
+
+
+async def test_fail_all_fails_every_waiter() -> None:
+    hub, _ = _hub("a")
+    t = asyncio.create_task(hub.wait(4, 1, 10))
+    await asyncio.sleep(0)
+    hub.fail_all("demoted")
+    with pytest.raises(ReplicationTimeout, match="demoted"):
+        await t
+    assert hub._sweep is None
