@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,6 @@ from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
 from scheduler.errors import ApolloError, StaleTermError
-from scheduler.log.record import Event
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -54,7 +53,7 @@ class Follower:
         self.last_batch_at = 0.0  # monotonic
         self.task: asyncio.Task[None] | None = None
         self._last_error_log = 0.0
-        self._inflight: deque[asyncio.Task[None]] = deque()
+        self._inflight: deque[asyncio.Future[None]] = deque()
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"follow {self.address}")
@@ -120,6 +119,14 @@ class Follower:
 
         async def requests() -> AsyncIterator[rpb.StandbyMessage]:
             while (msg := await outgoing.get()) is not None:
+                # Acks are cumulative: of those queued while the last one was being
+                # sent, only the newest need go.
+                while msg.WhichOneof("kind") == "ack" and not outgoing.empty():
+                    nxt = outgoing.get_nowait()
+                    if nxt is None:
+                        yield msg
+                        return
+                    msg = nxt
                 yield msg
 
         async with grpc.aio.insecure_channel(self.address) as channel:
@@ -131,7 +138,8 @@ class Follower:
                     # The primary sends at least a heartbeat every HEARTBEAT_S: silence
                     # for much longer means a dead link, even if TCP has not noticed.
                     try:
-                        msg = await asyncio.wait_for(anext(messages), SILENCE_S)
+                        async with asyncio.timeout(SILENCE_S):  # no task per message
+                            msg = await anext(messages)
                     except StopAsyncIteration:
                         break
                     except TimeoutError:
@@ -188,16 +196,19 @@ class Follower:
             return  # already have it (a resend after reconnect)
         durable = store.log.stage_raw(b.records)  # checks CRCs, ids and terms: raises here
         self.primary_durable_id = b.primary_durable_id
-        self._inflight.append(asyncio.ensure_future(self._ack_when(durable, outgoing)))
+        # A callback, not a task per batch: it queues the ack once the batch is durable.
+        durable.add_done_callback(lambda f: self._ack(f, outgoing))
+        self._inflight.append(durable)
         while self._inflight and self._inflight[0].done():
             self._inflight.popleft().result()  # surfaces a write failure
         if len(self._inflight) >= MAX_INFLIGHT:
             await self._inflight.popleft()  # backpressure on the stream
 
-    async def _ack_when(
-        self, durable: Awaitable[list[Event]], outgoing: asyncio.Queue[rpb.StandbyMessage | None]
+    def _ack(
+        self, durable: asyncio.Future[None], outgoing: asyncio.Queue[rpb.StandbyMessage | None]
     ) -> None:
-        await durable
+        if durable.cancelled() or durable.exception() is not None:
+            return  # the session is over, or the write failed (raised by _batch)
         store = self.node.store
         assert store is not None
         self.last_batch_at = time.monotonic()

@@ -164,7 +164,8 @@ class Engine:
         self._idle = asyncio.Event()  # set when no step runs (for drain)
         self._busy: dict[Key, asyncio.Task[None]] = {}  # a step run, lost-write or compensation
         self._timers: dict[Key, asyncio.Task[None]] = {}
-        self._cancel_why: dict[Key, str] = {}
+        # why a running step was cancelled by us: the payload of its FAILED event
+        self._cancel_why: dict[Key, dict[str, Any]] = {}
         self._slots_used = 0
         self._queued: deque[str] = deque()
         self._queued_set: set[str] = set()
@@ -511,20 +512,24 @@ class Engine:
             timeout = self._timeout_for(task.workflow, name, spec)
             t0 = time.perf_counter()
             error: dict[str, Any] | None = None
+            # A bare timer, not asyncio.timeout: at thousands of steps a second the
+            # context manager's bookkeeping was a measurable share of the loop.
+            timer = asyncio.get_running_loop().call_later(timeout, self._time_out, key, timeout)
             try:
-                async with asyncio.timeout(timeout):
-                    result = await self.executor.run(spec.fn, ctx)
-            except TimeoutError:
-                error = {"error": f"timed out after {timeout:g}s", "timeout": True}
+                result = await self.executor.run(spec.fn, ctx)
             except asyncio.CancelledError:
-                why = self._cancel_why.pop(key, None)
-                if why is None:
+                error = self._cancel_why.pop(key, None)
+                if error is None:
                     raise  # leadership lost: leave it STARTED for the next leader
-                error = {"error": why, "final": True}
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()  # our own cancel, handled here
             except StepError as e:
                 error = {"error": _cut(str(e)) or "failed", **e.details}
             except Exception as e:
                 error = {"error": _cut(f"{type(e).__name__}: {e}")}
+            finally:
+                timer.cancel()
             seconds, succeeded, failed, retries = self._step_metrics(task.workflow, name)
             seconds.observe(time.perf_counter() - t0)
             if error is None:
@@ -645,10 +650,13 @@ class Engine:
         )
         metrics.STEP_OUTCOMES.labels(task.workflow, step.name, "lost").inc()
 
-    def _cancel_run(self, key: Key, why: str) -> None:
+    def _time_out(self, key: Key, timeout: float) -> None:
+        self._cancel_run(key, {"error": f"timed out after {timeout:g}s", "timeout": True})
+
+    def _cancel_run(self, key: Key, why: str | dict[str, Any]) -> None:
         run = self._busy.get(key)
         if run is not None and key not in self._cancel_why:
-            self._cancel_why[key] = why
+            self._cancel_why[key] = {"error": why, "final": True} if isinstance(why, str) else why
             run.cancel()
 
     def _spawn_compensation(self, task: TaskState, step: StepState, spec: Step) -> None:

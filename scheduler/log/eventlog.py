@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -77,6 +77,8 @@ class LogConfig:
     submit_max_bytes: int = 64 * 1024
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     max_batch_bytes: int = 8 * 1024 * 1024
+    # newest records kept in memory for followers that keep up (0: always read disk)
+    recent_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.segment_max_bytes < 4096:
@@ -130,13 +132,24 @@ class NothingInCommonError(LogError):
 class _Part:
     """Bytes of one batch that go to one segment."""
 
-    __slots__ = ("chunks", "first_id", "index", "new_segment")
+    __slots__ = ("chunks", "data", "first_id", "index", "new_segment")
 
     def __init__(self, new_segment: bool, first_id: int) -> None:
         self.new_segment = new_segment
         self.first_id = first_id  # segment the part goes to
         self.chunks: list[bytes] = []
+        self.data = b""  # the chunks joined, once written
         self.index: list[tuple[int, int]] = []
+
+
+class _Recent(NamedTuple):
+    """Bytes of a recently written run of records, kept for shipping them again."""
+
+    first_id: int
+    last_id: int
+    segment_id: int
+    end_offset: int  # in the segment, after the last record
+    data: bytes
 
 
 class _Batch:
@@ -190,6 +203,10 @@ class EventLog:
         self._writer: asyncio.Task[None] | None = None
         self._durable_waiters: asyncio.Future[None] | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-log")
+        # The newest durable records, as written: followers that keep up are served
+        # from here, with no read and no second CRC pass (the bytes never left memory).
+        self._recent: dict[int, _Recent] = {}  # first event id -> run; insertion order
+        self._recent_bytes = 0
         self._fd = -1 if read_only else _open_append(tail.path)
         self._idx_fd = -1 if read_only else _open_append(tail.index_path)
 
@@ -287,6 +304,7 @@ class EventLog:
         the history is wanted for audits and time travel (the default keeps it).
         """
         dropped = 0
+        self._forget_recent()
         while len(self._segments) > 1 and self._segments[0].last_id < event_id:
             seg = self._segments.pop(0)
             for path in (seg.path, seg.index_path):
@@ -413,12 +431,18 @@ class EventLog:
         Every CRC is checked, ids must continue this log exactly, and terms
         must not go down. Returns the decoded events once durable.
         """
-        return await self.stage_raw(data)
+        events, durable = self._stage_raw(data)
+        await durable
+        return events
 
-    def stage_raw(self, data: bytes) -> Awaitable[list[Event]]:
+    def stage_raw(self, data: bytes) -> asyncio.Future[None]:
         """`append_raw` in two halves: check and stage now (errors raise here), and
-        return an awaitable for durability. A standby stages the next batch while
-        the previous one is still being written, so one fsync can cover both."""
+        return a future that is done once the records are durable. A standby stages
+        the next batch while the previous one is still being written, so one fsync
+        can cover both."""
+        return self._stage_raw(data)[1]
+
+    def _stage_raw(self, data: bytes) -> tuple[list[Event], asyncio.Future[None]]:
         term_now = self.term
         self.term = self._last_term  # raw records carry their own terms
         try:
@@ -450,14 +474,16 @@ class EventLog:
         self.term = max(self.term, term)
         events = [e for e, _ in staged]
         if not staged:
-            return _ready(events)
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return events, done
         batch: _Batch | None = None
         for event, rec in staged:
             batch = self._admit(rec, event)
         assert batch is not None
         fut = self._loop.create_future()
         batch.waiters.append(fut)
-        return _after(fut, events)
+        return events, fut
 
     async def _stage_all(self, records: Sequence[tuple[Event, bytes]]) -> None:
         """Stage records into the forming batch together; return once they are durable."""
@@ -583,7 +609,8 @@ class EventLog:
                 self._idx_fd = _open_append(path[:-4] + ".idx", create=True)
                 if sync:
                     self._data.fsync_log_dir()
-            _write_all(self._fd, b"".join(part.chunks))
+            part.data = b"".join(part.chunks)
+            _write_all(self._fd, part.data)
             if part.index:
                 _write_all(self._idx_fd, b"".join(INDEX_ENTRY.pack(*e) for e in part.index))
         if sync:
@@ -608,11 +635,46 @@ class EventLog:
             n = len(part.chunks)
             if not n:
                 continue  # a batch whose very first record opened a new segment
-            seg.size += sum(len(c) for c in part.chunks)
+            seg.size += len(part.data)
             seg.last_id = events[i + n - 1].event_id
             seg.index.extend(part.index)
+            self._remember(
+                _Recent(events[i].event_id, seg.last_id, seg.first_id, seg.size, part.data)
+            )
             i += n
         self._durable_id = events[-1].event_id
+
+    def _remember(self, run: _Recent) -> None:
+        recent = self._recent
+        recent[run.first_id] = run
+        self._recent_bytes += len(run.data)
+        while self._recent_bytes > self.config.recent_bytes and recent:
+            oldest = recent.pop(next(iter(recent)))
+            self._recent_bytes -= len(oldest.data)
+
+    def _read_recent(self, from_id: int, max_bytes: int) -> RawBatch | None:
+        """Runs starting at `from_id` from memory, within one segment; None if not there."""
+        run = self._recent.get(from_id)
+        if run is None or run.last_id > self._durable_id:
+            return None
+        if len(run.data) > max_bytes and run.last_id > run.first_id:
+            return None  # fewer records than the run is asked for: cut it from disk
+        parts = [run.data]
+        size = len(run.data)
+        last = run
+        while size < max_bytes:
+            nxt = self._recent.get(last.last_id + 1)
+            if nxt is None or nxt.segment_id != run.segment_id:
+                break
+            parts.append(nxt.data)
+            size += len(nxt.data)
+            last = nxt
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return RawBatch(from_id, last.last_id, data, run.segment_id, last.end_offset)
+
+    def _forget_recent(self) -> None:
+        self._recent.clear()
+        self._recent_bytes = 0
 
     # --------------------------------------------------------------- reading
 
@@ -648,6 +710,9 @@ class EventLog:
         self._check_range(from_id)
         if from_id > self._durable_id:
             return RawBatch(from_id, from_id - 1, b"", *(at or (0, 0)))
+        cached = self._read_recent(from_id, max_bytes)
+        if cached is not None:
+            return cached
         seg = self._segments[self._segment_for(from_id)]
         if at is not None and at[0] == seg.first_id and at[1] < seg.size:
             start = at[1]  # checked below: the record there must be `from_id`
@@ -754,15 +819,6 @@ class EventLog:
             if fd >= 0:
                 os.close(fd)
         self._fd = self._idx_fd = -1
-
-
-async def _ready(events: list[Event]) -> list[Event]:
-    return events
-
-
-async def _after(fut: asyncio.Future[None], events: list[Event]) -> list[Event]:
-    await fut
-    return events
 
 
 def _resolve(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:

@@ -214,6 +214,20 @@ async def test_a_timeout_fails_the_step_and_cancels_it(rig_factory: Any) -> None
     assert cancelled.is_set()
 
 
+async def test_a_timeout_raised_by_the_step_itself_is_its_own_error(rig_factory: Any) -> None:
+    wf = Workflow("own")
+
+    async def call(ctx: StepContext) -> None:
+        raise TimeoutError("upstream did not answer")
+
+    wf.step(name="call", idempotency=Idempotent(), timeout=30, retry=Retry(attempts=1))(call)
+    rig = await rig_factory(wf)
+    task_id = await rig.run("own")
+    step = rig.store.state.peek(task_id).steps["call"]  # type: ignore[union-attr]
+    assert step.status is StepStatus.FAILED
+    assert step.error == "TimeoutError: upstream did not answer"
+
+
 async def test_oversize_result_fails_with_advice(rig_factory: Any) -> None:
     wf = Workflow("big")
 

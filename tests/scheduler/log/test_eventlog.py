@@ -395,3 +395,29 @@ async def test_read_raw_with_position_hints(open_log) -> None:
     seg = log.segments[0]
     assert log.read_raw(5, 300, (seg.first_id, 0)).data == log.read_raw(5, 300).data
     await log.close()
+
+
+async def test_shipping_from_memory_gives_the_bytes_on_disk(open_log, tmp_path) -> None:
+    log = open_log()
+    for n in (3, 1, 7, 2, 40, 5, 1, 12):  # batches of several sizes, across rotations
+        await _fill(log, n)
+        await asyncio.gather(*(log.append(S, f"c{i}", "s") for i in range(4)))
+    assert len(log.segments) > 2 and log._recent, "the newest runs are kept in memory"
+    disk = EventLog.open(tmp_path / "data", read_only=True)  # nothing cached: reads files
+
+    def follow(source: EventLog, max_bytes: int) -> list[tuple[int, int, bytes]]:
+        got, nxt, at = [], 1, None
+        while nxt <= source.durable_id:
+            b = source.read_raw(nxt, max_bytes, at)
+            at = (b.segment_id, b.end_offset)
+            got.append((b.first_id, b.last_id, b.data))
+            nxt = b.last_id + 1
+        return got
+
+    for max_bytes in (1, 300, 1 << 20):
+        mem, files = follow(log, max_bytes), follow(disk, max_bytes)
+        assert b"".join(d for *_, d in mem) == b"".join(d for *_, d in files)
+        assert all(len(d) <= max(max_bytes, 200) for *_, d in mem if max_bytes == 1)
+    for first in list(log._recent):  # every run, and everything after it, byte for byte
+        assert log.read_raw(first).data == disk.read_raw(first).data
+    disk.close_sync()
