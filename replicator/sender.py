@@ -56,6 +56,7 @@ class StandbyView:
     caught_up_at: float = 0.0  # monotonic time acked_id last equalled our durable id
     next_batch: int = 0  # index into the hub's durable-batch record not yet acked
     lags: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    ack_seconds: Any = None  # this standby's child of the ack-latency histogram
 
     def lag_ms(self, q: float) -> float:
         """A percentile of recent ack latencies (durable on the primary -> acked)."""
@@ -109,11 +110,15 @@ class ReplicationHub:
         view.acked_id = max(view.acked_id, event_id)
         now = time.monotonic()
         i = max(view.next_batch, self._base)
+        hist = view.ack_seconds
+        if hist is None:
+            hist = view.ack_seconds = metrics.REPLICATION_ACK_SECONDS.labels(view.node_id)
         while i - self._base < len(self._batches):
             last, at = self._batches[i - self._base]
             if last > view.acked_id:
                 break
             view.lags.append(now - at)
+            hist.observe(now - at)
             i += 1
         view.next_batch = i
         view.acked_at = now

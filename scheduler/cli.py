@@ -108,6 +108,9 @@ def dev(
     workflows: Annotated[str, typer.Option("--workflows", help="Workflow modules.")] = (
         "scheduler.examples"
     ),
+    http_base_port: Annotated[
+        int, typer.Option("--http-base-port", help="Web UI and /metrics of n1; n2 +1...; 0: off.")
+    ] = 8411,
 ) -> None:
     """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
     from scheduler.dev import run
@@ -116,7 +119,7 @@ def dev(
         raise _fail("--lease-ttl must be at least 2 seconds", 2)
     if not 1 <= nodes <= 9:
         raise _fail("--nodes must be between 1 and 9", 2)
-    raise typer.Exit(run(directory, nodes, base_port, lease_ttl, workflows))
+    raise typer.Exit(run(directory, nodes, base_port, lease_ttl, workflows, http_base_port))
 
 
 # ------------------------------------------------------------- client commands

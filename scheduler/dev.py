@@ -26,6 +26,7 @@ class DevCluster:
     base_port: int = 7411
     etcd_port: int = 23790
     lease_ttl: float = 5.0
+    http_base_port: int = 0  # web UI and /metrics of n1 (n2 +1, ...); 0: none
     workflows: str = "scheduler.examples"
     extra: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
@@ -57,8 +58,15 @@ class DevCluster:
             "dev",
             "--lease-ttl",
             str(self.lease_ttl),
+            *(["--http", self.http_endpoints[i]] if self.http_base_port else []),
             *self.extra,
         ]
+
+    @property
+    def http_endpoints(self) -> list[str]:
+        if not self.http_base_port:
+            return []
+        return [f"127.0.0.1:{self.http_base_port + i}" for i in range(self.nodes)]
 
     def start_node(self, i: int) -> subprocess.Popen[bytes]:
         node_id = f"n{i + 1}"
@@ -115,13 +123,23 @@ class DevCluster:
             self.etcd.stop()
 
 
-def run(root: Path, nodes: int, base_port: int, lease_ttl: float, workflows: str) -> int:
-    dev = DevCluster(root, nodes, base_port, lease_ttl=lease_ttl, workflows=workflows)
+def run(
+    root: Path, nodes: int, base_port: int, lease_ttl: float, workflows: str, http_base_port: int
+) -> int:
+    dev = DevCluster(
+        root,
+        nodes,
+        base_port,
+        lease_ttl=lease_ttl,
+        workflows=workflows,
+        http_base_port=http_base_port,
+    )
     dev.start()
     eps = ",".join(dev.endpoints)
     print(f"etcd      {dev.etcd.url if dev.etcd else ''}")
     for i, ep in enumerate(dev.endpoints):
-        print(f"node n{i + 1}   {ep}   log: {root / f'n{i + 1}.log'}")
+        web = f"   web: http://{dev.http_endpoints[i]}/" if http_base_port else ""
+        print(f"node n{i + 1}   {ep}{web}   log: {root / f'n{i + 1}.log'}")
     print(f"\nexport APOLLO11_SERVER={eps}")
     print("apollo11 status; apollo11 submit etl --input '{\"step_seconds\": 1}' --wait")
     print("Ctrl-C stops everything.", flush=True)

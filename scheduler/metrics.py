@@ -64,6 +64,31 @@ LOOP_LAG_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
 
+REPLICATION_ACK_SECONDS = Histogram(
+    "apollo11_replication_ack_seconds",
+    "From a batch being durable on the primary to a standby acknowledging it durable "
+    "(what a synchronous write adds to its latency)",
+    ["standby"],
+    buckets=(
+        0.0005,
+        0.001,
+        0.002,
+        0.003,
+        0.004,
+        0.005,
+        0.0075,
+        0.01,
+        0.015,
+        0.02,
+        0.03,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+    ),
+)
 REPLICATION_LAG_EVENTS = Gauge(
     "apollo11_replication_lag_events",
     "Events the primary holds that a standby has not acked",

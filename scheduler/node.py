@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import shutil
@@ -158,6 +159,11 @@ class Node:
 
                 self._lease = EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl)
         self._spawn(_watch_loop_lag(), "apollo11-loop-lag")
+        # What exists now (modules, the recovered state) lives as long as the node;
+        # without this every full collection rescans it: 16-32 ms pauses measured
+        # under load, ~8 ms after, and each one is a replication-latency outlier.
+        gc.collect()
+        gc.freeze()
         if s.standalone:
             t0 = time.monotonic()
             won = await self.lease.campaign(s.node_id, self.address)
