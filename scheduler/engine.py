@@ -38,6 +38,7 @@ from scheduler.errors import (
     NotLeaderError,
     OutcomeUnknownError,
 )
+from scheduler.log.eventlog import Draft
 from scheduler.log.record import Event, EventType
 from scheduler.replay import DONE, StepState, StepStatus, TaskState, TaskStatus
 from scheduler.shell import SHELL_WORKFLOW, shell_workflow
@@ -170,6 +171,9 @@ class Engine:
         self._queued: deque[str] = deque()
         self._queued_set: set[str] = set()
         self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
+        self._starting: list[Draft] = []  # STARTED of the steps this pass starts
+        self._start_gate: asyncio.Future[bool] | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
         self._metric_children: dict[Key, tuple[Any, Any, Any, Any]] = {}
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
@@ -207,7 +211,7 @@ class Engine:
         STARTED without an end and fails them as lost, by the same rules.
         """
         self._leading = False
-        tasks = [*self._busy.values(), *self._timers.values()]
+        tasks = [*self._busy.values(), *self._timers.values(), *self._flushes]
         if self._loop_task is not None:
             tasks.append(self._loop_task)
         for t in tasks:
@@ -460,7 +464,40 @@ class Engine:
         self._slots_used += 1
         attempt = step.attempt + 1
         key = (task.task_id, step.name)
-        self._spawn(key, self._run_step(task.task_id, step.name, spec, attempt), f"step {key}")
+        gate = self._start_gate
+        if gate is None:
+            # The first start of this pass: the STARTED events of every step this
+            # pass starts are appended together, and committed with one wait.
+            gate = self._start_gate = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(self._flush_starts)
+        self._starting.append(Draft(EventType.STEP_STARTED, task.task_id, step.name, None, attempt))
+        self._spawn(
+            key, self._run_step(task.task_id, step.name, spec, attempt, gate), f"step {key}"
+        )
+
+    def _flush_starts(self) -> None:
+        gate, drafts = self._start_gate, self._starting
+        self._start_gate, self._starting = None, []
+        assert gate is not None
+        task = asyncio.ensure_future(self._commit_starts(drafts, gate))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _commit_starts(self, drafts: list[Draft], gate: asyncio.Future[bool]) -> None:
+        """Append STARTED for a pass's steps; the gate says whether they may run."""
+        try:
+            events = await self.store.log.append_many(drafts)
+            ok = await self._committed(events[-1].event_id)
+        except asyncio.CancelledError:
+            gate.cancel()
+            raise
+        except Exception as e:  # each step waiting on the gate reports it
+            if not gate.done():
+                gate.set_exception(e)
+                gate.exception()  # retrieved: no "never retrieved" warning if none waits
+            return
+        if not gate.done():
+            gate.set_result(ok)
 
     def _free_slot(self) -> None:
         self._slots_used -= 1
@@ -487,14 +524,16 @@ class Engine:
             version=task.version,
         )
 
-    async def _run_step(self, task_id: str, name: str, spec: Step, attempt: int) -> None:
+    async def _run_step(
+        self, task_id: str, name: str, spec: Step, attempt: int, started: asyncio.Future[bool]
+    ) -> None:
         key = (task_id, name)
         logw = self.store.log
         try:
-            started = await logw.append(EventType.STEP_STARTED, task_id, name, attempt=attempt)
             # A step runs only once its STARTED is committed: a new primary that does
-            # not know it started could run it a second time.
-            if not await self._committed(started.event_id):
+            # not know it started could run it a second time. The future is shared by
+            # the steps started together: shielded, so cancelling one spares the rest.
+            if not await asyncio.shield(started):
                 return
             task = self.store.state.tasks[task_id]
             if task.cancelled is not None or task.failed_final:
