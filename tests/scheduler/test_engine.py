@@ -639,3 +639,43 @@ async def test_a_timed_out_thread_step_is_not_retried_beside_itself(rig_factory:
     (a1, _, end1), (a2, start2, _) = sorted(spans)
     assert (a1, a2) == (1, 2)
     assert start2 >= end1, "attempt 2 started only once the abandoned attempt 1 had ended"
+
+
+async def test_steps_run_only_once_their_started_is_committed_one_wait_per_pass(
+    tmp_path: Path,
+) -> None:
+    """Steps started in one scheduling pass share one commit wait; none runs before it."""
+    ran: list[str] = []
+    wf = Workflow("one")
+
+    async def work(ctx: StepContext) -> None:
+        ran.append(ctx.task_id)
+
+    wf.step(name="s", idempotency=Idempotent())(work)
+    reg = Registry()
+    reg.register(wf)
+    store = Store.open(tmp_path / "d", config=CFG, instance_id="n1")
+    commits: list[int] = []
+    release = asyncio.Event()
+
+    async def commit(event_id: int) -> None:
+        (event,) = store.log.read(event_id, event_id)
+        if event.event_type is EventType.STEP_STARTED:  # hold the starts, not the submits
+            commits.append(event_id)
+            await release.wait()
+
+    engine = Engine(store, reg, node_id="n1", commit=commit)
+    await engine.start()
+    subs = await asyncio.gather(*(engine.submit("one") for _ in range(20)))
+    await asyncio.sleep(0.2)
+    started = [e for e in store.log.read() if e.event_type is EventType.STEP_STARTED]
+    assert len(started) == 20, "every STARTED is durable"
+    assert ran == [], "no step runs before its STARTED is committed"
+    assert 1 <= len(commits) < 20, f"starts share commit waits: {commits}"
+    assert max(commits) == started[-1].event_id
+    release.set()
+    for s in subs:
+        await engine.wait(s.task_id)
+    assert sorted(ran) == sorted(s.task_id for s in subs)
+    await engine.stop()
+    await store.close()
