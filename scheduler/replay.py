@@ -18,6 +18,7 @@ type replay does not know is different: that log cannot be understood, and
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -241,11 +242,20 @@ class TaskStore:
     def iter_tasks(self) -> Iterator[TaskState]:
         raise NotImplementedError
 
-    def iter_summaries(self) -> Iterator[Summary]:
+    def summaries_before(self, before: str | None) -> Iterator[tuple[str, int, Summary]]:
+        """(task_id, -rank, summary), newest task id first; ranks from 1, newest copy
+        first; a task may come several times (see State.list_summaries)."""
         raise NotImplementedError
 
     def __len__(self) -> int:
         raise NotImplementedError
+
+
+LIST_SCAN_LIMIT = 20_000  # tasks one listing call looks at, at most (~40 ms on the loop)
+
+
+def _row_key(row: tuple[str, int, Summary]) -> tuple[str, int]:
+    return row[0], row[1]
 
 
 @dataclass(slots=True)
@@ -286,14 +296,51 @@ class State:
                 if t.task_id not in self.tasks:
                     yield t
 
-    def iter_summaries(self) -> Iterator[Summary]:
-        """Every task once, in one line each (memory shadows the archive)."""
-        for t in self.tasks.values():
-            yield summarize(t)
+    def list_summaries(
+        self,
+        match: Callable[[Summary], bool] | None = None,
+        before: str | None = None,
+        limit: int = 50,
+        scan_limit: int = LIST_SCAN_LIMIT,
+    ) -> tuple[list[Summary], str | None]:
+        """Up to `limit` tasks that `match`, newest first, with task ids below `before`;
+        and where the next page starts (None: nothing more).
+
+        Task ids sort by submission time, and the archive keeps its summaries in
+        that order, so a page reads about `limit` summaries, not the history. A
+        filter that matches rarely would read far: at most `scan_limit` tasks are
+        looked at, and the page then ends early (maybe empty) with a position to
+        go on from.
+        """
+        mem = sorted(
+            (
+                (t.task_id, 0, summarize(t))
+                for t in self.tasks.values()
+                if before is None or t.task_id < before
+            ),
+            key=_row_key,
+            reverse=True,
+        )
+        rows: Iterator[tuple[str, int, Summary]] = iter(mem)
         if self.archive is not None:
-            for s in self.archive.iter_summaries():
-                if s.task_id not in self.tasks:
-                    yield s
+            rows = heapq.merge(
+                rows, self.archive.summaries_before(before), key=_row_key, reverse=True
+            )
+        out: list[Summary] = []
+        last: str | None = None
+        scanned = 0
+        for task_id, _, s in rows:
+            if task_id == last:
+                continue  # an older copy of a task already seen (memory, newer chunks first)
+            last = task_id
+            if match is None or match(s):
+                if len(out) == limit:
+                    return out, out[-1].task_id
+                out.append(s)
+            scanned += 1
+            if scanned >= scan_limit:
+                return out, task_id
+        return out, None
 
     def count_tasks(self) -> int:
         if self.archive is None:

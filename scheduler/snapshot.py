@@ -37,6 +37,7 @@ from scheduler.archive import (
 from scheduler.archive import (
     Archive,
     Chunk,
+    Record,
     chunk_name,
     encode_entry,
     merge_chunks,
@@ -80,7 +81,7 @@ class Capture:
     term: int
     position: Position
     state_json: bytes  # the in-memory (active) part of the state
-    new_entries: list[tuple[str, bytes]]  # quiet tasks to archive now
+    new_entries: list[Record]  # quiet tasks to archive now
     chunks: tuple[Chunk, ...]  # the archive as of the capture
 
 
@@ -137,7 +138,7 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
         )
     active: list[orjson.Fragment] = []
     active_ids: set[str] = set()
-    quiet: list[tuple[str, bytes]] = []
+    quiet: list[Record] = []
     for task in state.tasks.values():
         if task.quiescent:
             quiet.append(encode_entry(task))
@@ -309,7 +310,7 @@ class Snapshots:
         self._chunks_of[cap.watermark] = names
         self._retain(set(names))
         info = SnapshotInfo(cap.watermark, cap.term, cap.position, names, path)
-        return Written(info, tuple(chunks), tuple(t for t, _ in cap.new_entries))
+        return Written(info, tuple(chunks), tuple(r[0] for r in cap.new_entries))
 
     def _retain(self, live_chunks: set[str]) -> None:
         """Keep the newest `keep` snapshots and every chunk one of them needs."""

@@ -37,7 +37,7 @@ from scheduler.errors import (
     StaleTermError,
 )
 from scheduler.log.record import Event
-from scheduler.replay import TaskState
+from scheduler.replay import Summary, TaskState
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -211,17 +211,15 @@ class SchedulerService(pbg.SchedulerServicer):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
         wf = request.workflow
-        # Newest first: task ids sort by submission time.
-        rows = [
-            s
-            for s in self._state.iter_summaries()
-            if (want_state is None or s.status.value == want_state)
-            and (not wf or s.workflow == wf)
-            and (before is None or s.task_id < before)
-        ]
-        rows.sort(key=lambda s: s.task_id, reverse=True)
-        page = rows[:size]
-        more = len(rows) > size
+
+        def match(s: Summary) -> bool:
+            return (want_state is None or s.status.value == want_state) and (
+                not wf or s.workflow == wf
+            )
+
+        page, after = self._state.list_summaries(
+            match if want_state is not None or wf else None, before, size
+        )
         return pb.ListTasksResponse(
             tasks=[
                 pb.TaskSummary(
@@ -235,7 +233,7 @@ class SchedulerService(pbg.SchedulerServicer):
                 )
                 for s in page
             ],
-            next_page_token=f"before:{page[-1].task_id}" if more and page else "",
+            next_page_token=f"before:{after}" if after else "",
         )
 
     def _task_events(self, task: TaskState, after: int = 0) -> list[Event]:

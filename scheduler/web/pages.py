@@ -60,13 +60,15 @@ def add_pages(app: FastAPI, node: Node) -> None:
         return node.store.state
 
     def recent(status: str | None = None, workflow: str = "") -> list[Any]:
-        rows = [
-            s
-            for s in state().iter_summaries()
-            if (not status or s.status.value == status) and (not workflow or s.workflow == workflow)
-        ]
-        rows.sort(key=lambda s: s.task_id, reverse=True)
-        return rows[:LIST_LIMIT]
+        def match(s: Any) -> bool:
+            return (not status or s.status.value == status) and (
+                not workflow or s.workflow == workflow
+            )
+
+        rows: list[Any] = state().list_summaries(
+            match if status or workflow else None, None, LIST_LIMIT
+        )[0]
+        return rows
 
     @app.get("/", response_class=HTMLResponse)
     def cluster(request: Request) -> HTMLResponse:
