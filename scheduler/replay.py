@@ -130,6 +130,10 @@ class TaskState:
     owed: int = 0  # steps whose compensation is owed and not done yet
     touched: bool = False  # any step event seen
     anomalies: list[str] = field(default_factory=list)
+    # Every event of this task, in order: its history is read by id, not by scanning
+    # the log between its first and last event (other tasks' events, maybe millions).
+    # None for tasks from snapshots written before this was kept.
+    event_ids: list[int] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -157,6 +161,7 @@ class TaskState:
             "owed": self.owed,
             "touched": self.touched,
             "anomalies": self.anomalies,
+            "event_ids": self.event_ids,
         }
 
     @classmethod
@@ -421,6 +426,8 @@ def _task_for(state: State, event: Event) -> TaskState | None:
         return None
     task.last_event_id = event.event_id
     task.updated_ms = event.timestamp
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
     return task
 
 
@@ -489,6 +496,7 @@ def _on_submitted(state: State, event: Event) -> None:
         first_event_id=event.event_id,
         last_event_id=event.event_id,
         idempotency_key=key,
+        event_ids=[event.event_id],
     )
     _derive(task)
     state.tasks[event.task_id] = task
@@ -503,6 +511,8 @@ def _lookup(state: State, event: Event) -> tuple[TaskState, StepState] | None:
         return None
     task.last_event_id = event.event_id
     task.updated_ms = event.timestamp
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
     step = task.steps.get(event.step_name)
     if step is None:
         _flag(task, None, event, f"{event.event_type.name} for unknown step {event.step_name!r}")

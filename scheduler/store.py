@@ -9,6 +9,7 @@ snapshot is taken every `snapshot_interval` events without stalling appends.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import gc
 import logging
@@ -24,7 +25,7 @@ from scheduler.errors import LogError, SnapshotError, SnapshotMismatchError
 from scheduler.log.datadir import DataDir
 from scheduler.log.eventlog import EventLog, LogConfig
 from scheduler.log.record import Event
-from scheduler.replay import State, apply_all
+from scheduler.replay import State, TaskState, apply_all
 from scheduler.snapshot import (
     DEFAULT_INTERVAL,
     DEFAULT_KEEP,
@@ -171,6 +172,26 @@ class Store:
         self._since_snapshot += len(events)
         if self._since_snapshot >= self.config.snapshot_interval and self._snapshot_task is None:
             self.snapshot_now()
+
+    def task_events(
+        self, task: TaskState, from_id: int = 0, to_id: int | None = None, limit: int = 0
+    ) -> tuple[list[Event], int]:
+        """The task's durable events with ids in [from_id, to_id], oldest first, at
+        most `limit` (0: all); and the id the next page starts at (0: no more)."""
+        end = self.log.durable_id if to_id is None else min(to_id, self.log.durable_id)
+        start = max(from_id, task.first_event_id)
+        if task.event_ids is None:  # from an older snapshot: scan its span of the log
+            span = self.log.read(start, min(end, task.last_event_id))
+            events = [e for e in span if e.task_id == task.task_id]
+            if limit and len(events) > limit:
+                return events[:limit], events[limit].event_id
+            return events, 0
+        ids = task.event_ids
+        ids = ids[bisect.bisect_left(ids, start) : bisect.bisect_right(ids, end)]
+        nxt = 0
+        if limit and len(ids) > limit:
+            ids, nxt = ids[:limit], ids[limit]
+        return self.log.read_ids(ids), nxt
 
     # ----------------------------------------------------------- snapshots
 

@@ -236,10 +236,9 @@ class SchedulerService(pbg.SchedulerServicer):
             next_page_token=f"before:{after}" if after else "",
         )
 
-    def _task_events(self, task: TaskState, after: int = 0) -> list[Event]:
+    def _task_events(self, task: TaskState) -> list[Event]:
         assert self.node.store is not None
-        start = max(task.first_event_id, after + 1)
-        return [e for e in self.node.store.log.read(start) if e.task_id == task.task_id]
+        return self.node.store.task_events(task)[0]
 
     async def WatchTask(
         self, request: pb.WatchTaskRequest, context: grpc.aio.ServicerContext
@@ -283,15 +282,10 @@ class SchedulerService(pbg.SchedulerServicer):
         nxt = 0
         if request.task_id:
             task = self._task(request.task_id)
-            start = max(task.first_event_id, request.from_event_id)
-            end = request.to_event_id or durable
-            for e in logr.read(start, end):
-                if e.task_id != task.task_id:
-                    continue
-                if len(out) == limit:
-                    nxt = e.event_id
-                    break
-                out.append(codec.event_to_pb(e))
+            events, nxt = self.node.store.task_events(
+                task, request.from_event_id, request.to_event_id or durable, limit
+            )
+            out = [codec.event_to_pb(e) for e in events]
         else:
             start = max(request.from_event_id, logr.first_id, 1)
             end = min(request.to_event_id or durable, start + limit - 1)

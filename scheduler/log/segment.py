@@ -116,8 +116,10 @@ class Segment:
 
     def _walk(self, off: int, expect_id: int, target: int) -> int | None:
         """Walk record headers from `off` (record `expect_id`) to `target`."""
+        want = 2 * INDEX_INTERVAL  # the next index entry is at most this far, usually
         while True:
-            chunk = self.read(off, READ_CHUNK)
+            chunk = self.read(off, want)
+            want = READ_CHUNK
             pos = 0
             while pos + HEADER_SIZE <= len(chunk):
                 _, body_len, eid = HEADER.unpack_from(chunk, pos)[:3]

@@ -123,8 +123,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
             where = f" as of event {at}" if at else ""
             return render("base.html", 404, error=f"no task {task_id!r}{where}")
         assert node.store is not None
-        end = at or node.store.log.durable_id
-        events = [e for e in node.store.log.read(t.first_event_id, end) if e.task_id == task_id]
+        events = node.store.task_events(t, to_id=at or None)[0]
         bars = timeline.bars(events)
         svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000))
         return render(
@@ -151,16 +150,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
             t = state().peek(task_id)
             if t is None:
                 return render("base.html", 404, error=f"no task {task_id!r}")
-            start = max(t.first_event_id, int(raw_from or 0))
-            rows: list[Any] = []
-            nxt = 0
-            for e in log.read(start, durable):
-                if e.task_id != task_id:
-                    continue
-                if len(rows) == EVENTS_PAGE:
-                    nxt = e.event_id
-                    break
-                rows.append(e)
+            rows, nxt = node.store.task_events(t, int(raw_from or 0), durable, EVENTS_PAGE)
             prev = None
         else:
             start = int(raw_from) if raw_from else max(log.first_id, durable - EVENTS_PAGE + 1)

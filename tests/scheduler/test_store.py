@@ -224,3 +224,48 @@ async def test_a_snapshot_pointing_past_the_end_of_the_log_is_not_trusted(tmp_pa
     assert again.state.to_dict() == _full(root).to_dict()
     assert {t.task_id for t in again.state.iter_tasks()} <= expected_tasks
     await again.close()
+
+
+async def test_a_tasks_events_are_read_by_id_even_once_archived(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    store = _store(root)
+    await _drive(store, 300)
+    everything = list(store.log.read())
+    await store.close()
+    store = _store(root)  # tasks come back from snapshots and archive chunks
+    by_task: dict[str, list[int]] = {}
+    for e in everything:
+        if e.task_id:
+            by_task.setdefault(e.task_id, []).append(e.event_id)
+    archived = [t for t in by_task if t not in store.state.tasks]
+    assert len(archived) > 200
+    for task_id in archived[:20] + list(store.state.tasks)[:20]:
+        task = store.state.peek(task_id)
+        assert task is not None and task.event_ids == by_task[task_id]
+        events, nxt = store.task_events(task)
+        assert [e.event_id for e in events] == by_task[task_id] and nxt == 0
+        # pages: a limit, and where the next page starts
+        ids = by_task[task_id]
+        page, nxt = store.task_events(task, ids[2], None, 3)
+        assert [e.event_id for e in page] == ids[2:5]
+        assert nxt == (ids[5] if len(ids) > 5 else 0)
+        assert store.task_events(task, 0, ids[1])[0] == events[:2]
+    await store.close()
+
+
+async def test_tasks_from_older_snapshots_without_event_ids_scan_their_span(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "d"
+    store = _store(root)
+    await _drive(store, 40)
+    task = next(iter(store.state.tasks.values()))
+    expected, _ = store.task_events(task)
+    task.event_ids = None  # as a snapshot written before the ids were kept loads it
+
+    events, nxt = store.task_events(task)
+    page, after = store.task_events(task, 0, None, 2)
+
+    assert events == expected and nxt == 0 and len(events) > 2
+    assert page == expected[:2] and after == expected[2].event_id
+    await store.close()

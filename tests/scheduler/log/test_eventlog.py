@@ -421,3 +421,46 @@ async def test_shipping_from_memory_gives_the_bytes_on_disk(open_log, tmp_path) 
     for first in list(log._recent):  # every run, and everything after it, byte for byte
         assert log.read_raw(first).data == disk.read_raw(first).data
     disk.close_sync()
+
+
+async def test_read_ids_gives_exactly_those_events_across_segments(tmp_path) -> None:
+    cfg = LogConfig(
+        segment_max_bytes=256 * 1024,
+        payload_max_bytes=128 * 1024,
+        submit_max_bytes=128 * 1024,
+        fsync=FsyncPolicy.UNSAFE_NEVER,
+    )
+    log = EventLog.open(tmp_path / "d", config=cfg)
+    for k in range(8):
+        await log.append_many([Draft(S, f"t{i % 7}", "s", {"pad": "x" * 200}) for i in range(500)])
+        if k == 3:  # one record far bigger than the read window, in the middle of it all
+            await log.append(S, "big", "s", payload={"pad": "y" * 60_000})
+    await log.close()
+    log = EventLog.open(tmp_path / "d", config=cfg, read_only=True)
+    assert len(log.segments) > 3
+    everything = list(log.read())
+    big = next(e.event_id for e in everything if e.task_id == "big")
+    for ids in (
+        [e.event_id for e in everything if e.task_id == "t3"],  # every 7th: windows serve runs
+        [1, 2, 3, big - 1, big, big + 1, log.durable_id],
+        [s.first_id for s in log.segments] + [s.last_id for s in log.segments[:-1]],
+        [],
+    ):
+        ids = sorted(set(ids))
+        assert log.read_ids(ids) == [e for e in everything if e.event_id in set(ids)]
+    assert log.read_ids([5, log.durable_id + 1, log.durable_id + 9]) == [everything[4]]
+    log.close_sync()
+
+
+async def test_read_ids_refuses_a_damaged_record(open_log) -> None:
+    root = await _written(open_log, 100)
+    first = _seg_files(root)[0]
+    data = bytearray(first.read_bytes())
+    data[200] ^= 0xFF
+    first.write_bytes(bytes(data))
+    tail = int(_seg_files(root)[-1].name[:20])
+    log = open_log(replay_from=tail)
+    with pytest.raises(CorruptLogError) as exc:
+        log.read_ids([1, 2, 3])
+    assert exc.value.path == str(first)
+    await log.close()
