@@ -62,6 +62,7 @@ async def _run_tasks(root: str, n_tasks: int, history: int, fsync: FsyncPolicy) 
     decisions, decide_s = engine.decisions, engine.decide_seconds
     events = store.log.durable_id
     await engine.stop()
+    reads = _reads(store) if history else {}
     await store.close()
     return {
         "tasks": len(ids),
@@ -72,6 +73,29 @@ async def _run_tasks(root: str, n_tasks: int, history: int, fsync: FsyncPolicy) 
         "us_per_decision": round(decide_s / max(1, decisions) * 1e6, 2),
         "history_tasks_archived": history and (history - in_memory_before),
         "log_events": events,
+        **reads,
+    }
+
+
+def _reads(store: Store) -> dict[str, Any]:
+    """What an operator's requests cost with a long history: they run on the node's
+    event loop, so they must not grow with it."""
+    t0 = time.perf_counter()
+    _, token = store.state.list_summaries(None, None, 50)
+    t1 = time.perf_counter()
+    store.state.list_summaries(None, token, 50)
+    t2 = time.perf_counter()
+    oldest = next(e for e in store.log.read(1) if e.task_id)
+    task = store.state.peek(oldest.task_id)
+    assert task is not None
+    t3 = time.perf_counter()
+    events, _ = store.task_events(task)
+    t4 = time.perf_counter()
+    return {
+        "list_first_page_ms": round((t1 - t0) * 1000, 2),
+        "list_next_page_ms": round((t2 - t1) * 1000, 2),
+        "oldest_task_history_ms": round((t4 - t3) * 1000, 2),
+        "oldest_task_events": len(events),
     }
 
 
@@ -132,4 +156,13 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"{r['decision_us_long_history']} µs",
         ),
         ("ratio (flat = 1)", f"{r['decision_cost_ratio']}x"),
+        (
+            f"list tasks with {r['history_tasks']:,} in history: first / next page",
+            f"{r['with_history']['list_first_page_ms']} / "
+            f"{r['with_history']['list_next_page_ms']} ms",
+        ),
+        (
+            f"the oldest task's history, in a log of {r['with_history']['log_events']:,} events",
+            f"{r['with_history']['oldest_task_history_ms']} ms",
+        ),
     ]
