@@ -39,21 +39,24 @@ def free_port() -> int:
 
 
 class LocalEtcd:
-    """One etcd member on 127.0.0.1 with its own data directory."""
+    """One etcd member on 127.0.0.1 (or `host`) with its own data directory."""
 
-    def __init__(self, data_dir: Path, *, client_port: int = 0, peer_port: int = 0) -> None:
+    def __init__(
+        self, data_dir: Path, *, client_port: int = 0, peer_port: int = 0, host: str = "127.0.0.1"
+    ) -> None:
         self.data_dir = Path(data_dir)
+        self.host = host
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"http://{self.host}:{self.client_port}"
 
     def start(self, timeout: float = 20) -> LocalEtcd:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [

@@ -27,16 +27,18 @@ class Member:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     http_port: int = 0
+    host: str = "127.0.0.1"
+    wrap: list[str] = field(default_factory=list)  # e.g. `ip netns exec <ns>`
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> None:
         out = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", "node", *self.args],
+            [*self.wrap, sys.executable, "-m", "scheduler.cli", "node", *self.args],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -86,10 +88,13 @@ class Cluster:
         ttl: float = TTL,
         env: dict[str, str] | None = None,
         http: bool = False,
+        hosts: list[str] | None = None,
+        wraps: list[list[str]] | None = None,
     ) -> Cluster:
         c = cls(root, etcd_url, name)
         for i in range(1, n + 1):
             node_id = f"n{i}"
+            host = hosts[i - 1] if hosts else "127.0.0.1"
             port = free_port()
             data = root / node_id
             args = [
@@ -98,7 +103,7 @@ class Cluster:
                 "--data-dir",
                 str(data),
                 "--listen",
-                f"127.0.0.1:{port}",
+                f"{host}:{port}",
                 "--workflows",
                 "scheduler.examples",
                 "--etcd",
@@ -114,7 +119,15 @@ class Cluster:
                 args += ["--http", f"127.0.0.1:{http_port}"]
             c.members.append(
                 Member(
-                    node_id, data, port, args, root / f"{node_id}.log", dict(env or {}), http_port
+                    node_id,
+                    data,
+                    port,
+                    args,
+                    root / f"{node_id}.log",
+                    dict(env or {}),
+                    http_port,
+                    host,
+                    list(wraps[i - 1]) if wraps else [],
                 )
             )
         return c
