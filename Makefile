@@ -12,7 +12,7 @@ COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 
 .PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
-	demo wheelhouse up down status logs failover-demo e2e alerts-test chromium
+	demo wheelhouse up down status logs failover-demo e2e alerts-test chromium netns-tools
 
 setup: $(STAMP)
 
@@ -43,7 +43,14 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
-unit: setup chromium
+# The partition tests cut links with iptables inside network namespaces.
+netns-tools:
+	@{ command -v ip && command -v iptables; } >/dev/null 2>&1 || { \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		iproute2 iptables >/dev/null; }
+
+unit: setup chromium netns-tools
 	$(BIN)/pytest -q
 
 # The Prometheus alert rules and their unit tests (promtool comes from Debian's prometheus).

@@ -12,6 +12,7 @@ import asyncio
 import bisect
 import contextlib
 import gc
+import itertools
 import logging
 import os
 import time
@@ -182,7 +183,8 @@ class Store:
         start = max(from_id, task.first_event_id)
         if task.event_ids is None:  # from an older snapshot: scan its span of the log
             span = self.log.read(start, min(end, task.last_event_id))
-            events = [e for e in span if e.task_id == task.task_id]
+            mine = (e for e in span if e.task_id == task.task_id)
+            events = list(itertools.islice(mine, limit + 1 if limit else None))
             if limit and len(events) > limit:
                 return events[:limit], events[limit].event_id
             return events, 0

@@ -51,6 +51,7 @@ MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 MAX_EVENTS = 10_000
 DEFAULT_EVENTS = 100
+WATCH_PAGE = 256  # events of a task's history read between two turns of the event loop
 
 R = TypeVar("R")
 
@@ -236,9 +237,18 @@ class SchedulerService(pbg.SchedulerServicer):
             next_page_token=f"before:{after}" if after else "",
         )
 
-    def _task_events(self, task: TaskState) -> list[Event]:
+    async def _task_events(self, task: TaskState) -> AsyncIterator[Event]:
+        """The task's history a page at a time, so that a task with a long one does not
+        hold the event loop while all of it is read."""
         assert self.node.store is not None
-        return self.node.store.task_events(task)[0]
+        start = 0
+        while True:
+            events, start = self.node.store.task_events(task, start, None, WATCH_PAGE)
+            for e in events:
+                yield e
+            if not start:
+                return
+            await asyncio.sleep(0)
 
     async def WatchTask(
         self, request: pb.WatchTaskRequest, context: grpc.aio.ServicerContext
@@ -252,7 +262,7 @@ class SchedulerService(pbg.SchedulerServicer):
         self.watchers.add(task.task_id, queue)  # before reading history: no gap
         try:
             last = 0
-            for past in self._task_events(task):
+            async for past in self._task_events(task):
                 yield codec.event_to_pb(past)
                 last = past.event_id
             while True:

@@ -778,9 +778,10 @@ class EventLog:
         """The durable events with these ids (ascending), checked and decoded; ids the
         log no longer keeps (retention) are skipped, as read() skips them.
 
-        Each is found through the sparse index and read with a small window that
-        also serves the ids right after it: a task's history costs about one read
-        per event, not a scan of every event in between.
+        Each is found through the sparse index; a small window read there also
+        serves the ids just after it. Only the wanted records are decoded (the
+        others are stepped over by their length), so a task's history costs
+        about one lookup per event, not a scan of every event in between.
         """
         out: list[Event] = []
         end = self._durable_id
@@ -794,24 +795,32 @@ class EventLog:
                 continue
             seg = self._segments[self._segment_for(eid)]
             off = seg.locate(eid)
-            want = ID_READ_WINDOW
-            while True:
-                data = seg.read(off, want)
-                got = decode_batch(data, 0, base=off, path=seg.path, expect=eid, term=0)
-                if got.error is not None:
-                    raise got.error
-                if got.events or len(data) < want:
+            data = seg.read(off, ID_READ_WINDOW)
+            pos, cur = 0, eid
+            while k < len(ids) and cur <= seg.last_id and pos + 8 <= len(data):
+                rec_end = pos + 8 + FRAME.unpack_from(data, pos)[1]
+                if rec_end > len(data):
+                    if pos == 0:  # one record bigger than the window
+                        data = seg.read(off, rec_end)
+                        continue
                     break
-                want = 8 + FRAME.unpack_from(data, 0)[1]  # one record bigger than the window
-            if not got.events:
+                if cur == ids[k]:
+                    got = decode_batch(
+                        data[pos:rec_end], 0, base=off + pos, path=seg.path, expect=cur, term=0
+                    )
+                    if got.error is not None:
+                        raise got.error
+                    if not got.events:
+                        raise CorruptLogError(
+                            f"event {cur} is not where the index says", path=seg.path, offset=off
+                        )
+                    out.append(got.events[0])
+                    k += 1
+                pos, cur = rec_end, cur + 1
+            if k < len(ids) and ids[k] == eid:
                 raise CorruptLogError(
                     f"event {eid} not found where the index says it is", path=seg.path, offset=off
                 )
-            last = got.events[-1].event_id
-            first = got.events[0].event_id
-            while k < len(ids) and ids[k] <= last:
-                out.append(got.events[ids[k] - first])
-                k += 1
         return out
 
     async def wait_durable(self, after_id: int) -> None:
@@ -928,17 +937,26 @@ class _Walk:
     `offset < end`).
     """
 
-    def __init__(self, seg: Segment, offset: int, end: int, expect: int, term: int) -> None:
+    def __init__(
+        self,
+        seg: Segment,
+        offset: int,
+        end: int,
+        expect: int,
+        term: int,
+        first_read: int = READ_CHUNK,
+    ) -> None:
         self.seg = seg
         self.offset = offset
         self.end = end
         self.expect = expect
         self.term = term
+        self.first_read = first_read
         self.error: CorruptLogError | None = None
 
     def __iter__(self) -> Iterator[list[Event]]:
         path = self.seg.path
-        want = READ_CHUNK
+        want = self.first_read
         while self.offset < self.end:
             chunk = _pread(path, self.offset, min(want, self.end - self.offset))
             got = decode_batch(
@@ -953,7 +971,7 @@ class _Walk:
                 self.error = got.error
                 return
             if got.end:
-                want = READ_CHUNK
+                want = min(READ_CHUNK, max(want, self.first_read) * 4)
                 continue
             # Not even one record fit: it is bigger than the read, or incomplete.
             need = 8 + FRAME.unpack_from(chunk, 0)[1] if len(chunk) >= 8 else HEADER_SIZE
@@ -972,7 +990,9 @@ def _pread(path: str, offset: int, length: int) -> bytes:
 
 def _scan(seg: Segment, offset: int, first_id: int, last_id: int) -> Iterator[list[Event]]:
     """Checked events first_id..last_id of the durable part of a segment."""
-    walk = _Walk(seg, offset, seg.size, first_id, 0)
+    # A few events need a few KiB, not a 4 MiB read and decode; long reads grow to it.
+    first_read = min(READ_CHUNK, max(16 * 1024, (last_id - first_id + 1) * 512))
+    walk = _Walk(seg, offset, seg.size, first_id, 0, first_read)
     for events in walk:
         if events[-1].event_id >= last_id:
             yield events[: last_id - events[0].event_id + 1]

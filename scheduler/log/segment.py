@@ -115,20 +115,35 @@ class Segment:
         return off
 
     def _walk(self, off: int, expect_id: int, target: int) -> int | None:
-        """Walk record headers from `off` (record `expect_id`) to `target`."""
+        """Walk record headers from `off` (record `expect_id`) to `target`.
+
+        Where the index has a gap (its file lost unsynced entries in a crash, or
+        was cut), the walk fills it in memory, so the next lookup there is short.
+        """
         want = 2 * INDEX_INTERVAL  # the next index entry is at most this far, usually
-        while True:
-            chunk = self.read(off, want)
-            want = READ_CHUNK
-            pos = 0
-            while pos + HEADER_SIZE <= len(chunk):
-                _, body_len, eid = HEADER.unpack_from(chunk, pos)[:3]
-                if eid != expect_id or body_len > MAX_RECORD_BYTES:
+        learned: list[tuple[int, int]] = []
+        mark = off
+        try:
+            while True:
+                chunk = self.read(off, want)
+                want = READ_CHUNK
+                pos = 0
+                while pos + HEADER_SIZE <= len(chunk):
+                    _, body_len, eid = HEADER.unpack_from(chunk, pos)[:3]
+                    if eid != expect_id or body_len > MAX_RECORD_BYTES:
+                        learned.clear()  # not trusted: the walk went wrong
+                        return None
+                    if eid == target:
+                        return off + pos
+                    if off + pos - mark >= INDEX_INTERVAL:
+                        mark = off + pos
+                        learned.append((eid, mark))
+                    pos += 8 + body_len
+                    expect_id += 1
+                if not chunk or pos == 0:
+                    learned.clear()
                     return None
-                if eid == target:
-                    return off + pos
-                pos += 8 + body_len
-                expect_id += 1
-            if not chunk or pos == 0:
-                return None
-            off += pos
+                off += pos
+        finally:
+            if learned:
+                self.index = sorted({*self.index, *learned})

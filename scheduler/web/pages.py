@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 HERE = os.path.dirname(__file__)
 LIST_LIMIT = 200
 EVENTS_PAGE = 200
+TIMELINE_EVENTS = 2_000
 
 
 def _clock(ms: int | None) -> str:
@@ -71,7 +72,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
         return rows
 
     @app.get("/", response_class=HTMLResponse)
-    def cluster(request: Request) -> HTMLResponse:
+    async def cluster(request: Request) -> HTMLResponse:
         return render(
             "cluster.html",
             s=node.status(),
@@ -80,7 +81,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
         )
 
     @app.get("/tasks", response_class=HTMLResponse)
-    def tasks(request: Request, workflow: str = "") -> HTMLResponse:
+    async def tasks(request: Request, workflow: str = "") -> HTMLResponse:
         st = (request.query_params.get("state") or "").upper()
         if st and st not in TaskStatus.__members__:
             return render(
@@ -123,7 +124,8 @@ def add_pages(app: FastAPI, node: Node) -> None:
             where = f" as of event {at}" if at else ""
             return render("base.html", 404, error=f"no task {task_id!r}{where}")
         assert node.store is not None
-        events = node.store.task_events(t, to_id=at or None)[0]
+        # the timeline of the first TIMELINE_EVENTS events (the page stays cheap)
+        events = node.store.task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)[0]
         bars = timeline.bars(events)
         svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000))
         return render(
@@ -137,7 +139,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
         )
 
     @app.get("/events", response_class=HTMLResponse)
-    def events(request: Request) -> HTMLResponse:
+    async def events(request: Request) -> HTMLResponse:
         assert node.store is not None
         log = node.store.log
         q = request.query_params

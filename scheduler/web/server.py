@@ -31,13 +31,16 @@ class _Server(uvicorn.Server):
 def make_app(node: Node) -> FastAPI:
     app = FastAPI(title="Apollo-11", docs_url=None, redoc_url=None, openapi_url=None)
 
+    # Every route is async: it runs on the node's event loop, between the loop's own
+    # changes to the state. A plain `def` would run in a thread pool and iterate the
+    # state while the loop changes it. So each route must stay cheap.
     @app.get("/metrics")
-    def prometheus_metrics() -> Response:
+    async def prometheus_metrics() -> Response:
         metrics.refresh(node)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, object]:
+    async def healthz() -> dict[str, object]:
         return {"node_id": node.settings.node_id, "role": node.role}
 
     add_pages(app, node)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from pathlib import Path
 
@@ -464,3 +465,24 @@ async def test_read_ids_refuses_a_damaged_record(open_log) -> None:
         log.read_ids([1, 2, 3])
     assert exc.value.path == str(first)
     await log.close()
+
+
+async def test_a_lost_index_is_relearned_by_the_first_walk(tmp_path) -> None:
+    cfg = LogConfig(segment_max_bytes=1 << 20, fsync=FsyncPolicy.UNSAFE_NEVER)
+    log = EventLog.open(tmp_path / "d", config=cfg)
+    for _ in range(10):
+        await log.append_many([Draft(S, "t", "s", {"pad": "x" * 200}) for _ in range(500)])
+    await log.close()
+    seg_path = _seg_files(tmp_path / "d")[0]
+    seg_path.with_suffix(".idx").unlink()  # a crash lost the unsynced index
+
+    log = EventLog.open(tmp_path / "d", config=cfg, read_only=True)
+    seg = log.segments[0]
+    assert next(log.read(4000, 4000)).event_id == 4000
+    learned = list(seg.index)
+
+    assert len(learned) > 10, "the walk to event 4000 filled the index on its way"
+    assert all(b[1] - a[1] <= 2 * 64 * 1024 for a, b in itertools.pairwise(learned))
+    assert [e.event_id for e in log.read(2000, 2001)] == [2000, 2001]
+    assert log.read_ids([1500, 3500]) == [*log.read(1500, 1500), *log.read(3500, 3500)]
+    log.close_sync()
