@@ -13,13 +13,16 @@ it was archived); lookups go newest first, and merges keep the newest.
 
 Chunk file::
 
-    b"A11ARC03"
+    b"A11ARC04"
     entries    u32 crc32(rest) | u32 len(rest) | rest = u16 len(task_id) | task_id | json
     summaries  u32 crc32(rest) | u32 len(rest) | rest = json [task_id, workflow, status,
-               submitted_ms, updated_ms, steps done, steps total], ascending task id
+               submitted_ms, updated_ms, steps done, steps total, idempotency key],
+               ascending task id
     index      count x u32 crc32(task_id), ascending | count x u64 entry offset, same
-               order | count x u64 summary offset, ascending task id
-    footer     u64 index_offset | u32 count | u32 crc32(index) | u32 level | b"A11ARCND"
+               order | count x u64 summary offset, ascending task id | keys x u32
+               crc32(idempotency key), ascending | keys x u64 entry offset, same order
+    footer     u64 index_offset | u32 count | u32 crc32(index) | u32 level | u32 keys |
+               b"A11ARCND"
 
 The index is fixed-width so that loading it is a copy, not a parse: a
 lookup costs a binary search and one entry read, whatever the history.
@@ -31,8 +34,14 @@ next few summaries in each chunk: listing never decodes a whole task, and
 its cost does not grow with the history (decoding every archived task on
 the first listing stalled the event loop for 1.8 s at 100k tasks).
 
-Chunks of format 02 (no summaries) are still read: their summaries are
-decoded once from the entries, and a merge rewrites them as 03.
+The idempotency keys of archived tasks are found here too, by the same kind
+of index: the snapshot holds only the keys of tasks still in memory. (It held
+every key ever submitted, and every client submission carries one: the
+snapshot grew by ~55 bytes a task, forever, and was rewritten every 1000
+events.)
+
+Chunks of format 02 (no summaries, no key index) are still read: what they
+lack is decoded once from their entries, and a merge rewrites them as 04.
 """
 
 from __future__ import annotations
@@ -52,12 +61,13 @@ from scheduler.errors import SnapshotError
 from scheduler.log.datadir import fsync_dir
 from scheduler.replay import Summary, TaskState, TaskStatus, TaskStore, summarize
 
-MAGIC = b"A11ARC03"
-MAGIC_V2 = b"A11ARC02"  # entries only, no summaries
+MAGIC = b"A11ARC04"
+MAGIC_V2 = b"A11ARC02"  # entries only, no summaries, no key index
 END_MAGIC = b"A11ARCND"
 ENTRY = Struct("<II")
 ID_LEN = Struct("<H")
-FOOTER = Struct("<QIII8s")
+FOOTER = Struct("<QIIII8s")
+FOOTER_V2 = Struct("<QIII8s")
 MERGE_FANOUT = 8
 SUFFIX = ".arc"
 
@@ -66,19 +76,24 @@ def chunk_name(watermark: int, level: int) -> str:
     return f"{watermark:020d}-{level}{SUFFIX}"
 
 
-# (task_id, framed entry, framed summary): what a chunk holds of one task
-Record = tuple[str, bytes, bytes]
+# (task_id, framed entry, framed summary, idempotency key or ""): a task in a chunk
+Record = tuple[str, bytes, bytes, str]
 
 
 def encode_entry(task: TaskState) -> Record:
     tid = task.task_id.encode()
     rest = ID_LEN.pack(len(tid)) + tid + orjson.dumps(task.to_dict())
-    return task.task_id, ENTRY.pack(zlib.crc32(rest), len(rest)) + rest, encode_summary(task)
+    return (
+        task.task_id,
+        ENTRY.pack(zlib.crc32(rest), len(rest)) + rest,
+        encode_summary(task),
+        task.idempotency_key or "",
+    )
 
 
 def encode_summary(task: TaskState) -> bytes:
     s = summarize(task)
-    rest = orjson.dumps([s.task_id, s.workflow, s.status.value, *s[3:]])
+    rest = orjson.dumps([s.task_id, s.workflow, s.status.value, *s[3:], task.idempotency_key or ""])
     return ENTRY.pack(zlib.crc32(rest), len(rest)) + rest
 
 
@@ -89,17 +104,21 @@ def _hash(task_id: str) -> int:
 def write_chunk(path: str, records: Iterable[Record], level: int) -> int:
     """Write a chunk durably (temp, fsync, rename, dir fsync); return its entry count."""
     keyed: list[tuple[int, int]] = []
+    by_key: list[tuple[int, int]] = []
     summaries: list[tuple[str, bytes]] = []
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(MAGIC)
         off = len(MAGIC)
-        for task_id, entry, summary in records:
+        for task_id, entry, summary, key in records:
             keyed.append((_hash(task_id), off))
+            if key:
+                by_key.append((_hash(key), off))
             summaries.append((task_id, summary))
             f.write(entry)
             off += len(entry)
         keyed.sort()
+        by_key.sort()
         summaries.sort()
         at = array("Q")
         for _, summary in summaries:
@@ -110,9 +129,11 @@ def write_chunk(path: str, records: Iterable[Record], level: int) -> int:
             array("I", (h for h, _ in keyed)).tobytes()
             + array("Q", (o for _, o in keyed)).tobytes()
             + at.tobytes()
+            + array("I", (h for h, _ in by_key)).tobytes()
+            + array("Q", (o for _, o in by_key)).tobytes()
         )
         f.write(index)
-        f.write(FOOTER.pack(off, len(keyed), zlib.crc32(index), level, END_MAGIC))
+        f.write(FOOTER.pack(off, len(keyed), zlib.crc32(index), level, len(by_key), END_MAGIC))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -132,29 +153,41 @@ class Chunk:
         except OSError as e:
             raise SnapshotError(f"archive chunk {path} is missing: {e}") from e
         size = os.fstat(self._fd).st_size
-        tail = os.pread(self._fd, FOOTER.size, size - FOOTER.size) if size >= FOOTER.size else b""
         magic = os.pread(self._fd, len(MAGIC), 0)
-        if len(tail) != FOOTER.size or magic not in (MAGIC, MAGIC_V2):
+        footer = FOOTER if magic == MAGIC else FOOTER_V2
+        tail = os.pread(self._fd, footer.size, size - footer.size) if size >= footer.size else b""
+        if len(tail) != footer.size or magic not in (MAGIC, MAGIC_V2):
             self.close()
             raise SnapshotError(f"archive chunk {path} is truncated or not a chunk")
         self.has_summaries = magic == MAGIC
-        self._index_off, self.count, self._index_crc, self.level, end = FOOTER.unpack(tail)
-        width = 20 if self.has_summaries else 12
-        if end != END_MAGIC or self._index_off + width * self.count + FOOTER.size != size:
+        if self.has_summaries:
+            self._index_off, self.count, self._index_crc, self.level, self.keys, end = (
+                FOOTER.unpack(tail)
+            )
+        else:
+            self._index_off, self.count, self._index_crc, self.level, end = FOOTER_V2.unpack(tail)
+            self.keys = 0
+        if end != END_MAGIC or self._index_off + self._index_size() + footer.size != size:
             self.close()
             raise SnapshotError(f"archive chunk {path} has a bad footer")
         self._hashes: array[int] | None = None
         self._offsets: array[int] = array("Q")
         self._summary_at: array[int] = array("Q")  # ascending task id
+        self._key_hashes: array[int] = array("I")  # ascending
+        self._key_offsets: array[int] = array("Q")  # entry offsets, same order
         self._v2_summaries: list[Summary] | None = None  # format 02 only, ascending id
+        self._v2_keys: dict[str, list[int]] | None = None  # format 02 only: key -> offsets
+
+    def _index_size(self) -> int:
+        n, k = int(self.count), int(self.keys)
+        return 20 * n + 12 * k if self.has_summaries else 12 * n
 
     def __del__(self) -> None:
         self.close()
 
     def _load_index(self) -> array[int]:
         if self._hashes is None:
-            width = 20 if self.has_summaries else 12
-            raw = os.pread(self._fd, width * self.count, self._index_off)
+            raw = os.pread(self._fd, self._index_size(), self._index_off)
             if zlib.crc32(raw) != self._index_crc:
                 raise SnapshotError(
                     f"archive chunk {self.path}: index checksum mismatch at offset "
@@ -166,7 +199,12 @@ class Chunk:
             self._offsets = array("Q")
             self._offsets.frombytes(raw[4 * n : 12 * n])
             self._summary_at = array("Q")
-            self._summary_at.frombytes(raw[12 * n :])
+            self._summary_at.frombytes(raw[12 * n : 20 * n])
+            k = self.keys
+            self._key_hashes = array("I")
+            self._key_hashes.frombytes(raw[20 * n : 20 * n + 4 * k])
+            self._key_offsets = array("Q")
+            self._key_offsets.frombytes(raw[20 * n + 4 * k :])
             self._hashes = hashes
         return self._hashes
 
@@ -220,14 +258,39 @@ class Chunk:
         return (t for t, _ in self.entries())
 
     def records(self) -> Iterator[Record]:
-        """Every (task_id, entry, summary), for a merge."""
+        """Every (task_id, entry, summary, key), for a merge."""
         if self.has_summaries:
-            framed = {row[0]: f for row, f in self._summary_run(0, self.count)}
+            framed = {row[0]: (f, row[7]) for row, f in self._summary_run(0, self.count)}
             for task_id, entry in self.entries():
-                yield task_id, entry, framed[task_id]
+                summary, key = framed[task_id]
+                yield task_id, entry, summary, key
         else:
             for task_id, entry in self.entries():
-                yield task_id, entry, encode_summary(_decode(entry))
+                task = _decode(entry)
+                yield task_id, entry, encode_summary(task), task.idempotency_key or ""
+
+    def tasks_for_key(self, key: str) -> list[TaskState]:
+        """The tasks in this chunk submitted with idempotency key `key`."""
+        if not self.has_summaries:
+            if self._v2_keys is None:
+                found: dict[str, list[int]] = {}
+                off = len(MAGIC)
+                for _, entry in self.entries():
+                    k = _decode(entry).idempotency_key
+                    if k:
+                        found.setdefault(k, []).append(off)
+                    off += len(entry)
+                self._v2_keys = found
+            offsets: Iterable[int] = self._v2_keys.get(key, ())
+        else:
+            self._load_index()
+            hashes = self._key_hashes
+            h = _hash(key)
+            i = bisect.bisect_left(hashes, h)
+            j = bisect.bisect_right(hashes, h, lo=i)
+            offsets = self._key_offsets[i:j]
+        tasks = [_decode(self._read_entry(off)[1]) for off in offsets]
+        return [t for t in tasks if t.idempotency_key == key]
 
     def summaries_before(self, before: str | None, batch: int = 64) -> Iterator[Summary]:
         """This chunk's summaries, newest task id first, from the one below `before`."""
@@ -288,7 +351,7 @@ class Chunk:
 
 
 def _summary(row: list[Any]) -> Summary:
-    tid, wf, status, submitted, updated, done, total = row
+    tid, wf, status, submitted, updated, done, total, _ = row
     return Summary(tid, wf, TaskStatus(status), submitted, updated, done, total)
 
 
@@ -340,6 +403,13 @@ class Archive(TaskStore):
             key=lambda row: (row[0], row[1]),
             reverse=True,
         )
+
+    def task_for_key(self, key: str) -> TaskState | None:
+        """The newest submission archived with idempotency key `key` (a key is reused
+        once its TTL has passed, and an old task can be archived again later, so
+        every chunk is asked)."""
+        found = [t for chunk in reversed(self.chunks) for t in chunk.tasks_for_key(key)]
+        return max(found, key=lambda t: t.first_event_id, default=None)
 
     def iter_tasks(self) -> Iterator[TaskState]:
         seen: set[str] = set()

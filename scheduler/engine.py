@@ -803,13 +803,10 @@ class Engine:
         return result
 
     def _existing(self, key: str) -> str | None:
-        task_id = self.store.state.idempotency.get(key)
-        if task_id is None:
-            return None
-        task = self.store.state.peek(task_id)
+        task = self.store.state.task_for_key(key)
         if task is None or self.clock.now() - task.submitted_ms / 1000 > self.idempotency_ttl_s:
             return None
-        return task_id
+        return task.task_id
 
     def _task_and_step(self, task_id: str, step: str) -> tuple[TaskState, StepState]:
         task = self.store.state.peek(task_id)

@@ -247,6 +247,10 @@ class TaskStore:
     def iter_tasks(self) -> Iterator[TaskState]:
         raise NotImplementedError
 
+    def task_for_key(self, key: str) -> TaskState | None:
+        """The newest archived task submitted with idempotency key `key`."""
+        raise NotImplementedError
+
     def summaries_before(self, before: str | None) -> Iterator[tuple[str, int, Summary]]:
         """(task_id, -rank, summary), newest task id first; ranks from 1, newest copy
         first; a task may come several times (see State.list_summaries)."""
@@ -271,7 +275,8 @@ class State:
     last_event_id: int = 0
     term: int = 0
     terms: list[tuple[int, int]] = field(default_factory=list)  # (term, its first event id)
-    idempotency: dict[str, str] = field(default_factory=dict)  # key -> task id
+    # idempotency key -> task id, for the tasks in memory (the archive indexes the rest)
+    idempotency: dict[str, str] = field(default_factory=dict)
     # workflow -> step -> recent durations in ms, newest last (what timeout="auto" reads)
     durations: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)  # about events naming no known task
@@ -347,6 +352,26 @@ class State:
                 return out, task_id
         return out, None
 
+    def task_for_key(self, key: str) -> TaskState | None:
+        """The newest task submitted with idempotency key `key`, wherever it lives."""
+        task_id = self.idempotency.get(key)
+        if task_id is not None:
+            return self.peek(task_id)
+        t = self.archive.task_for_key(key) if self.archive is not None else None
+        return None if t is None else self.tasks.get(t.task_id, t)
+
+    def all_keys(self) -> dict[str, str]:
+        """Every idempotency key and its newest task (memory and archive; for audits
+        and tests: it reads the whole archive)."""
+        newest: dict[str, TaskState] = {}
+        for t in self.iter_tasks():
+            k = t.idempotency_key
+            if k and (k not in newest or newest[k].first_event_id < t.first_event_id):
+                newest[k] = t
+        out = {k: t.task_id for k, t in newest.items()}
+        out.update(self.idempotency)
+        return out
+
     def count_tasks(self) -> int:
         if self.archive is None:
             return len(self.tasks)
@@ -358,7 +383,7 @@ class State:
             "last_event_id": self.last_event_id,
             "term": self.term,
             "terms": [list(t) for t in self.terms],
-            "idempotency": dict(sorted(self.idempotency.items())),
+            "idempotency": dict(sorted(self.all_keys().items())),
             "durations": {
                 wf: {st: h[-DURATION_HISTORY:] for st, h in sorted(per.items())}
                 for wf, per in sorted(self.durations.items())

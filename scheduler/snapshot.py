@@ -225,12 +225,15 @@ class Snapshots:
             chunks = tuple(doc["chunks"])
             s = doc["state"]
             tasks = [TaskState.from_dict(t) for t in s["tasks"]]
+            active_ids = {t.task_id for t in tasks}
             state = State(
                 tasks={t.task_id: t for t in tasks},
                 last_event_id=s["last_event_id"],
                 term=s["term"],
                 terms=[(a, b) for a, b in s["terms"]],
-                idempotency=dict(s["idempotency"]),
+                # only the keys of tasks in memory: the archive indexes the others (a
+                # snapshot written as its quiet tasks were archived still lists theirs)
+                idempotency={k: tid for k, tid in s["idempotency"].items() if tid in active_ids},
                 durations={
                     wf: {st: list(h) for st, h in per.items()} for wf, per in s["durations"].items()
                 },

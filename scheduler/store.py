@@ -239,6 +239,10 @@ class Store:
             # Evict only what is unchanged since the capture.
             if t is not None and t.last_event_id <= watermark and t.quiescent:
                 del tasks[task_id]
+                # its key is found in the archive now; the snapshot keeps only live keys
+                key = t.idempotency_key
+                if key and self.state.idempotency.get(key) == task_id:
+                    del self.state.idempotency[key]
 
     async def wait_snapshot(self) -> None:
         if self._snapshot_task is not None:

@@ -54,6 +54,8 @@ def etl_history(
                     "version": 1,
                     "input": {"batch": submitted, "step_seconds": 0},
                     "steps": deps,
+                    # as every submission through the client carries one
+                    "idempotency_key": f"client-{seed}-{submitted}",
                 },
             )
             continue

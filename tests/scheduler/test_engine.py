@@ -433,6 +433,30 @@ async def test_idempotency_keys_return_the_same_task_within_their_ttl(rig_factor
         await rig.engine.submit("nope")
 
 
+async def test_a_key_still_dedupes_once_its_task_is_archived_and_after_a_restart(
+    rig_factory: Any,
+) -> None:
+    from scheduler.examples import etl
+
+    rig = await rig_factory(etl)
+    first = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-1")
+    await rig.engine.wait(first.task_id)
+    for _ in range(30):  # enough events for snapshots to archive and evict it
+        await rig.run("etl", {"step_seconds": 0})
+    await rig.store.wait_snapshot()
+    assert first.task_id not in rig.store.state.tasks, "archived and out of memory"
+    assert "nightly-1" not in rig.store.state.idempotency, "its key left the snapshot too"
+
+    again = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-1")
+    rig = await rig.reopen(etl)
+    after_restart = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-1")
+
+    assert again.task_id == after_restart.task_id == first.task_id
+    assert not again.created and not after_restart.created
+    await rig.engine.stop()
+    await rig.store.close()
+
+
 async def test_shell_steps(rig_factory: Any, tmp_path: Path) -> None:
     rig = await rig_factory()
     out = tmp_path / "out"

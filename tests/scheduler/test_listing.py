@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scheduler import archive
 from scheduler.archive import (
     ENTRY,
-    FOOTER,
+    FOOTER_V2,
     MAGIC_V2,
     Archive,
     Chunk,
@@ -153,17 +153,17 @@ def _write_v2(path: Path, tasks: list[TaskState]) -> None:
     body = bytearray(MAGIC_V2)
     keyed = []
     for t in tasks:
-        task_id, entry, _ = encode_entry(t)
+        task_id, entry, _, _ = encode_entry(t)
         keyed.append((zlib.crc32(task_id.encode()), len(body)))
         body += entry
     keyed.sort()
     hashes, offsets = array("I", (h for h, _ in keyed)), array("Q", (o for _, o in keyed))
     index = hashes.tobytes() + offsets.tobytes()
-    footer = FOOTER.pack(len(body), len(keyed), zlib.crc32(index), 0, b"A11ARCND")
+    footer = FOOTER_V2.pack(len(body), len(keyed), zlib.crc32(index), 0, b"A11ARCND")
     path.write_bytes(bytes(body) + index + footer)
 
 
-def test_format_02_chunks_are_listed_and_merged_into_03(tmp_path: Path) -> None:
+def test_format_02_chunks_are_listed_and_merged_into_04(tmp_path: Path) -> None:
     old = [_task(n, TaskStatus.SUCCEEDED) for n in range(10)]
     _write_v2(tmp_path / "old.arc", old)
     v2 = Chunk(str(tmp_path / "old.arc"))

@@ -269,3 +269,41 @@ async def test_tasks_from_older_snapshots_without_event_ids_scan_their_span(
     assert events == expected and nxt == 0 and len(events) > 2
     assert page == expected[:2] and after == expected[2].event_id
     await store.close()
+
+
+async def test_keys_of_archived_tasks_leave_the_snapshot_and_are_found_in_the_archive(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "d"
+    store = _store(root, interval=20)
+    log = store.log
+
+    async def run(task_id: str, key: str) -> None:
+        payload = {"workflow": "w", "steps": {"a": []}, "idempotency_key": key}
+        await log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
+        await log.append(EventType.STEP_STARTED, task_id, "a", attempt=1)
+        await log.append(EventType.STEP_SUCCEEDED, task_id, "a", {"result": 1}, attempt=1)
+        await store.wait_snapshot()
+
+    for i in range(300):
+        await run(f"t{i:04d}", f"key-{i}")
+    await run("t9000", "key-5")  # the key used again, as once its TTL has passed
+    for i in range(300, 330):
+        await run(f"t{i:04d}", f"key-{i}")
+    store.state.task("t0005")  # the key's older holder back in memory must not win
+
+    assert len(store.state.idempotency) < 60, "only the keys of tasks in memory are kept"
+    assert store.state.task_for_key("key-7").task_id == "t0007"  # type: ignore[union-attr]
+    assert store.state.task_for_key("key-5").task_id == "t9000"  # type: ignore[union-attr]
+    assert store.state.task_for_key("nope") is None
+    newest = sorted((root / "snapshots").glob("snapshot-*.snap"))[-1].read_bytes()
+    assert b'"key-7"' not in newest and b'"key-250"' not in newest
+    live = store.state.to_dict()
+    assert len(live["idempotency"]) == 330 and live["idempotency"]["key-5"] == "t9000"
+    await store.close()
+
+    again = _store(root, interval=20)
+    assert again.state.to_dict() == live == _full(root).to_dict()
+    assert again.state.task_for_key("key-5").task_id == "t9000"  # type: ignore[union-attr]
+    assert again.state.task_for_key("key-100").task_id == "t0100"  # type: ignore[union-attr]
+    await again.close()
