@@ -46,10 +46,10 @@ from scheduler.errors import (
 from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, cut_after
-from scheduler.replay import State
+from scheduler.replay import State, TaskState
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
 from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
-from scheduler.store import Store, StoreConfig, state_at
+from scheduler.store import NeedsFullReplay, Store, StoreConfig, state_at
 from scheduler.workflow import Registry
 
 log = logging.getLogger(__name__)
@@ -486,6 +486,16 @@ class Node:
     async def state_at(self, event_id: int) -> State:
         """Time travel: the state as of `event_id`, rebuilt read-only off the loop."""
         return await asyncio.to_thread(state_at, self.settings.data_dir, event_id)
+
+    async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
+        """Time travel for one task: from its own events (a few reads), or by
+        rebuilding the whole state when those are not all at hand."""
+        assert self.store is not None
+        try:
+            return self.store.task_at(task_id, event_id)
+        except NeedsFullReplay as e:
+            log.info("time travel for %s replays the log: %s", task_id, e)
+            return (await self.state_at(event_id)).peek(task_id)
 
     def status(self) -> dict[str, Any]:
         assert self.store is not None

@@ -195,6 +195,25 @@ class Store:
             ids, nxt = ids[:limit], ids[limit]
         return self.log.read_ids(ids), nxt
 
+    def task_at(self, task_id: str, at: int) -> TaskState | None:
+        """Time travel for one task: its state as of event `at`, from its own events
+        up to there, replayed alone (a task's state depends on its events only).
+        A few reads, whatever the history; NeedsFullReplay when its events are not
+        all at hand (a task from an older snapshot, or events dropped by retention).
+        """
+        now = self.state.peek(task_id)
+        if now is None:
+            return None
+        if now.event_ids is None:
+            raise NeedsFullReplay(f"task {task_id} has no event index")
+        ids = now.event_ids[: bisect.bisect_right(now.event_ids, at)]
+        if not ids:
+            return None  # submitted after `at`
+        events = self.log.read_ids(ids)
+        if len(events) != len(ids):
+            raise NeedsFullReplay(f"events of task {task_id} are no longer kept")
+        return apply_all(State(), events).peek(task_id)
+
     # ----------------------------------------------------------- snapshots
 
     def snapshot_now(self) -> asyncio.Future[Written]:
@@ -253,6 +272,10 @@ class Store:
         await self.log.close()
         await self.wait_snapshot()
         self._snap_io.shutdown(wait=True)
+
+
+class NeedsFullReplay(Exception):
+    """Store.task_at cannot answer from the task's own events."""
 
 
 @contextlib.contextmanager

@@ -191,11 +191,10 @@ class SchedulerService(pbg.SchedulerServicer):
             raise InvalidArgumentError(
                 f"as_of_event_id {at} is beyond the last durable event {durable}"
             )
-        past = await self.node.state_at(at)
-        task = past.peek(request.task_id)
+        task = await self.node.task_at(request.task_id, at)
         if task is None:
             raise NotFoundError(f"no task {request.task_id!r} as of event {at}")
-        return codec.task_to_pb(task, past.last_event_id)
+        return codec.task_to_pb(task, at)
 
     @rpc
     async def ListTasks(

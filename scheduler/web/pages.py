@@ -116,8 +116,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
                 return render(
                     "base.html", 400, error=f"as of event {at}: the log ends at {durable}"
                 )
-            past = await node.state_at(at)
-            t = past.peek(task_id)
+            t = await node.task_at(task_id, at)
         else:
             t = state().peek(task_id)
         if t is None:
