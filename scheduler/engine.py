@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from scheduler import metrics
 from scheduler.clock import Clock
@@ -37,6 +37,7 @@ from scheduler.errors import (
     NotFoundError,
     NotLeaderError,
     OutcomeUnknownError,
+    WorkflowDefinitionError,
 )
 from scheduler.log.eventlog import Draft
 from scheduler.log.record import Event, EventType
@@ -124,6 +125,20 @@ class Submitted:
 
 def _cut(text: str) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 14] + " …(truncated)"
+
+
+class SubmitItem(NamedTuple):
+    """One task of a `submit_many` batch."""
+
+    workflow: str
+    input: Any = None
+    idempotency_key: str | None = None
+    version: int | None = None
+
+
+def _check_key(key: str) -> None:
+    if not key or len(key) > 256:
+        raise InvalidArgumentError("idempotency_key must be 1 to 256 characters")
 
 
 def new_task_id() -> str:
@@ -762,17 +777,9 @@ class Engine:
     ) -> Submitted:
         """Submit a task; the same idempotency key (within its TTL) returns the same task."""
         self._check_leading()
-        if workflow == SHELL_WORKFLOW:
-            wf = shell_workflow(input)
-        else:
-            found = self.registry.get(workflow, version)
-            if found is None:
-                known = ", ".join(self.registry.names()) or "none"
-                raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
-            wf = found
+        wf = self._workflow_for(workflow, input, version)
         if idempotency_key is not None:
-            if not idempotency_key or len(idempotency_key) > 256:
-                raise InvalidArgumentError("idempotency_key must be 1 to 256 characters")
+            _check_key(idempotency_key)
             existing = self._existing(idempotency_key)
             if existing is not None:
                 return Submitted(existing, False)
@@ -801,6 +808,83 @@ class Engine:
             self._inflight_keys.pop(idempotency_key).set_result(result)
         await self._commit(event.event_id)
         return result
+
+    async def submit_many(self, items: Sequence[SubmitItem]) -> list[Submitted]:
+        """Submit many tasks with one append (one fsync) and one replication wait.
+
+        All or nothing: an unknown workflow or a bad key anywhere refuses the
+        whole batch (the error names the item) and writes nothing. Idempotency
+        keys work as for `submit`, within the batch too: a key given twice
+        creates one task.
+        """
+        self._check_leading()
+        plans: list[tuple[Workflow, SubmitItem]] = []
+        for i, item in enumerate(items):
+            try:
+                wf = self._workflow_for(item.workflow, item.input, item.version)
+                if item.idempotency_key is not None:
+                    _check_key(item.idempotency_key)
+            except (NotFoundError, InvalidArgumentError, WorkflowDefinitionError) as e:
+                raise type(e)(f"tasks[{i}]: {e}") from None
+            plans.append((wf, item))
+        out: list[Submitted | None] = [None] * len(plans)
+        drafts: list[Draft] = []
+        owners: list[int] = []  # the item each draft is for
+        same_as: dict[int, int] = {}  # item -> the earlier item with its key
+        pending: list[tuple[int, asyncio.Future[Submitted]]] = []
+        mine: dict[str, int] = {}  # keys this batch creates -> item
+        loop = asyncio.get_running_loop()
+        for i, (wf, item) in enumerate(plans):
+            key = item.idempotency_key
+            if key is not None:
+                existing = self._existing(key)
+                if existing is not None:
+                    out[i] = Submitted(existing, False)
+                    continue
+                if key in mine:
+                    same_as[i] = mine[key]
+                    continue
+                if key in self._inflight_keys:
+                    pending.append((i, self._inflight_keys[key]))
+                    continue
+                mine[key] = i
+                self._inflight_keys[key] = loop.create_future()
+            payload: dict[str, Any] = {
+                "workflow": wf.name,
+                "version": wf.version,
+                "input": item.input,
+                "steps": wf.deps,
+            }
+            if key is not None:
+                payload["idempotency_key"] = key
+            drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
+            owners.append(i)
+        try:
+            events = await self.store.log.append_many(drafts) if drafts else []
+        except BaseException as e:
+            for key in mine:
+                self._inflight_keys.pop(key).set_exception(e)
+            raise
+        for i, event in zip(owners, events, strict=True):
+            out[i] = Submitted(event.task_id, True, event.event_id)
+        for key, i in mine.items():
+            self._inflight_keys.pop(key).set_result(out[i])  # type: ignore[arg-type]
+        for i, j in same_as.items():
+            out[i] = Submitted(out[j].task_id, False)  # type: ignore[union-attr]
+        for i, fut in pending:
+            out[i] = Submitted((await asyncio.shield(fut)).task_id, False)
+        if events:
+            await self._commit(events[-1].event_id)
+        return out  # type: ignore[return-value]
+
+    def _workflow_for(self, workflow: str, input: Any, version: int | None) -> Workflow:
+        if workflow == SHELL_WORKFLOW:
+            return shell_workflow(input)
+        found = self.registry.get(workflow, version)
+        if found is None:
+            known = ", ".join(self.registry.names()) or "none"
+            raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
+        return found
 
     def _existing(self, key: str) -> str | None:
         task = self.store.state.task_for_key(key)

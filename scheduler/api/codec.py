@@ -259,6 +259,10 @@ def submit_request(workflow: str, input_json: str, key: str, version: int) -> pb
     )
 
 
+def submit_many_request(items: list[pb.SubmitTaskRequest]) -> pb.SubmitTasksRequest:
+    return pb.SubmitTasksRequest(tasks=items)
+
+
 def submit_shell_request(dag_json: str, key: str) -> pb.SubmitShellRequest:
     return pb.SubmitShellRequest(dag_json=dag_json, idempotency_key=key)
 

@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
+from scheduler.engine import SubmitItem
 from scheduler.errors import (
     ApolloError,
     FailedPreconditionError,
@@ -50,6 +51,7 @@ MAX_REASON = 1024
 MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 MAX_EVENTS = 10_000
+MAX_SUBMIT_BATCH = 1000
 DEFAULT_EVENTS = 100
 WATCH_PAGE = 256  # events of a task's history read between two turns of the event loop
 
@@ -158,6 +160,32 @@ class SchedulerService(pbg.SchedulerServicer):
         )
         return pb.SubmitTaskResponse(
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
+        )
+
+    @rpc
+    async def SubmitTasks(
+        self, request: pb.SubmitTasksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitTasksResponse:
+        n = len(request.tasks)
+        if not 1 <= n <= MAX_SUBMIT_BATCH:
+            raise InvalidArgumentError(f"tasks has {n} items; send 1 to {MAX_SUBMIT_BATCH}")
+        cap = self._submit_cap()
+        items = []
+        for i, t in enumerate(request.tasks):
+            items.append(
+                SubmitItem(
+                    _required(t.workflow, f"tasks[{i}].workflow"),
+                    _json(t.input_json, f"tasks[{i}].input_json", cap),
+                    _optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
+                    t.version or None,
+                )
+            )
+        subs = await self._engine().submit_many(items)
+        return pb.SubmitTasksResponse(
+            tasks=[
+                pb.SubmitTaskResponse(task_id=s.task_id, created=s.created, event_id=s.event_id)
+                for s in subs
+            ]
         )
 
     @rpc

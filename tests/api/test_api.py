@@ -181,3 +181,51 @@ def test_sigterm_lets_acknowledged_work_finish(tmp_path: Path) -> None:
     log.close_sync()
     # the step that was running finished (drain) before the node exited
     assert kinds.count("STEP_STARTED") == kinds.count("STEP_SUCCEEDED")
+
+
+async def test_submit_many_in_one_call(node: NodeProc, tmp_path: Path) -> None:
+    async with Client(node.address, retries=0) as c:
+        before = (await c.status()).last_event_id
+        first = await c.submit("etl", {"step_seconds": 0}, idempotency_key="batch-old")
+        subs = await c.submit_many(
+            [
+                {"workflow": "etl", "input": {"step_seconds": 0}, "idempotency_key": "b-1"},
+                {"workflow": "etl", "input": {"step_seconds": 0}},
+                {"workflow": "etl", "input": {"step_seconds": 0}, "idempotency_key": "b-1"},
+                {"workflow": "etl", "idempotency_key": "batch-old"},
+            ]
+        )
+        assert [s.created for s in subs] == [True, True, False, False]
+        assert subs[2].task_id == subs[0].task_id and subs[3].task_id == first.task_id
+        assert subs[1].event_id == subs[0].event_id + 1, "one append: consecutive events"
+        for s in subs:
+            await c.wait(s.task_id)
+        with pytest.raises(NotFoundError, match=r"tasks\[1\]: unknown workflow 'nope'"):
+            await c.submit_many([{"workflow": "etl"}, {"workflow": "nope"}])
+        with pytest.raises(InvalidArgumentError, match=r"tasks\[0\].input_json is \d+ bytes"):
+            await c.submit_many([{"workflow": "etl", "input": {"blob": "x" * 70_000}}])
+        with pytest.raises(InvalidArgumentError, match="tasks has 1001 items; send 1 to 1000"):
+            await c.submit_many([{"workflow": "etl"}] * 1001)
+        with pytest.raises(InvalidArgumentError, match="tasks has 0 items"):
+            await c.submit_many([])
+        after = (await c.status()).last_event_id
+    # nothing of the refused batches was written: 3 tasks of 11 events each
+    assert after - before == 3 * 11
+
+    lines = tmp_path / "tasks.jsonl"
+    lines.write_text(
+        "\n".join(
+            json.dumps({"workflow": "etl", "input": {"step_seconds": 0}, "idempotency_key": k})
+            for k in ("cli-1", "cli-2", "cli-1")
+        )
+    )
+    res = cli("submit-many", str(lines), "--json", server=node.address)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert [o["created"] for o in out] == [True, True, False]
+    again = cli("submit-many", str(lines), "--json", server=node.address)
+    assert [o["created"] for o in json.loads(again.stdout)] == [False, False, False]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"workflow": "etl"}\n{"input": 1}\n')
+    res = cli("submit-many", str(bad), server=node.address)
+    assert res.returncode == 2 and 'line 2: expected an object with a "workflow"' in res.stderr

@@ -121,6 +121,18 @@ requests = st.one_of(
         text,
     ),
     st.builds(
+        lambda items: ("SubmitTasks", pb.SubmitTasksRequest(tasks=items)),
+        st.lists(
+            st.builds(
+                lambda w, i, k: pb.SubmitTaskRequest(workflow=w, input_json=i, idempotency_key=k),
+                st.sampled_from(["etl", "etl", "nope", ""]),
+                valid_input | json_text,
+                st.sampled_from(["", "k1", "k4", "k5"]),
+            ),
+            max_size=5,
+        ),
+    ),
+    st.builds(
         lambda t, o, r: ("CancelTask", pb.CancelTaskRequest(task_id=t, operator=o, reason=r)),
         text,
         text,
@@ -160,7 +172,9 @@ def test_fuzzed_requests_never_crash_the_node_or_write_half_an_event(tmp_path: P
             assert e.code() in OK_CODES, f"{method}({request}) -> {e.code()}: {e.details()}"
             return
         codes["OK"] += 1
-        if method in WRITES and getattr(resp, "created", True):
+        if method == "SubmitTasks":
+            written[EventType.TASK_SUBMITTED] += sum(1 for t in resp.tasks if t.created)
+        elif method in WRITES and getattr(resp, "created", True):
             written[WRITES[method]] += 1
 
     try:

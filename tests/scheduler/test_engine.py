@@ -457,6 +457,33 @@ async def test_a_key_still_dedupes_once_its_task_is_archived_and_after_a_restart
     await rig.store.close()
 
 
+async def test_submit_many_shares_keys_with_concurrent_submits_and_writes_all_or_nothing(
+    rig_factory: Any,
+) -> None:
+    from scheduler.engine import SubmitItem
+    from scheduler.examples import etl
+
+    rig = await rig_factory(etl)
+    single, batch = await asyncio.gather(
+        rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="k"),
+        rig.engine.submit_many(
+            [SubmitItem("etl", {"step_seconds": 0}, "k"), SubmitItem("etl", {"step_seconds": 0})]
+        ),
+    )
+    assert batch[0].task_id == single.task_id
+    assert [single.created, batch[0].created, batch[1].created].count(True) == 2
+    end = rig.store.log.durable_id
+    with pytest.raises(NotFoundError, match=r"tasks\[1\]: unknown workflow"):
+        await rig.engine.submit_many([SubmitItem("etl"), SubmitItem("nope")])
+    with pytest.raises(InvalidArgumentError, match=r"tasks\[0\]: idempotency_key must be"):
+        await rig.engine.submit_many([SubmitItem("etl", None, "x" * 300)])
+    assert rig.store.log.durable_id == end, "a refused batch writes nothing"
+    assert await rig.engine.submit_many([]) == []
+    for sub in (single, batch[1]):
+        async with asyncio.timeout(20):
+            await rig.engine.wait(sub.task_id)
+
+
 async def test_shell_steps(rig_factory: Any, tmp_path: Path) -> None:
     rig = await rig_factory()
     out = tmp_path / "out"

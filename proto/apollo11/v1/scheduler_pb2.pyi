@@ -76,6 +76,18 @@ class SubmitTaskRequest(_message.Message):
     version: int
     def __init__(self, workflow: _Optional[str] = ..., input_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
+class SubmitTasksRequest(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[SubmitTaskRequest]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[SubmitTaskRequest, _Mapping]]] = ...) -> None: ...
+
+class SubmitTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[SubmitTaskResponse]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[SubmitTaskResponse, _Mapping]]] = ...) -> None: ...
+
 class SubmitShellRequest(_message.Message):
     __slots__ = ("dag_json", "idempotency_key")
     DAG_JSON_FIELD_NUMBER: _ClassVar[int]

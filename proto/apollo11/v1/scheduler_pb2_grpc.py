@@ -39,6 +39,11 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTaskRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTaskResponse.FromString,
                 _registered_method=True)
+        self.SubmitTasks = channel.unary_unary(
+                '/apollo11.v1.Scheduler/SubmitTasks',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTasksRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTasksResponse.FromString,
+                _registered_method=True)
         self.SubmitShell = channel.unary_unary(
                 '/apollo11.v1.Scheduler/SubmitShell',
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitShellRequest.SerializeToString,
@@ -87,6 +92,16 @@ class SchedulerServicer:
     def SubmitTask(self, request, context):
         """Submit a task of a registered workflow. The same idempotency_key returns
         the same task for as long as the key is kept (a node setting, 24 h default).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitTasks(self, request, context):
+        """Submit up to 1000 tasks at once: one write, one fsync and one replication
+        wait for all of them. All or nothing: an invalid item (named by its index)
+        refuses the whole batch. Idempotency keys work as for SubmitTask, and a key
+        given twice in one batch creates one task. Answers are in request order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,6 +168,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.SubmitTask,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTaskRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTaskResponse.SerializeToString,
+            ),
+            'SubmitTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitTasks,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTasksRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.SubmitTasksResponse.SerializeToString,
             ),
             'SubmitShell': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitShell,
@@ -222,6 +242,33 @@ class Scheduler:
             '/apollo11.v1.Scheduler/SubmitTask',
             apollo11_dot_v1_dot_scheduler__pb2.SubmitTaskRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.SubmitTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/SubmitTasks',
+            apollo11_dot_v1_dot_scheduler__pb2.SubmitTasksRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.SubmitTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
