@@ -59,14 +59,16 @@ def cluster(net: netns.Net, etcd: LocalEtcd, tmp_path: Path) -> Iterator[Cluster
         hosts=net.ips,
         wraps=[net.wrap(i) for i in range(3)],
     )
-    # n1 first, so that the test knows which namespace holds the primary
-    c.members[0].start()
-    assert c.primary(timeout=60).node_id == "n1", c.tail_logs()
-    for m in c.members[1:]:
-        m.start()
-    _wait_connected(c, c.members[0], 2)
-    yield c
-    c.stop()
+    try:
+        # n1 first, so that the test knows which namespace holds the primary
+        c.members[0].start()
+        assert c.primary(timeout=60).node_id == "n1", c.tail_logs()
+        for m in c.members[1:]:
+            m.start()
+        _wait_connected(c, c.members[0], 2)
+        yield c
+    finally:
+        c.stop()
 
 
 def _wait_connected(c: Cluster, primary: Member, n: int, timeout: float = 60) -> None:
