@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import itertools
 import logging
 import os
 import time
@@ -184,6 +185,7 @@ class Engine:
         self._cancel_why: dict[Key, dict[str, Any]] = {}
         self._slots_used = 0
         self._queued: deque[str] = deque()
+        self._ready: list[str] = []  # left the queue for a freed slot; decided first
         self._queued_set: set[str] = set()
         self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
         self._starting: list[Draft] = []  # STARTED of the steps this pass starts
@@ -239,6 +241,7 @@ class Engine:
         self._slots_used = 0
         self._queued.clear()
         self._queued_set.clear()
+        self._ready.clear()
         self._loop_task = None
 
     async def drain(self, within_s: float) -> bool:
@@ -296,13 +299,29 @@ class Engine:
             self._wake.clear()
             t0 = time.perf_counter()
             dirty, self._dirty = self._dirty, set()
-            for task_id in dirty:
+            # Tasks that waited for a slot go first, oldest first: they get the slots
+            # just freed. Otherwise a task made dirty by its own events could take the
+            # slot, and the waiting task, finding none, would queue again at the back
+            # (measured: 31-59 decisions per five-step task at 512 slots, 16 with
+            # slots to spare).
+            ready, self._ready = self._ready, []
+            dirty.difference_update(ready)
+            for task_id in itertools.chain(ready, dirty):
                 try:
                     self._decide(task_id)
                 except Exception:  # a bug in one task's decision must not stop the others
                     log.exception("scheduling task %s failed", task_id)
             spent = time.perf_counter() - t0
-            self.decisions += len(dirty)
+            self.decisions += len(ready) + len(dirty)
+            # A task taken from the queue may not have used its slot (cancelled since,
+            # say): hand what is still free to the next ones.
+            free = self.concurrency - self._slots_used
+            while self._queued and len(self._ready) < free:
+                task_id = self._queued.popleft()
+                self._queued_set.discard(task_id)
+                self._ready.append(task_id)
+            if self._ready:
+                self._wake.set()
             self.decide_seconds += spent
             metrics.SCHEDULER_LOOP_SECONDS.observe(spent)
 
@@ -519,10 +538,10 @@ class Engine:
         if not self._slots_used:
             self._idle.set()
         # Wake as many waiting tasks as there are free slots, oldest first.
-        for _ in range(min(len(self._queued), self.concurrency - self._slots_used)):
+        if self._queued and len(self._ready) < self.concurrency - self._slots_used:
             task_id = self._queued.popleft()
             self._queued_set.discard(task_id)
-            self._dirty.add(task_id)
+            self._ready.append(task_id)
         self._wake.set()
 
     def _context(

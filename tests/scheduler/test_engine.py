@@ -484,6 +484,34 @@ async def test_submit_many_shares_keys_with_concurrent_submits_and_writes_all_or
             await rig.engine.wait(sub.task_id)
 
 
+async def test_waiting_tasks_get_freed_slots_even_when_one_of_them_no_longer_needs_it(
+    rig_factory: Any,
+) -> None:
+    gate = asyncio.Event()
+    ran: list[str] = []
+    wf = Workflow("slow")
+
+    @wf.step(idempotency=Idempotent())
+    async def only(ctx: StepContext) -> None:
+        ran.append(ctx.task_id)
+        await gate.wait()
+
+    rig = await rig_factory(wf, concurrency=1)
+    a = await rig.engine.submit("slow")
+    b = await rig.engine.submit("slow")
+    c = await rig.engine.submit("slow")
+    while len(ran) < 1:
+        await asyncio.sleep(0.01)
+    # b and c wait for the one slot; b is cancelled while it waits
+    await rig.engine.cancel_task(b.task_id, operator="o", reason="not needed")
+    gate.set()
+    async with asyncio.timeout(20):
+        for sub in (a, b, c):
+            await rig.engine.wait(sub.task_id)
+    assert ran == [a.task_id, c.task_id]
+    assert rig.engine.decisions < 40
+
+
 async def test_shell_steps(rig_factory: Any, tmp_path: Path) -> None:
     rig = await rig_factory()
     out = tmp_path / "out"
