@@ -142,6 +142,9 @@ def _check_key(key: str) -> None:
         raise InvalidArgumentError("idempotency_key must be 1 to 256 characters")
 
 
+_STARTED = EventType.STEP_STARTED
+
+
 def new_task_id() -> str:
     """Sortable by submission time, unique without coordination."""
     return f"{time.time_ns() // 1_000_000:012x}-{os.urandom(5).hex()}"
@@ -180,6 +183,7 @@ class Engine:
         self._draining = False
         self._idle = asyncio.Event()  # set when no step runs (for drain)
         self._busy: dict[Key, asyncio.Task[None]] = {}  # a step run, lost-write or compensation
+        self._busy_tasks: dict[str, int] = {}  # task id -> how many of those it has
         self._timers: dict[Key, asyncio.Task[None]] = {}
         # why a running step was cancelled by us: the payload of its FAILED event
         self._cancel_why: dict[Key, dict[str, Any]] = {}
@@ -237,6 +241,7 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._busy.clear()
+        self._busy_tasks.clear()
         self._timers.clear()
         self._slots_used = 0
         self._queued.clear()
@@ -262,9 +267,16 @@ class Engine:
 
     def _on_events(self, events: Sequence[Event]) -> None:
         dirty = self._dirty
+        busy = self._busy
         for e in events:
-            if e.task_id:
-                dirty.add(e.task_id)
+            if not e.task_id:
+                continue
+            # The STARTED of a step this engine is running changes nothing to decide:
+            # the step is busy, and no other step waits on a start (a third of all
+            # decisions). One it is not running (a former primary's) is decided.
+            if e.event_type is _STARTED and (e.task_id, e.step_name) in busy:
+                continue
+            dirty.add(e.task_id)
         if self._waiters:
             for task_id in {e.task_id for e in events} & self._waiters.keys():
                 self._check_waiters(task_id)
@@ -280,7 +292,7 @@ class Engine:
                     fut.set_result(task)
 
     def _busy_for(self, task_id: str) -> bool:
-        return any(k[0] == task_id for k in self._busy)
+        return task_id in self._busy_tasks
 
     async def wait(self, task_id: str) -> TaskState:
         """Wait until a task is finished and nothing of it is running (use asyncio.timeout)."""
@@ -362,6 +374,8 @@ class Engine:
         comp = self._needs_compensation(task, wf)
         deps = task.deps
         for name, step in task.steps.items():
+            if step.status in DONE and name not in comp:
+                continue  # finished (checked against the workflow when it started)
             key = (task_id, name)
             if key in self._busy:
                 if cancelled and step.status is StepStatus.STARTED:
@@ -477,10 +491,17 @@ class Engine:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._busy[key] = task
+        busy = self._busy_tasks
+        busy[key[0]] = busy.get(key[0], 0) + 1
 
         def done(t: asyncio.Task[None]) -> None:
             if self._busy.get(key) is t:
                 del self._busy[key]
+            n = busy.get(key[0], 0) - 1
+            if n > 0:
+                busy[key[0]] = n
+            else:
+                busy.pop(key[0], None)
             self._dirty.add(key[0])
             self._wake.set()
             self._check_waiters(key[0])
