@@ -54,6 +54,9 @@ class NodeSettings(BaseSettings):
     sync_timeout: float = Field(default=5.0, gt=0)
     concurrency: int = Field(default=32, ge=1, le=10_000)
     snapshot_interval: int = Field(default=DEFAULT_INTERVAL, ge=1)
+    # ...but not more often than this (a busy primary would snapshot a dozen times a
+    # second; recovery then replays at most about this long's worth of events)
+    snapshot_min_interval: float = Field(default=1.0, ge=0)
     segment_max_bytes: int = Field(default=DEFAULT_SEGMENT_MAX_BYTES, ge=4096)
     payload_max_bytes: int = Field(default=DEFAULT_PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
     submit_max_bytes: int = Field(default=64 * 1024, ge=64, le=8 * 1024 * 1024)

@@ -120,6 +120,7 @@ class Node:
                 fsync=s.fsync,
             ),
             snapshot_interval=s.snapshot_interval,
+            snapshot_min_interval_s=s.snapshot_min_interval,
             keep_all_segments=s.log_retention == "all",
         )
         store = Store.open(s.data_dir, config=cfg, instance_id=s.node_id, clock=self.clock.now_ms)

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
 SMALL = {
     "APOLLO11_SNAPSHOT_INTERVAL": "50",
+    "APOLLO11_SNAPSHOT_MIN_INTERVAL": "0",
     "APOLLO11_SEGMENT_MAX_BYTES": "4096",
 }
 

@@ -335,3 +335,18 @@ async def test_time_travel_for_one_task_equals_rebuilding_the_whole_state(tmp_pa
     with pytest.raises(NeedsFullReplay):
         store.task_at(task.task_id, end)
     await store.close()
+
+
+async def test_snapshots_are_not_taken_more_often_than_the_minimum_interval(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(
+        tmp_path / "d",
+        config=StoreConfig(log=LOG, snapshot_interval=10, snapshot_min_interval_s=3600),
+        instance_id="n1",
+    )
+    await _drive(store, 40)
+    assert len(store.snapshots.watermarks()) == 1, "the first, then none for an hour"
+    await store.close()
+    with pytest.raises(ValueError, match="snapshot_min_interval_s must not be negative"):
+        StoreConfig(snapshot_min_interval_s=-1)
