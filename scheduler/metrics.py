@@ -29,6 +29,11 @@ SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
     "apollo11_snapshot_seconds", "Time to write one snapshot (off the event loop)"
 )
+SNAPSHOT_STALL_SECONDS = Histogram(
+    "apollo11_snapshot_stall_seconds",
+    "Event-loop time to capture a snapshot (the write is off the loop)",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
 SNAPSHOT_FALLBACKS = Counter(
     "apollo11_snapshot_fallbacks_total",
     "Snapshots found unreadable at recovery (an older one, or full replay, was used)",

@@ -37,7 +37,6 @@ from scheduler.archive import (
 from scheduler.archive import (
     Archive,
     Chunk,
-    Record,
     chunk_name,
     encode_entry,
     merge_chunks,
@@ -81,7 +80,9 @@ class Capture:
     term: int
     position: Position
     state_json: bytes  # the in-memory (active) part of the state
-    new_entries: list[Record]  # quiet tasks to archive now
+    # Quiet tasks to archive now, encoded by the writer thread: a quiet task changes
+    # only by an operator's action, which the writer detects (see Snapshots.write).
+    quiet: list[TaskState]
     chunks: tuple[Chunk, ...]  # the archive as of the capture
 
 
@@ -104,6 +105,10 @@ def _state_meta(state: State) -> dict[str, Any]:
         },
         "anomalies": state.anomalies,
     }
+
+
+class SnapshotRaced(SnapshotError):
+    """A quiet task changed while its snapshot was written: none was written."""
 
 
 class _TaskJsonCache:
@@ -138,10 +143,10 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
         )
     active: list[orjson.Fragment] = []
     active_ids: set[str] = set()
-    quiet: list[Record] = []
+    quiet: list[TaskState] = []
     for task in state.tasks.values():
         if task.quiescent:
-            quiet.append(encode_entry(task))
+            quiet.append(task)
         elif cache is not None:
             active.append(orjson.Fragment(cache.get(task)))
             active_ids.add(task.task_id)
@@ -284,10 +289,20 @@ class Snapshots:
     def write(self, cap: Capture) -> Written:
         """Write a captured snapshot (on a thread): chunk, merges, file, retention."""
         chunks = list(cap.chunks)
-        if cap.new_entries:
+        entries = [encode_entry(t) for t in cap.quiet]
+        # Encoded here, off the loop (it was most of a capture's 10-20 ms stall), from
+        # the live objects: any event applied to one of them since the capture set its
+        # last_event_id first, so this tells whether an encoding may be torn.
+        changed = [t.task_id for t in cap.quiet if t.last_event_id > cap.watermark]
+        if changed:
+            raise SnapshotRaced(
+                f"task {changed[0]} changed while snapshot {cap.watermark} was being written "
+                f"({len(changed)} in all); the next snapshot will include it"
+            )
+        if entries:
             name = chunk_name(cap.watermark, 0)
             path = os.path.join(self.directory, name)
-            write_chunk(path, cap.new_entries, 0)
+            write_chunk(path, entries, 0)
             chunks.append(Chunk(path))
         while (run := merge_plan([c.level for c in chunks])) is not None:
             start, end = run
@@ -313,7 +328,7 @@ class Snapshots:
         self._chunks_of[cap.watermark] = names
         self._retain(set(names))
         info = SnapshotInfo(cap.watermark, cap.term, cap.position, names, path)
-        return Written(info, tuple(chunks), tuple(r[0] for r in cap.new_entries))
+        return Written(info, tuple(chunks), tuple(t.task_id for t in cap.quiet))
 
     def _retain(self, live_chunks: set[str]) -> None:
         """Keep the newest `keep` snapshots and every chunk one of them needs."""

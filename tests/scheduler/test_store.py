@@ -350,3 +350,27 @@ async def test_snapshots_are_not_taken_more_often_than_the_minimum_interval(
     await store.close()
     with pytest.raises(ValueError, match="snapshot_min_interval_s must not be negative"):
         StoreConfig(snapshot_min_interval_s=-1)
+
+
+async def test_a_quiet_task_changed_while_its_snapshot_is_written_cancels_that_snapshot(
+    tmp_path: Path,
+) -> None:
+    from scheduler.snapshot import SnapshotRaced
+
+    root = tmp_path / "d"
+    store = _store(root, interval=10**9)  # snapshots by hand only
+    await _drive(store, 30)
+    quiet = [t for t in store.state.tasks.values() if t.quiescent]
+    assert quiet
+    cap = capture(store.state, store.log.position(), store.snapshots.task_json)
+    before = sorted(p.name for p in (root / "snapshots").iterdir())
+    quiet[0].last_event_id = cap.watermark + 1  # as an operator's event, applied meanwhile
+
+    with pytest.raises(SnapshotRaced, match=f"task {quiet[0].task_id} changed"):
+        store.snapshots.write(cap)
+
+    assert sorted(p.name for p in (root / "snapshots").iterdir()) == before, "nothing written"
+    quiet[0].last_event_id = cap.watermark
+    written = store.snapshots.write(cap)
+    assert set(written.archived) == {t.task_id for t in quiet}
+    await store.close()
