@@ -6,6 +6,8 @@ Names follow Prometheus conventions: `apollo11_` prefix, units in the name,
 
 from __future__ import annotations
 
+import gc
+import time
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -61,6 +63,31 @@ STEP_RETRIES = Counter(
 COMPENSATIONS = Counter(
     "apollo11_compensations_started_total", "Compensations started", ["workflow", "step"]
 )
+
+GC_PAUSE_SECONDS = Histogram(
+    "apollo11_gc_pause_seconds",
+    "Cyclic garbage collections: how long each stopped the process, by generation",
+    ["generation"],
+    buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
+)
+
+
+def watch_gc() -> None:
+    """Time every cyclic collection (a pause of the whole process, event loop included)."""
+    if any(getattr(cb, "apollo11", False) for cb in gc.callbacks):
+        return
+    children = [GC_PAUSE_SECONDS.labels(str(g)) for g in range(3)]
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            children[info["generation"]].observe(time.perf_counter() - started[0])
+
+    on_gc.apollo11 = True  # type: ignore[attr-defined]
+    gc.callbacks.append(on_gc)
+
 
 LOOP_LAG_SECONDS = Histogram(
     "apollo11_event_loop_lag_seconds",

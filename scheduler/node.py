@@ -165,6 +165,7 @@ class Node:
         # under load, ~8 ms after, and each one is a replication-latency outlier.
         gc.collect()
         gc.freeze()
+        metrics.watch_gc()
         if s.standalone:
             t0 = time.monotonic()
             won = await self.lease.campaign(s.node_id, self.address)
