@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from pathlib import Path
 
@@ -42,6 +43,9 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
             'apollo11_step_outcomes_total{outcome="failed",step="clean",workflow="etl"} 1.0' in body
         )
         assert 'apollo11_step_retries_total{step="clean",workflow="etl"} 1.0' in body
+        # the cyclic collections while it worked are timed
+        young = re.search(r'^apollo11_gc_pause_seconds_count\{generation="0"\} (\S+)', body, re.M)
+        assert young is not None and float(young.group(1)) > 0, "gen-0 collections are timed"
         health = urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=5).read()
         assert b'"role":"primary"' in health
     finally:
