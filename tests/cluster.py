@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,31 @@ from scheduler.client import SyncClient
 from tests.nodes import ROOT
 
 TTL = 2.0
+
+
+def stubborn_client(address: str, acks: list[str], stop: threading.Event) -> threading.Thread:
+    """Keeps submitting to one node only, whatever it answers; records what it acks."""
+    import grpc
+    from apollo11.v1 import scheduler_pb2 as pb
+    from apollo11.v1 import scheduler_pb2_grpc as pbg
+
+    def run() -> None:
+        with grpc.insecure_channel(address) as ch:
+            stub = pbg.SchedulerStub(ch)
+            while not stop.is_set():
+                try:
+                    r = stub.SubmitTask(
+                        pb.SubmitTaskRequest(workflow="etl", input_json='{"step_seconds": 0}'),
+                        timeout=TTL * 4,
+                    )
+                    acks.append(r.task_id)
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
 
 
 @dataclass

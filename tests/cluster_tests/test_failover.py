@@ -17,7 +17,7 @@ from apollo11.v1 import scheduler_pb2_grpc as pbg
 from lease.local_etcd import LocalEtcd
 from scheduler.client import SyncClient
 from scheduler.log import EventLog, EventType
-from tests.cluster import TTL, Cluster, segment_digest, segment_files
+from tests.cluster import TTL, Cluster, segment_digest, segment_files, stubborn_client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
@@ -157,23 +157,7 @@ def test_a_paused_primary_acknowledges_nothing_and_rejoins(
         old.signal(signal.SIGSTOP)
         # Meanwhile, a client stubbornly talks to the paused primary only.
         stop = threading.Event()
-
-        def poke() -> None:
-            with grpc.insecure_channel(old.address) as ch:
-                stub = pbg.SchedulerStub(ch)
-                while not stop.is_set():
-                    try:
-                        r = stub.SubmitTask(
-                            pb.SubmitTaskRequest(workflow="etl", input_json='{"step_seconds": 0}'),
-                            timeout=TTL * 4,
-                        )
-                        acks_from_old.append(r.task_id)
-                    except grpc.RpcError:
-                        pass
-                    time.sleep(0.1)
-
-        t = threading.Thread(target=poke, daemon=True)
-        t.start()
+        t = stubborn_client(old.address, acks_from_old, stop)
         new = cluster.primary(exclude=old.node_id, timeout=TTL + 10)
         time.sleep(TTL)  # well past the old lease
         old.signal(signal.SIGCONT)

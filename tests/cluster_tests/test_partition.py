@@ -12,15 +12,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
-from apollo11.v1 import scheduler_pb2 as pb
-from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 from lease.local_etcd import LocalEtcd
 from scheduler.log import EventType
 from tests import netns
-from tests.cluster import TTL, Cluster, Member, segment_digest
+from tests.cluster import TTL, Cluster, Member, segment_digest, stubborn_client
 from tests.cluster_tests.test_failover import (
     Submitter,
     _check_ledger_and_log,
@@ -93,28 +90,6 @@ def _leader(c: Cluster, m: Member) -> str | None:
     return leader.get("node_id") if isinstance(leader, dict) else None
 
 
-def _poke(address: str, acks: list[str], stop: threading.Event) -> threading.Thread:
-    """A client that keeps submitting to one node only, whatever it says."""
-
-    def run() -> None:
-        with grpc.insecure_channel(address) as ch:
-            stub = pbg.SchedulerStub(ch)
-            while not stop.is_set():
-                try:
-                    r = stub.SubmitTask(
-                        pb.SubmitTaskRequest(workflow="etl", input_json='{"step_seconds": 0}'),
-                        timeout=TTL * 4,
-                    )
-                    acks.append(r.task_id)
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.1)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 def test_a_primary_cut_off_from_etcd_and_its_standbys_steps_down_and_rejoins(
     cluster: Cluster, net: netns.Net, etcd: LocalEtcd, tmp_path: Path
 ) -> None:
@@ -124,7 +99,7 @@ def test_a_primary_cut_off_from_etcd_and_its_standbys_steps_down_and_rejoins(
     stop = threading.Event()
     with Submitter(cluster.endpoints, ledger) as sub:
         time.sleep(1.0)
-        poker = _poke(old.address, acks_from_old, stop)
+        poker = stubborn_client(old.address, acks_from_old, stop)
         net.cut(0, etcd.client_port)
         cut_at = time.monotonic()
         new = cluster.primary(exclude=old.node_id, timeout=TTL + 15)
@@ -163,7 +138,7 @@ def test_a_primary_cut_off_from_its_standbys_keeps_the_lease_and_acknowledges_no
     primary = cluster.members[0]
     acks: list[str] = []
     stop = threading.Event()
-    poker = _poke(primary.address, acks, stop)
+    poker = stubborn_client(primary.address, acks, stop)
     time.sleep(1.0)
     before = len(acks)
     assert before > 0, cluster.tail_logs()
