@@ -152,6 +152,9 @@ class Follower:
                     elif kind == "heartbeat":
                         self._check_term(msg.heartbeat.term)
                         self.primary_durable_id = msg.heartbeat.primary_durable_id
+                        # answered, so that the primary can tell a live standby from
+                        # a stream whose packets no longer arrive
+                        self._queue_ack(outgoing)
                     elif kind == "welcome":
                         self._check_term(msg.welcome.term)
                         self.connected = True
@@ -209,9 +212,12 @@ class Follower:
     ) -> None:
         if durable.cancelled() or durable.exception() is not None:
             return  # the session is over, or the write failed (raised by _batch)
+        self.last_batch_at = time.monotonic()
+        self._queue_ack(outgoing)
+
+    def _queue_ack(self, outgoing: asyncio.Queue[rpb.StandbyMessage | None]) -> None:
         store = self.node.store
         assert store is not None
-        self.last_batch_at = time.monotonic()
         outgoing.put_nowait(
             rpb.StandbyMessage(
                 ack=rpb.Ack(

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 BATCH_BYTES = 1024 * 1024
 HEARTBEAT_S = 0.5
+# A standby acknowledges every batch and every heartbeat: one not heard from for
+# this long is not counted as connected (for --sync-replicas, relaxed mode and
+# status), even while its stream looks open. A cut link that drops packets keeps
+# a TCP stream "open" for many minutes.
+STANDBY_SILENCE_S = 3.0
 SNAPSHOT_CHUNK = 1024 * 1024
 
 
@@ -90,7 +95,9 @@ class ReplicationHub:
         self.streams = 0
 
     def connected(self) -> list[StandbyView]:
-        return [s for s in self.standbys.values() if s.connected]
+        """Standbys with an open stream that were heard from lately."""
+        horizon = time.monotonic() - STANDBY_SILENCE_S
+        return [s for s in self.standbys.values() if s.connected and s.acked_at >= horizon]
 
     def acked_by(self, n: int) -> int:
         """The highest event id that at least `n` connected standbys hold."""
@@ -252,6 +259,7 @@ class ReplicationService(rpbg.ReplicationServicer):
         if snapshot is not None:
             start = snapshot.watermark + 1
         view.connected = True
+        view.acked_at = time.monotonic()  # heard from: its hello
         hub.streams += 1
         stream = view.stream = hub.streams
         # What it holds for sure, not where streaming starts: a standby being sent a

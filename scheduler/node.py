@@ -521,11 +521,12 @@ class Node:
             head = max(durable, self.follower.primary_durable_id)
         if self.role == "primary":
             now = time.monotonic()
+            live = {v.node_id for v in self.hub.connected()}
             for v in self.hub.standbys.values():
                 m = members.setdefault(v.node_id, _member(v.node_id, "standby", v.address, 0, 0))
                 m["last_event_id"] = max(m["last_event_id"], v.acked_id)
-                m["connected"] = v.connected
-                m["synchronous"] = v.connected and self.settings.sync_replicas > 0
+                m["connected"] = v.node_id in live
+                m["synchronous"] = v.node_id in live and self.settings.sync_replicas > 0
                 m["ack_p50_ms"] = v.lag_ms(0.50)
                 m["ack_p99_ms"] = v.lag_ms(0.99)
                 caught = v.caught_up_at or now
