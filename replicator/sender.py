@@ -40,6 +40,9 @@ HEARTBEAT_S = 0.5
 # status), even while its stream looks open. A cut link that drops packets keeps
 # a TCP stream "open" for many minutes.
 STANDBY_SILENCE_S = 3.0
+# ...long as measured by a loop that was responsive throughout: after a stall of
+# the primary's own loop, the acks that arrived meanwhile are still queued.
+SILENT_TICKS = 5
 SNAPSHOT_CHUNK = 1024 * 1024
 
 
@@ -56,6 +59,7 @@ class StandbyView:
     connected: bool = False
     acked_id: int = 0
     acked_at: float = 0.0  # monotonic
+    silent_ticks: int = 0  # responsive ticks in a row past STANDBY_SILENCE_S without an ack
     sent_id: int = 0
     stream: int = 0  # which Follow stream owns this view (a reconnect takes it over)
     caught_up_at: float = 0.0  # monotonic time acked_id last equalled our durable id
@@ -95,9 +99,18 @@ class ReplicationHub:
         self.streams = 0
 
     def connected(self) -> list[StandbyView]:
-        """Standbys with an open stream that were heard from lately."""
+        """Standbys with an open stream that have not fallen silent."""
+        return [s for s in self.standbys.values() if s.connected and s.silent_ticks < SILENT_TICKS]
+
+    def tick(self, responsive: bool) -> None:
+        """Called often (every 50 ms) with whether the loop ran on time since the last
+        call: counts, per standby, the responsive ticks spent silent."""
         horizon = time.monotonic() - STANDBY_SILENCE_S
-        return [s for s in self.standbys.values() if s.connected and s.acked_at >= horizon]
+        for s in self.standbys.values():
+            if not responsive or s.acked_at >= horizon:
+                s.silent_ticks = 0
+            else:
+                s.silent_ticks += 1
 
     def acked_by(self, n: int) -> int:
         """The highest event id that at least `n` connected standbys hold."""
@@ -129,6 +142,7 @@ class ReplicationHub:
             i += 1
         view.next_batch = i
         view.acked_at = now
+        view.silent_ticks = 0
         if view.acked_id >= durable_here:
             view.caught_up_at = now
         for n, heap in self._waiters.items():
@@ -260,6 +274,7 @@ class ReplicationService(rpbg.ReplicationServicer):
             start = snapshot.watermark + 1
         view.connected = True
         view.acked_at = time.monotonic()  # heard from: its hello
+        view.silent_ticks = 0
         hub.streams += 1
         stream = view.stream = hub.streams
         # What it holds for sure, not where streaming starts: a standby being sent a

@@ -193,18 +193,18 @@ class Chunk:
                     f"archive chunk {self.path}: index checksum mismatch at offset "
                     f"{self._index_off}"
                 )
-            n = self.count
-            hashes = array("I")
+            n, k = self.count, self.keys
+            hashes, offsets, summary_at = array("I"), array("Q"), array("Q")
+            key_hashes, key_offsets = array("I"), array("Q")
             hashes.frombytes(raw[: 4 * n])
-            self._offsets = array("Q")
-            self._offsets.frombytes(raw[4 * n : 12 * n])
-            self._summary_at = array("Q")
-            self._summary_at.frombytes(raw[12 * n : 20 * n])
-            k = self.keys
-            self._key_hashes = array("I")
-            self._key_hashes.frombytes(raw[20 * n : 20 * n + 4 * k])
-            self._key_offsets = array("Q")
-            self._key_offsets.frombytes(raw[20 * n + 4 * k :])
+            offsets.frombytes(raw[4 * n : 12 * n])
+            summary_at.frombytes(raw[12 * n : 20 * n])
+            key_hashes.frombytes(raw[20 * n : 20 * n + 4 * k])
+            key_offsets.frombytes(raw[20 * n + 4 * k :])
+            # Whole arrays only, `_hashes` last: the snapshot writer thread (merges)
+            # and the event loop may both load a chunk's index.
+            self._offsets, self._summary_at = offsets, summary_at
+            self._key_hashes, self._key_offsets = key_hashes, key_offsets
             self._hashes = hashes
         return self._hashes
 

@@ -224,6 +224,7 @@ def submit(
 
 
 SUBMIT_BATCH = 1000  # the server's limit per SubmitTasks call
+SUBMIT_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @app.command("submit-many")
@@ -259,11 +260,23 @@ def submit_many(
     if not items:
         raise _fail(f"{path}: no tasks", 2)
 
+    # Calls of at most SUBMIT_BATCH tasks and about SUBMIT_BATCH_BYTES of JSON (the
+    # server takes messages up to 16 MiB).
+    batches: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for item in items:
+        n = len(orjson.dumps(item))
+        if batches[-1] and (len(batches[-1]) == SUBMIT_BATCH or size + n > SUBMIT_BATCH_BYTES):
+            batches.append([])
+            size = 0
+        batches[-1].append(item)
+        size += n
+
     async def go() -> list[Any]:
         async with _client(server) as c:
             subs: list[Any] = []
-            for i in range(0, len(items), SUBMIT_BATCH):
-                subs += await c.submit_many(items[i : i + SUBMIT_BATCH])
+            for batch in batches:
+                subs += await c.submit_many(batch)
             return subs
 
     subs = _run(go())

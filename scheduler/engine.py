@@ -911,10 +911,13 @@ class Engine:
             self._inflight_keys.pop(key).set_result(out[i])  # type: ignore[arg-type]
         for i, j in same_as.items():
             out[i] = Submitted(out[j].task_id, False)  # type: ignore[union-attr]
-        for i, fut in pending:
-            out[i] = Submitted((await asyncio.shield(fut)).task_id, False)
         if events:
             await self._commit(events[-1].event_id)
+        # Keys another submission is writing right now: theirs (if that one fails,
+        # so does this call; this batch's own tasks are committed, and a retry with
+        # the same keys returns them).
+        for i, fut in pending:
+            out[i] = Submitted((await asyncio.shield(fut)).task_id, False)
         return out  # type: ignore[return-value]
 
     def _workflow_for(self, workflow: str, input: Any, version: int | None) -> Workflow:

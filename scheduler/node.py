@@ -159,7 +159,7 @@ class Node:
                 from lease.etcd import EtcdLease
 
                 self._lease = EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl)
-        self._spawn(_watch_loop_lag(), "apollo11-loop-lag")
+        self._spawn(_watch_loop_lag(self._tick), "apollo11-loop-lag")
         # What exists now (modules, the recovered state) lives as long as the node;
         # without this every full collection rescans it: 16-32 ms pauses measured
         # under load, ~8 ms after, and each one is a replication-latency outlier.
@@ -207,6 +207,10 @@ class Node:
                 log.info("%s", sentence)
                 self._last_sentence = sentence
             await asyncio.sleep(CYCLE_S)
+
+    def _tick(self, lag: float) -> None:
+        if self.role == "primary":
+            self.hub.tick(responsive=lag < 0.25)
 
     def _me(self) -> MemberInfo:
         assert self.store is not None
@@ -646,11 +650,16 @@ async def serve(settings: NodeSettings) -> int:
     return 0
 
 
-async def _watch_loop_lag(period_s: float = 0.05) -> None:
+async def _watch_loop_lag(
+    on_tick: Callable[[float], None] | None = None, period_s: float = 0.05
+) -> None:
     """Observe how late the event loop wakes a timer: a busy or blocked loop delays
     everything this node does, and this is the one number that shows it."""
     loop = asyncio.get_running_loop()
     while True:
         t0 = loop.time()
         await asyncio.sleep(period_s)
-        metrics.LOOP_LAG_SECONDS.observe(max(0.0, loop.time() - t0 - period_s))
+        lag = max(0.0, loop.time() - t0 - period_s)
+        metrics.LOOP_LAG_SECONDS.observe(lag)
+        if on_tick is not None:
+            on_tick(lag)

@@ -312,6 +312,7 @@ class State:
         before: str | None = None,
         limit: int = 50,
         scan_limit: int = LIST_SCAN_LIMIT,
+        archived: bool = True,
     ) -> tuple[list[Summary], str | None]:
         """Up to `limit` tasks that `match`, newest first, with task ids below `before`;
         and where the next page starts (None: nothing more).
@@ -320,7 +321,9 @@ class State:
         that order, so a page reads about `limit` summaries, not the history. A
         filter that matches rarely would read far: at most `scan_limit` tasks are
         looked at, and the page then ends early (maybe empty) with a position to
-        go on from.
+        go on from. `archived=False` leaves the archive out: what is there is
+        finished (a task that changed since is in memory), so a filter on PENDING or
+        RUNNING need not read it.
         """
         mem = sorted(
             (
@@ -332,7 +335,7 @@ class State:
             reverse=True,
         )
         rows: Iterator[tuple[str, int, Summary]] = iter(mem)
-        if self.archive is not None:
+        if self.archive is not None and archived:
             rows = heapq.merge(
                 rows, self.archive.summaries_before(before), key=_row_key, reverse=True
             )

@@ -271,6 +271,7 @@ class Store:
         exc = fut.exception()
         if isinstance(exc, SnapshotRaced):
             log.info("snapshot skipped: %s", exc)
+            self._since_snapshot = self.config.snapshot_interval  # again at the next chance
             return
         if exc is not None:
             log.error("snapshot failed (the log is unaffected; will retry): %s", exc)

@@ -80,3 +80,26 @@ async def test_fail_all_fails_every_waiter() -> None:
     with pytest.raises(ReplicationTimeout, match="demoted"):
         await t
     assert hub._sweep is None
+
+
+def test_a_standby_silent_for_long_enough_on_a_responsive_loop_is_not_connected() -> None:
+    import time
+
+    from replicator.sender import SILENT_TICKS, STANDBY_SILENCE_S
+
+    hub, (a, b) = _hub("a", "b")
+    now = time.monotonic()
+    a.acked_at = now - STANDBY_SILENCE_S - 1  # silent
+    b.acked_at = now  # just acked
+    for _ in range(SILENT_TICKS - 1):
+        hub.tick(responsive=True)
+    assert {v.node_id for v in hub.connected()} == {"a", "b"}, "not silent for long enough yet"
+    hub.tick(responsive=False)  # our own loop stalled: acks may be queued, start again
+    for _ in range(SILENT_TICKS - 1):
+        hub.tick(responsive=True)
+    assert {v.node_id for v in hub.connected()} == {"a", "b"}
+    hub.tick(responsive=True)
+    assert [v.node_id for v in hub.connected()] == ["b"]
+    assert hub.acked_by(2) == 0, "a silent standby does not count towards --sync-replicas"
+    hub.on_ack(a, 1, 1)  # heard from again
+    assert {v.node_id for v in hub.connected()} == {"a", "b"}

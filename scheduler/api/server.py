@@ -38,7 +38,7 @@ from scheduler.errors import (
     StaleTermError,
 )
 from scheduler.log.record import Event
-from scheduler.replay import Summary, TaskState
+from scheduler.replay import TERMINAL, Summary, TaskState, TaskStatus
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -246,7 +246,10 @@ class SchedulerService(pbg.SchedulerServicer):
             )
 
         page, after = self._state.list_summaries(
-            match if want_state is not None or wf else None, before, size
+            match if want_state is not None or wf else None,
+            before,
+            size,
+            archived=want_state is None or TaskStatus(want_state) in TERMINAL,
         )
         return pb.ListTasksResponse(
             tasks=[

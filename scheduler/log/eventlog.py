@@ -800,9 +800,16 @@ class EventLog:
             while k < len(ids) and cur <= seg.last_id and pos + 8 <= len(data):
                 rec_end = pos + 8 + FRAME.unpack_from(data, pos)[1]
                 if rec_end > len(data):
-                    if pos == 0:  # one record bigger than the window
+                    if pos == 0 and len(data) == ID_READ_WINDOW:  # bigger than the window
                         data = seg.read(off, rec_end)
-                        continue
+                        if len(data) == rec_end:
+                            continue
+                    if pos == 0:
+                        raise CorruptLogError(
+                            f"the record of event {cur} runs past the durable end of its segment",
+                            path=seg.path,
+                            offset=off,
+                        )
                     break
                 if cur == ids[k]:
                     got = decode_batch(

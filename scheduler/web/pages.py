@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from scheduler.errors import ApolloError, FailedPreconditionError, NotFoundError
-from scheduler.replay import TaskStatus
+from scheduler.replay import TERMINAL, TaskStatus
 from scheduler.web import timeline
 
 if TYPE_CHECKING:
@@ -67,7 +67,10 @@ def add_pages(app: FastAPI, node: Node) -> None:
             )
 
         rows: list[Any] = state().list_summaries(
-            match if status or workflow else None, None, LIST_LIMIT
+            match if status or workflow else None,
+            None,
+            LIST_LIMIT,
+            archived=not status or TaskStatus(status) in TERMINAL,
         )[0]
         return rows
 

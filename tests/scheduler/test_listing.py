@@ -196,3 +196,23 @@ def test_a_damaged_summary_is_reported_with_the_chunk_and_offset(tmp_path: Path)
     with pytest.raises(SnapshotError, match=r"a\.arc: bad summary at \d+"):
         State(archive=Archive([Chunk(str(tmp_path / "a.arc"))])).list_summaries(None, None, 100)
     assert os.path.exists(tmp_path / "a.arc")  # reported, not repaired or skipped
+
+
+def test_a_filter_on_unfinished_tasks_does_not_read_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archived = [_task(n, TaskStatus.SUCCEEDED) for n in range(1000)]
+    state = State(archive=Archive([_chunk(tmp_path / "a.arc", archived)]))
+    for n in (5, 2000, 2001):  # 5: archived, then brought back and retried
+        t = _task(n, TaskStatus.RUNNING)
+        state.tasks[t.task_id] = t
+
+    def unread(*_: object) -> None:
+        raise AssertionError("the archive was read")
+
+    monkeypatch.setattr(Archive, "summaries_before", unread)
+    page, token = state.list_summaries(
+        lambda s: s.status is TaskStatus.RUNNING, None, 10, archived=False
+    )
+
+    assert [s.task_id for s in page] == ["t02001", "t02000", "t00005"] and token is None

@@ -476,3 +476,17 @@ async def test_a_lost_index_is_relearned_by_the_first_walk(tmp_path) -> None:
     assert [e.event_id for e in log.read(2000, 2001)] == [2000, 2001]
     assert log.read_ids([1500, 3500]) == [*log.read(1500, 1500), *log.read(3500, 3500)]
     log.close_sync()
+
+
+async def test_read_ids_refuses_a_record_whose_length_runs_past_the_segment(open_log) -> None:
+    root = await _written(open_log, 100)
+    first = _seg_files(root)[0]
+    data = bytearray(first.read_bytes())
+    data[4:8] = (10**6).to_bytes(4, "little")  # event 1 claims a megabyte
+    first.write_bytes(bytes(data))
+    tail = int(_seg_files(root)[-1].name[:20])
+    log = open_log(replay_from=tail)
+    with pytest.raises(CorruptLogError, match="runs past the durable end") as exc:
+        log.read_ids([1])
+    assert exc.value.path == str(first)
+    await log.close()
