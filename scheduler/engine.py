@@ -19,7 +19,7 @@ import contextlib
 import inspect
 import itertools
 import logging
-import os
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -145,9 +145,13 @@ def _check_key(key: str) -> None:
 _STARTED = EventType.STEP_STARTED
 
 
+_ids = random.Random()  # seeded from os.urandom: nodes and restarts differ
+
+
 def new_task_id() -> str:
-    """Sortable by submission time, unique without coordination."""
-    return f"{time.time_ns() // 1_000_000:012x}-{os.urandom(5).hex()}"
+    """Sortable by submission time, unique without coordination (40 random bits per
+    millisecond; not a system call per task, as os.urandom was: 2% of a busy primary)."""
+    return f"{time.time_ns() // 1_000_000:012x}-{_ids.getrandbits(40):010x}"
 
 
 class Engine:

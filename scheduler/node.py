@@ -55,6 +55,7 @@ from scheduler.workflow import Registry
 log = logging.getLogger(__name__)
 
 CYCLE_S = 0.1  # how often the role loop reads the world
+PRIMARY_PUBLISH_S = 1.0  # how often a primary refreshes its own member record
 SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position
 
 
@@ -87,6 +88,7 @@ class Node:
         self._renewed_at = 0.0  # monotonic time (taken before the request) of the last renewal
         self._tasks: list[asyncio.Task[None]] = []
         self._leaderless_since: float | None = None
+        self._published_at = -1e9  # monotonic time of the last member record published
         self._last_sentence = ""
         self._stopping = False
         self._segment_bytes = settings.segment_max_bytes
@@ -224,7 +226,14 @@ class Node:
 
     async def _cycle(self) -> str:
         """Read the world once and take one decision."""
-        await self.lease.publish(self._me())
+        now = time.monotonic()
+        # Standbys publish every cycle: an election compares their positions. The
+        # primary's own record is for show and keeps its member lease alive, so once
+        # a second is enough (each publish is a lease refresh and a put on the node
+        # that has the least CPU to spare).
+        if self.role != "primary" or now - self._published_at >= PRIMARY_PUBLISH_S:
+            await self.lease.publish(self._me())
+            self._published_at = now
         world = self.world = await self.lease.world()
         me = self.settings.node_id
         leader = world.leader
