@@ -28,25 +28,34 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def _load(address: str, clients: int, seconds: float) -> dict[str, Any]:
+def _load(address: str, clients: int, seconds: float, batch: int = 0) -> dict[str, Any]:
+    """Submissions from `clients` coroutines; with `batch`, SubmitTasks calls of that many
+    tasks (n counts tasks, lat is per call)."""
     from scheduler.client import Client
 
     async def go() -> dict[str, Any]:
         lat: list[float] = []
+        n = 0
         stop = time.perf_counter() + seconds
         async with Client(address, retries=0) as c:
             await c.submit("etl", {"step_seconds": 3600})  # warm the channel
 
             async def one(k: int) -> None:
+                nonlocal n
+                park = {"workflow": "etl", "input": {"step_seconds": 3600, "k": k}}
                 while time.perf_counter() < stop:
                     t0 = time.perf_counter()
-                    await c.submit("etl", {"step_seconds": 3600, "k": k})
+                    if batch:
+                        await c.submit_many([park] * batch)
+                    else:
+                        await c.submit("etl", {"step_seconds": 3600, "k": k})
                     lat.append(time.perf_counter() - t0)
+                    n += batch or 1
 
             t0 = time.perf_counter()
             await asyncio.gather(*(one(k) for k in range(clients)))
             dt = time.perf_counter() - t0
-        return {"n": len(lat), "seconds": dt, "lat": lat}
+        return {"n": n, "seconds": dt, "lat": lat}
 
     return asyncio.run(go())
 
@@ -92,6 +101,9 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
             results = [p.result() for p in parts]
             progress("one client alone (latency)")
             alone = ex.submit(_load, address, 1, seconds / 2).result()
+            progress("SubmitTasks, 100 tasks a call, 4 clients in 2 processes")
+            parts = [ex.submit(_load, address, 2, seconds / 2, 100) for _ in range(2)]
+            batched = [p.result() for p in parts]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -108,6 +120,10 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
         "single_client_submits_per_s": round(alone["n"] / alone["seconds"]),
         "submit_p50_ms": round(_pct(alone["lat"], 0.5) * 1000, 3),
         "submit_p99_ms": round(_pct(alone["lat"], 0.99) * 1000, 3),
+        "batched_submits_per_s": round(
+            sum(r["n"] for r in batched) / max(r["seconds"] for r in batched)
+        ),
+        "batched_call_p50_ms": round(_pct([x for r in batched for x in r["lat"]], 0.5) * 1000, 3),
     }
 
 
@@ -122,5 +138,9 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             "one client alone",
             f"{r['single_client_submits_per_s']:,}/s, "
             f"p50 {r['submit_p50_ms']} ms, p99 {r['submit_p99_ms']} ms",
+        ),
+        (
+            "tasks/s through SubmitTasks, 100 a call, 4 clients",
+            f"{r['batched_submits_per_s']:,} (a call: p50 {r['batched_call_p50_ms']} ms)",
         ),
     ]
