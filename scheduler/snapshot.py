@@ -168,6 +168,15 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
     )
 
 
+def _upgraded(chunk: Chunk) -> Chunk:
+    """A format-02 chunk rewritten in place as 04, with the same tasks (here, on the
+    writer thread: read on the event loop, it would be decoded whole on the first
+    listing or key lookup). The file is replaced atomically; open readers keep the
+    old one, and older snapshots naming it find the same tasks."""
+    write_chunk(chunk.path, list(chunk.records()), chunk.level)
+    return Chunk(chunk.path)
+
+
 class Snapshots:
     """The snapshot files (and archive chunks) of one data directory."""
 
@@ -288,7 +297,7 @@ class Snapshots:
 
     def write(self, cap: Capture) -> Written:
         """Write a captured snapshot (on a thread): chunk, merges, file, retention."""
-        chunks = list(cap.chunks)
+        chunks = [c if c.has_summaries else _upgraded(c) for c in cap.chunks]
         entries = [encode_entry(t) for t in cap.quiet]
         # Encoded here, off the loop (it was most of a capture's 10-20 ms stall), from
         # the live objects: any event applied to one of them since the capture set its

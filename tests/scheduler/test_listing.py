@@ -216,3 +216,22 @@ def test_a_filter_on_unfinished_tasks_does_not_read_the_archive(
     )
 
     assert [s.task_id for s in page] == ["t02001", "t02000", "t00005"] and token is None
+
+
+def test_the_next_snapshot_rewrites_format_02_chunks_as_04_on_its_thread(tmp_path: Path) -> None:
+    from scheduler.archive import MAGIC, chunk_name
+    from scheduler.log.eventlog import Position
+    from scheduler.snapshot import Capture, Snapshots
+
+    old = [_task(n, TaskStatus.SUCCEEDED) for n in range(50)]
+    path = tmp_path / chunk_name(60, 0)
+    _write_v2(path, old)
+    v2 = Chunk(str(path))
+    cap = Capture(70, 1, Position(70, 1, 0), b'{"tasks": []}', [], (v2,))
+
+    written = Snapshots(str(tmp_path)).write(cap)
+
+    (chunk,) = written.chunks
+    assert chunk.has_summaries and path.read_bytes()[:8] == MAGIC
+    assert [s.task_id for s in chunk.summaries_before(None)] == [t.task_id for t in old[::-1]]
+    assert chunk.get("t00007") == v2.get("t00007"), "the old reader still reads its file"
