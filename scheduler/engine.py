@@ -137,6 +137,19 @@ class SubmitItem(NamedTuple):
     version: int | None = None
 
 
+def _submission(wf: Workflow, input: Any, key: str | None) -> dict[str, Any]:
+    """The payload of a TASK_SUBMITTED event."""
+    payload: dict[str, Any] = {
+        "workflow": wf.name,
+        "version": wf.version,
+        "input": input,
+        "steps": wf.deps,
+    }
+    if key is not None:
+        payload["idempotency_key"] = key
+    return payload
+
+
 def _check_key(key: str) -> None:
     if not key or len(key) > 256:
         raise InvalidArgumentError("idempotency_key must be 1 to 256 characters")
@@ -331,11 +344,7 @@ class Engine:
             self.decisions += len(ready) + len(dirty)
             # A task taken from the queue may not have used its slot (cancelled since,
             # say): hand what is still free to the next ones.
-            free = self.concurrency - self._slots_used
-            while self._queued and len(self._ready) < free:
-                task_id = self._queued.popleft()
-                self._queued_set.discard(task_id)
-                self._ready.append(task_id)
+            self._refill_ready()
             if self._ready:
                 self._wake.set()
             self.decide_seconds += spent
@@ -562,12 +571,16 @@ class Engine:
         self._slots_used -= 1
         if not self._slots_used:
             self._idle.set()
-        # Wake as many waiting tasks as there are free slots, oldest first.
-        if self._queued and len(self._ready) < self.concurrency - self._slots_used:
+        self._refill_ready()
+        self._wake.set()
+
+    def _refill_ready(self) -> None:
+        """Move waiting tasks, oldest first, to be decided first: one per free slot."""
+        free = self.concurrency - self._slots_used
+        while self._queued and len(self._ready) < free:
             task_id = self._queued.popleft()
             self._queued_set.discard(task_id)
             self._ready.append(task_id)
-        self._wake.set()
 
     def _context(
         self, task: TaskState, name: str, attempt: int, wf_deps: Sequence[str]
@@ -831,14 +844,8 @@ class Engine:
             if pending is not None:
                 return Submitted((await asyncio.shield(pending)).task_id, False)
         task_id = new_task_id()
-        payload: dict[str, Any] = {
-            "workflow": wf.name,
-            "version": wf.version,
-            "input": input,
-            "steps": wf.deps,
-        }
+        payload = _submission(wf, input, idempotency_key)
         if idempotency_key is not None:
-            payload["idempotency_key"] = idempotency_key
             fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
             self._inflight_keys[idempotency_key] = fut
         try:
@@ -893,14 +900,7 @@ class Engine:
                     continue
                 mine[key] = i
                 self._inflight_keys[key] = loop.create_future()
-            payload: dict[str, Any] = {
-                "workflow": wf.name,
-                "version": wf.version,
-                "input": item.input,
-                "steps": wf.deps,
-            }
-            if key is not None:
-                payload["idempotency_key"] = key
+            payload = _submission(wf, item.input, key)
             drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
             owners.append(i)
         try:

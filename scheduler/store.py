@@ -231,12 +231,11 @@ class Store:
             return None
         if now.event_ids is None:
             raise NeedsFullReplay(f"task {task_id} has no event index")
-        ids = now.event_ids[: bisect.bisect_right(now.event_ids, at)]
-        if not ids:
-            return None  # submitted after `at`
-        events = self.log.read_ids(ids)
-        if len(events) != len(ids):
+        if now.event_ids[0] < self.log.first_id:
             raise NeedsFullReplay(f"events of task {task_id} are no longer kept")
+        events, _ = self.task_events(now, to_id=at)
+        if not events:
+            return None  # submitted after `at`
         return apply_all(State(), events).peek(task_id)
 
     # ----------------------------------------------------------- snapshots
