@@ -297,7 +297,6 @@ class Snapshots:
 
     def write(self, cap: Capture) -> Written:
         """Write a captured snapshot (on a thread): chunk, merges, file, retention."""
-        chunks = [c if c.has_summaries else _upgraded(c) for c in cap.chunks]
         entries = [encode_entry(t) for t in cap.quiet]
         # Encoded here, off the loop (it was most of a capture's 10-20 ms stall), from
         # the live objects: any event applied to one of them since the capture set its
@@ -308,6 +307,7 @@ class Snapshots:
                 f"task {changed[0]} changed while snapshot {cap.watermark} was being written "
                 f"({len(changed)} in all); the next snapshot will include it"
             )
+        chunks = [c if c.has_summaries else _upgraded(c) for c in cap.chunks]
         if entries:
             name = chunk_name(cap.watermark, 0)
             path = os.path.join(self.directory, name)
