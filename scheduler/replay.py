@@ -355,6 +355,24 @@ class State:
                 return out, task_id
         return out, None
 
+    def list_filtered(
+        self, status: str | None, workflow: str, before: str | None, limit: int
+    ) -> tuple[list[Summary], str | None]:
+        """list_summaries by task state (a TaskStatus value) and workflow, either or
+        both empty for any: what ListTasks and the tasks page show."""
+
+        def match(s: Summary) -> bool:
+            return (not status or s.status.value == status) and (
+                not workflow or s.workflow == workflow
+            )
+
+        return self.list_summaries(
+            match if status or workflow else None,
+            before,
+            limit,
+            archived=not status or TaskStatus(status) in TERMINAL,
+        )
+
     def task_for_key(self, key: str) -> TaskState | None:
         """The newest task submitted with idempotency key `key`, wherever it lives."""
         task_id = self.idempotency.get(key)

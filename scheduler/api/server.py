@@ -38,7 +38,7 @@ from scheduler.errors import (
     StaleTermError,
 )
 from scheduler.log.record import Event
-from scheduler.replay import TERMINAL, Summary, TaskState, TaskStatus
+from scheduler.replay import TaskState
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -238,19 +238,7 @@ class SchedulerService(pbg.SchedulerServicer):
         if token and not token.startswith("before:"):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
-        wf = request.workflow
-
-        def match(s: Summary) -> bool:
-            return (want_state is None or s.status.value == want_state) and (
-                not wf or s.workflow == wf
-            )
-
-        page, after = self._state.list_summaries(
-            match if want_state is not None or wf else None,
-            before,
-            size,
-            archived=want_state is None or TaskStatus(want_state) in TERMINAL,
-        )
+        page, after = self._state.list_filtered(want_state, request.workflow, before, size)
         return pb.ListTasksResponse(
             tasks=[
                 pb.TaskSummary(

@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from scheduler.errors import ApolloError, FailedPreconditionError, NotFoundError
-from scheduler.replay import TERMINAL, TaskStatus
+from scheduler.replay import TaskStatus
 from scheduler.web import timeline
 
 if TYPE_CHECKING:
@@ -61,17 +61,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
         return node.store.state
 
     def recent(status: str | None = None, workflow: str = "") -> list[Any]:
-        def match(s: Any) -> bool:
-            return (not status or s.status.value == status) and (
-                not workflow or s.workflow == workflow
-            )
-
-        rows: list[Any] = state().list_summaries(
-            match if status or workflow else None,
-            None,
-            LIST_LIMIT,
-            archived=not status or TaskStatus(status) in TERMINAL,
-        )[0]
+        rows: list[Any] = state().list_filtered(status, workflow, None, LIST_LIMIT)[0]
         return rows
 
     @app.get("/", response_class=HTMLResponse)
