@@ -39,6 +39,8 @@ from scheduler.snapshot import (
 
 log = logging.getLogger(__name__)
 
+EVICT_SLICE = 128  # archived tasks dropped from memory per turn of the event loop
+
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
@@ -99,6 +101,8 @@ class Store:
         self._snapshot_soon = False
         self._closing = False
         self._snapshot_task: asyncio.Future[Written] | None = None
+        # (task ids the last snapshot archived, how many were looked at, its watermark)
+        self._evicting: tuple[Sequence[str], int, int] | None = None
         self._snap_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-snap")
         self._observers: list[Callable[[Sequence[Event]], None]] = []
         self.last_snapshot_stall_s = 0.0
@@ -244,6 +248,9 @@ class Store:
         """Capture the state now and write it in the background."""
         if self._snapshot_task is not None:
             return self._snapshot_task
+        # The last snapshot's tasks leave memory first, or this one would archive
+        # them a second time.
+        self._evict_slice(limit=1 << 62)
         t0 = time.perf_counter()
         self._snapshot_at = time.monotonic()
         cap = capture(self.state, self.log.position(), self.snapshots.task_json)
@@ -282,21 +289,40 @@ class Store:
             marks = self.snapshots.watermarks()
             if len(marks) >= self.config.snapshots_keep:
                 self.log.drop_before(marks[-1] + 1)
+        # Evicted a slice per turn of the loop: ~900 tasks at 10k events/s took
+        # 4-5 ms of CPU in one callback, 6-15 ms of wall time on a busy machine,
+        # once a second, and every batch in that window waited (the replication p99).
+        self._evicting = (written.archived, 0, watermark)
+        asyncio.get_running_loop().call_soon(self._evict_slice)
+
+    def _evict_slice(self, limit: int = EVICT_SLICE) -> None:
+        """Drop from memory up to `limit` tasks the last snapshot archived."""
+        if self._evicting is None:
+            return
+        archived, start, watermark = self._evicting
+        stop = min(len(archived), start + limit)
         tasks = self.state.tasks
-        for task_id in written.archived:
+        idempotency = self.state.idempotency
+        for task_id in archived[start:stop]:
             t = tasks.get(task_id)
             # Evict only what is unchanged since the capture.
             if t is not None and t.last_event_id <= watermark and t.quiescent:
                 del tasks[task_id]
                 # its key is found in the archive now; the snapshot keeps only live keys
                 key = t.idempotency_key
-                if key and self.state.idempotency.get(key) == task_id:
-                    del self.state.idempotency[key]
+                if key and idempotency.get(key) == task_id:
+                    del idempotency[key]
+        if stop < len(archived):
+            self._evicting = (archived, stop, watermark)
+            asyncio.get_running_loop().call_soon(self._evict_slice, limit)
+        else:
+            self._evicting = None
 
     async def wait_snapshot(self) -> None:
         if self._snapshot_task is not None:
             with contextlib.suppress(Exception):
                 await self._snapshot_task
+        self._evict_slice(limit=1 << 62)
 
     async def close(self) -> None:
         self._closing = True

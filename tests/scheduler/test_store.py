@@ -15,7 +15,7 @@ from scheduler.bench.history import etl_history
 from scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
 from scheduler.replay import State, TaskStatus, apply_all, replay
 from scheduler.snapshot import Snapshots, capture
-from scheduler.store import Store, StoreConfig
+from scheduler.store import EVICT_SLICE, Store, StoreConfig
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 
@@ -130,6 +130,26 @@ async def test_store_snapshots_archive_and_recovers(tmp_path: Path) -> None:
     assert again.recovery.replayed < 50 + 20
     assert again.state.to_dict() == live == _full(root).to_dict()
     await again.close()
+
+
+async def test_archived_tasks_leave_memory_a_slice_per_loop_turn(tmp_path: Path) -> None:
+    store = _store(tmp_path / "d", interval=10**9)
+    await _drive(store, 4 * EVICT_SLICE)
+    before = store.state.to_dict()
+    n = len(store.state.tasks)
+    written = await store.snapshot_now()
+    assert len(written.archived) > 2 * EVICT_SLICE
+    assert len(store.state.tasks) == n, "nothing is evicted in the callback itself"
+    await asyncio.sleep(0)
+    assert len(store.state.tasks) == n - EVICT_SLICE, "one slice per turn of the loop"
+    assert store.state.to_dict() == before
+
+    second = await store.snapshot_now()
+    assert all(t not in store.state.tasks for t in written.archived), "drained first"
+    assert not set(second.archived) & set(written.archived), "none archived twice"
+    await store.wait_snapshot()
+    assert store.state.to_dict() == before
+    await store.close()
 
 
 async def test_an_archived_task_comes_back_when_an_operator_acts(tmp_path: Path) -> None:
