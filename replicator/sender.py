@@ -44,6 +44,12 @@ STANDBY_SILENCE_S = 3.0
 # the primary's own loop, the acks that arrived meanwhile are still queued.
 SILENT_TICKS = 5
 SNAPSHOT_CHUNK = 1024 * 1024
+# Batches sent to a standby and not yet acknowledged. One: the next batch goes when
+# the last is durable there, and carries everything that became durable meanwhile.
+# Batches grow when a standby is slow instead of queueing in its receive buffer.
+# Measured at 10k events/s (ack p99, 4 runs each): unbounded 14-25 ms (the queue on
+# a busy standby built up to 14 ms), 2 in flight 12-19 ms, 1 in flight 7-16 ms.
+SEND_WINDOW = 1
 
 
 class ReplicationTimeout(ApolloError):
@@ -66,6 +72,7 @@ class StandbyView:
     next_batch: int = 0  # index into the hub's durable-batch record not yet acked
     lags: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     ack_seconds: Any = None  # this standby's child of the ack-latency histogram
+    acked: asyncio.Event = field(default_factory=asyncio.Event)  # set by every ack
 
     def lag_ms(self, q: float) -> float:
         """A percentile of recent ack latencies (durable on the primary -> acked)."""
@@ -143,6 +150,7 @@ class ReplicationHub:
         view.next_batch = i
         view.acked_at = now
         view.silent_ticks = 0
+        view.acked.set()
         if view.acked_id >= durable_here:
             view.caught_up_at = now
         for n, heap in self._waiters.items():
@@ -301,7 +309,19 @@ class ReplicationService(rpbg.ReplicationServicer):
                 log.info("sent snapshot %d to %s", snapshot.watermark, hello.node_id)
             nxt = start
             at: tuple[int, int] | None = None
+            unacked: deque[int] = deque()  # last event id of each batch sent, not yet acked
+            shipped = metrics.REPLICATION_BATCH_EVENTS.labels(hello.node_id)
             while node.role == "primary" and store.log.term == term:
+                while unacked and unacked[0] <= view.acked_id:
+                    unacked.popleft()
+                if len(unacked) >= SEND_WINDOW:
+                    view.acked.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(HEARTBEAT_S):
+                            await view.acked.wait()
+                            continue
+                    yield self._heartbeat(store, term)  # a slow disk there, not a dead link
+                    continue
                 batch = store.log.read_raw(nxt, BATCH_BYTES, at)
                 at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
                 if batch.data:
@@ -316,19 +336,15 @@ class ReplicationService(rpbg.ReplicationServicer):
                         )
                     )
                     view.sent_id = batch.last_id
+                    unacked.append(batch.last_id)
+                    shipped.observe(batch.last_id - batch.first_id + 1)
                     nxt = batch.last_id + 1
                     continue
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(HEARTBEAT_S):
                         await store.log.wait_durable(nxt - 1)
                         continue
-                yield rpb.PrimaryMessage(
-                    heartbeat=rpb.Heartbeat(
-                        term=term,
-                        primary_durable_id=store.log.durable_id,
-                        sent_ms=time.time_ns() // 1_000_000,
-                    )
-                )
+                yield self._heartbeat(store, term)
         except ApolloError as e:
             log.error("replication to %s stopped: %s", hello.node_id, e)
         finally:
@@ -337,6 +353,16 @@ class ReplicationService(rpbg.ReplicationServicer):
             acks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acks
+
+    @staticmethod
+    def _heartbeat(store: Any, term: int) -> rpb.PrimaryMessage:
+        return rpb.PrimaryMessage(
+            heartbeat=rpb.Heartbeat(
+                term=term,
+                primary_durable_id=store.log.durable_id,
+                sent_ms=time.time_ns() // 1_000_000,
+            )
+        )
 
     async def _acks(self, requests: AsyncIterator[rpb.StandbyMessage], view: StandbyView) -> None:
         store = self.node.store

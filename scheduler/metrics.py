@@ -121,6 +121,13 @@ REPLICATION_ACK_SECONDS = Histogram(
         2.5,
     ),
 )
+REPLICATION_BATCH_EVENTS = Histogram(
+    "apollo11_replication_batch_events",
+    "Events per batch shipped to a standby (one batch in flight at a time: they grow "
+    "when a standby is slow to acknowledge)",
+    ["standby"],
+    buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384),
+)
 REPLICATION_LAG_EVENTS = Gauge(
     "apollo11_replication_lag_events",
     "Events the primary holds that a standby has not acked",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lease.local_etcd import LocalEtcd
 from scheduler.client import SyncClient
-from tests.cluster import Cluster, segment_digest, segment_files
+from tests.cluster import Cluster, Member, segment_digest, segment_files
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
@@ -89,3 +92,42 @@ def test_a_standby_behind_the_retained_log_gets_a_snapshot(small: Cluster) -> No
     standby.start()
     small.wait_converged()
     assert "installed snapshot" in standby.log_text()
+
+
+def _shipped(primary: Member, standby: str) -> tuple[float, float]:
+    """(batches, events) the primary has shipped to `standby`, from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{primary.http_port}/metrics") as r:
+        text = r.read().decode()
+    got = {"count": 0.0, "sum": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name == "apollo11_replication_batch_events":
+            for s in family.samples:
+                if s.labels.get("standby") == standby and s.name.endswith(("_count", "_sum")):
+                    got[s.name.rsplit("_", 1)[1]] = s.value
+    return got["count"], got["sum"]
+
+
+def test_a_stopped_standby_gets_one_batch_in_flight_then_all_at_once(
+    tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str
+) -> None:
+    c = Cluster.create(tmp_path, etcd_server.url, cluster_name, http=True)
+    c.start()
+    try:
+        primary = c.primary()
+        c.wait_converged()
+        slow = next(m for m in c.members if m.node_id != primary.node_id)
+        before = _shipped(primary, slow.node_id)
+        slow.signal(signal.SIGSTOP)
+        try:
+            _submit(c, 20)  # acknowledged through the other standby meanwhile
+            during = _shipped(primary, slow.node_id)
+        finally:
+            slow.signal(signal.SIGCONT)
+        last = c.wait_converged()
+        after = _shipped(primary, slow.node_id)
+        assert during[0] - before[0] <= 1, "no queue of batches behind a standby that is not acking"
+        assert after[0] - during[0] <= 3, "what it missed comes in one batch, not one per write"
+        assert after[1] - before[1] >= 20 * 11, "every event of the 20 tasks was shipped to it"
+        assert segment_digest(slow.data_dir, last) == segment_digest(primary.data_dir, last)
+    finally:
+        c.stop()
