@@ -61,6 +61,8 @@ DEFAULT_SEGMENT_MAX_BYTES = 100 * 1024 * 1024
 ID_READ_WINDOW = 16 * 1024  # read_ids: bytes read at each located id (~100 events)
 # Look this many ids past a bad record for a valid one before calling it a torn tail.
 _TORN_PROBE_IDS = 64
+# A standby writes on its event loop while writes take less than this (see _write_loop).
+INLINE_WRITE_MAX_S = 0.002
 
 
 class FsyncPolicy(enum.StrEnum):
@@ -154,13 +156,14 @@ class _Recent(NamedTuple):
 
 
 class _Batch:
-    __slots__ = ("events", "nbytes", "parts", "waiters")
+    __slots__ = ("events", "nbytes", "parts", "replicated", "waiters")
 
     def __init__(self, segment_id: int) -> None:
         self.waiters: list[asyncio.Future[None]] = []
         self.parts = [_Part(False, segment_id)]
         self.events: list[Event] = []
         self.nbytes = 0
+        self.replicated = False  # records from the primary (a standby's batch)
 
 
 Listener = Callable[[Sequence[Event]], object]
@@ -203,6 +206,7 @@ class EventLog:
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._durable_waiters: asyncio.Future[None] | None = None
+        self._last_write_s = 0.0  # how long the last write and fsync took
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-log")
         # The newest durable records, as written: followers that keep up are served
         # from here, with no read and no second CRC pass (the bytes never left memory).
@@ -482,6 +486,7 @@ class EventLog:
         for event, rec in staged:
             batch = self._admit(rec, event)
         assert batch is not None
+        batch.replicated = True
         fut = self._loop.create_future()
         batch.waiters.append(fut)
         return events, fut
@@ -553,7 +558,14 @@ class EventLog:
             self._batch = None
             started = time.perf_counter()
             try:
-                await loop.run_in_executor(self._io, self._write_batch, batch.parts)
+                if batch.replicated and self._last_write_s < INLINE_WRITE_MAX_S:
+                    # A standby's loop has nothing better to do meanwhile; two thread
+                    # hops cost more than the write (0.2-0.5 ms here), and on a busy
+                    # machine each hop waits for a CPU. A slow write sends the next
+                    # one back to the thread until writes are fast again.
+                    self._write_batch(batch.parts)
+                else:
+                    await loop.run_in_executor(self._io, self._write_batch, batch.parts)
             except BaseException as e:
                 self._failed = e
                 log.error("event log write failed; refusing further appends: %s", e)
@@ -593,7 +605,9 @@ class EventLog:
             self._batch = None
 
     def _write_batch(self, parts: list[_Part]) -> None:
-        """Runs on the I/O thread: one write (per segment touched) and one fdatasync."""
+        """Runs on the I/O thread (or inline for a standby): one write per segment
+        touched, and one fdatasync."""
+        started = time.perf_counter()
         sync = self.config.fsync is FsyncPolicy.ALWAYS
         for part in parts:
             if part.new_segment:
@@ -616,6 +630,7 @@ class EventLog:
                 _write_all(self._idx_fd, b"".join(INDEX_ENTRY.pack(*e) for e in part.index))
         if sync:
             os.fdatasync(self._fd)
+        self._last_write_s = time.perf_counter() - started
 
     def _land(self, batch: _Batch) -> None:
         """Publish a durable batch to readers (loop thread)."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from scheduler.errors import (
     StaleTermError,
 )
 from scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
+from scheduler.log.eventlog import INLINE_WRITE_MAX_S
 from scheduler.log.segment import segment_name
 
 S = EventType.STEP_STARTED
@@ -490,3 +493,52 @@ async def test_read_ids_refuses_a_record_whose_length_runs_past_the_segment(open
         log.read_ids([1])
     assert exc.value.path == str(first)
     await log.close()
+
+
+async def test_a_standby_writes_on_its_loop_until_a_write_is_slow(
+    open_log, tmp_path, monkeypatch
+) -> None:
+    primary = open_log()
+    config = LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.ALWAYS)
+    replica = EventLog.open(tmp_path / "replica", config=config, instance_id="n2")
+    loop_thread = threading.get_ident()
+
+    def on_loop(log: EventLog) -> list[bool]:
+        """Per write of `log` from now on: was it on the event loop's thread?"""
+        where: list[bool] = []
+        write = log._write_batch
+
+        def spy(parts):  # type: ignore[no-untyped-def]
+            where.append(threading.get_ident() == loop_thread)
+            write(parts)
+
+        monkeypatch.setattr(log, "_write_batch", spy)
+        return where
+
+    where, primary_where = on_loop(replica), on_loop(primary)
+    real_fdatasync = os.fdatasync
+    slow = [False]
+
+    def fdatasync(fd: int) -> None:
+        if slow[0]:
+            time.sleep(2 * INLINE_WRITE_MAX_S)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+    async def ship() -> None:
+        await _fill(primary, 2)
+        await replica.append_raw(primary.read_raw(replica.next_id).data)
+
+    await ship()
+    slow[0] = True
+    await ship()  # inline still: how slow it is shows only once it is done
+    await ship()  # on the thread now
+    slow[0] = False
+    await ship()  # fast again, measured on the thread
+    await ship()
+    assert where == [True, True, False, False, True]
+    assert [e.event_id for e in replica.read()] == list(range(1, 11))
+
+    assert primary_where and not any(primary_where), "a primary's writes stay off its loop"
+    await replica.close()
