@@ -1,8 +1,10 @@
 """The primary's side of log shipping: one Follow stream per standby, and the sync gate.
 
-Records are shipped exactly as they are on disk, many per message, and only
-once they are durable here. Each standby acknowledges its durable position;
-`ReplicationHub.wait` is what a synchronous write waits on.
+Records are shipped exactly as they are on disk, many per message, as they go
+to the disk here (Raft's parallel write: a synchronous write waits for the
+slower of the two fsyncs, not for both in turn), one message in flight per
+standby. Each standby acknowledges its durable position; `ReplicationHub.wait`
+is what a synchronous write waits on, after its own durability here.
 """
 
 from __future__ import annotations
@@ -128,14 +130,17 @@ class ReplicationHub:
 
     def on_durable(self, last_event_id: int) -> None:
         """A batch became durable on the primary (called per batch, not per event)."""
-        self._batches.append((last_event_id, time.monotonic()))
+        now = time.monotonic()
+        self._batches.append((last_event_id, now))
         if len(self._batches) > 100_000:
             self._batches.popleft()
             self._base += 1
+        for view in self.standbys.values():
+            if view.acked_id >= last_event_id:  # stored there first (shipped ahead): no wait
+                self._observe(view, now)
 
-    def on_ack(self, view: StandbyView, event_id: int, durable_here: int) -> None:
-        view.acked_id = max(view.acked_id, event_id)
-        now = time.monotonic()
+    def _observe(self, view: StandbyView, now: float) -> None:
+        """Time the durable batches this standby's acks now cover."""
         i = max(view.next_batch, self._base)
         hist = view.ack_seconds
         if hist is None:
@@ -148,6 +153,11 @@ class ReplicationHub:
             hist.observe(now - at)
             i += 1
         view.next_batch = i
+
+    def on_ack(self, view: StandbyView, event_id: int, durable_here: int) -> None:
+        view.acked_id = max(view.acked_id, event_id)
+        now = time.monotonic()
+        self._observe(view, now)
         view.acked_at = now
         view.silent_ticks = 0
         view.acked.set()
@@ -252,6 +262,13 @@ class ReplicationService(rpbg.ReplicationServicer):
         view.address = hello.address
         hub.standbys[hello.node_id] = view
 
+        if store.log.durable_id < hello.last_event_id <= store.log.written_id:
+            # It stored records shipped ahead that are still being written here:
+            # not a divergence, once they land.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    while store.log.durable_id < hello.last_event_id:
+                        await store.log.wait_durable(store.log.durable_id)
         # Where does this standby's log stop agreeing with ours?
         standby_terms = [(t.term, t.first_event_id) for t in hello.terms]
         agree = common_prefix(
@@ -322,7 +339,7 @@ class ReplicationService(rpbg.ReplicationServicer):
                             continue
                     yield self._heartbeat(store, term)  # a slow disk there, not a dead link
                     continue
-                batch = store.log.read_raw(nxt, BATCH_BYTES, at)
+                batch = store.log.read_raw(nxt, BATCH_BYTES, at, ahead=True)
                 at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
                 if batch.data:
                     yield rpb.PrimaryMessage(
@@ -342,7 +359,10 @@ class ReplicationService(rpbg.ReplicationServicer):
                     continue
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(HEARTBEAT_S):
-                        await store.log.wait_durable(nxt - 1)
+                        if store.log.written_id < nxt:
+                            await store.log.wait_written(nxt - 1)
+                        else:  # being written, but no longer in memory: from disk, then
+                            await store.log.wait_durable(nxt - 1)
                         continue
                 yield self._heartbeat(store, term)
         except ApolloError as e:

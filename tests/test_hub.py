@@ -103,3 +103,17 @@ def test_a_standby_silent_for_long_enough_on_a_responsive_loop_is_not_connected(
     assert hub.acked_by(2) == 0, "a silent standby does not count towards --sync-replicas"
     hub.on_ack(a, 1, 1)  # heard from again
     assert {v.node_id for v in hub.connected()} == {"a", "b"}
+
+
+async def test_an_ack_that_comes_before_local_durability_counts_as_no_wait() -> None:
+    hub, (a, b) = _hub("a", "b")
+    hub.on_durable(3)
+    hub.on_ack(a, 3, 3)
+    hub.on_ack(a, 6, 3)  # batch 4..6 shipped ahead: stored there before here
+    assert len(a.lags) == 1
+    hub.on_durable(6)
+    assert len(a.lags) == 2 and a.lags[-1] == 0.0, "timed as soon as it is durable here"
+    assert not b.lags, "a standby that has not acked is not timed"
+    hub.on_ack(b, 6, 6)
+    assert len(b.lags) == 2
+    await asyncio.wait_for(hub.wait(6, 2, 1), 1)

@@ -194,6 +194,10 @@ class EventLog:
         tail = segments[-1]
         self._next_id = tail.last_id + 1  # next id to assign
         self._durable_id = tail.last_id
+        # The last event handed to the writer: shippable to standbys before it is
+        # durable here (see _publish_ahead).
+        self._written_id = tail.last_id
+        self._written_waiters: asyncio.Future[None] | None = None
         self._tail_size = tail.size  # projected size once staged batches land
         self._tail_id = tail.first_id  # projected last segment
         self._next_index_at = _next_index_at(tail)
@@ -556,6 +560,7 @@ class EventLog:
                     return
                 continue
             self._batch = None
+            self._publish_ahead(batch)
             started = time.perf_counter()
             try:
                 if batch.replicated and self._last_write_s < INLINE_WRITE_MAX_S:
@@ -569,7 +574,14 @@ class EventLog:
             except BaseException as e:
                 self._failed = e
                 log.error("event log write failed; refusing further appends: %s", e)
-                _resolve(batch.waiters, LogFailedError(f"write failed: {e}"))
+                # Its records may have been shipped ahead to standbys already.
+                _resolve(
+                    batch.waiters,
+                    LogFailedError(
+                        f"write failed: {e}; the records may have reached standbys, so "
+                        f"whether they took effect is unknown"
+                    ),
+                )
                 self._fail_pending()
                 self._wake_durable_waiters()
                 return
@@ -595,9 +607,10 @@ class EventLog:
                 self._wake.set()
 
     def _wake_durable_waiters(self) -> None:
-        waiters, self._durable_waiters = self._durable_waiters, None
-        if waiters is not None and not waiters.done():
-            waiters.set_result(None)
+        for waiters in (self._durable_waiters, self._written_waiters):
+            if waiters is not None and not waiters.done():
+                waiters.set_result(None)
+        self._durable_waiters = self._written_waiters = None
 
     def _fail_pending(self) -> None:
         if self._batch is not None:
@@ -624,7 +637,6 @@ class EventLog:
                 self._idx_fd = _open_append(path[:-4] + ".idx", create=True)
                 if sync:
                     self._data.fsync_log_dir()
-            part.data = b"".join(part.chunks)
             _write_all(self._fd, part.data)
             if part.index:
                 _write_all(self._idx_fd, b"".join(INDEX_ENTRY.pack(*e) for e in part.index))
@@ -654,11 +666,36 @@ class EventLog:
             seg.size += len(part.data)
             seg.last_id = events[i + n - 1].event_id
             seg.index.extend(part.index)
-            self._remember(
-                _Recent(events[i].event_id, seg.last_id, seg.first_id, seg.size, part.data)
-            )
             i += n
         self._durable_id = events[-1].event_id
+
+    def _publish_ahead(self, batch: _Batch) -> None:
+        """Make a batch's records readable by followers as it goes to the writer.
+
+        Raft's parallel write: a standby stores them while this node does, so a
+        synchronous write waits for the slower of the two, not for both in turn.
+        A standby may then hold records this node never makes durable (it crashes
+        first): those were never acknowledged, and the election prefers the most
+        complete log, or the rejoin quarantines them if this node comes back first.
+        """
+        events = batch.events
+        i = 0
+        size = self._segments[-1].size  # the batch before has landed: sizes are final
+        for part in batch.parts:
+            if part.new_segment:
+                size = 0
+            n = len(part.chunks)
+            if not n:
+                continue
+            part.data = b"".join(part.chunks)
+            size += len(part.data)
+            last = events[i + n - 1].event_id
+            self._remember(_Recent(events[i].event_id, last, part.first_id, size, part.data))
+            i += n
+        self._written_id = events[-1].event_id
+        waiters, self._written_waiters = self._written_waiters, None
+        if waiters is not None and not waiters.done():
+            waiters.set_result(None)
 
     def _remember(self, run: _Recent) -> None:
         recent = self._recent
@@ -668,10 +705,11 @@ class EventLog:
             oldest = recent.pop(next(iter(recent)))
             self._recent_bytes -= len(oldest.data)
 
-    def _read_recent(self, from_id: int, max_bytes: int) -> RawBatch | None:
-        """Runs starting at `from_id` from memory, within one segment; None if not there."""
+    def _read_recent(self, from_id: int, max_bytes: int, limit: int) -> RawBatch | None:
+        """Runs starting at `from_id` and ending by `limit`, from memory, within one
+        segment; None if not there."""
         run = self._recent.get(from_id)
-        if run is None or run.last_id > self._durable_id:
+        if run is None or run.last_id > limit:
             return None
         if len(run.data) > max_bytes and run.last_id > run.first_id:
             return None  # fewer records than the run is asked for: cut it from disk
@@ -680,7 +718,7 @@ class EventLog:
         last = run
         while size < max_bytes:
             nxt = self._recent.get(last.last_id + 1)
-            if nxt is None or nxt.segment_id != run.segment_id:
+            if nxt is None or nxt.segment_id != run.segment_id or nxt.last_id > limit:
                 break
             parts.append(nxt.data)
             size += len(nxt.data)
@@ -713,7 +751,11 @@ class EventLog:
             )
 
     def read_raw(
-        self, from_id: int, max_bytes: int = 1024 * 1024, at: tuple[int, int] | None = None
+        self,
+        from_id: int,
+        max_bytes: int = 1024 * 1024,
+        at: tuple[int, int] | None = None,
+        ahead: bool = False,
     ) -> RawBatch:
         """Whole durable records from `from_id`, about `max_bytes` of them (at least one).
 
@@ -721,14 +763,17 @@ class EventLog:
         `at=(batch.segment_id, batch.end_offset)` so the record need not be
         located again (a follower reading batch after batch). Every record's
         CRC is checked before it leaves: a corrupt record is refused here
-        rather than shipped.
+        rather than shipped. `ahead`: also records being written, not yet durable.
         """
         self._check_range(from_id)
-        if from_id > self._durable_id:
+        limit = self._written_id if ahead and self._failed is None else self._durable_id
+        if from_id > limit:
             return RawBatch(from_id, from_id - 1, b"", *(at or (0, 0)))
-        cached = self._read_recent(from_id, max_bytes)
+        cached = self._read_recent(from_id, max_bytes, limit)
         if cached is not None:
             return cached
+        if from_id > self._durable_id:  # not in memory any more: from disk, once durable
+            return RawBatch(from_id, from_id - 1, b"", *(at or (0, 0)))
         seg = self._segments[self._segment_for(from_id)]
         if at is not None and at[0] == seg.first_id and at[1] < seg.size:
             start = at[1]  # checked below: the record there must be `from_id`
@@ -854,6 +899,21 @@ class EventLog:
                 self._durable_waiters = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._durable_waiters)
 
+    @property
+    def written_id(self) -> int:
+        """The last event handed to the writer (durable or about to be)."""
+        return self._written_id
+
+    async def wait_written(self, after_id: int) -> None:
+        """Wait until an event after `after_id` is handed to the writer, or durable
+        (wrap in asyncio.timeout)."""
+        while self._written_id <= after_id and self._durable_id <= after_id:
+            if self._closed or self._failed is not None:
+                raise LogClosedError("the event log is closed")
+            if self._written_waiters is None:
+                self._written_waiters = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._written_waiters)
+
     # ------------------------------------------------------------- lifecycle
 
     async def flush(self) -> None:
@@ -872,8 +932,7 @@ class EventLog:
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self._writer
-        if self._durable_waiters is not None and not self._durable_waiters.done():
-            self._durable_waiters.set_result(None)
+        self._wake_durable_waiters()
         self._io.shutdown(wait=True)
         os.close(self._fd)
         os.close(self._idx_fd)

@@ -15,6 +15,7 @@ from scheduler.errors import (
     FormatVersionError,
     InvalidEventError,
     LogError,
+    LogFailedError,
     PayloadTooLargeError,
     StaleTermError,
 )
@@ -542,3 +543,60 @@ async def test_a_standby_writes_on_its_loop_until_a_write_is_slow(
 
     assert primary_where and not any(primary_where), "a primary's writes stay off its loop"
     await replica.close()
+
+
+def _hold_writes(log: EventLog, monkeypatch, fail: bool = False) -> threading.Event:  # type: ignore[no-untyped-def]
+    """The log's next writes wait until the returned event is set (then fail if asked)."""
+    gate = threading.Event()
+    write = log._write_batch
+
+    def held(parts):  # type: ignore[no-untyped-def]
+        gate.wait(10)
+        if fail:
+            raise OSError(5, "Input/output error")
+        write(parts)
+
+    monkeypatch.setattr(log, "_write_batch", held)
+    return gate
+
+
+async def test_records_are_shipped_ahead_while_being_written(
+    open_log, tmp_path, fast_config, monkeypatch
+) -> None:
+    primary = open_log()
+    await _fill(primary, 3)
+    replica = EventLog.open(tmp_path / "replica", config=fast_config, instance_id="n2")
+    await replica.append_raw(primary.read_raw(1).data)
+    gate = _hold_writes(primary, monkeypatch)
+    appending = asyncio.create_task(_fill(primary, 4))
+    await asyncio.wait_for(primary.wait_written(3), 5)
+    assert (primary.durable_id, primary.written_id) == (3, 7)
+    assert primary.read_raw(4).data == b"", "not durable here: not read unless asked"
+    ahead = primary.read_raw(4, ahead=True)
+    assert (ahead.first_id, ahead.last_id) == (4, 7)
+    await replica.append_raw(ahead.data)
+    assert replica.durable_id == 7, "the standby stored them before the primary did"
+    assert not appending.done()
+    gate.set()
+    await appending
+    assert primary.durable_id == 7
+    assert primary.read_raw(4).data == ahead.data
+    a = [(p.name, p.read_bytes()) for p in _seg_files(tmp_path / "data")]
+    b = [(p.name, p.read_bytes()) for p in _seg_files(tmp_path / "replica")]
+    assert a == b, "what was shipped ahead is byte for byte what landed here"
+    await replica.close()
+
+
+async def test_a_write_that_fails_after_shipping_ahead_is_reported_as_unknown(
+    open_log, monkeypatch
+) -> None:
+    log = open_log()
+    await _fill(log, 2)
+    gate = _hold_writes(log, monkeypatch, fail=True)
+    appending = asyncio.create_task(_fill(log, 3))
+    await asyncio.wait_for(log.wait_written(2), 5)
+    assert log.read_raw(3, ahead=True).last_id == 5
+    gate.set()
+    with pytest.raises(LogFailedError, match="unknown"):
+        await appending
+    assert log.read_raw(3, ahead=True).data == b"", "nothing more is shipped from a failed log"
