@@ -848,6 +848,7 @@ class Engine:
         if idempotency_key is not None:
             fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
             self._inflight_keys[idempotency_key] = fut
+        started = time.perf_counter()
         try:
             event = await self.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
         except BaseException as e:
@@ -858,6 +859,7 @@ class Engine:
         if idempotency_key is not None:
             self._inflight_keys.pop(idempotency_key).set_result(result)
         await self._commit(event.event_id)
+        metrics.SUBMIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
         return result
 
     async def submit_many(self, items: Sequence[SubmitItem]) -> list[Submitted]:
@@ -903,6 +905,7 @@ class Engine:
             payload = _submission(wf, item.input, key)
             drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
             owners.append(i)
+        started = time.perf_counter()
         try:
             events = await self.store.log.append_many(drafts) if drafts else []
         except BaseException as e:
@@ -917,6 +920,7 @@ class Engine:
             out[i] = Submitted(out[j].task_id, False)  # type: ignore[union-attr]
         if events:
             await self._commit(events[-1].event_id)
+            metrics.SUBMIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
         # Keys another submission is writing right now: theirs (if that one fails,
         # so does this call; this batch's own tasks are committed, and a retry with
         # the same keys returns them).

@@ -121,6 +121,28 @@ REPLICATION_ACK_SECONDS = Histogram(
         2.5,
     ),
 )
+SUBMIT_COMMIT_SECONDS = Histogram(
+    "apollo11_submit_commit_seconds",
+    "What a submission waits for on the primary: from its append to its commit "
+    "(durable here and on --sync-replicas standbys), per call",
+    buckets=(
+        0.0005,
+        0.001,
+        0.002,
+        0.003,
+        0.005,
+        0.0075,
+        0.01,
+        0.015,
+        0.02,
+        0.03,
+        0.05,
+        0.1,
+        0.25,
+        1,
+        5,
+    ),
+)
 REPLICATION_BATCH_EVENTS = Histogram(
     "apollo11_replication_batch_events",
     "Events per batch shipped to a standby (one batch in flight at a time: they grow "

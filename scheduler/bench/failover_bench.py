@@ -64,7 +64,8 @@ def _free_run(n: int = 3) -> int:
 
 
 def _scrape(address: str) -> dict[str, list[tuple[float, float]]]:
-    """Cumulative buckets of the ack-latency histogram, per standby."""
+    """Cumulative buckets of the ack-latency histogram, per standby; and of the
+    submission commit latency, under "submit"."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -73,12 +74,16 @@ def _scrape(address: str) -> dict[str, list[tuple[float, float]]]:
         text = r.read().decode()
     out: dict[str, list[tuple[float, float]]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "apollo11_replication_ack_seconds":
+        if family.name not in (
+            "apollo11_replication_ack_seconds",
+            "apollo11_submit_commit_seconds",
+        ):
             continue
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
                 le = float(sample.labels["le"])
-                out.setdefault(sample.labels["standby"], []).append((le, sample.value))
+                key = sample.labels.get("standby", "submit")
+                out.setdefault(key, []).append((le, sample.value))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -254,6 +259,7 @@ def _lag_at(
         name: (_quantile(hist0.get(name, []), h, 0.5), _quantile(hist0.get(name, []), h, 0.99))
         for name, h in hist1.items()
     }
+    submit = q.pop("submit", (float("nan"), float("nan")))
     return {
         "offered_events_per_s": events_per_s,
         "achieved_events_per_s": round(
@@ -261,6 +267,9 @@ def _lag_at(
         ),
         "p50_ms": round(max((p50 for p50, _ in q.values()), default=float("nan")), 2),
         "p99_ms": round(max((p99 for _, p99 in q.values()), default=float("nan")), 2),
+        # what a submission waited for on the primary: its fsync, then the standby's ack
+        "submit_commit_p50_ms": round(submit[0], 2),
+        "submit_commit_p99_ms": round(submit[1], 2),
     }
 
 
@@ -396,7 +405,9 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 f"replication ack latency {name.replace('_', ' ')}",
                 f"p50 {lag['p50_ms']} ms, p99 {lag['p99_ms']} ms "
-                f"(achieved {lag['achieved_events_per_s']:,} events/s)",
+                f"(achieved {lag['achieved_events_per_s']:,} events/s; a submission's "
+                f"commit p50 {lag['submit_commit_p50_ms']} ms, "
+                f"p99 {lag['submit_commit_p99_ms']} ms)",
             )
         )
     rows.append(

@@ -758,3 +758,23 @@ async def test_steps_run_only_once_their_started_is_committed_one_wait_per_pass(
     assert sorted(ran) == sorted(s.task_id for s in subs)
     await engine.stop()
     await store.close()
+
+
+async def test_each_submission_call_is_timed_to_its_commit(rig_factory: Any) -> None:
+    from scheduler import metrics
+    from scheduler.engine import SubmitItem
+    from scheduler.examples import etl
+
+    rig = await rig_factory(etl)
+    hist = metrics.SUBMIT_COMMIT_SECONDS
+
+    def count() -> float:
+        return next(s.value for s in hist.collect()[0].samples if s.name.endswith("_count"))
+
+    before = count()
+    await rig.engine.submit("etl", {"step_seconds": 0})
+    await rig.engine.submit_many([SubmitItem("etl", {"step_seconds": 0})] * 3)
+    assert count() == before + 2, "one observation per call, after its commit"
+    await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="same")
+    await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="same")
+    assert count() == before + 3, "a duplicate that writes nothing is not timed"
