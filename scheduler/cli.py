@@ -15,6 +15,8 @@ from rich.table import Table
 from scheduler.errors import ApolloError
 from scheduler.replay import State, TaskState
 
+GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `node`)
+
 app = typer.Typer(
     name="apollo11",
     help="Apollo-11: a durable task orchestrator on an append-only event log.",
@@ -90,6 +92,11 @@ def node(
     except ValueError as e:
         raise _fail(str(e), 2) from e
     logging.getLogger().setLevel(logging.INFO)
+    # The event loop waits for the GIL whenever a background thread holds it (the
+    # snapshot writer encoding and merging archive chunks): 5 ms by default, each
+    # time. At 1 ms, replication ack p99 at 10k events/s went from 5-26 (median 15)
+    # to 5-14 (median 9) ms over six windows each, alternating.
+    sys.setswitchinterval(GIL_SWITCH_S)
     try:
         code = asyncio.run(serve(settings))
     except ApolloError as e:
