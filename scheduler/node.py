@@ -31,7 +31,7 @@ from typing import Any
 from lease import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, MemoryLease, World
 from replicator.receiver import Follower
 from replicator.sender import ReplicationHub, ReplicationTimeout
-from scheduler import metrics
+from scheduler import merger, metrics
 from scheduler.api.server import ApiServer
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
@@ -168,6 +168,7 @@ class Node:
         gc.collect()
         gc.freeze()
         metrics.watch_gc()
+        merger.warm()
         if s.standalone:
             t0 = time.monotonic()
             won = await self.lease.campaign(s.node_id, self.address)

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from scheduler import metrics
+from scheduler import merger, metrics
 from scheduler.archive import (
     SUFFIX as CHUNK_SUFFIX,
 )
@@ -39,7 +39,6 @@ from scheduler.archive import (
     Chunk,
     chunk_name,
     encode_entry,
-    merge_chunks,
     merge_plan,
     write_chunk,
 )
@@ -315,7 +314,7 @@ class Snapshots:
             chunks.append(Chunk(path))
         while (run := merge_plan([c.level for c in chunks])) is not None:
             start, end = run
-            merged = merge_chunks(
+            merged = merger.merge(
                 self.directory,
                 chunks[start:end],
                 chunk_name(cap.watermark, chunks[start].level + 1),

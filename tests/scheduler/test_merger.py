@@ -1,0 +1,48 @@
+"""Archive merges run in a process of their own, and in the node when it is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from scheduler import merger
+from scheduler.archive import Chunk, chunk_name, encode_entry, merge_chunks, write_chunk
+from scheduler.bench.history import etl_history
+from scheduler.replay import replay
+from tests.scheduler.test_replay import events
+
+
+def _chunks(directory: Path, n: int, per: int, first: int = 0) -> list[Chunk]:
+    tasks = list(replay(events(etl_history(n * per, seed=5))).tasks.values())
+    out = []
+    for i in range(n):
+        path = str(directory / chunk_name(first + i + 1, 0))
+        write_chunk(path, [encode_entry(t) for t in tasks[i * per : (i + 1) * per]], 0)
+        out.append(Chunk(path))
+    return out
+
+
+def _same(a: Chunk, b: Chunk) -> None:
+    assert list(a.entries()) == list(b.entries())
+    assert list(a.summaries_before(None)) == list(b.summaries_before(None))
+
+
+def test_a_merge_runs_in_another_process_and_gives_the_same_chunk(tmp_path: Path) -> None:
+    chunks = _chunks(tmp_path, 4, 30)
+    merged = merger.merge(str(tmp_path), chunks, chunk_name(100, 1))
+    assert merger.last_pid not in (0, os.getpid())
+    here = merge_chunks(str(tmp_path), chunks, "here.arc")
+    assert merged.level == here.level == 1 and len(merged) == 120
+    _same(merged, here)
+
+
+def test_a_lost_merge_process_is_replaced_by_merging_here(tmp_path: Path) -> None:
+    chunks = _chunks(tmp_path, 2, 20)
+    merger.merge(str(tmp_path), chunks, chunk_name(100, 1))
+    os.kill(merger.last_pid, signal.SIGKILL)
+    again = merger.merge(str(tmp_path), chunks, chunk_name(101, 1))
+    assert merger.last_pid == os.getpid(), "merged here, not lost"
+    _same(again, merge_chunks(str(tmp_path), chunks, "here.arc"))
+    merger.merge(str(tmp_path), chunks, chunk_name(102, 1))
+    assert merger.last_pid != os.getpid(), "a new merge process for the next one"
