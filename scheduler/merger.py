@@ -9,12 +9,15 @@ waits for it, and on a busy machine the OS runs the node's threads first.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from scheduler.archive import Chunk, merge_chunks, merge_files
@@ -22,14 +25,21 @@ from scheduler.archive import Chunk, merge_chunks, merge_files
 log = logging.getLogger(__name__)
 
 NICE = 10
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 _pool: ProcessPoolExecutor | None = None
 _lock = threading.Lock()
 last_pid = 0  # the process that did the last merge (for tests and logs)
 
 
-def _lower_priority() -> None:
+def _init_worker(node_pid: int) -> None:
     os.nice(NICE)
+    # Die with the node: a node killed with SIGKILL must not leave it behind (an idle
+    # worker does not notice that its parent is gone).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != node_pid:  # it was gone before that took effect
+        os._exit(0)
 
 
 def _executor() -> ProcessPoolExecutor:
@@ -38,15 +48,18 @@ def _executor() -> ProcessPoolExecutor:
         if _pool is None:
             # spawn, not fork: the node has gRPC's threads, which a fork does not survive
             _pool = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(os.getpid(),),
             )
         return _pool
 
 
-def warm() -> None:
+def warm() -> Future[int]:
     """Start the merge process now (a node at startup), not in the middle of a load:
-    starting an interpreter is ~0.2 s of CPU."""
-    _executor().submit(os.getpid)
+    starting an interpreter is ~0.2 s of CPU. The future gives its process id."""
+    return _executor().submit(os.getpid)
 
 
 def _drop(pool: ProcessPoolExecutor) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from scheduler import merger
@@ -46,3 +49,33 @@ def test_a_lost_merge_process_is_replaced_by_merging_here(tmp_path: Path) -> Non
     _same(again, merge_chunks(str(tmp_path), chunks, "here.arc"))
     merger.merge(str(tmp_path), chunks, chunk_name(102, 1))
     assert merger.last_pid != os.getpid(), "a new merge process for the next one"
+
+
+def test_the_merge_process_dies_with_its_node() -> None:
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from scheduler import merger; import time; "
+            "print(merger.warm().result(), flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert node.stdout is not None
+    worker = int(node.stdout.readline())
+    assert worker != node.pid
+    node.kill()
+    node.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.05)
+    assert not _alive(worker), "a merge process outlived its node"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
