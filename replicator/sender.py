@@ -46,12 +46,18 @@ STANDBY_SILENCE_S = 3.0
 # the primary's own loop, the acks that arrived meanwhile are still queued.
 SILENT_TICKS = 5
 SNAPSHOT_CHUNK = 1024 * 1024
-# Batches sent to a standby and not yet acknowledged. One: the next batch goes when
-# the last is durable there, and carries everything that became durable meanwhile.
-# Batches grow when a standby is slow instead of queueing in its receive buffer.
+# Batches sent to a standby and not yet acknowledged. One, normally: the next batch
+# goes when the last is durable there, and carries everything written meanwhile, so
+# batches grow when a standby is slow instead of queueing in its receive buffer.
 # Measured at 10k events/s (ack p99, 4 runs each): unbounded 14-25 ms (the queue on
 # a busy standby built up to 14 ms), 2 in flight 12-19 ms, 1 in flight 7-16 ms.
 SEND_WINDOW = 1
+# ...but when the last batch is not acknowledged within HOLD_S (a GC pause or a slow
+# fsync there), another goes, up to MAX_IN_FLIGHT: the standby then has it at hand
+# when it is free again, instead of waiting one more round trip for it. Ack p99 at
+# 10k events/s over twelve windows and nine: median 7.9 ms with it, 10.5 without.
+HOLD_S = 0.002
+MAX_IN_FLIGHT = 4
 
 
 class ReplicationTimeout(ApolloError):
@@ -326,19 +332,23 @@ class ReplicationService(rpbg.ReplicationServicer):
                 log.info("sent snapshot %d to %s", snapshot.watermark, hello.node_id)
             nxt = start
             at: tuple[int, int] | None = None
-            unacked: deque[int] = deque()  # last event id of each batch sent, not yet acked
+            unacked: deque[tuple[int, float]] = deque()  # (last id, monotonic time) sent
             shipped = metrics.REPLICATION_BATCH_EVENTS.labels(hello.node_id)
             while node.role == "primary" and store.log.term == term:
-                while unacked and unacked[0] <= view.acked_id:
+                while unacked and unacked[0][0] <= view.acked_id:
                     unacked.popleft()
                 if len(unacked) >= SEND_WINDOW:
-                    view.acked.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(HEARTBEAT_S):
-                            await view.acked.wait()
+                    full = len(unacked) >= MAX_IN_FLIGHT
+                    wait = HEARTBEAT_S if full else unacked[-1][1] + HOLD_S - time.monotonic()
+                    if wait > 0:
+                        view.acked.clear()
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(wait):
+                                await view.acked.wait()
+                                continue
+                        if full:  # a slow disk there, not a dead link: tell it we are here
+                            yield self._heartbeat(store, term)
                             continue
-                    yield self._heartbeat(store, term)  # a slow disk there, not a dead link
-                    continue
                 batch = store.log.read_raw(nxt, BATCH_BYTES, at, ahead=True)
                 at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
                 if batch.data:
@@ -353,7 +363,7 @@ class ReplicationService(rpbg.ReplicationServicer):
                         )
                     )
                     view.sent_id = batch.last_id
-                    unacked.append(batch.last_id)
+                    unacked.append((batch.last_id, time.monotonic()))
                     shipped.observe(batch.last_id - batch.first_id + 1)
                     nxt = batch.last_id + 1
                     continue
