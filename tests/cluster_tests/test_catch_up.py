@@ -109,26 +109,22 @@ def _shipped(primary: Member, standby: str) -> tuple[float, float]:
 
 
 def test_a_stopped_standby_gets_a_few_batches_in_flight_then_all_at_once(
-    tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str
+    web_cluster: Cluster,
 ) -> None:
-    c = Cluster.create(tmp_path, etcd_server.url, cluster_name, http=True)
-    c.start()
+    c = web_cluster
+    primary = c.primary()
+    c.wait_converged()
+    slow = next(m for m in c.members if m.node_id != primary.node_id)
+    before = _shipped(primary, slow.node_id)
+    slow.signal(signal.SIGSTOP)
     try:
-        primary = c.primary()
-        c.wait_converged()
-        slow = next(m for m in c.members if m.node_id != primary.node_id)
-        before = _shipped(primary, slow.node_id)
-        slow.signal(signal.SIGSTOP)
-        try:
-            _submit(c, 20)  # acknowledged through the other standby meanwhile
-            during = _shipped(primary, slow.node_id)
-        finally:
-            slow.signal(signal.SIGCONT)
-        last = c.wait_converged()
-        after = _shipped(primary, slow.node_id)
-        assert during[0] - before[0] <= MAX_IN_FLIGHT, "no queue behind a standby not acking"
-        assert after[0] - during[0] <= 3, "what it missed comes in one batch, not one per write"
-        assert after[1] - before[1] >= 20 * 11, "every event of the 20 tasks was shipped to it"
-        assert segment_digest(slow.data_dir, last) == segment_digest(primary.data_dir, last)
+        _submit(c, 20)  # acknowledged through the other standby meanwhile
+        during = _shipped(primary, slow.node_id)
     finally:
-        c.stop()
+        slow.signal(signal.SIGCONT)
+    last = c.wait_converged()
+    after = _shipped(primary, slow.node_id)
+    assert during[0] - before[0] <= MAX_IN_FLIGHT, "no queue behind a standby not acking"
+    assert after[0] - during[0] <= 3, "what it missed comes in one batch, not one per write"
+    assert after[1] - before[1] >= 20 * 11, "every event of the 20 tasks was shipped to it"
+    assert segment_digest(slow.data_dir, last) == segment_digest(primary.data_dir, last)
