@@ -58,6 +58,7 @@ SEND_WINDOW = 1
 # 10k events/s over twelve windows and nine: median 7.9 ms with it, 10.5 without.
 HOLD_S = 0.002
 MAX_IN_FLIGHT = 4
+HANDSHAKE_WAIT_S = 2.0  # for records shipped ahead to land here (below receiver.SILENCE_S)
 
 
 class ReplicationTimeout(ApolloError):
@@ -269,12 +270,20 @@ class ReplicationService(rpbg.ReplicationServicer):
         hub.standbys[hello.node_id] = view
 
         if store.log.durable_id < hello.last_event_id <= store.log.written_id:
-            # It stored records shipped ahead that are still being written here:
-            # not a divergence, once they land.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
+            # It stored records shipped ahead that are still being written here: not
+            # a divergence, once they land. Not longer than the standby waits for a
+            # first message (receiver.SILENCE_S), and never called a divergence.
+            try:
+                async with asyncio.timeout(HANDSHAKE_WAIT_S):
                     while store.log.durable_id < hello.last_event_id:
                         await store.log.wait_durable(store.log.durable_id)
+            except (TimeoutError, ApolloError) as e:
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"events up to {hello.last_event_id} are still being written on "
+                    f"{node.settings.node_id} ({type(e).__name__}); retry",
+                )
+                return
         # Where does this standby's log stop agreeing with ours?
         standby_terms = [(t.term, t.first_event_id) for t in hello.terms]
         agree = common_prefix(
@@ -347,6 +356,8 @@ class ReplicationService(rpbg.ReplicationServicer):
                                 await view.acked.wait()
                                 continue
                         if full:  # a slow disk there, not a dead link: tell it we are here
+                            if not store.log.writable:
+                                break  # this log failed or closed: nothing more will come
                             yield self._heartbeat(store, term)
                             continue
                 batch = store.log.read_raw(nxt, BATCH_BYTES, at, ahead=True)

@@ -9,13 +9,11 @@ waits for it, and on a busy machine the OS runs the node's threads first.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import multiprocessing
 import os
-import signal
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -25,7 +23,7 @@ from scheduler.archive import Chunk, merge_chunks, merge_files
 log = logging.getLogger(__name__)
 
 NICE = 10
-PR_SET_PDEATHSIG = 1  # prctl(2)
+PARENT_CHECK_S = 1.0  # how often the merge process checks that its node is alive
 
 _pool: ProcessPoolExecutor | None = None
 _lock = threading.Lock()
@@ -35,11 +33,16 @@ last_pid = 0  # the process that did the last merge (for tests and logs)
 def _init_worker(node_pid: int) -> None:
     os.nice(NICE)
     # Die with the node: a node killed with SIGKILL must not leave it behind (an idle
-    # worker does not notice that its parent is gone).
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != node_pid:  # it was gone before that took effect
-        os._exit(0)
+    # worker does not notice that its parent is gone). Not PR_SET_PDEATHSIG: that
+    # fires when the *thread* that started the worker ends, and a replacement worker
+    # is started from whichever thread needs it.
+    threading.Thread(target=_watch_node, args=(node_pid,), daemon=True).start()
+
+
+def _watch_node(node_pid: int) -> None:
+    while os.getppid() == node_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _executor() -> ProcessPoolExecutor:

@@ -63,6 +63,7 @@ ID_READ_WINDOW = 16 * 1024  # read_ids: bytes read at each located id (~100 even
 _TORN_PROBE_IDS = 64
 # A standby writes on its event loop while writes take less than this (see _write_loop).
 INLINE_WRITE_MAX_S = 0.002
+INLINE_WRITE_MAX_BYTES = 64 * 1024
 
 
 class FsyncPolicy(enum.StrEnum):
@@ -563,11 +564,17 @@ class EventLog:
             self._publish_ahead(batch)
             started = time.perf_counter()
             try:
-                if batch.replicated and self._last_write_s < INLINE_WRITE_MAX_S:
+                if (
+                    batch.replicated
+                    and self._last_write_s < INLINE_WRITE_MAX_S
+                    and batch.nbytes <= INLINE_WRITE_MAX_BYTES
+                    and not any(p.new_segment for p in batch.parts)
+                ):
                     # A standby's loop has nothing better to do meanwhile; two thread
                     # hops cost more than the write (0.2-0.5 ms here), and on a busy
                     # machine each hop waits for a CPU. A slow write sends the next
-                    # one back to the thread until writes are fast again.
+                    # one back to the thread until writes are fast again; so do a big
+                    # batch (catching up) and a segment rotation (two more fsyncs).
                     self._write_batch(batch.parts)
                 else:
                     await loop.run_in_executor(self._io, self._write_batch, batch.parts)
@@ -898,6 +905,11 @@ class EventLog:
             if self._durable_waiters is None:
                 self._durable_waiters = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._durable_waiters)
+
+    @property
+    def writable(self) -> bool:
+        """Neither closed nor failed."""
+        return not self._closed and self._failed is None
 
     @property
     def written_id(self) -> int:

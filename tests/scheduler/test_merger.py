@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -79,3 +80,14 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_merge_process_started_from_a_passing_thread_outlives_it(tmp_path: Path) -> None:
+    chunks = _chunks(tmp_path, 2, 10)
+    merger._drop(merger._executor())  # the next one is started by the thread below
+    started = threading.Thread(target=lambda: merger.warm().result())
+    started.start()
+    started.join()
+    time.sleep(0.3)
+    merger.merge(str(tmp_path), chunks, chunk_name(100, 1))
+    assert merger.last_pid != os.getpid(), "merged by the merge process, not here"

@@ -496,27 +496,27 @@ async def test_read_ids_refuses_a_record_whose_length_runs_past_the_segment(open
     await log.close()
 
 
+def _on_loop(log: EventLog, monkeypatch) -> list[bool]:  # type: ignore[no-untyped-def]
+    """Per write of `log` from now on: was it on the event loop's thread?"""
+    loop_thread = threading.get_ident()
+    where: list[bool] = []
+    write = log._write_batch
+
+    def spy(parts):  # type: ignore[no-untyped-def]
+        where.append(threading.get_ident() == loop_thread)
+        write(parts)
+
+    monkeypatch.setattr(log, "_write_batch", spy)
+    return where
+
+
 async def test_a_standby_writes_on_its_loop_until_a_write_is_slow(
     open_log, tmp_path, monkeypatch
 ) -> None:
     primary = open_log()
     config = LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.ALWAYS)
     replica = EventLog.open(tmp_path / "replica", config=config, instance_id="n2")
-    loop_thread = threading.get_ident()
-
-    def on_loop(log: EventLog) -> list[bool]:
-        """Per write of `log` from now on: was it on the event loop's thread?"""
-        where: list[bool] = []
-        write = log._write_batch
-
-        def spy(parts):  # type: ignore[no-untyped-def]
-            where.append(threading.get_ident() == loop_thread)
-            write(parts)
-
-        monkeypatch.setattr(log, "_write_batch", spy)
-        return where
-
-    where, primary_where = on_loop(replica), on_loop(primary)
+    where, primary_where = _on_loop(replica, monkeypatch), _on_loop(primary, monkeypatch)
     real_fdatasync = os.fdatasync
     slow = [False]
 
@@ -600,3 +600,37 @@ async def test_a_write_that_fails_after_shipping_ahead_is_reported_as_unknown(
     with pytest.raises(LogFailedError, match="unknown"):
         await appending
     assert log.read_raw(3, ahead=True).data == b"", "nothing more is shipped from a failed log"
+
+
+async def test_a_standby_writes_big_batches_and_rotations_on_its_thread(
+    tmp_path, monkeypatch
+) -> None:
+    segment = 256 * 1024
+    primary = EventLog.open(
+        tmp_path / "p", config=LogConfig(segment_max_bytes=segment), instance_id="n1"
+    )
+    replica = EventLog.open(
+        tmp_path / "r", config=LogConfig(segment_max_bytes=segment), instance_id="n2"
+    )
+    where = _on_loop(replica, monkeypatch)
+
+    async def ship(n: int, max_bytes: int = 1 << 20) -> None:
+        await _fill(primary, n)
+        while replica.next_id <= primary.durable_id:
+            await replica.append_raw(primary.read_raw(replica.next_id, max_bytes).data)
+
+    await ship(2)
+    assert where == [True]
+    await ship(600)  # ~100 KiB in one batch: a standby catching up
+    assert where == [True, False]
+    await ship(2)
+    assert where[-1], "back on the loop for small batches"
+    rotated = []
+    while len(replica.segments) == 1:
+        before = len(where)
+        await ship(20)
+        rotated = where[before:]
+    assert rotated[-1] is False, "the batch that opens a segment is written on the thread"
+    assert all(rotated[:-1])
+    await replica.close()
+    await primary.close()

@@ -1,0 +1,143 @@
+"""The primary's Follow stream, driven in process: the handshake with a standby that
+holds records shipped ahead, and a standby that stops acknowledging."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+from apollo11.v1 import replication_pb2 as rpb
+
+from replicator import sender
+from replicator.sender import ReplicationHub, ReplicationService
+from scheduler.log import EventType, FsyncPolicy, LogConfig
+from scheduler.store import Store, StoreConfig
+
+
+class Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+
+
+class Context:
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+async def _primary(tmp_path: Path) -> Any:
+    store = Store.open(
+        tmp_path / "p",
+        config=StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER)),
+        instance_id="n1",
+    )
+    store.log.term = 1
+    await store.log.append(EventType.TERM_STARTED, "", payload={"node_id": "n1"})
+    return SimpleNamespace(
+        role="primary", store=store, hub=ReplicationHub(), settings=SimpleNamespace(node_id="n1")
+    )
+
+
+async def _requests(hello: rpb.Hello, more: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+    yield rpb.StandbyMessage(hello=hello)
+    while (msg := await more.get()) is not None:
+        yield msg
+
+
+def _hold_writes(store: Store, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    gate = threading.Event()
+    write = store.log._write_batch
+
+    def held(parts: Any) -> None:
+        gate.wait(10)
+        write(parts)
+
+    monkeypatch.setattr(store.log, "_write_batch", held)
+    return gate
+
+
+async def test_a_standby_ahead_of_the_primarys_fsync_is_not_called_divergent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = await _primary(tmp_path)
+    log = node.store.log
+    gate = _hold_writes(node.store, monkeypatch)
+    writing = asyncio.create_task(
+        log.append(EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}})
+    )
+    await log.wait_written(1)
+    assert (log.durable_id, log.written_id) == (1, 2)
+    # the standby stored event 2, shipped ahead, before this primary's fsync ended
+    hello = rpb.Hello(
+        node_id="n2", last_event_id=2, last_term=1, terms=[rpb.TermStart(term=1, first_event_id=1)]
+    )
+    stream = ReplicationService(node).Follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.1)
+    assert not first.done(), "it waits for the primary's own write"
+    gate.set()
+    msg = await asyncio.wait_for(first, 5)
+    assert msg.WhichOneof("kind") == "welcome", msg
+    assert msg.welcome.from_event_id == 3
+    await writing
+    await stream.aclose()
+    await node.store.close()
+
+
+async def test_a_write_that_does_not_land_in_time_makes_the_standby_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sender, "HANDSHAKE_WAIT_S", 0.2)
+    node = await _primary(tmp_path)
+    log = node.store.log
+    gate = _hold_writes(node.store, monkeypatch)
+    writing = asyncio.create_task(
+        log.append(EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}})
+    )
+    await log.wait_written(1)
+    hello = rpb.Hello(
+        node_id="n2", last_event_id=2, last_term=1, terms=[rpb.TermStart(term=1, first_event_id=1)]
+    )
+    stream = ReplicationService(node).Follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+    with pytest.raises(Aborted) as e:
+        await anext(stream)
+    assert e.value.code is grpc.StatusCode.UNAVAILABLE, "not a divergence: nothing is cut"
+    gate.set()
+    await writing
+    await node.store.close()
+
+
+async def test_a_standby_that_stops_acking_gets_a_few_batches_then_heartbeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sender, "HEARTBEAT_S", 0.1)
+    node = await _primary(tmp_path)
+    log = node.store.log
+    hello = rpb.Hello(
+        node_id="n2", last_event_id=1, last_term=1, terms=[rpb.TermStart(term=1, first_event_id=1)]
+    )
+    stream = ReplicationService(node).Follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+    assert (await anext(stream)).WhichOneof("kind") == "welcome"
+    kinds: list[str] = []
+    for i in range(8):  # an event, then what the standby gets next
+        await log.append(EventType.TASK_SUBMITTED, f"t{i}", payload={"workflow": "w", "steps": {}})
+        kinds.append((await asyncio.wait_for(anext(stream), 5)).WhichOneof("kind"))
+    n = sender.MAX_IN_FLIGHT
+    assert kinds == ["batch"] * n + ["heartbeat"] * (8 - n), "then nothing until an ack"
+    await node.store.close()  # the log is closed: the stream ends
+    after = [m.WhichOneof("kind") async for m in _at_most(stream, 20)]
+    assert len(after) < 20, f"the stream went on after its log closed: {after[:3]}..."
+
+
+async def _at_most(stream: AsyncIterator[Any], n: int) -> AsyncIterator[Any]:
+    for _ in range(n):
+        try:
+            yield await asyncio.wait_for(anext(stream), 5)
+        except StopAsyncIteration:
+            return
