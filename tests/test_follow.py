@@ -62,22 +62,41 @@ def _hold_writes(store: Store, monkeypatch: pytest.MonkeyPatch) -> threading.Eve
     return gate
 
 
+def _follow(node: Any, standby_at: int) -> AsyncIterator[Any]:
+    """The stream a standby whose log ends at `standby_at` (term 1) gets."""
+    hello = rpb.Hello(
+        node_id="n2",
+        last_event_id=standby_at,
+        last_term=1,
+        terms=[rpb.TermStart(term=1, first_event_id=1)],
+    )
+    follow = ReplicationService(node).Follow
+    return follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+
+
+async def _written_not_durable(
+    node: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, asyncio.Task[Any]]:
+    """Event 2 handed to the writer, held there until the returned gate is set."""
+    gate = _hold_writes(node.store, monkeypatch)
+    writing = asyncio.create_task(
+        node.store.log.append(
+            EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}}
+        )
+    )
+    await node.store.log.wait_written(1)
+    return gate, writing
+
+
 async def test_a_standby_ahead_of_the_primarys_fsync_is_not_called_divergent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = await _primary(tmp_path)
     log = node.store.log
-    gate = _hold_writes(node.store, monkeypatch)
-    writing = asyncio.create_task(
-        log.append(EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}})
-    )
-    await log.wait_written(1)
+    gate, writing = await _written_not_durable(node, monkeypatch)
     assert (log.durable_id, log.written_id) == (1, 2)
     # the standby stored event 2, shipped ahead, before this primary's fsync ended
-    hello = rpb.Hello(
-        node_id="n2", last_event_id=2, last_term=1, terms=[rpb.TermStart(term=1, first_event_id=1)]
-    )
-    stream = ReplicationService(node).Follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+    stream = _follow(node, standby_at=2)
     first = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0.1)
     assert not first.done(), "it waits for the primary's own write"
@@ -95,16 +114,8 @@ async def test_a_write_that_does_not_land_in_time_makes_the_standby_retry(
 ) -> None:
     monkeypatch.setattr(sender, "HANDSHAKE_WAIT_S", 0.2)
     node = await _primary(tmp_path)
-    log = node.store.log
-    gate = _hold_writes(node.store, monkeypatch)
-    writing = asyncio.create_task(
-        log.append(EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}})
-    )
-    await log.wait_written(1)
-    hello = rpb.Hello(
-        node_id="n2", last_event_id=2, last_term=1, terms=[rpb.TermStart(term=1, first_event_id=1)]
-    )
-    stream = ReplicationService(node).Follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+    gate, writing = await _written_not_durable(node, monkeypatch)
+    stream = _follow(node, standby_at=2)
     with pytest.raises(Aborted) as e:
         await anext(stream)
     assert e.value.code is grpc.StatusCode.UNAVAILABLE, "not a divergence: nothing is cut"
@@ -119,10 +130,7 @@ async def test_a_standby_that_stops_acking_gets_a_few_batches_then_heartbeats(
     monkeypatch.setattr(sender, "HEARTBEAT_S", 0.1)
     node = await _primary(tmp_path)
     log = node.store.log
-    hello = rpb.Hello(
-        node_id="n2", last_event_id=1, last_term=1, terms=[rpb.TermStart(term=1, first_event_id=1)]
-    )
-    stream = ReplicationService(node).Follow(_requests(hello, asyncio.Queue()), Context())  # type: ignore[arg-type]
+    stream = _follow(node, standby_at=1)
     assert (await anext(stream)).WhichOneof("kind") == "welcome"
     kinds: list[str] = []
     for i in range(8):  # an event, then what the standby gets next
