@@ -3,8 +3,9 @@
 Records are shipped exactly as they are on disk, many per message, as they go
 to the disk here (Raft's parallel write: a synchronous write waits for the
 slower of the two fsyncs, not for both in turn), one message in flight per
-standby. Each standby acknowledges its durable position; `ReplicationHub.wait`
-is what a synchronous write waits on, after its own durability here.
+standby (a few when acks are late, see SEND_WINDOW). Each standby acknowledges
+its durable position; `ReplicationHub.wait` is what a synchronous write waits
+on, after its own durability here.
 """
 
 from __future__ import annotations

@@ -444,16 +444,16 @@ def merge_plan(levels: Sequence[int]) -> tuple[int, int] | None:
     return None
 
 
-def merge_files(directory: str, names: Sequence[str], name: str) -> tuple[str, int]:
-    """`merge_chunks` by file names: what the merge process runs. Returns the new
-    chunk's name and the id of the process that merged."""
+def merge_files(directory: str, names: Sequence[str], name: str) -> int:
+    """`merge_chunks` by file names: what the merge process runs. Returns the id of
+    the process that merged."""
     chunks = [Chunk(os.path.join(directory, n)) for n in names]
     try:
         merge_chunks(directory, chunks, name).close()
     finally:
         for c in chunks:
             c.close()
-    return name, os.getpid()
+    return os.getpid()
 
 
 def merge_chunks(directory: str, chunks: Sequence[Chunk], name: str) -> Chunk:

@@ -84,7 +84,7 @@ def merge(directory: str, chunks: Sequence[Chunk], name: str) -> Chunk:
     except (OSError, RuntimeError) as e:  # it cannot be started
         return _merge_here(pool, e, directory, chunks, name)
     try:
-        _, last_pid = fut.result()
+        last_pid = fut.result()
     except BrokenProcessPool as e:  # it died (killed, out of memory)
         return _merge_here(pool, e, directory, chunks, name)
     return Chunk(os.path.join(directory, name))

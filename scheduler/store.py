@@ -15,6 +15,7 @@ import gc
 import itertools
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -250,7 +251,7 @@ class Store:
             return self._snapshot_task
         # The last snapshot's tasks leave memory first, or this one would archive
         # them a second time.
-        self._evict_slice(limit=1 << 62)
+        self._evict_rest()
         t0 = time.perf_counter()
         self._snapshot_at = time.monotonic()
         cap = capture(self.state, self.log.position(), self.snapshots.task_json)
@@ -318,11 +319,14 @@ class Store:
         else:
             self._evicting = None
 
+    def _evict_rest(self) -> None:
+        self._evict_slice(limit=sys.maxsize)
+
     async def wait_snapshot(self) -> None:
         if self._snapshot_task is not None:
             with contextlib.suppress(Exception):
                 await self._snapshot_task
-        self._evict_slice(limit=1 << 62)
+        self._evict_rest()
 
     async def close(self) -> None:
         self._closing = True

@@ -919,7 +919,7 @@ class EventLog:
     async def wait_written(self, after_id: int) -> None:
         """Wait until an event after `after_id` is handed to the writer, or durable
         (wrap in asyncio.timeout)."""
-        while self._written_id <= after_id and self._durable_id <= after_id:
+        while self._written_id <= after_id:  # never below the durable id
             if self._closed or self._failed is not None:
                 raise LogClosedError("the event log is closed")
             if self._written_waiters is None:
