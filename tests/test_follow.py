@@ -18,6 +18,7 @@ from replicator import sender
 from replicator.sender import ReplicationHub, ReplicationService
 from scheduler.log import EventType, FsyncPolicy, LogConfig
 from scheduler.store import Store, StoreConfig
+from tests.logs import hold_writes
 
 
 class Aborted(Exception):
@@ -50,18 +51,6 @@ async def _requests(hello: rpb.Hello, more: asyncio.Queue[Any]) -> AsyncIterator
         yield msg
 
 
-def _hold_writes(store: Store, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    gate = threading.Event()
-    write = store.log._write_batch
-
-    def held(parts: Any) -> None:
-        gate.wait(10)
-        write(parts)
-
-    monkeypatch.setattr(store.log, "_write_batch", held)
-    return gate
-
-
 def _follow(node: Any, standby_at: int) -> AsyncIterator[Any]:
     """The stream a standby whose log ends at `standby_at` (term 1) gets."""
     hello = rpb.Hello(
@@ -78,7 +67,7 @@ async def _written_not_durable(
     node: Any, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[threading.Event, asyncio.Task[Any]]:
     """Event 2 handed to the writer, held there until the returned gate is set."""
-    gate = _hold_writes(node.store, monkeypatch)
+    gate = hold_writes(node.store.log, monkeypatch)
     writing = asyncio.create_task(
         node.store.log.append(
             EventType.TASK_SUBMITTED, "t1", payload={"workflow": "w", "steps": {"a": []}}

@@ -22,6 +22,7 @@ from scheduler.errors import (
 from scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
 from scheduler.log.eventlog import INLINE_WRITE_MAX_S
 from scheduler.log.segment import segment_name
+from tests.logs import hold_writes
 
 S = EventType.STEP_STARTED
 
@@ -545,21 +546,6 @@ async def test_a_standby_writes_on_its_loop_until_a_write_is_slow(
     await replica.close()
 
 
-def _hold_writes(log: EventLog, monkeypatch, fail: bool = False) -> threading.Event:  # type: ignore[no-untyped-def]
-    """The log's next writes wait until the returned event is set (then fail if asked)."""
-    gate = threading.Event()
-    write = log._write_batch
-
-    def held(parts):  # type: ignore[no-untyped-def]
-        gate.wait(10)
-        if fail:
-            raise OSError(5, "Input/output error")
-        write(parts)
-
-    monkeypatch.setattr(log, "_write_batch", held)
-    return gate
-
-
 async def test_records_are_shipped_ahead_while_being_written(
     open_log, tmp_path, fast_config, monkeypatch
 ) -> None:
@@ -567,7 +553,7 @@ async def test_records_are_shipped_ahead_while_being_written(
     await _fill(primary, 3)
     replica = EventLog.open(tmp_path / "replica", config=fast_config, instance_id="n2")
     await replica.append_raw(primary.read_raw(1).data)
-    gate = _hold_writes(primary, monkeypatch)
+    gate = hold_writes(primary, monkeypatch)
     appending = asyncio.create_task(_fill(primary, 4))
     await asyncio.wait_for(primary.wait_written(3), 5)
     assert (primary.durable_id, primary.written_id) == (3, 7)
@@ -592,7 +578,7 @@ async def test_a_write_that_fails_after_shipping_ahead_is_reported_as_unknown(
 ) -> None:
     log = open_log()
     await _fill(log, 2)
-    gate = _hold_writes(log, monkeypatch, fail=True)
+    gate = hold_writes(log, monkeypatch, fail=True)
     appending = asyncio.create_task(_fill(log, 3))
     await asyncio.wait_for(log.wait_written(2), 5)
     assert log.read_raw(3, ahead=True).last_id == 5
