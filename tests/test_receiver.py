@@ -1,0 +1,168 @@
+"""The standby's Follow stream, in process: a real gRPC server plays the primary; the
+follower writes, acknowledges, applies, and reconnects when the primary falls silent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+from apollo11.v1 import replication_pb2 as rpb
+from apollo11.v1 import replication_pb2_grpc as rpbg
+
+from replicator import receiver
+from replicator.receiver import Follower
+from scheduler.log import EventType, FsyncPolicy, LogConfig
+from scheduler.store import Store, StoreConfig
+
+CONFIG = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
+
+
+class FakePrimary(rpbg.ReplicationServicer):
+    """Welcomes each stream, then sends what the test queues (None: go silent)."""
+
+    def __init__(self) -> None:
+        self.hellos: asyncio.Queue[rpb.Hello] = asyncio.Queue()
+        self.acks: asyncio.Queue[rpb.Ack] = asyncio.Queue()
+        self.outgoing: asyncio.Queue[rpb.PrimaryMessage | None] = asyncio.Queue()
+
+    async def Follow(
+        self, request_iterator: AsyncIterator[rpb.StandbyMessage], context: Any
+    ) -> AsyncIterator[rpb.PrimaryMessage]:
+        first = await anext(aiter(request_iterator))
+        await self.hellos.put(first.hello)
+
+        async def acks() -> None:
+            async for msg in request_iterator:
+                await self.acks.put(msg.ack)
+
+        reader = asyncio.create_task(acks())
+        try:
+            yield rpb.PrimaryMessage(welcome=rpb.Welcome(node_id="n1", term=1))
+            while (msg := await self.outgoing.get()) is not None:
+                yield msg
+            await asyncio.Event().wait()  # silent, stream open: a link that drops packets
+        finally:
+            reader.cancel()
+
+
+async def _serve(primary: FakePrimary) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    rpbg.add_ReplicationServicer_to_server(primary, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+async def _source(tmp_path: Path, n: int) -> Store:
+    """A primary's store holding a term start and n submissions."""
+    store = Store.open(tmp_path / "p", config=CONFIG, instance_id="n1")
+    store.log.term = 1
+    await store.log.append(EventType.TERM_STARTED, "", payload={"node_id": "n1"})
+    for i in range(n):
+        await store.log.append(
+            EventType.TASK_SUBMITTED, f"t{i}", payload={"workflow": "w", "steps": {"a": []}}
+        )
+    return store
+
+
+def _standby(tmp_path: Path) -> Any:
+    node = SimpleNamespace(
+        store=Store.open(tmp_path / "s", config=CONFIG, instance_id="n2"),
+        known_term=0,
+        address="127.0.0.1:1",
+        settings=SimpleNamespace(node_id="n2", data_dir=str(tmp_path / "s")),
+        adopt_segment_size=lambda size: None,
+    )
+    node.saw_term = lambda term: setattr(node, "known_term", max(node.known_term, term))
+    return node
+
+
+def _batch(store: Store, start: int) -> rpb.PrimaryMessage:
+    raw = store.log.read_raw(start)
+    return rpb.PrimaryMessage(
+        batch=rpb.Batch(
+            first_event_id=raw.first_id,
+            last_event_id=raw.last_id,
+            term=1,
+            records=raw.data,
+            primary_durable_id=store.log.durable_id,
+        )
+    )
+
+
+async def test_the_follower_writes_acknowledges_and_the_loop_applies(tmp_path: Path) -> None:
+    source = await _source(tmp_path, 3)
+    primary = FakePrimary()
+    server, address = await _serve(primary)
+    node = _standby(tmp_path)
+    follower = Follower(node, address, 1)
+    follower.start()
+    try:
+        hello = await asyncio.wait_for(primary.hellos.get(), 10)
+        assert hello.last_event_id == 0
+        await primary.outgoing.put(_batch(source, 1))
+        ack = await asyncio.wait_for(primary.acks.get(), 10)
+        assert ack.durable_event_id == 4, "acknowledged durable through the batch's end"
+        await node.store.log.wait_durable(3)
+        assert {"t0", "t1", "t2"} <= set(node.store.state.tasks), "applied by the loop"
+        assert follower.connected and node.known_term == 1
+        mine, theirs = node.store.log.segments[0].path, source.log.segments[0].path
+        assert Path(mine).read_bytes() == Path(theirs).read_bytes(), "byte-identical"
+    finally:
+        await follower.stop()
+        await server.stop(None)
+    await node.store.close()
+    await source.close()
+
+
+async def test_a_silent_primary_is_dropped_and_followed_again_from_the_durable_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(receiver, "SILENCE_S", 0.5)
+    source = await _source(tmp_path, 2)
+    primary = FakePrimary()
+    server, address = await _serve(primary)
+    node = _standby(tmp_path)
+    follower = Follower(node, address, 1)
+    follower.start()
+    try:
+        assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
+        await primary.outgoing.put(_batch(source, 1))
+        await primary.outgoing.put(None)  # then silence, with the stream still open
+        again = await asyncio.wait_for(primary.hellos.get(), 10)
+        assert again.last_event_id == 3, "reconnected from where its log ends"
+    finally:
+        await follower.stop()
+        await server.stop(None)
+    await node.store.close()
+    await source.close()
+
+
+async def test_a_batch_from_a_deposed_primary_is_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    source = await _source(tmp_path, 2)
+    primary = FakePrimary()
+    server, address = await _serve(primary)
+    node = _standby(tmp_path)
+    node.known_term = 2  # a newer primary exists
+    follower = Follower(node, address, 1)
+    follower.start()
+    try:
+        await asyncio.wait_for(primary.hellos.get(), 10)
+        await primary.outgoing.put(_batch(source, 1))
+        # The welcome (term 1) is refused already: the follower drops the stream and
+        # comes back, from nothing.
+        assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
+        assert node.store.log.durable_id == 0
+        assert primary.acks.empty()
+    finally:
+        await follower.stop()
+        await server.stop(None)
+    await node.store.close()
+    await source.close()
