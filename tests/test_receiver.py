@@ -4,6 +4,7 @@ follower writes, acknowledges, applies, and reconnects when the primary falls si
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -95,14 +96,30 @@ def _batch(store: Store, start: int) -> rpb.PrimaryMessage:
     )
 
 
-async def test_the_follower_writes_acknowledges_and_the_loop_applies(tmp_path: Path) -> None:
-    source = await _source(tmp_path, 3)
+@contextlib.asynccontextmanager
+async def _following(
+    tmp_path: Path, events: int, known_term: int = 0
+) -> AsyncIterator[tuple[Store, FakePrimary, Any, Follower]]:
+    """A source log of `events` submissions, a fake primary serving it, and a standby
+    (knowing `known_term`) following that primary; all torn down after."""
+    source = await _source(tmp_path, events)
     primary = FakePrimary()
     server, address = await _serve(primary)
     node = _standby(tmp_path)
+    node.known_term = known_term
     follower = Follower(node, address, 1)
     follower.start()
     try:
+        yield source, primary, node, follower
+    finally:
+        await follower.stop()
+        await server.stop(None)
+        await node.store.close()
+        await source.close()
+
+
+async def test_the_follower_writes_acknowledges_and_the_loop_applies(tmp_path: Path) -> None:
+    async with _following(tmp_path, 3) as (source, primary, node, follower):
         hello = await asyncio.wait_for(primary.hellos.get(), 10)
         assert hello.last_event_id == 0
         await primary.outgoing.put(_batch(source, 1))
@@ -113,47 +130,24 @@ async def test_the_follower_writes_acknowledges_and_the_loop_applies(tmp_path: P
         assert follower.connected and node.known_term == 1
         mine, theirs = node.store.log.segments[0].path, source.log.segments[0].path
         assert Path(mine).read_bytes() == Path(theirs).read_bytes(), "byte-identical"
-    finally:
-        await follower.stop()
-        await server.stop(None)
-    await node.store.close()
-    await source.close()
 
 
 async def test_a_silent_primary_is_dropped_and_followed_again_from_the_durable_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(receiver, "SILENCE_S", 0.5)
-    source = await _source(tmp_path, 2)
-    primary = FakePrimary()
-    server, address = await _serve(primary)
-    node = _standby(tmp_path)
-    follower = Follower(node, address, 1)
-    follower.start()
-    try:
+    async with _following(tmp_path, 2) as (source, primary, _, _):
         assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
         await primary.outgoing.put(_batch(source, 1))
         await primary.outgoing.put(None)  # then silence, with the stream still open
         again = await asyncio.wait_for(primary.hellos.get(), 10)
         assert again.last_event_id == 3, "reconnected from where its log ends"
-    finally:
-        await follower.stop()
-        await server.stop(None)
-    await node.store.close()
-    await source.close()
 
 
 async def test_a_batch_from_a_deposed_primary_is_refused_and_nothing_is_written(
     tmp_path: Path,
 ) -> None:
-    source = await _source(tmp_path, 2)
-    primary = FakePrimary()
-    server, address = await _serve(primary)
-    node = _standby(tmp_path)
-    node.known_term = 2  # a newer primary exists
-    follower = Follower(node, address, 1)
-    follower.start()
-    try:
+    async with _following(tmp_path, 2, known_term=2) as (source, primary, node, _):
         await asyncio.wait_for(primary.hellos.get(), 10)
         await primary.outgoing.put(_batch(source, 1))
         # The welcome (term 1) is refused already: the follower drops the stream and
@@ -161,8 +155,3 @@ async def test_a_batch_from_a_deposed_primary_is_refused_and_nothing_is_written(
         assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
         assert node.store.log.durable_id == 0
         assert primary.acks.empty()
-    finally:
-        await follower.stop()
-        await server.stop(None)
-    await node.store.close()
-    await source.close()
