@@ -722,6 +722,25 @@ def bench_failover(
     _bench(run, failover_bench.summary_rows, "failover", quick, as_json, workdir)
 
 
+@bench_app.command("lag")
+def bench_lag(
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Fresh clusters.")] = 5,
+    quick: Annotated[bool, typer.Option("--quick", help="3 s windows.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
+    ] = None,
+) -> None:
+    """Replication ack latency at 10k events/s (the failover bench's window) on N fresh
+    clusters: p99 per round, and its spread."""
+    from scheduler.bench import failover_bench
+
+    def run(q: bool, w: str | None, progress: Any) -> Any:
+        return failover_bench.run_lag(q, w, progress, rounds=rounds)
+
+    _bench(run, failover_bench.lag_rows, "lag", quick, as_json, workdir)
+
+
 def _bench(
     run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
 ) -> None:
