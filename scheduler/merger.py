@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import threading
 import time
@@ -56,6 +57,12 @@ def _executor() -> ProcessPoolExecutor:
                 initializer=_init_worker,
                 initargs=(os.getpid(),),
             )
+            # A process started by multiprocessing (a benchmark's worker) joins its
+            # children when it ends, before the executor's own exit hook could run:
+            # without this it waits for the idle merge process forever. Before the
+            # executor's queues close their feeders (exit priority 10), or the
+            # workers never get the word to stop.
+            multiprocessing.util.Finalize(_pool, _pool.shutdown, exitpriority=100)
         return _pool
 
 

@@ -91,3 +91,22 @@ def test_a_merge_process_started_from_a_passing_thread_outlives_it(tmp_path: Pat
     time.sleep(0.3)
     merger.merge(str(tmp_path), chunks, chunk_name(100, 1))
     assert merger.last_pid != os.getpid(), "merged by the merge process, not here"
+
+
+def _warm_the_merger() -> None:
+    merger.warm().result(timeout=30)
+
+
+def test_a_multiprocessing_child_that_used_the_merger_still_exits() -> None:
+    # Such a child joins its own children as it ends (`apollo11 bench log` runs its
+    # stores in one): the idle merge process must be told to stop first.
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=_warm_the_merger)
+    child.start()
+    child.join(30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, "the child hung at exit, waiting for its merge process"
+    assert child.exitcode == 0
