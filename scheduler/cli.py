@@ -582,7 +582,7 @@ def replay(
         int | None, typer.Option("--until", help="Reconstruct the state as of this event id.")
     ] = None,
     task: Annotated[str | None, typer.Option("--task", help="Show only this task.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Rebuild state offline from a data directory (read-only; time travel with --until)."""
     from scheduler.store import state_at
@@ -649,39 +649,29 @@ def _show_task(t: TaskState, state: State) -> None:
         out.print(f"[yellow]anomaly:[/yellow] {note}")
 
 
+BenchJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+BenchDir = Annotated[
+    Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
+]
+
+
 @bench_app.command("log")
 def bench_log(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs; under a minute.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    workdir: Annotated[
-        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
-    ] = None,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
     """Event log: durable appends, commit latency, replay and recovery, beside baselines."""
     from scheduler.bench.log_bench import run, summary_rows
 
-    def progress(msg: str) -> None:
-        err.print(f"[dim]… {msg}[/dim]")
-
-    result = run(quick, str(workdir) if workdir else None, progress)
-    if as_json:
-        _print_json(result)
-        return
-    table = Table(
-        "measurement", "result", title="apollo11 bench log" + (" --quick" if quick else "")
-    )
-    for name, value in summary_rows(result):
-        table.add_row(name, value)
-    out.print(table)
+    _bench(run, summary_rows, "log", quick, as_json, workdir)
 
 
 @bench_app.command("engine")
 def bench_engine(
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    workdir: Annotated[
-        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
-    ] = None,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
     """Engine: five-step no-op tasks/s (fsync on) and scheduler cost per decision vs history."""
     from scheduler.bench.engine_bench import run, summary_rows
@@ -692,10 +682,8 @@ def bench_engine(
 @bench_app.command("grpc")
 def bench_grpc(
     quick: Annotated[bool, typer.Option("--quick", help="Shorter runs.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    workdir: Annotated[
-        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
-    ] = None,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
     """gRPC: submits/s against one node from many clients, and submit-to-ack latency."""
     from scheduler.bench.grpc_bench import run, summary_rows
@@ -708,10 +696,8 @@ def bench_failover(
     cycles: Annotated[int | None, typer.Option("--cycles", help="Kills (default 20).")] = None,
     lease_ttl: Annotated[float, typer.Option("--lease-ttl", help="Seconds.")] = 5.0,
     quick: Annotated[bool, typer.Option("--quick", help="3 kills, shorter runs.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    workdir: Annotated[
-        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
-    ] = None,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
     """Cluster: failover time over N kills, acked writes lost, replication lag, e2e tasks/s."""
     from scheduler.bench import failover_bench
@@ -726,10 +712,8 @@ def bench_failover(
 def bench_lag(
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Fresh clusters.")] = 5,
     quick: Annotated[bool, typer.Option("--quick", help="3 s windows.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    workdir: Annotated[
-        Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
-    ] = None,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
     """Replication ack latency at 10k events/s (the failover bench's window) on N fresh
     clusters: p99 per round, and its spread."""

@@ -348,7 +348,7 @@ def run(
     ttl: float = 5.0,
 ) -> dict[str, Any]:
     cycles = cycles if cycles is not None else (3 if quick else 20)
-    lag_seconds = 3.0 if quick else 6.0
+    lag_seconds = _lag_window_s(quick)
     base = Path(tempfile.mkdtemp(prefix="apollo11-bench-", dir=workdir or os.getcwd()))
     result: dict[str, Any] = {"quick": quick, "lease_ttl_s": ttl, "cycles": cycles}
     try:
@@ -402,6 +402,11 @@ def run(
     return result
 
 
+def _lag_window_s(quick: bool) -> float:
+    """Each offered-load window (`bench lag` runs the same one as `bench failover`)."""
+    return 3.0 if quick else 6.0
+
+
 def _lag_cluster(base: Path, ttl: float) -> DevCluster:
     """Three nodes with a primary, serving HTTP for the ack-latency histograms. No-op
     steps, so a high step concurrency: the offered rate is then what the engine runs,
@@ -425,7 +430,7 @@ def run_lag(
 ) -> dict[str, Any]:
     """The 10k events/s window of `bench failover`, on `rounds` fresh clusters: one
     window's p99 swings with the machine, and this shows by how much."""
-    seconds = 3.0 if quick else 6.0
+    seconds = _lag_window_s(quick)
     base = Path(tempfile.mkdtemp(prefix="apollo11-bench-", dir=workdir or os.getcwd()))
     windows: list[dict[str, Any]] = []
     try:
