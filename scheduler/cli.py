@@ -83,7 +83,8 @@ def node(
     # a third of a busy node's. Replication ack p99 at 10k events/s: a median of
     # 6.7 against 8.9 ms over 16 clusters each, alternating. gRPC reads this when
     # it is imported, so before the server's modules are; an operator's own
-    # GRPC_EXPERIMENTS (even empty) wins.
+    # GRPC_EXPERIMENTS (even empty) wins. A grpcio without these experiments logs
+    # "Unknown experiment" and goes on.
     os.environ.setdefault("GRPC_EXPERIMENTS", NODE_GRPC_EXPERIMENTS)
     from scheduler.config import load_settings
     from scheduler.node import serve
