@@ -81,11 +81,16 @@ def node(
     # Python in the grpcio this runs on (grpc/grpc#41432), does it on threads of its
     # own and hands every message over: ~6 context switches more per unary call,
     # a third of a busy node's. Replication ack p99 at 10k events/s: a median of
-    # 6.7 against 8.9 ms over 16 clusters each, alternating. gRPC reads this when
-    # it is imported, so before the server's modules are; an operator's own
-    # GRPC_EXPERIMENTS (even empty) wins. A grpcio without these experiments logs
-    # "Unknown experiment" and goes on.
-    os.environ.setdefault("GRPC_EXPERIMENTS", NODE_GRPC_EXPERIMENTS)
+    # 6.7 against 8.9 ms over 16 clusters each, alternating. gRPC reads this once,
+    # when it is imported; an operator's own GRPC_EXPERIMENTS (even empty) wins.
+    # A grpcio without these experiments logs "Unknown experiment" and goes on.
+    ours = "GRPC_EXPERIMENTS" not in os.environ
+    if ours:
+        os.environ["GRPC_EXPERIMENTS"] = NODE_GRPC_EXPERIMENTS
+    import grpc  # noqa: F401  (reads it now)
+
+    if ours:
+        del os.environ["GRPC_EXPERIMENTS"]  # not for the processes of shell steps
     from scheduler.config import load_settings
     from scheduler.node import serve
 

@@ -59,6 +59,7 @@ SNAPSHOT_FORMAT = 1
 DEFAULT_INTERVAL = 1000
 DEFAULT_KEEP = 3
 ENCODE_SLICE = 64  # quiet tasks encoded between the writer's pauses (see `_encode_paced`)
+ENCODE_PAUSES_MAX_S = 0.5  # the pauses of one snapshot add up to this at most
 
 
 def snapshot_name(watermark: int) -> str:
@@ -375,10 +376,13 @@ def _encode_paced(tasks: list[TaskState]) -> list[Record]:
     (with the paced eviction in `Store`; 8 clusters each, alternating).
     """
     entries: list[Record] = []
+    budget = ENCODE_PAUSES_MAX_S  # a big first snapshot (after a long replay) goes on
     for i in range(0, len(tasks), ENCODE_SLICE):
         t0 = time.perf_counter()
         entries.extend(encode_entry(t) for t in tasks[i : i + ENCODE_SLICE])
-        time.sleep(time.perf_counter() - t0)
+        pause = min(time.perf_counter() - t0, budget)
+        budget -= pause
+        time.sleep(pause)
     return entries
 
 

@@ -41,7 +41,8 @@ from scheduler.snapshot import (
 log = logging.getLogger(__name__)
 
 EVICT_SLICE = 128  # archived tasks dropped from memory at a time...
-EVICT_PAUSE_S = 0.002  # ...with this much of the event loop's time between two
+EVICT_PAUSE_S = 0.002  # ...with this much of the event loop's time between two...
+EVICT_PAUSES_MAX_S = 0.1  # ...or less, so that the pauses of one eviction add up to this
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,7 @@ class Store:
         self._snapshot_task: asyncio.Future[Written] | None = None
         # (task ids the last snapshot archived, how many were looked at, its watermark)
         self._evicting: tuple[Sequence[str], int, int] | None = None
+        self._evict_next: asyncio.Handle | None = None
         self._snap_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-snap")
         self._observers: list[Callable[[Sequence[Event]], None]] = []
         self.last_snapshot_stall_s = 0.0
@@ -297,32 +299,43 @@ class Store:
         # once a second, and every batch in that window waited (the replication p99);
         # back to back, one slice per turn, they still took the loop's CPU for as long.
         self._evicting = (written.archived, 0, watermark)
-        asyncio.get_running_loop().call_soon(self._evict_slice)
+        self._evict_next = asyncio.get_running_loop().call_soon(self._evict_slice)
 
     def _evict_slice(self, limit: int = EVICT_SLICE) -> None:
         """Drop from memory up to `limit` tasks the last snapshot archived."""
+        self._evict_next = None
         if self._evicting is None:
             return
         archived, start, watermark = self._evicting
         stop = min(len(archived), start + limit)
         tasks = self.state.tasks
         idempotency = self.state.idempotency
-        for task_id in archived[start:stop]:
-            t = tasks.get(task_id)
-            # Evict only what is unchanged since the capture.
-            if t is not None and t.last_event_id <= watermark and t.quiescent:
-                del tasks[task_id]
-                # its key is found in the archive now; the snapshot keeps only live keys
-                key = t.idempotency_key
-                if key and idempotency.get(key) == task_id:
-                    del idempotency[key]
+        try:
+            for task_id in archived[start:stop]:
+                t = tasks.get(task_id)
+                # Evict only what is unchanged since the capture.
+                if t is not None and t.last_event_id <= watermark and t.quiescent:
+                    del tasks[task_id]
+                    # its key is found in the archive now; the snapshot keeps only live keys
+                    key = t.idempotency_key
+                    if key and idempotency.get(key) == task_id:
+                        del idempotency[key]
+        except Exception:
+            # Never left half done: automatic snapshots wait for the eviction to end.
+            self._evicting = None
+            log.exception("evicting archived tasks failed; the rest stay in memory")
+            return
         if stop < len(archived):
             self._evicting = (archived, stop, watermark)
-            asyncio.get_running_loop().call_later(EVICT_PAUSE_S, self._evict_slice, limit)
+            pause = min(EVICT_PAUSE_S, EVICT_PAUSES_MAX_S * limit / len(archived))
+            loop = asyncio.get_running_loop()
+            self._evict_next = loop.call_later(pause, self._evict_slice, limit)
         else:
             self._evicting = None
 
     def _evict_rest(self) -> None:
+        if self._evict_next is not None:
+            self._evict_next.cancel()
         self._evict_slice(limit=sys.maxsize)
 
     async def wait_snapshot(self) -> None:
