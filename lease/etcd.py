@@ -187,6 +187,8 @@ class EtcdLease(Lease):
                     "address": member.address,
                     "last_event_id": member.last_event_id,
                     "last_term": member.last_term,
+                    "peer_address": member.peer_address,
+                    "shell": member.shell,
                 }
             )
             await c.put(key, value, lease=self._member_lease_id)
@@ -214,6 +216,8 @@ class EtcdLease(Lease):
                         d["address"],
                         int(d["last_event_id"]),
                         int(d["last_term"]),
+                        str(d.get("peer_address") or ""),
+                        bool(d.get("shell", False)),
                     )
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed member record %r", key)

@@ -66,6 +66,27 @@ class NodeSettings(BaseSettings):
     # what the oldest kept snapshot covers.
     log_retention: Literal["all", "snapshots"] = "all"
     drain_timeout: float = Field(default=10.0, ge=0)
+    # Security (README "Security"). TLS for the public gRPC port and the HTTP side:
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # Require client certificates signed by this CA on the public port; a certificate's
+    # common name is looked up in the tokens file (`NAME ROLE cert`).
+    client_ca: Path | None = None
+    # Bearer tokens (hashes) and certificate names with their roles; re-read on SIGHUP.
+    # Unset: authentication is off, which protected mode allows on loopback only.
+    tokens_file: Path | None = None
+    # The Replication service on a port of its own, mutual TLS with the cluster CA.
+    peer_listen: str | None = None
+    peer_advertise: str | None = None
+    peer_ca: Path | None = None
+    peer_cert: Path | None = None
+    peer_key: Path | None = None
+    # Shell steps run commands as the node's user: off unless every node allows them.
+    allow_shell: bool = False
+    # Start on a non-loopback address without TLS and authentication (logged loudly).
+    insecure: bool = False
+    # Serve /metrics without a credential (Prometheus without a bearer token).
+    metrics_open: bool = False
 
     @field_validator("workflows", "etcd", mode="before")
     @classmethod
@@ -79,7 +100,7 @@ class NodeSettings(BaseSettings):
     def _listen(cls, v: str) -> str:
         return _hostport(v, "listen")
 
-    @field_validator("advertise", "http")
+    @field_validator("advertise", "http", "peer_listen", "peer_advertise")
     @classmethod
     def _optional_hostport(cls, v: str | None) -> str | None:
         return None if v is None else _hostport(v, "address")
@@ -101,6 +122,54 @@ class NodeSettings(BaseSettings):
                 f"node_id may use letters, digits, '-', '_' and '.' (got {self.node_id!r})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _security_pairs(self) -> NodeSettings:
+        pairs = (("tls_cert", "tls_key"), ("peer_cert", "peer_key"))
+        for a, b in pairs:
+            if (getattr(self, a) is None) != (getattr(self, b) is None):
+                raise ValueError(f"--{a.replace('_', '-')} and --{b.replace('_', '-')} go together")
+        peer = (self.peer_ca, self.peer_cert)
+        if any(peer) and not all(peer):
+            raise ValueError("--peer-ca, --peer-cert and --peer-key go together")
+        if self.peer_cert is not None and self.peer_listen is None:
+            raise ValueError("--peer-cert needs --peer-listen (the port replication uses)")
+        if self.client_ca is not None and (self.tls_cert is None or self.tokens_file is None):
+            raise ValueError(
+                "--client-ca needs --tls-cert/--tls-key and a --tokens-file that maps "
+                "certificate names to roles"
+            )
+        if self.tokens_file is not None and self.etcd and self.peer_cert is None:
+            raise ValueError(
+                "with --tokens-file, a cluster node (--etcd) needs --peer-listen, --peer-ca, "
+                "--peer-cert and --peer-key: nodes prove who they are with certificates"
+            )
+        for name in (
+            "tls_cert",
+            "tls_key",
+            "client_ca",
+            "tokens_file",
+            "peer_ca",
+            "peer_cert",
+            "peer_key",
+        ):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"--{name.replace('_', '-')} {path} does not exist")
+        return self
+
+    @property
+    def authenticated(self) -> bool:
+        return self.tokens_file is not None
+
+    @property
+    def peer_tls(self) -> bool:
+        return self.peer_cert is not None
+
+    @property
+    def peer_address(self) -> str:
+        """Where standbys follow this node ("" when replication shares the public port)."""
+        return self.peer_advertise or self.peer_listen or ""
 
     @property
     def address(self) -> str:

@@ -47,6 +47,7 @@ from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, cut_after
 from scheduler.replay import State, TaskState
+from scheduler.security import Principals, protect
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
 from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from scheduler.store import NeedsFullReplay, Store, StoreConfig, state_at
@@ -72,6 +73,7 @@ class Node:
         self.clock = clock or Clock()
         self.registry = registry or Registry()
         self._lease = lease
+        self.principals: Principals | None = None
         self.store: Store | None = None
         self.engine: Engine | None = None
         self.api: ApiServer | None = None
@@ -110,6 +112,36 @@ class Node:
         host = self.settings.listen.rpartition(":")[0]
         return f"{host}:{self.port}"
 
+    @property
+    def peer_address(self) -> str:
+        """Where standbys follow this node: "" when replication shares the public port."""
+        s = self.settings
+        if s.peer_advertise:
+            return s.peer_advertise
+        if not s.peer_listen or self.api is None:
+            return ""
+        return f"{s.peer_listen.rpartition(':')[0]}:{self.api.peer_port}"
+
+    def shell_refusal(self) -> str | None:
+        """Why shell steps may not be submitted or run now: every node must allow them,
+        or a failover would hand them to one that was never meant to run commands."""
+        if not self.settings.allow_shell:
+            return "shell steps are disabled on this cluster; start the nodes with --allow-shell"
+        world = self.world
+        if world is not None:
+            for m in world.members.values():
+                if not m.shell and m.node_id != self.settings.node_id:
+                    return (
+                        f"shell steps are disabled on node {m.node_id}; start every node "
+                        f"with --allow-shell"
+                    )
+        return None
+
+    def reload_principals(self) -> str:
+        if self.principals is None:
+            return "SIGHUP: no --tokens-file to reload"
+        return self.principals.reload()
+
     # ------------------------------------------------------------ start
 
     def _open_store(self) -> Store:
@@ -134,6 +166,7 @@ class Node:
             concurrency=s.concurrency,
             idempotency_ttl_s=s.idempotency_ttl,
             commit=self.commit,
+            shell_refusal=self.shell_refusal,
         )
         if self.api is not None:
             store.add_observer(self.api.watchers)
@@ -143,10 +176,16 @@ class Node:
 
     async def start(self) -> str:
         s = self.settings
+        refused = protect.refusal(s)
+        if refused:
+            raise ApolloError(refused)
+        if protect.missing(s):
+            log.warning("%s", protect.describe(s))
+        self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         for module in s.workflows:
             self.registry.load_module(module)
         self.store = self._open_store()
-        self.api = ApiServer(self)
+        self.api = ApiServer(self, self.principals)
         self.port = await self.api.start(s.listen)
         if s.http:
             from scheduler.web import HttpServer
@@ -223,6 +262,8 @@ class Node:
             self.address,
             self.store.log.durable_id,
             self.store.log.last_term,
+            self.peer_address,
+            self.settings.allow_shell,
         )
 
     async def _cycle(self) -> str:
@@ -289,11 +330,15 @@ class Node:
         return await self._promote(won, t0)
 
     async def _follow(self, leader: LeaderInfo) -> None:
+        # With a peer port the primary's member record says where: replication has a
+        # port of its own there (and the primary publishes its record as it promotes).
+        record = self.world.members.get(leader.node_id) if self.world else None
+        address = (record.peer_address if record else "") or leader.address
         f = self.follower
-        if f is not None and f.address == leader.address and f.leader_term == leader.term:
+        if f is not None and f.address == address and f.leader_term == leader.term:
             return
         await self._stop_following()
-        self.follower = Follower(self, leader.address, leader.term)
+        self.follower = Follower(self, address, leader.term, leader_id=leader.node_id)
         self.follower.start()
 
     async def _stop_following(self) -> None:
@@ -566,6 +611,7 @@ class Node:
             "recovery": str(store.recovery),
             "running_steps": self.engine.running() if self.engine else 0,
             "active_tasks": sum(1 for t in store.state.tasks.values() if not t.quiescent),
+            "security": protect.describe(self.settings),
         }
 
     # ------------------------------------------------------------- stop
@@ -655,6 +701,8 @@ async def serve(settings: NodeSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
+    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
     return 0
