@@ -236,3 +236,40 @@ def test_half_a_credential_is_refused() -> None:
         EtcdLease(["https://a"], cluster="x", ttl_s=TTL, username="u")
     with pytest.raises(ValueError, match="certificate needs its key"):
         EtcdLease(["https://a"], cluster="x", ttl_s=TTL, cert=b"pem")
+
+
+# ------------------------------------------------------------------ a node
+
+
+@pytest.mark.cluster
+def test_a_node_with_the_etcd_flags_becomes_primary(tmp_path: Path, pki: Pki) -> None:
+    from tests.cluster import Cluster
+
+    # Both at once: https with client-cert auth, and etcd's user/password auth on top.
+    etcd = start_tls_etcd(tmp_path / "etcd", pki)
+    try:
+        enable_auth(etcd, *pki.ctl_flags())
+        password = tmp_path / "etcd-password"
+        password.write_text(PASSWORD + "\n")
+        flags = [
+            "--etcd-ca",
+            str(pki.dir / "ca.pem"),
+            "--etcd-cert",
+            str(pki.dir / "client.pem"),
+            "--etcd-key",
+            str(pki.dir / "client-key.pem"),
+            "--etcd-user",
+            USER,
+            "--etcd-password-file",
+            str(password),
+        ]
+        (tmp_path / "nodes").mkdir()
+        c = Cluster.create(tmp_path / "nodes", etcd.url, "secure", 1, *flags)
+        c.start()
+        try:
+            primary = c.primary(timeout=20)
+            assert PASSWORD not in primary.log_text(), "the password is never logged"
+        finally:
+            c.stop()
+    finally:
+        etcd.stop()
