@@ -146,6 +146,25 @@ def node(
     config: Annotated[
         Path | None, typer.Option("--config", help="A TOML file with the same settings.")
     ] = None,
+    etcd_user: Annotated[
+        str | None, typer.Option("--etcd-user", help="etcd user (etcd auth enabled).")
+    ] = None,
+    etcd_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--etcd-password-file",
+            help="File holding the etcd password (or APOLLO11_ETCD_PASSWORD).",
+        ),
+    ] = None,
+    etcd_ca: Annotated[
+        Path | None, typer.Option("--etcd-ca", help="PEM CA that signed etcd's certificate.")
+    ] = None,
+    etcd_cert: Annotated[
+        Path | None, typer.Option("--etcd-cert", help="PEM client certificate for etcd.")
+    ] = None,
+    etcd_key: Annotated[
+        Path | None, typer.Option("--etcd-key", help="PEM key of --etcd-cert.")
+    ] = None,
 ) -> None:
     """Run a node (standalone without --etcd). Flags > APOLLO11_* env > --config file."""
     import asyncio
@@ -195,6 +214,11 @@ def node(
             allow_shell=allow_shell or None,
             insecure=insecure or None,
             metrics_open=metrics_open or None,
+            etcd_user=etcd_user,
+            etcd_password_file=etcd_password_file,
+            etcd_ca=etcd_ca,
+            etcd_cert=etcd_cert,
+            etcd_key=etcd_key,
         )
     except ValueError as e:
         raise _fail(str(e), 2) from e

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -24,6 +31,16 @@ from lease.base import MIN_TTL_S
 from scheduler.log.eventlog import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy
 from scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
 from scheduler.snapshot import DEFAULT_INTERVAL
+
+
+class EtcdSecurity(TypedDict):
+    """EtcdLease's keyword arguments for etcd auth and TLS (files read, PEM bytes)."""
+
+    username: str | None
+    password: str | None
+    ca: bytes | None
+    cert: bytes | None
+    key: bytes | None
 
 
 def _hostport(value: str, name: str) -> str:
@@ -87,6 +104,63 @@ class NodeSettings(BaseSettings):
     insecure: bool = False
     # Serve /metrics without a credential (Prometheus without a bearer token).
     metrics_open: bool = False
+
+    # etcd's own security. The password: from etcd_password_file (preferred: it stays
+    # out of the environment of every process the node starts) or APOLLO11_ETCD_PASSWORD;
+    # a SecretStr, so no repr or log line of the settings shows it. TLS: https://
+    # endpoints, etcd_ca to trust etcd's certificate, etcd_cert + etcd_key to present one.
+    etcd_password: SecretStr | None = None
+    etcd_password_file: Path | None = None
+    etcd_user: str | None = Field(default=None, validate_default=True)
+    etcd_ca: Path | None = None
+    etcd_cert: Path | None = None
+    etcd_key: Path | None = Field(default=None, validate_default=True)
+
+    @field_validator("etcd_password_file", "etcd_ca", "etcd_cert", "etcd_key")
+    @classmethod
+    def _file_exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"file {v} does not exist")
+        return v
+
+    @field_validator("etcd_user")
+    @classmethod
+    def _user_and_password(cls, v: str | None, info: ValidationInfo) -> str | None:
+        has_password = bool(info.data.get("etcd_password") or info.data.get("etcd_password_file"))
+        if v is not None and not has_password:
+            raise ValueError(
+                "an etcd user needs a password: --etcd-password-file or APOLLO11_ETCD_PASSWORD"
+            )
+        if v is None and has_password:
+            raise ValueError("an etcd password needs the user name it belongs to: --etcd-user")
+        return v
+
+    @field_validator("etcd_key")
+    @classmethod
+    def _cert_and_key(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        if "etcd_cert" in info.data and (info.data["etcd_cert"] is None) != (v is None):
+            raise ValueError("--etcd-cert and --etcd-key go together: give both or neither")
+        return v
+
+    def etcd_security(self) -> EtcdSecurity:
+        """Read the password and certificate files now (at node start)."""
+        password: str | None = None
+        if self.etcd_password_file is not None:
+            # a file written with `echo` ends in a newline that is not the password's
+            password = self.etcd_password_file.read_text().rstrip("\r\n")
+        elif self.etcd_password is not None:
+            password = self.etcd_password.get_secret_value()
+
+        def read(p: Path | None) -> bytes | None:
+            return None if p is None else p.read_bytes()
+
+        return EtcdSecurity(
+            username=self.etcd_user,
+            password=password,
+            ca=read(self.etcd_ca),
+            cert=read(self.etcd_cert),
+            key=read(self.etcd_key),
+        )
 
     @field_validator("workflows", "etcd", mode="before")
     @classmethod

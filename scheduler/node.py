@@ -199,7 +199,9 @@ class Node:
             else:
                 from lease.etcd import EtcdLease
 
-                self._lease = EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl)
+                self._lease = EtcdLease(
+                    s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security()
+                )
         self._spawn(_watch_loop_lag(self._tick), "apollo11-loop-lag")
         # What exists now (modules, the recovered state) lives as long as the node;
         # without this every full collection rescans it: 16-32 ms pauses measured
