@@ -878,6 +878,28 @@ def _bench(
     out.print(table)
 
 
+@app.command()
+def certs(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the CA and certificates go.")],
+    names: Annotated[
+        str, typer.Option("--nodes", help="Node ids (and etcd members), comma-separated.")
+    ],
+    san: Annotated[
+        list[str] | None, typer.Option("--san", help="Another name or IP for every cert.")
+    ] = None,
+    days: Annotated[int, typer.Option("--days", help="Validity.")] = 825,
+) -> None:
+    """Create the cluster CA (once) and a certificate for each node that has none."""
+    from scheduler.security.certs import create_cluster_certs
+
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    written = create_cluster_certs(directory, wanted, sans=san or [], days=days)
+    for path in written:
+        err.print(f"wrote {path}")
+    if not written:
+        err.print(f"{directory}: every certificate asked for exists already")
+
+
 TokensFile = Annotated[
     Path,
     typer.Option("--tokens-file", envvar="APOLLO11_TOKENS_FILE", help="The node's tokens file."),
