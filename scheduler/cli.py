@@ -694,6 +694,9 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
         f"log at event {s.last_event_id}, state applied to {s.applied_event_id}; "
         f"{s.active_tasks} active tasks, {s.running_steps} steps running"
     )
+    if s.security:
+        style = "bold red" if s.security.startswith("INSECURE") else "dim"
+        out.print(f"security: {s.security}", style=style, markup=False)
     table = Table(
         "member", "role", "address", "last event", "lag (events)", "lag ms", "connected", "sync"
     )

@@ -74,7 +74,7 @@ async def test_a_fake_primary_cannot_feed_a_standby(tmp_path: Path, pki: Pki, wh
         key, cert = pki.foreign_key, pki.foreign_cert  # names n1, but not signed by ours
     else:
         key, cert = pki.pem("n3-key.pem"), pki.pem("n3.pem")  # ours, but n3's, not n1's
-    async with _standby_of(tmp_path, pki, key, cert, "n1") as (source, primary, node):
+    async with _standby_of(tmp_path, pki, key, cert, "n1") as (_, primary, node):
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(primary.hellos.get(), 3)  # no stream ever opened
         assert node.store.log.durable_id == 0, "nothing written"
