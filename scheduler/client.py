@@ -248,11 +248,11 @@ class Client:
 
     def _hinted(self, err: ApolloError) -> ApolloError:
         """A plaintext call to a TLS port ends in "Socket closed": say what fixes it."""
-        if isinstance(err, UnavailableError) and self._credentials is None:
-            if "Socket closed" in str(err):
-                return UnavailableError(
-                    f"{err} (if the nodes use TLS, pass --ca FILE or set APOLLO11_CA)"
-                )
+        plaintext = self._credentials is None
+        if isinstance(err, UnavailableError) and plaintext and "Socket closed" in str(err):
+            return UnavailableError(
+                f"{err} (if the nodes use TLS, pass --ca FILE or set APOLLO11_CA)"
+            )
         return err
 
     # -------------------------------------------------------------- writes
