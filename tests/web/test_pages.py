@@ -65,44 +65,75 @@ def test_task_page_timeline_and_time_travel(web: tuple[NodeProc, str]) -> None:
     assert httpx.get(f"{base}/tasks/nope").status_code == 404
 
 
+def csrf_of(page: str) -> str:
+    m = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert m is not None, "the page's forms carry a CSRF token"
+    return m.group(1)
+
+
 def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     web: tuple[NodeProc, str],
 ) -> None:
     node, base = web
     task_id = _failed_task(node)
+    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
     url = f"{base}/tasks/{task_id}/retry"
-    r = httpx.post(url, data={"step": "infer", "operator": "alice", "reason": "fixed"})
+    form = {"step": "infer", "display": "alice", "csrf": csrf}
+    r = httpx.post(url, data={**form, "reason": "fixed"})
     assert r.status_code == 303 and "error=" in r.headers["location"], "no confirmation"
-    r = httpx.post(
-        url, data={"step": "infer", "operator": "alice", "reason": " ", "confirm": "yes"}
-    )
+    r = httpx.post(url, data={**form, "reason": " ", "confirm": "yes"})
     assert "error=" in r.headers["location"], "no reason"
-    r = httpx.post(
-        url, data={"step": "collect", "operator": "alice", "reason": "r", "confirm": "yes"}
-    )
+    r = httpx.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
     assert "refused" in httpx.get(base + r.headers["location"]).text
-    r = httpx.post(
-        url, data={"step": "infer", "operator": "alice", "reason": "model fixed", "confirm": "yes"}
-    )
+    r = httpx.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})
     assert r.status_code == 303 and "message=" in r.headers["location"]
     page = httpx.get(base + r.headers["location"]).text
     assert "retry of infer recorded as event" in page
+    assert "by anonymous (as alice)" in page
     with SyncClient(node.address) as c:
         t = c.wait(task_id)
     assert t.state == "SUCCEEDED"
     infer = next(s for s in t.steps if s.name == "infer")
     assert infer.override is not None
-    assert (infer.override["operator"], infer.override["reason"]) == ("alice", "model fixed")
-    # cancel through the page
+    # an open node's principal is anonymous; the typed name is kept beside it
+    assert (infer.override["operator"], infer.override["as"], infer.override["reason"]) == (
+        "anonymous",
+        "alice",
+        "model fixed",
+    )
+    page = httpx.get(f"{base}/tasks/{task_id}").text
+    assert re.search(r'<td class="who">anonymous \(as alice\)</td>', page), "on the timeline"
+    # cancel through the page, no display name
     with SyncClient(node.address) as c:
         other = c.submit("etl", {"step_seconds": 5}).task_id
     r = httpx.post(
         f"{base}/tasks/{other}/cancel",
-        data={"operator": "bob", "reason": "wrong batch", "confirm": "yes"},
+        data={"reason": "wrong batch", "confirm": "yes", "csrf": csrf},
     )
     assert "message=" in r.headers["location"]
     with SyncClient(node.address) as c:
         assert c.wait(other).state == "CANCELLED"
+    assert (
+        'cancelled by <span id="cancelled-by">anonymous</span>'
+        in httpx.get(f"{base}/tasks/{other}").text
+    )
+
+
+def test_an_open_node_refuses_forged_and_cross_site_posts(web: tuple[NodeProc, str]) -> None:
+    """No login on a loopback node, but any web page the developer visits could post
+    to it: those posts lack our form's token, and a browser names their origin."""
+    node, base = web
+    task_id = _failed_task(node)
+    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
+    url = f"{base}/tasks/{task_id}/retry"
+    form = {"step": "infer", "reason": "r", "confirm": "yes"}
+    assert httpx.post(url, data=form).status_code == 403
+    assert httpx.post(url, data={**form, "csrf": csrf + "x"}).status_code == 403
+    evil = {"origin": "http://evil.example"}
+    assert httpx.post(url, data={**form, "csrf": csrf}, headers=evil).status_code == 403
+    with SyncClient(node.address) as c:
+        infer = next(s for s in c.task(task_id).steps if s.name == "infer")
+    assert infer.override is None and infer.state == "FAILED", "nothing was recorded"
 
 
 def test_timeline_bars_from_events() -> None:
