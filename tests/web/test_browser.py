@@ -108,7 +108,8 @@ def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(tmp_path: Path
             with page.expect_response(lambda r: r.url.endswith("/retry")) as answer:
                 page.goto(evil)
             assert answer.value.status == 403
-            assert "cross-site request refused" in page.content()
+            page.wait_for_url(f"{url}/retry")
+            assert "cross-site request refused" in page.locator("#error").inner_text()
             with SyncClient(node.address, token=token) as c:
                 t = c.task(sub.task_id)
             assert t.last_event_id == before, "the cross-site post recorded nothing"
