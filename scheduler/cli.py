@@ -69,6 +69,10 @@ def node(
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", help="Steps running at once.")
     ] = None,
+    examples_dir: Annotated[
+        Path | None,
+        typer.Option("--examples-dir", help="Where scheduler.examples may write (default: temp)."),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="A TOML file with the same settings.")
     ] = None,
@@ -108,6 +112,7 @@ def node(
             lease_ttl=lease_ttl,
             sync_replicas=sync_replicas,
             concurrency=concurrency,
+            examples_dir=examples_dir,
         )
     except ValueError as e:
         raise _fail(str(e), 2) from e

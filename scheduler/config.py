@@ -66,6 +66,8 @@ class NodeSettings(BaseSettings):
     # what the oldest kept snapshot covers.
     log_retention: Literal["all", "snapshots"] = "all"
     drain_timeout: float = Field(default=10.0, ge=0)
+    # where the bundled examples' `ledger` input may write (None: the system temp dir)
+    examples_dir: Path | None = None
 
     @field_validator("workflows", "etcd", mode="before")
     @classmethod

@@ -145,6 +145,10 @@ class Node:
         s = self.settings
         for module in s.workflows:
             self.registry.load_module(module)
+        if "scheduler.examples" in s.workflows:
+            from scheduler import examples
+
+            examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
         self.store = self._open_store()
         self.api = ApiServer(self)
         self.port = await self.api.start(s.listen)

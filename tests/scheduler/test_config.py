@@ -46,3 +46,9 @@ def test_invalid_values_name_the_flag(
 def test_missing_config_file_is_reported(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         load_settings(tmp_path / "nope.toml", data_dir=tmp_path)
+
+
+def test_examples_dir_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert load_settings(data_dir=tmp_path).examples_dir is None
+    monkeypatch.setenv("APOLLO11_EXAMPLES_DIR", str(tmp_path / "ledgers"))
+    assert load_settings(data_dir=tmp_path).examples_dir == tmp_path / "ledgers"
