@@ -73,6 +73,16 @@ def node(
         Path | None,
         typer.Option("--examples-dir", help="Where scheduler.examples may write (default: temp)."),
     ] = None,
+    max_watch_streams: Annotated[
+        int | None, typer.Option("--max-watch-streams", help="Open WatchTask streams (1000).")
+    ] = None,
+    max_streams_per_connection: Annotated[
+        int | None,
+        typer.Option("--max-streams-per-connection", help="Concurrent calls per connection (100)."),
+    ] = None,
+    max_message_bytes: Annotated[
+        int | None, typer.Option("--max-message-bytes", help="Largest request (16 MiB).")
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="A TOML file with the same settings.")
     ] = None,
@@ -113,6 +123,9 @@ def node(
             sync_replicas=sync_replicas,
             concurrency=concurrency,
             examples_dir=examples_dir,
+            max_watch_streams=max_watch_streams,
+            max_streams_per_connection=max_streams_per_connection,
+            max_message_bytes=max_message_bytes,
         )
     except ValueError as e:
         raise _fail(str(e), 2) from e

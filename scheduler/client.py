@@ -27,6 +27,7 @@ import orjson
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 from scheduler.api import codec
+from scheduler.api.limits import CLIENT_OPTIONS
 from scheduler.api.server import LEADER_METADATA
 from scheduler.api.views import EventView, Page, StatusView, Submission, TaskView
 from scheduler.errors import (
@@ -35,6 +36,7 @@ from scheduler.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    ResourceExhaustedError,
 )
 
 T = TypeVar("T")
@@ -82,6 +84,9 @@ def _translate(err: grpc.aio.AioRpcError) -> ApolloError:
         return NotLeaderError(msg, leader=leader) if leader else FailedPreconditionError(msg)
     if code is grpc.StatusCode.UNAVAILABLE:
         return UnavailableError(msg)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # not retried: a node at its limit (or a message over it) is not helped by more
+        return ResourceExhaustedError(msg)
     return ApiError(code, msg)
 
 
@@ -119,7 +124,7 @@ class Client:
     def _channel(self, ep: str) -> grpc.aio.Channel:
         ch = self._channels.get(ep)
         if ch is None:
-            ch = self._channels[ep] = grpc.aio.insecure_channel(ep)
+            ch = self._channels[ep] = grpc.aio.insecure_channel(ep, options=CLIENT_OPTIONS)
         return ch
 
     def _stub(self, service: str, ep: str) -> Any:

@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
+from scheduler.api.limits import WatchSlots, server_options
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
     ApolloError,
@@ -35,6 +36,7 @@ from scheduler.errors import (
     NotFoundError,
     NotLeaderError,
     OutcomeUnknownError,
+    ResourceExhaustedError,
     StaleTermError,
 )
 from scheduler.log.record import Event
@@ -67,6 +69,8 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError | NoLeaderError):
         return grpc.StatusCode.UNAVAILABLE
+    if isinstance(e, ResourceExhaustedError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     return grpc.StatusCode.INTERNAL
 
 
@@ -128,9 +132,10 @@ def _json(text: str, name: str, limit: int) -> Any:
 
 
 class SchedulerService(pbg.SchedulerServicer):
-    def __init__(self, node: Node, watchers: Watchers) -> None:
+    def __init__(self, node: Node, watchers: Watchers, watch_slots: WatchSlots) -> None:
         self.node = node
         self.watchers = watchers
+        self.watch_slots = watch_slots
 
     @property
     def _state(self) -> Any:
@@ -273,9 +278,13 @@ class SchedulerService(pbg.SchedulerServicer):
     ) -> AsyncIterator[pb.Event]:
         try:
             task = self._task(request.task_id)
+            self.watch_slots.take()
         except ApolloError as err:
             await _abort(context, err)
             return
+        # Given back when the RPC ends, however it ends: after a client's cancel the
+        # generator can be left at a yield, its finally run only when it is collected.
+        context.add_done_callback(lambda _: self.watch_slots.give_back())
         queue: asyncio.Queue[Event] = asyncio.Queue()
         self.watchers.add(task.task_id, queue)  # before reading history: no gap
         try:
@@ -418,13 +427,13 @@ class ApiServer:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.watchers = Watchers()
+        self.watch_slots = WatchSlots(node.settings.max_watch_streams)
         self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
-            ]
+            options=[*server_options(node.settings), ("grpc.so_reuseport", 0)]
         )
-        pbg.add_SchedulerServicer_to_server(SchedulerService(node, self.watchers), self.server)
+        pbg.add_SchedulerServicer_to_server(
+            SchedulerService(node, self.watchers, self.watch_slots), self.server
+        )
         pbg.add_ClusterServicer_to_server(ClusterService(node), self.server)
         from apollo11.v1 import replication_pb2_grpc as rpbg
 
