@@ -47,6 +47,8 @@ class MemberInfo:
     address: str
     last_event_id: int
     last_term: int
+    peer_address: str = ""  # where standbys follow it ("": the public address)
+    shell: bool = False  # started with --allow-shell
 
     @property
     def position(self) -> tuple[int, int]:

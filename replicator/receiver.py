@@ -24,6 +24,7 @@ from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
 from scheduler.errors import ApolloError, StaleTermError
+from scheduler.security.tls import KeyPair, channel_credentials, read_pem
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -44,10 +45,13 @@ class Diverged(Exception):
 class Follower:
     """Follows one primary address until cancelled."""
 
-    def __init__(self, node: Node, leader_address: str, leader_term: int) -> None:
+    def __init__(
+        self, node: Node, leader_address: str, leader_term: int, *, leader_id: str = ""
+    ) -> None:
         self.node = node
         self.address = leader_address
         self.leader_term = leader_term
+        self.leader_id = leader_id
         self.connected = False
         self.primary_durable_id = 0
         self.last_batch_at = 0.0  # monotonic
@@ -97,6 +101,19 @@ class Follower:
             self._last_error_log = now
             log.warning("%s (retrying with backoff)", msg)
 
+    def _channel(self) -> grpc.aio.Channel:
+        """To the primary's peer port: our certificate for it to check, and its
+        certificate checked against the cluster CA and for the node id the lease names
+        (a certificate of the cluster issued to another node does not pass)."""
+        s = self.node.settings
+        if s.peer_ca is None or s.peer_cert is None or s.peer_key is None:
+            return grpc.aio.insecure_channel(self.address)
+        creds = channel_credentials(
+            read_pem(s.peer_ca, "--peer-ca"), KeyPair.load(s.peer_cert, s.peer_key, "--peer")
+        )
+        options = [("grpc.ssl_target_name_override", self.leader_id)] if self.leader_id else []
+        return grpc.aio.secure_channel(self.address, creds, options=options)
+
     def _hello(self) -> rpb.StandbyMessage:
         store = self.node.store
         assert store is not None
@@ -129,7 +146,7 @@ class Follower:
                     msg = nxt
                 yield msg
 
-        async with grpc.aio.insecure_channel(self.address) as channel:
+        async with self._channel() as channel:
             call = rpbg.ReplicationStub(channel).Follow(requests())
             staging: Path | None = None
             try:

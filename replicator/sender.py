@@ -30,6 +30,7 @@ from apollo11.v1 import replication_pb2_grpc as rpbg
 from replicator.divergence import common_prefix
 from scheduler import metrics
 from scheduler.errors import ApolloError
+from scheduler.security import current_principal
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -252,6 +253,15 @@ class ReplicationService(rpbg.ReplicationServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be Hello")
             return
         hello = first.hello
+        caller = current_principal()
+        if caller.via == "peer certificate" and caller.name != hello.node_id:
+            # Every node has a certificate of the cluster; none may speak for another.
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the peer certificate is {caller.name!r}'s, but the stream says it is "
+                f"{hello.node_id!r}",
+            )
+            return
         if node.role != "primary" or node.store is None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, f"{node.settings.node_id} is not the primary"

@@ -30,6 +30,47 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks: side-by-side measurements, ratios to baselines.")
 app.add_typer(bench_app, name="bench")
+token_app = typer.Typer(help="Bearer tokens: create, list, revoke (the node re-reads on SIGHUP).")
+app.add_typer(token_app, name="token")
+
+# How client commands reach the nodes (the app's own options, before the command).
+_conn: dict[str, Any] = {}
+
+
+@app.callback()
+def _connection(
+    ca: Annotated[
+        Path | None,
+        typer.Option("--ca", envvar="APOLLO11_CA", help="CA that signed the nodes' certificates."),
+    ] = None,
+    cert: Annotated[
+        Path | None,
+        typer.Option("--cert", envvar="APOLLO11_CERT", help="Client certificate (PEM)."),
+    ] = None,
+    key: Annotated[
+        Path | None, typer.Option("--key", envvar="APOLLO11_KEY", help="Its key (PEM).")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="APOLLO11_TOKEN", help="Bearer token.", show_default=False),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", envvar="APOLLO11_TOKEN_FILE", help="File holding the token."),
+    ] = None,
+) -> None:
+    """Apollo-11: a durable task orchestrator on an append-only event log.
+
+    Client commands take the connection's credentials here, before the command
+    (`apollo11 --ca ca.pem --token-file me.token status`), or from APOLLO11_*.
+    """
+    if token is None and token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as e:
+            raise _fail(f"--token-file {token_file}: {e.strerror}", 2) from e
+    _conn.update(ca=ca, cert=cert, key=key, token=token)
+
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -69,6 +110,39 @@ def node(
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", help="Steps running at once.")
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="TLS certificate for gRPC and HTTP.")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Its private key.")] = None,
+    client_ca: Annotated[
+        Path | None,
+        typer.Option("--client-ca", help="Require client certificates signed by this CA."),
+    ] = None,
+    tokens_file: Annotated[
+        Path | None,
+        typer.Option("--tokens-file", help="Token hashes and roles (re-read on SIGHUP)."),
+    ] = None,
+    peer_listen: Annotated[
+        str | None, typer.Option("--peer-listen", help="HOST:PORT of the replication port.")
+    ] = None,
+    peer_advertise: Annotated[
+        str | None, typer.Option("--peer-advertise", help="HOST:PORT peers reach it at.")
+    ] = None,
+    peer_ca: Annotated[Path | None, typer.Option("--peer-ca", help="The cluster CA.")] = None,
+    peer_cert: Annotated[
+        Path | None, typer.Option("--peer-cert", help="This node's peer certificate.")
+    ] = None,
+    peer_key: Annotated[Path | None, typer.Option("--peer-key", help="Its private key.")] = None,
+    allow_shell: Annotated[
+        bool, typer.Option("--allow-shell", help="Allow shell steps (every node must).")
+    ] = False,
+    insecure: Annotated[
+        bool,
+        typer.Option("--insecure", help="Run open beyond loopback (no TLS or tokens)."),
+    ] = False,
+    metrics_open: Annotated[
+        bool, typer.Option("--metrics-open", help="Serve /metrics without a credential.")
+    ] = False,
     examples_dir: Annotated[
         Path | None,
         typer.Option("--examples-dir", help="Where scheduler.examples may write (default: temp)."),
@@ -85,6 +159,25 @@ def node(
     ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="A TOML file with the same settings.")
+    ] = None,
+    etcd_user: Annotated[
+        str | None, typer.Option("--etcd-user", help="etcd user (etcd auth enabled).")
+    ] = None,
+    etcd_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--etcd-password-file",
+            help="File holding the etcd password (or APOLLO11_ETCD_PASSWORD).",
+        ),
+    ] = None,
+    etcd_ca: Annotated[
+        Path | None, typer.Option("--etcd-ca", help="PEM CA that signed etcd's certificate.")
+    ] = None,
+    etcd_cert: Annotated[
+        Path | None, typer.Option("--etcd-cert", help="PEM client certificate for etcd.")
+    ] = None,
+    etcd_key: Annotated[
+        Path | None, typer.Option("--etcd-key", help="PEM key of --etcd-cert.")
     ] = None,
 ) -> None:
     """Run a node (standalone without --etcd). Flags > APOLLO11_* env > --config file."""
@@ -122,6 +215,24 @@ def node(
             lease_ttl=lease_ttl,
             sync_replicas=sync_replicas,
             concurrency=concurrency,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            client_ca=client_ca,
+            tokens_file=tokens_file,
+            peer_listen=peer_listen,
+            peer_advertise=peer_advertise,
+            peer_ca=peer_ca,
+            peer_cert=peer_cert,
+            peer_key=peer_key,
+            # a flag not given leaves the environment's or the file's value
+            allow_shell=allow_shell or None,
+            insecure=insecure or None,
+            metrics_open=metrics_open or None,
+            etcd_user=etcd_user,
+            etcd_password_file=etcd_password_file,
+            etcd_ca=etcd_ca,
+            etcd_cert=etcd_cert,
+            etcd_key=etcd_key,
             examples_dir=examples_dir,
             max_watch_streams=max_watch_streams,
             max_streams_per_connection=max_streams_per_connection,
@@ -183,7 +294,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 def _client(server: str | None) -> Any:
     from scheduler.client import Client
 
-    return Client(server)
+    return Client(server, **_conn)
 
 
 def _run(coro: Any) -> Any:
@@ -548,11 +659,16 @@ def health(server: Server = None) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from scheduler.client import endpoints_from
+    from scheduler.client import channel_credentials_for, endpoints_from
 
     endpoint = endpoints_from(server)[0]
+    creds = channel_credentials_for(_conn.get("ca"), _conn.get("cert"), _conn.get("key"), None)
     try:
-        with grpc.insecure_channel(endpoint) as ch:
+        with (
+            grpc.insecure_channel(endpoint)
+            if creds is None
+            else grpc.secure_channel(endpoint, creds)
+        ) as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=2
             )
@@ -596,6 +712,9 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
         f"log at event {s.last_event_id}, state applied to {s.applied_event_id}; "
         f"{s.active_tasks} active tasks, {s.running_steps} steps running"
     )
+    if s.security:
+        style = "bold red" if s.security.startswith("INSECURE") else "dim"
+        out.print(f"security: {s.security}", style=style, markup=False)
     table = Table(
         "member", "role", "address", "last event", "lag (events)", "lag ms", "connected", "sync"
     )
@@ -778,6 +897,86 @@ def _bench(
     for label, value in rows(result):
         table.add_row(label, value)
     out.print(table)
+
+
+@app.command()
+def certs(
+    directory: Annotated[Path, typer.Option("--dir", help="Where the CA and certificates go.")],
+    names: Annotated[
+        str, typer.Option("--nodes", help="Node ids (and etcd members), comma-separated.")
+    ],
+    san: Annotated[
+        list[str] | None, typer.Option("--san", help="Another name or IP for every cert.")
+    ] = None,
+    days: Annotated[int, typer.Option("--days", help="Validity.")] = 825,
+) -> None:
+    """Create the cluster CA (once) and a certificate for each node that has none."""
+    from scheduler.security.certs import create_cluster_certs
+
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    written = create_cluster_certs(directory, wanted, sans=san or [], days=days)
+    for path in written:
+        err.print(f"wrote {path}")
+    if not written:
+        err.print(f"{directory}: every certificate asked for exists already")
+
+
+TokensFile = Annotated[
+    Path,
+    typer.Option("--tokens-file", envvar="APOLLO11_TOKENS_FILE", help="The node's tokens file."),
+]
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option("--name", help="Who the token is for.")],
+    role: Annotated[str, typer.Option("--role", help="reader, submitter or operator.")],
+    tokens_file: TokensFile,
+) -> None:
+    """Make a token: print it once, append its hash (send SIGHUP to running nodes)."""
+    from scheduler.security import tokens
+    from scheduler.security.roles import Role
+
+    try:
+        made = tokens.create_token(tokens_file, name, Role.parse(role))
+    except ValueError as e:
+        raise _fail(str(e), 2) from e
+    print(made)
+    err.print(
+        f"token for {name} ({role}) added to {tokens_file}; it is shown only now. "
+        f"Running nodes take it after SIGHUP."
+    )
+
+
+@token_app.command("list")
+def token_list(tokens_file: TokensFile) -> None:
+    """Who has which role (hashes are not shown)."""
+    from scheduler.security import tokens
+
+    try:
+        entries = tokens.list_entries(tokens_file)
+    except (OSError, ValueError) as e:
+        raise _fail(str(e), 2) from e
+    for entry in entries:
+        kind = "certificate" if entry.secret == "cert" else "token"
+        print(f"{entry.name}\t{entry.role.value}\t{kind}")
+
+
+@token_app.command("revoke")
+def token_revoke(
+    name: Annotated[str, typer.Option("--name", help="Whose entries to remove.")],
+    tokens_file: TokensFile,
+) -> None:
+    """Remove every entry of NAME (running nodes refuse its tokens after SIGHUP)."""
+    from scheduler.security import tokens
+
+    try:
+        n = tokens.revoke(tokens_file, name)
+    except OSError as e:
+        raise _fail(f"{tokens_file}: {e.strerror}", 2) from e
+    if not n:
+        raise _fail(f"no entry for {name!r} in {tokens_file}")
+    err.print(f"removed {n} entr{'y' if n == 1 else 'ies'} of {name}; send SIGHUP to the nodes")
 
 
 def main() -> None:

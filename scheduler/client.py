@@ -20,6 +20,7 @@ import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -53,6 +54,45 @@ class ApiError(ApolloError):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
+
+
+def _read(path: str | Path | None, what: str) -> bytes | None:
+    if path is None or str(path) == "":
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidArgumentError(f"{what} {path}: {e.strerror}") from None
+
+
+def channel_credentials_for(
+    ca: str | Path | None, cert: str | Path | None, key: str | Path | None, tls: bool | None
+) -> grpc.ChannelCredentials | None:
+    ca = ca or os.environ.get("APOLLO11_CA")
+    cert = cert or os.environ.get("APOLLO11_CERT")
+    key = key or os.environ.get("APOLLO11_KEY")
+    if tls is None:
+        tls = os.environ.get("APOLLO11_TLS", "") not in ("", "0", "false")
+    if not (ca or cert or tls):
+        return None
+    if bool(cert) != bool(key):
+        raise InvalidArgumentError("a client certificate needs its key, and a key its certificate")
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(ca, "--ca"),
+        private_key=_read(key, "--key"),
+        certificate_chain=_read(cert, "--cert"),
+    )
+
+
+def _token_from_env() -> str | None:
+    token = os.environ.get("APOLLO11_TOKEN")
+    if token:
+        return token.strip()
+    path = os.environ.get("APOLLO11_TOKEN_FILE")
+    if path:
+        raw = _read(path, "APOLLO11_TOKEN_FILE")
+        return None if raw is None else raw.decode().strip()
+    return None
 
 
 def endpoints_from(spec: str | Sequence[str] | None) -> list[str]:
@@ -99,8 +139,21 @@ class Client:
         retries: int = 6,
         backoff_s: float = 0.2,
         max_backoff_s: float = 3.0,
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+        token: str | None = None,
+        tls: bool | None = None,
     ) -> None:
+        """`ca`, `cert`, `key`: PEM files (the CA that signed the nodes' certificates;
+        a client certificate and key where the nodes require one); `token`: a bearer
+        token. Each defaults to its APOLLO11_* variable (APOLLO11_CA, APOLLO11_CERT,
+        APOLLO11_KEY, APOLLO11_TOKEN or APOLLO11_TOKEN_FILE). TLS is on when a CA or
+        a certificate is given, or `tls` (the system's roots then)."""
         self.endpoints = endpoints_from(endpoints)
+        self._credentials = channel_credentials_for(ca, cert, key, tls)
+        token = token or _token_from_env()
+        self._metadata = None if not token else (("authorization", f"Bearer {token}"),)
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
@@ -124,7 +177,11 @@ class Client:
     def _channel(self, ep: str) -> grpc.aio.Channel:
         ch = self._channels.get(ep)
         if ch is None:
-            ch = self._channels[ep] = grpc.aio.insecure_channel(ep, options=CLIENT_OPTIONS)
+            if self._credentials is None:
+                ch = grpc.aio.insecure_channel(ep, options=CLIENT_OPTIONS)
+            else:
+                ch = grpc.aio.secure_channel(ep, self._credentials, options=CLIENT_OPTIONS)
+            self._channels[ep] = ch
         return ch
 
     def _stub(self, service: str, ep: str) -> Any:
@@ -170,7 +227,7 @@ class Client:
                 tried.add(ep)
                 try:
                     result = await getattr(self._stub(service, ep), method)(
-                        request, timeout=self.timeout_s
+                        request, timeout=self.timeout_s, metadata=self._metadata
                     )
                     if write:
                         self._primary = ep
@@ -232,17 +289,19 @@ class Client:
         resp = await self._call("scheduler", "SubmitShell", req, write=True, retry=True)
         return codec.submission_from_pb(resp)
 
-    async def retry_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+    # `operator` is a display name kept beside the authenticated principal (the node
+    # records who the credential proves; it never takes a typed name instead).
+    async def retry_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
         req = codec.step_action_request(task_id, step, operator, reason)
         resp = await self._call("scheduler", "RetryStep", req, write=True, retry=False)
         return int(resp.event_id)
 
-    async def skip_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+    async def skip_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
         req = codec.step_action_request(task_id, step, operator, reason)
         resp = await self._call("scheduler", "SkipStep", req, write=True, retry=False)
         return int(resp.event_id)
 
-    async def cancel(self, task_id: str, *, operator: str, reason: str) -> int:
+    async def cancel(self, task_id: str, *, reason: str, operator: str = "") -> int:
         req = codec.cancel_request(task_id, operator, reason)
         resp = await self._call("scheduler", "CancelTask", req, write=True, retry=False)
         return int(resp.event_id)
@@ -283,7 +342,7 @@ class Client:
         for ep in self.endpoints:
             try:
                 resp = await self._stub("cluster", ep).GetStatus(
-                    codec.status_request(), timeout=self.timeout_s
+                    codec.status_request(), timeout=self.timeout_s, metadata=self._metadata
                 )
             except grpc.aio.AioRpcError:
                 continue
@@ -308,7 +367,8 @@ class Client:
         while True:
             stub = self._stub("scheduler", eps[i % len(eps)])
             try:
-                async for m in stub.WatchTask(codec.watch_request(task_id)):
+                watching = stub.WatchTask(codec.watch_request(task_id), metadata=self._metadata)
+                async for m in watching:
                     ev = codec.event_from_pb(m)
                     if ev.event_id > last:
                         last = ev.event_id
@@ -389,13 +449,13 @@ class SyncClient:
     def status(self) -> StatusView:
         return self._run(self._client.status())
 
-    def retry_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+    def retry_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
         return self._run(self._client.retry_step(task_id, step, operator=operator, reason=reason))
 
-    def skip_step(self, task_id: str, step: str, *, operator: str, reason: str) -> int:
+    def skip_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
         return self._run(self._client.skip_step(task_id, step, operator=operator, reason=reason))
 
-    def cancel(self, task_id: str, *, operator: str, reason: str) -> int:
+    def cancel(self, task_id: str, *, reason: str, operator: str = "") -> int:
         return self._run(self._client.cancel(task_id, operator=operator, reason=reason))
 
     def wait(self, task_id: str) -> TaskView:

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -27,6 +34,16 @@ from scheduler.snapshot import DEFAULT_INTERVAL
 
 # a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
 MESSAGE_ENVELOPE_BYTES = 64 * 1024
+
+
+class EtcdSecurity(TypedDict):
+    """EtcdLease's keyword arguments for etcd auth and TLS (files read, PEM bytes)."""
+
+    username: str | None
+    password: str | None
+    ca: bytes | None
+    cert: bytes | None
+    key: bytes | None
 
 
 def _hostport(value: str, name: str) -> str:
@@ -79,6 +96,85 @@ class NodeSettings(BaseSettings):
     max_streams_per_connection: int = Field(default=100, ge=1)
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3)
 
+    # Security (README "Security"). TLS for the public gRPC port and the HTTP side:
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # Require client certificates signed by this CA on the public port; a certificate's
+    # common name is looked up in the tokens file (`NAME ROLE cert`).
+    client_ca: Path | None = None
+    # Bearer tokens (hashes) and certificate names with their roles; re-read on SIGHUP.
+    # Unset: authentication is off, which protected mode allows on loopback only.
+    tokens_file: Path | None = None
+    # The Replication service on a port of its own, mutual TLS with the cluster CA.
+    peer_listen: str | None = None
+    peer_advertise: str | None = None
+    peer_ca: Path | None = None
+    peer_cert: Path | None = None
+    peer_key: Path | None = None
+    # Shell steps run commands as the node's user: off unless every node allows them.
+    allow_shell: bool = False
+    # Start on a non-loopback address without TLS and authentication (logged loudly).
+    insecure: bool = False
+    # Serve /metrics without a credential (Prometheus without a bearer token).
+    metrics_open: bool = False
+
+    # etcd's own security. The password: from etcd_password_file (preferred: it stays
+    # out of the environment of every process the node starts) or APOLLO11_ETCD_PASSWORD;
+    # a SecretStr, so no repr or log line of the settings shows it. TLS: https://
+    # endpoints, etcd_ca to trust etcd's certificate, etcd_cert + etcd_key to present one.
+    etcd_password: SecretStr | None = None
+    etcd_password_file: Path | None = None
+    etcd_user: str | None = Field(default=None, validate_default=True)
+    etcd_ca: Path | None = None
+    etcd_cert: Path | None = None
+    etcd_key: Path | None = Field(default=None, validate_default=True)
+
+    @field_validator("etcd_password_file", "etcd_ca", "etcd_cert", "etcd_key")
+    @classmethod
+    def _file_exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"file {v} does not exist")
+        return v
+
+    @field_validator("etcd_user")
+    @classmethod
+    def _user_and_password(cls, v: str | None, info: ValidationInfo) -> str | None:
+        has_password = bool(info.data.get("etcd_password") or info.data.get("etcd_password_file"))
+        if v is not None and not has_password:
+            raise ValueError(
+                "an etcd user needs a password: --etcd-password-file or APOLLO11_ETCD_PASSWORD"
+            )
+        if v is None and has_password:
+            raise ValueError("an etcd password needs the user name it belongs to: --etcd-user")
+        return v
+
+    @field_validator("etcd_key")
+    @classmethod
+    def _cert_and_key(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        if "etcd_cert" in info.data and (info.data["etcd_cert"] is None) != (v is None):
+            raise ValueError("--etcd-cert and --etcd-key go together: give both or neither")
+        return v
+
+    def etcd_security(self) -> EtcdSecurity:
+        """Read the password and certificate files now (at node start)."""
+        password: str | None = None
+        if self.etcd_password_file is not None:
+            # a file written with `echo` ends in a newline that is not the password's
+            password = self.etcd_password_file.read_text().rstrip("\r\n")
+        elif self.etcd_password is not None:
+            password = self.etcd_password.get_secret_value()
+
+        def read(p: Path | None) -> bytes | None:
+            return None if p is None else p.read_bytes()
+
+        return EtcdSecurity(
+            username=self.etcd_user,
+            password=password,
+            ca=read(self.etcd_ca),
+            cert=read(self.etcd_cert),
+            key=read(self.etcd_key),
+        )
+
     @field_validator("workflows", "etcd", mode="before")
     @classmethod
     def _comma_list(cls, v: Any) -> Any:
@@ -91,7 +187,7 @@ class NodeSettings(BaseSettings):
     def _listen(cls, v: str) -> str:
         return _hostport(v, "listen")
 
-    @field_validator("advertise", "http")
+    @field_validator("advertise", "http", "peer_listen", "peer_advertise")
     @classmethod
     def _optional_hostport(cls, v: str | None) -> str | None:
         return None if v is None else _hostport(v, "address")
@@ -113,6 +209,54 @@ class NodeSettings(BaseSettings):
                 f"node_id may use letters, digits, '-', '_' and '.' (got {self.node_id!r})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _security_pairs(self) -> NodeSettings:
+        pairs = (("tls_cert", "tls_key"), ("peer_cert", "peer_key"))
+        for a, b in pairs:
+            if (getattr(self, a) is None) != (getattr(self, b) is None):
+                raise ValueError(f"--{a.replace('_', '-')} and --{b.replace('_', '-')} go together")
+        peer = (self.peer_ca, self.peer_cert)
+        if any(peer) and not all(peer):
+            raise ValueError("--peer-ca, --peer-cert and --peer-key go together")
+        if self.peer_cert is not None and self.peer_listen is None:
+            raise ValueError("--peer-cert needs --peer-listen (the port replication uses)")
+        if self.client_ca is not None and (self.tls_cert is None or self.tokens_file is None):
+            raise ValueError(
+                "--client-ca needs --tls-cert/--tls-key and a --tokens-file that maps "
+                "certificate names to roles"
+            )
+        if self.tokens_file is not None and self.etcd and self.peer_cert is None:
+            raise ValueError(
+                "with --tokens-file, a cluster node (--etcd) needs --peer-listen, --peer-ca, "
+                "--peer-cert and --peer-key: nodes prove who they are with certificates"
+            )
+        for name in (
+            "tls_cert",
+            "tls_key",
+            "client_ca",
+            "tokens_file",
+            "peer_ca",
+            "peer_cert",
+            "peer_key",
+        ):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"--{name.replace('_', '-')} {path} does not exist")
+        return self
+
+    @property
+    def authenticated(self) -> bool:
+        return self.tokens_file is not None
+
+    @property
+    def peer_tls(self) -> bool:
+        return self.peer_cert is not None
+
+    @property
+    def peer_address(self) -> str:
+        """Where standbys follow this node ("" when replication shares the public port)."""
+        return self.peer_advertise or self.peer_listen or ""
 
     @field_validator("max_message_bytes")
     @classmethod

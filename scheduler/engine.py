@@ -182,6 +182,7 @@ class Engine:
         default_timeout_s: float = 3600.0,
         idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         commit: Callable[[int], Awaitable[None]] | None = None,
+        shell_refusal: Callable[[], str | None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -218,6 +219,8 @@ class Engine:
         self._loop_task: asyncio.Task[None] | None = None
         self._inflight_keys: dict[str, asyncio.Future[Submitted]] = {}
         self._shell: dict[str, Workflow] = {}
+        # Why shell tasks may not be submitted or run here now (None: they may).
+        self.shell_refusal: Callable[[], str | None] = shell_refusal or _shell_off
         self._waiters: dict[str, list[asyncio.Future[TaskState]]] = {}
         self.problems: dict[str, str] = {}  # task -> why it cannot be scheduled
         self.decisions = 0  # tasks decided, and the time it took (the bench reads these)
@@ -372,6 +375,9 @@ class Engine:
             return
         if task.anomalies:
             self._problem(task, f"has anomalies, an operator must look: {task.anomalies[0]}")
+            return
+        if task.workflow == SHELL_WORKFLOW and (why := self.shell_refusal()):
+            self._problem(task, why)  # waits, never runs, until a node that allows it leads
             return
         try:
             wf = self.workflow_for(task)
@@ -930,6 +936,9 @@ class Engine:
 
     def _workflow_for(self, workflow: str, input: Any, version: int | None) -> Workflow:
         if workflow == SHELL_WORKFLOW:
+            why = self.shell_refusal()
+            if why:
+                raise FailedPreconditionError(why)
             return shell_workflow(input)
         found = self.registry.get(workflow, version)
         if found is None:
@@ -954,7 +963,9 @@ class Engine:
             )
         return task, s
 
-    async def retry_step(self, task_id: str, step: str, *, operator: str, reason: str) -> Event:
+    async def retry_step(
+        self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
         """Run a failed (or compensated) step again, with a fresh retry budget."""
         self._check_leading()
         task, s = self._task_and_step(task_id, step)
@@ -980,9 +991,11 @@ class Engine:
                 f"step {step} is not idempotent and its compensation has not completed yet; "
                 f"retry it once it is COMPENSATED"
             )
-        return await self._override(task_id, step, "retry", operator, reason)
+        return await self._override(task_id, step, "retry", operator, reason, display)
 
-    async def skip_step(self, task_id: str, step: str, *, operator: str, reason: str) -> Event:
+    async def skip_step(
+        self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
         """Mark a step as done without running it; its dependents may run."""
         self._check_leading()
         task, s = self._task_and_step(task_id, step)
@@ -1000,21 +1013,29 @@ class Engine:
             or (task_id, step) in self._busy
         ):
             raise FailedPreconditionError(f"step {step} is {s.status.value} and cannot be skipped")
-        return await self._override(task_id, step, "skip", operator, reason)
+        return await self._override(task_id, step, "skip", operator, reason, display)
 
     async def _override(
-        self, task_id: str, step: str, action: str, operator: str, reason: str
+        self,
+        task_id: str,
+        step: str,
+        action: str,
+        operator: str,
+        reason: str,
+        display: str | None,
     ) -> Event:
         event = await self.store.log.append(
             EventType.MANUAL_OVERRIDE,
             task_id,
             step,
-            {"action": action, "operator": operator, "reason": reason},
+            _shown_as({"action": action, "operator": operator, "reason": reason}, display),
         )
         await self._commit(event.event_id)
         return event
 
-    async def cancel_task(self, task_id: str, *, operator: str, reason: str) -> Event:
+    async def cancel_task(
+        self, task_id: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
         """Cancel a task: running steps are cancelled, compensation follows by policy."""
         self._check_leading()
         task = self.store.state.peek(task_id)
@@ -1023,7 +1044,7 @@ class Engine:
         _require_reason(operator, reason)
         if task.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
             raise FailedPreconditionError(f"task {task_id} is already {task.status.value}")
-        payload: dict[str, Any] = {"operator": operator, "reason": reason}
+        payload = _shown_as({"operator": operator, "reason": reason}, display)
         wf = self.workflow_for(task)
         if wf is not None and wf.compensate_on_cancel:
             # Record what the cancel owes: succeeded steps that declared a compensation.
@@ -1046,6 +1067,19 @@ class Engine:
 
 async def _durable_is_enough(event_id: int) -> None:
     return None
+
+
+def _shown_as(payload: dict[str, Any], display: str | None) -> dict[str, Any]:
+    """The payload's "operator" is the authenticated principal; a display name the
+    caller typed goes beside it (as "as"), never in its place."""
+    name = (display or "").strip()
+    if name and name != payload["operator"]:
+        payload["as"] = name[:128]
+    return payload
+
+
+def _shell_off() -> str:
+    return "shell steps are disabled on this cluster; start the nodes with --allow-shell"
 
 
 def _require_reason(operator: str, reason: str) -> None:

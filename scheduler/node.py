@@ -47,6 +47,7 @@ from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, cut_after
 from scheduler.replay import State, TaskState
+from scheduler.security import Principals, protect
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
 from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from scheduler.store import NeedsFullReplay, Store, StoreConfig, state_at
@@ -72,6 +73,7 @@ class Node:
         self.clock = clock or Clock()
         self.registry = registry or Registry()
         self._lease = lease
+        self.principals: Principals | None = None
         self.store: Store | None = None
         self.engine: Engine | None = None
         self.api: ApiServer | None = None
@@ -110,6 +112,36 @@ class Node:
         host = self.settings.listen.rpartition(":")[0]
         return f"{host}:{self.port}"
 
+    @property
+    def peer_address(self) -> str:
+        """Where standbys follow this node: "" when replication shares the public port."""
+        s = self.settings
+        if s.peer_advertise:
+            return s.peer_advertise
+        if not s.peer_listen or self.api is None:
+            return ""
+        return f"{s.peer_listen.rpartition(':')[0]}:{self.api.peer_port}"
+
+    def shell_refusal(self) -> str | None:
+        """Why shell steps may not be submitted or run now: every node must allow them,
+        or a failover would hand them to one that was never meant to run commands."""
+        if not self.settings.allow_shell:
+            return "shell steps are disabled on this cluster; start the nodes with --allow-shell"
+        world = self.world
+        if world is not None:
+            for m in world.members.values():
+                if not m.shell and m.node_id != self.settings.node_id:
+                    return (
+                        f"shell steps are disabled on node {m.node_id}; start every node "
+                        f"with --allow-shell"
+                    )
+        return None
+
+    def reload_principals(self) -> str:
+        if self.principals is None:
+            return "SIGHUP: no --tokens-file to reload"
+        return self.principals.reload()
+
     # ------------------------------------------------------------ start
 
     def _open_store(self) -> Store:
@@ -134,6 +166,7 @@ class Node:
             concurrency=s.concurrency,
             idempotency_ttl_s=s.idempotency_ttl,
             commit=self.commit,
+            shell_refusal=self.shell_refusal,
         )
         if self.api is not None:
             store.add_observer(self.api.watchers)
@@ -143,6 +176,12 @@ class Node:
 
     async def start(self) -> str:
         s = self.settings
+        refused = protect.refusal(s)
+        if refused:
+            raise ApolloError(refused)
+        if protect.missing(s):
+            log.warning("%s", protect.describe(s))
+        self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         for module in s.workflows:
             self.registry.load_module(module)
         if "scheduler.examples" in s.workflows:
@@ -150,7 +189,7 @@ class Node:
 
             examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
         self.store = self._open_store()
-        self.api = ApiServer(self)
+        self.api = ApiServer(self, self.principals)
         self.port = await self.api.start(s.listen)
         if s.http:
             from scheduler.web import HttpServer
@@ -164,7 +203,9 @@ class Node:
             else:
                 from lease.etcd import EtcdLease
 
-                self._lease = EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl)
+                self._lease = EtcdLease(
+                    s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security()
+                )
         self._spawn(_watch_loop_lag(self._tick), "apollo11-loop-lag")
         # What exists now (modules, the recovered state) lives as long as the node;
         # without this every full collection rescans it: 16-32 ms pauses measured
@@ -178,13 +219,16 @@ class Node:
             won = await self.lease.campaign(s.node_id, self.address)
             if won is None:
                 raise ApolloError("the in-memory lease is taken: is another node running here?")
-            return f"{await self._promote(won, t0)}, serving on port {self.port}"
+            return f"{await self._promote(won, t0)}, serving on port {self.port}{self._peers()}"
         self.role = "standby"
         self._spawn(self._role_loop(), "apollo11-role")
         return (
             f"started as standby of cluster {s.cluster!r}: {self.store.recovery}, "
-            f"serving on port {self.port}"
+            f"serving on port {self.port}{self._peers()}"
         )
+
+    def _peers(self) -> str:
+        return f", replication on port {self.api.peer_port}" if self.api and self.api.peer else ""
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -227,6 +271,8 @@ class Node:
             self.address,
             self.store.log.durable_id,
             self.store.log.last_term,
+            self.peer_address,
+            self.settings.allow_shell,
         )
 
     async def _cycle(self) -> str:
@@ -293,11 +339,15 @@ class Node:
         return await self._promote(won, t0)
 
     async def _follow(self, leader: LeaderInfo) -> None:
+        # With a peer port the primary's member record says where: replication has a
+        # port of its own there (and the primary publishes its record as it promotes).
+        record = self.world.members.get(leader.node_id) if self.world else None
+        address = (record.peer_address if record else "") or leader.address
         f = self.follower
-        if f is not None and f.address == leader.address and f.leader_term == leader.term:
+        if f is not None and f.address == address and f.leader_term == leader.term:
             return
         await self._stop_following()
-        self.follower = Follower(self, leader.address, leader.term)
+        self.follower = Follower(self, address, leader.term, leader_id=leader.node_id)
         self.follower.start()
 
     async def _stop_following(self) -> None:
@@ -570,6 +620,7 @@ class Node:
             "recovery": str(store.recovery),
             "running_steps": self.engine.running() if self.engine else 0,
             "active_tasks": sum(1 for t in store.state.tasks.values() if not t.quiescent),
+            "security": protect.describe(self.settings),
         }
 
     # ------------------------------------------------------------- stop
@@ -659,6 +710,8 @@ async def serve(settings: NodeSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
+    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
     return 0

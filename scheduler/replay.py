@@ -718,6 +718,8 @@ def _on_override(state: State, event: Event) -> None:
         "attempt": step.attempt,  # retry budgets count from here
         "losses": step.losses,
     }
+    if "as" in p:  # the display name typed beside the authenticated operator
+        step.override["as"] = p["as"]
     _clear_final(task, step)
     if action == "skip":
         if step.status in BUSY:
@@ -743,6 +745,8 @@ def _on_cancelled(state: State, event: Event) -> None:
         "reason": p.get("reason"),
         "event_id": event.event_id,
     }
+    if "as" in p:
+        task.cancelled["as"] = p["as"]
     for name in p.get("compensate", ()):
         step = task.steps.get(name)
         if step is None:

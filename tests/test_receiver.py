@@ -76,7 +76,9 @@ def _standby(tmp_path: Path) -> Any:
         store=Store.open(tmp_path / "s", config=CONFIG, instance_id="n2"),
         known_term=0,
         address="127.0.0.1:1",
-        settings=SimpleNamespace(node_id="n2", data_dir=str(tmp_path / "s")),
+        settings=SimpleNamespace(
+            node_id="n2", data_dir=str(tmp_path / "s"), peer_ca=None, peer_cert=None, peer_key=None
+        ),
         adopt_segment_size=lambda size: None,
     )
     node.saw_term = lambda term: setattr(node, "known_term", max(node.known_term, term))

@@ -50,6 +50,7 @@ def _override(d: dict[str, Any] | None) -> pb.Override | None:
         operator=str(d.get("operator") or ""),
         reason=str(d.get("reason") or ""),
         event_id=int(d.get("event_id") or 0),
+        shown_as=str(d.get("as") or ""),
     )
 
 
@@ -137,7 +138,15 @@ def task_state_filter(value: int) -> str | None:
 def _override_view(o: pb.Override, present: bool) -> dict[str, Any] | None:
     if not present:
         return None
-    return {"action": o.action, "operator": o.operator, "reason": o.reason, "event_id": o.event_id}
+    view: dict[str, Any] = {
+        "action": o.action,
+        "operator": o.operator,
+        "reason": o.reason,
+        "event_id": o.event_id,
+    }
+    if o.shown_as:
+        view["as"] = o.shown_as
+    return view
 
 
 def task_from_pb(m: pb.Task) -> TaskView:
@@ -245,6 +254,7 @@ def status_from_pb(m: pb.ClusterStatus) -> StatusView:
         recovery=m.recovery,
         running_steps=m.running_steps,
         active_tasks=m.active_tasks,
+        security=m.security,
     )
 
 

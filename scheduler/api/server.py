@@ -41,8 +41,12 @@ from scheduler.errors import (
 )
 from scheduler.log.record import Event
 from scheduler.replay import TaskState
+from scheduler.security import Authenticator, AuthInterceptor, Principals, current_principal
+from scheduler.security.tls import KeyPair, read_pem, server_credentials
+from scheduler.shell import SHELL_WORKFLOW
 
 if TYPE_CHECKING:
+    from scheduler.config import NodeSettings
     from scheduler.node import Node
 
 log = logging.getLogger(__name__)
@@ -117,6 +121,15 @@ def _optional(value: str, name: str, limit: int = MAX_ID) -> str | None:
     return _required(value, name, limit)
 
 
+def _not_shell(workflow: str, name: str) -> str:
+    if workflow == SHELL_WORKFLOW:
+        raise InvalidArgumentError(
+            f"{name} 'shell' is submitted with SubmitShell (role operator, and only where "
+            f"the nodes allow shell steps)"
+        )
+    return workflow
+
+
 def _json(text: str, name: str, limit: int) -> Any:
     if len(text.encode()) > limit:
         raise InvalidArgumentError(
@@ -156,7 +169,7 @@ class SchedulerService(pbg.SchedulerServicer):
     async def SubmitTask(
         self, request: pb.SubmitTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitTaskResponse:
-        workflow = _required(request.workflow, "workflow")
+        workflow = _not_shell(_required(request.workflow, "workflow"), "workflow")
         data = _json(request.input_json, "input_json", self._submit_cap())
         key = _optional(request.idempotency_key, "idempotency_key")
         engine = self._engine()
@@ -179,7 +192,9 @@ class SchedulerService(pbg.SchedulerServicer):
         for i, t in enumerate(request.tasks):
             items.append(
                 SubmitItem(
-                    _required(t.workflow, f"tasks[{i}].workflow"),
+                    _not_shell(
+                        _required(t.workflow, f"tasks[{i}].workflow"), f"tasks[{i}].workflow"
+                    ),
                     _json(t.input_json, f"tasks[{i}].input_json", cap),
                     _optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
                     t.version or None,
@@ -197,9 +212,12 @@ class SchedulerService(pbg.SchedulerServicer):
     async def SubmitShell(
         self, request: pb.SubmitShellRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitTaskResponse:
+        engine = self._engine()
+        why = engine.shell_refusal()
+        if why:  # before the document is even read: nothing of it is looked at
+            raise FailedPreconditionError(why)
         dag = _json(_required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
         key = _optional(request.idempotency_key, "idempotency_key")
-        engine = self._engine()
         sub = await engine.submit("shell", dag, idempotency_key=key)
         return pb.SubmitTaskResponse(
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
@@ -334,11 +352,12 @@ class SchedulerService(pbg.SchedulerServicer):
     async def _step_action(self, request: pb.StepActionRequest, action: str) -> pb.ActionResponse:
         task_id = _required(request.task_id, "task_id")
         step = _required(request.step, "step")
-        operator = _required(request.operator, "operator")
+        shown = _optional(request.operator, "operator")
         reason = _required(request.reason, "reason", MAX_REASON)
         engine = self._engine()
         fn = engine.retry_step if action == "retry" else engine.skip_step
-        event = await fn(task_id, step, operator=operator, reason=reason)
+        who = current_principal().name
+        event = await fn(task_id, step, operator=who, reason=reason, display=shown)
         return pb.ActionResponse(event_id=event.event_id)
 
     @rpc
@@ -358,9 +377,11 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
         task_id = _required(request.task_id, "task_id")
-        operator = _required(request.operator, "operator")
+        shown = _optional(request.operator, "operator")
         reason = _required(request.reason, "reason", MAX_REASON)
-        event = await self._engine().cancel_task(task_id, operator=operator, reason=reason)
+        event = await self._engine().cancel_task(
+            task_id, operator=current_principal().name, reason=reason, display=shown
+        )
         return pb.ActionResponse(event_id=event.event_id)
 
 
@@ -382,6 +403,7 @@ class ClusterService(pbg.ClusterServicer):
             recovery=s["recovery"],
             running_steps=s["running_steps"],
             active_tasks=s["active_tasks"],
+            security=s["security"],
             members=[pb.Member(**m) for m in s["members"]],
         )
         if s["leader"] is not None:
@@ -421,16 +443,31 @@ class Watchers:
 SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replication")
 
 
-class ApiServer:
-    """grpc.aio server with our services, the standard health service and reflection."""
+def _server(authenticate: Authenticator | None, settings: NodeSettings) -> grpc.aio.Server:
+    return grpc.aio.server(
+        options=[*server_options(settings), ("grpc.so_reuseport", 0)],
+        # Authentication off (loopback): no interceptor at all, nothing on the hot path.
+        interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
+    )
 
-    def __init__(self, node: Node) -> None:
+
+class ApiServer:
+    """grpc.aio server with our services, the standard health service and reflection.
+
+    With --peer-listen, the Replication service has a server of its own on that
+    port, which only takes callers with a certificate of the cluster CA; without
+    it, replication shares the public port (loopback clusters).
+    """
+
+    def __init__(self, node: Node, principals: Principals | None = None) -> None:
         self.node = node
+        s = node.settings
         self.watchers = Watchers()
-        self.watch_slots = WatchSlots(node.settings.max_watch_streams)
-        self.server = grpc.aio.server(
-            options=[*server_options(node.settings), ("grpc.so_reuseport", 0)]
-        )
+        self.watch_slots = WatchSlots(s.max_watch_streams)
+        public_auth = None
+        if principals is not None:
+            public_auth = Authenticator(principals, mtls=s.client_ca is not None)
+        self.server = _server(public_auth, s)
         pbg.add_SchedulerServicer_to_server(
             SchedulerService(node, self.watchers, self.watch_slots), self.server
         )
@@ -439,7 +476,12 @@ class ApiServer:
 
         from replicator.sender import ReplicationService
 
-        rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.server)
+        self.peer: grpc.aio.Server | None = None
+        if s.peer_listen:
+            self.peer = _server(Authenticator(None, peer=True, mtls=s.peer_tls), s)
+            rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.peer)
+        else:
+            rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (
@@ -449,11 +491,31 @@ class ApiServer:
         )
         reflection.enable_server_reflection(names, self.server)
         self.port = 0
+        self.peer_port = 0
 
     async def start(self, listen: str) -> int:
-        self.port = self.server.add_insecure_port(listen)
+        s = self.node.settings
+        if s.tls_cert is not None and s.tls_key is not None:
+            client_ca = None if s.client_ca is None else read_pem(s.client_ca, "--client-ca")
+            creds = server_credentials(KeyPair.load(s.tls_cert, s.tls_key, "--tls"), client_ca)
+            self.port = self.server.add_secure_port(listen, creds)
+        else:
+            self.port = self.server.add_insecure_port(listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {listen}")
+        if self.peer is not None:
+            assert s.peer_listen is not None
+            if s.peer_cert is not None and s.peer_key is not None and s.peer_ca is not None:
+                pair = KeyPair.load(s.peer_cert, s.peer_key, "--peer")
+                ca = read_pem(s.peer_ca, "--peer-ca")
+                self.peer_port = self.peer.add_secure_port(
+                    s.peer_listen, server_credentials(pair, ca)
+                )
+            else:
+                self.peer_port = self.peer.add_insecure_port(s.peer_listen)
+            if self.peer_port == 0:
+                raise OSError(f"cannot listen on {s.peer_listen}")
+            await self.peer.start()
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         assert self.node.store is not None
@@ -467,4 +529,6 @@ class ApiServer:
     async def stop(self, grace_s: float) -> None:
         """Refuse new RPCs, let the ones in flight finish (up to grace_s)."""
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.peer is not None:
+            await self.peer.stop(grace_s)
         await self.server.stop(grace_s)

@@ -176,6 +176,7 @@ class StatusView:
     running_steps: int
     active_tasks: int
     extra: dict[str, Any] = field(default_factory=dict)
+    security: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +191,7 @@ class StatusView:
             "recovery": self.recovery,
             "running_steps": self.running_steps,
             "active_tasks": self.active_tasks,
+            "security": self.security,
         }
 
 

@@ -20,7 +20,7 @@ from tests.nodes import NodeProc, cli, start_node
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    n = start_node(tmp_path_factory.mktemp("api") / "data")
+    n = start_node(tmp_path_factory.mktemp("api") / "data", "--allow-shell")
     yield n
     assert n.stop() == 0, "SIGTERM shuts the node down cleanly"
 

@@ -48,6 +48,63 @@ def test_missing_config_file_is_reported(tmp_path: Path) -> None:
         load_settings(tmp_path / "nope.toml", data_dir=tmp_path)
 
 
+def test_etcd_password_file_wins_over_the_environment_and_is_never_shown(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("APOLLO11_ETCD_PASSWORD", "from-env")
+    s = load_settings(data_dir=tmp_path, etcd_user="apollo")
+    assert s.etcd_security()["password"] == "from-env"
+    pw = tmp_path / "etcd-password"
+    pw.write_text("from-file\n")
+    s = load_settings(data_dir=tmp_path, etcd_user="apollo", etcd_password_file=pw)
+    security = s.etcd_security()
+    assert (security["username"], security["password"]) == ("apollo", "from-file")
+    assert "from-env" not in repr(s) and "from-env" not in str(s.model_dump())
+
+
+def test_etcd_tls_files_are_read(tmp_path: Path) -> None:
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_bytes(name.encode())
+    s = load_settings(
+        data_dir=tmp_path,
+        etcd_ca=tmp_path / "ca.pem",
+        etcd_cert=tmp_path / "cert.pem",
+        etcd_key=tmp_path / "key.pem",
+    )
+    security = s.etcd_security()
+    assert (security["ca"], security["cert"], security["key"]) == (
+        b"ca.pem",
+        b"cert.pem",
+        b"key.pem",
+    )
+    assert security["username"] is None and security["password"] is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        ({"etcd_ca": "missing.pem"}, "--etcd-ca (APOLLO11_ETCD_CA): file"),
+        ({"etcd_password_file": "missing"}, "--etcd-password-file (APOLLO11_ETCD_PASSWORD_FILE)"),
+        ({"etcd_cert": "cert.pem"}, "--etcd-key (APOLLO11_ETCD_KEY): --etcd-cert and --etcd-key"),
+        ({"etcd_key": "cert.pem"}, "--etcd-cert and --etcd-key go together"),
+        (
+            {"etcd_user": "apollo"},
+            "--etcd-user (APOLLO11_ETCD_USER): an etcd user needs a password",
+        ),
+        ({"etcd_password": "pw"}, "needs the user name it belongs to"),
+    ],
+)
+def test_etcd_security_settings_are_checked(
+    tmp_path: Path, flags: dict[str, str], needle: str
+) -> None:
+    (tmp_path / "cert.pem").write_text("pem")
+    paths = ("etcd_ca", "etcd_cert", "etcd_key", "etcd_password_file")
+    given = {k: tmp_path / v if k in paths else v for k, v in flags.items()}
+    with pytest.raises(ValueError, match="invalid node settings") as exc:
+        load_settings(data_dir=tmp_path, **given)
+    assert needle in str(exc.value)
+
+
 def test_examples_dir_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert load_settings(data_dir=tmp_path).examples_dir is None
     monkeypatch.setenv("APOLLO11_EXAMPLES_DIR", str(tmp_path / "ledgers"))

@@ -62,6 +62,10 @@ class Rig:
         return await make_rig(self.root, self.clock, *workflows)
 
 
+def _shell_allowed() -> None:
+    return None
+
+
 async def make_rig(root: Path, clock: FakeClock, *workflows: Workflow, concurrency: int = 8) -> Rig:
     store = Store.open(root, config=CFG, instance_id="n1", clock=clock.now_ms)
     registry = Registry()
@@ -69,7 +73,14 @@ async def make_rig(root: Path, clock: FakeClock, *workflows: Workflow, concurren
         registry.register(wf)
     store.log.term = store.log.last_term + 1
     await store.log.append(EventType.TERM_STARTED, "", payload={"node": "n1"})
-    engine = Engine(store, registry, node_id="n1", clock=clock, concurrency=concurrency)
+    engine = Engine(
+        store,
+        registry,
+        node_id="n1",
+        clock=clock,
+        concurrency=concurrency,
+        shell_refusal=_shell_allowed,
+    )
     await engine.start()
     return Rig(root, store, engine, clock, registry)
 

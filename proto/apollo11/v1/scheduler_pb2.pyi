@@ -115,16 +115,18 @@ class GetTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., as_of_event_id: _Optional[int] = ...) -> None: ...
 
 class Override(_message.Message):
-    __slots__ = ("action", "operator", "reason", "event_id")
+    __slots__ = ("action", "operator", "reason", "event_id", "shown_as")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     OPERATOR_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SHOWN_AS_FIELD_NUMBER: _ClassVar[int]
     action: str
     operator: str
     reason: str
     event_id: int
-    def __init__(self, action: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ...) -> None: ...
+    shown_as: str
+    def __init__(self, action: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., shown_as: _Optional[str] = ...) -> None: ...
 
 class Step(_message.Message):
     __slots__ = ("name", "state", "attempt", "error", "result_json", "started_ms", "finished_ms", "after", "final", "lost", "compensations", "compensation_error", "owed", "override", "anomaly")
@@ -357,7 +359,7 @@ class Member(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ..., ack_p50_ms: _Optional[float] = ..., ack_p99_ms: _Optional[float] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks")
+    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -369,6 +371,7 @@ class ClusterStatus(_message.Message):
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
     RUNNING_STEPS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    SECURITY_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     role: str
     term: int
@@ -380,4 +383,5 @@ class ClusterStatus(_message.Message):
     recovery: str
     running_steps: int
     active_tasks: int
-    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ...) -> None: ...
+    security: str
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ...) -> None: ...

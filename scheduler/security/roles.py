@@ -1,0 +1,100 @@
+"""Who may call what: the roles, the principal a call runs as, and the one table
+that gives every RPC the role it needs.
+
+Roles nest: an `operator` may do what a `submitter` may, and a `submitter`
+what a `reader` may. `node` stands apart: it is what a cluster node's peer
+certificate proves, and it grants replication only, nothing else.
+
+The table is the whole policy. A method that is not in it is refused (deny by
+default), so a new RPC cannot ship without somebody deciding its role, and
+the role matrix test (generated from the service descriptors) fails until
+they do.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Role(enum.Enum):
+    READER = "reader"
+    SUBMITTER = "submitter"
+    OPERATOR = "operator"
+    NODE = "node"
+
+    @classmethod
+    def parse(cls, text: str) -> Role:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            names = ", ".join(r.value for r in cls)
+            raise ValueError(f"unknown role {text!r} (roles: {names})") from None
+
+
+_LADDER = (Role.READER, Role.SUBMITTER, Role.OPERATOR)
+
+
+def grants(have: Role, need: Role) -> bool:
+    """Does a principal holding `have` get what `need` allows?"""
+    if Role.NODE in (have, need):
+        return have is need
+    return _LADDER.index(have) >= _LADDER.index(need)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a call runs as, as proven by its credential.
+
+    `via` says how: "token", "certificate", "peer certificate", or "none" for
+    the anonymous principal of a node that runs without authentication (loopback
+    only, or --insecure), which may do everything.
+    """
+
+    name: str
+    role: Role | None  # None: the anonymous principal of an open node
+    via: str
+
+    def may(self, need: Role) -> bool:
+        return self.role is None or grants(self.role, need)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.role is not None
+
+
+ANONYMOUS = Principal("anonymous", None, "none")
+
+# Open to anyone: container probes and grpcurl need them, and they reveal nothing.
+OPEN_METHODS = frozenset(
+    {
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    }
+)
+
+METHOD_ROLES: dict[str, Role] = {
+    "/apollo11.v1.Scheduler/SubmitTask": Role.SUBMITTER,
+    "/apollo11.v1.Scheduler/SubmitTasks": Role.SUBMITTER,
+    # Shell steps run commands on the node: an operator's power (and off unless
+    # every node allows them).
+    "/apollo11.v1.Scheduler/SubmitShell": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/GetTask": Role.READER,
+    "/apollo11.v1.Scheduler/ListTasks": Role.READER,
+    "/apollo11.v1.Scheduler/WatchTask": Role.READER,
+    "/apollo11.v1.Scheduler/GetEvents": Role.READER,
+    "/apollo11.v1.Scheduler/RetryStep": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/SkipStep": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
+    "/apollo11.v1.Cluster/GetStatus": Role.READER,
+    "/apollo11.v1.Replication/Follow": Role.NODE,
+}
+
+
+def required_role(method: str) -> Role | None:
+    """The role `method` needs; None when it is open. KeyError: not in the policy."""
+    if method in OPEN_METHODS:
+        return None
+    return METHOD_ROLES[method]

@@ -1,0 +1,157 @@
+"""The principals file: bearer tokens (stored as hashes) and certificate names.
+
+One entry a line, `#` starts a comment:
+
+    alice     operator   sha256:5e88...   # a bearer token, by its SHA-256
+    ci-bot    submitter  sha256:9f86...
+    grafana   reader     cert             # a client certificate with CN=grafana
+
+Tokens are 256 random bits, so a plain SHA-256 is enough to store them (as
+GitHub and PyPI do for API tokens): nothing short of the token itself matches
+the hash, and no salt or slow hash is needed against guessing. The node reads
+the file at start and again on SIGHUP; a file that fails to parse on reload
+leaves the previous entries in force (and says why), so a typo cannot lock
+everyone out or let everyone in. Deleting a line revokes its token at the next
+reload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.security.roles import Principal, Role
+
+log = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "a11_"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@:")
+
+
+def token_hash(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_name(name: str) -> str:
+    if not name or len(name) > 128 or not set(name) <= _NAME_CHARS:
+        raise ValueError(
+            f"principal name {name!r} must be 1-128 letters, digits or -_.@: characters"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    name: str
+    role: Role
+    secret: str  # "sha256:<hex>" or "cert"
+
+
+def parse(text: str, source: str) -> list[Entry]:
+    entries = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 3:
+            raise ValueError(f"{source}:{n}: expected 'NAME ROLE sha256:HEX|cert', got {line!r}")
+        name, role_text, secret = parts
+        try:
+            check_name(name)
+            role = Role.parse(role_text)
+        except ValueError as e:
+            raise ValueError(f"{source}:{n}: {e}") from None
+        if role is Role.NODE:
+            raise ValueError(
+                f"{source}:{n}: role node is proven by the cluster's peer certificates, "
+                f"not by an entry here"
+            )
+        if secret != "cert" and not (
+            secret.startswith("sha256:") and len(secret) == 71 and _is_hex(secret[7:])
+        ):
+            raise ValueError(f"{source}:{n}: the third field must be sha256:<64 hex> or cert")
+        entries.append(Entry(name, role, secret))
+    return entries
+
+
+def _is_hex(s: str) -> bool:
+    return all(c in "0123456789abcdef" for c in s)
+
+
+class Principals:
+    """The entries of one principals file, looked up by token hash or certificate name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._by_hash: dict[str, Principal] = {}
+        self._by_cert: dict[str, Principal] = {}
+        self.load()
+
+    def load(self) -> int:
+        """Read the file; raises ValueError (naming file and line) and keeps the old set."""
+        try:
+            text = self.path.read_text()
+        except OSError as e:
+            raise ValueError(f"cannot read the tokens file {self.path}: {e.strerror}") from None
+        entries = parse(text, str(self.path))
+        by_hash, by_cert = {}, {}
+        for entry in entries:
+            if entry.secret == "cert":
+                by_cert[entry.name] = Principal(entry.name, entry.role, "certificate")
+            else:
+                by_hash[entry.secret] = Principal(entry.name, entry.role, "token")
+        self._by_hash, self._by_cert = by_hash, by_cert
+        return len(entries)
+
+    def reload(self) -> str:
+        """For SIGHUP: the sentence to log."""
+        try:
+            n = self.load()
+        except ValueError as e:
+            return f"tokens file not reloaded, the previous entries stay in force: {e}"
+        return f"reloaded {n} entries from the tokens file {self.path}"
+
+    def by_token(self, token: str) -> Principal | None:
+        return self._by_hash.get(token_hash(token))
+
+    def by_certificate(self, name: str) -> Principal | None:
+        return self._by_cert.get(name)
+
+
+def create_token(path: Path, name: str, role: Role) -> str:
+    """Append a new token's hash for `name` and return the token (shown only once)."""
+    check_name(name)
+    if role is Role.NODE:
+        raise ValueError("role node is for the cluster's peer certificates, not tokens")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    line = f"{name} {role.value} {token_hash(token)}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # O_APPEND: one write(2) of one line, so two concurrent creates never interleave;
+    # 0600: the hashes are not secrets, but nobody else need read who may do what.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return token
+
+
+def revoke(path: Path, name: str) -> int:
+    """Remove every entry of `name`; the number removed. Takes effect on SIGHUP."""
+    lines = path.read_text().splitlines(keepends=True)
+    keep = [ln for ln in lines if ln.split("#", 1)[0].split()[:1] != [name]]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(keep))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return len(lines) - len(keep)
+
+
+def list_entries(path: Path) -> list[Entry]:
+    return parse(path.read_text(), str(path))
