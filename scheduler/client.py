@@ -249,7 +249,16 @@ class Client:
                     if not (retry and (transient or isinstance(last, NotLeaderError))):
                         raise last from None
         assert last is not None
-        raise last
+        raise self._hinted(last)
+
+    def _hinted(self, err: ApolloError) -> ApolloError:
+        """A plaintext call to a TLS port ends in "Socket closed": say what fixes it."""
+        plaintext = self._credentials is None
+        if isinstance(err, UnavailableError) and plaintext and "Socket closed" in str(err):
+            return UnavailableError(
+                f"{err} (if the nodes use TLS, pass --ca FILE or set APOLLO11_CA)"
+            )
+        return err
 
     # -------------------------------------------------------------- writes
 

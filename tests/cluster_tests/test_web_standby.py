@@ -41,4 +41,5 @@ def test_an_action_on_a_standby_page_is_done_by_the_primary(web_cluster: Cluster
         t = client.wait(sub.task_id)
     assert t.state == "SUCCEEDED"
     clean = next(s for s in t.steps if s.name == "clean")
-    assert clean.override is not None and clean.override["operator"] == "carol"
+    assert clean.override is not None and clean.override["as"] == "carol"
+    assert clean.override["operator"] == "anonymous", "no credential on a loopback cluster"

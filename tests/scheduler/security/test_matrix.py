@@ -186,3 +186,12 @@ def test_plaintext_to_a_tls_node_fails(secured: tuple[NodeProc, Pki], tmp_path: 
         with pytest.raises(grpc.RpcError) as e:
             stub(scheduler_pb2.GetStatusRequest(), timeout=3)
     assert e.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_plaintext_client_is_told_to_pass_the_ca(secured: tuple[NodeProc, Pki]) -> None:
+    from scheduler.client import SyncClient, UnavailableError
+
+    node, _ = secured
+    with SyncClient(node.address, retries=0) as c, pytest.raises(UnavailableError) as e:
+        c.tasks()
+    assert "pass --ca FILE or set APOLLO11_CA" in str(e.value)
