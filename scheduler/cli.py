@@ -143,6 +143,20 @@ def node(
     metrics_open: Annotated[
         bool, typer.Option("--metrics-open", help="Serve /metrics without a credential.")
     ] = False,
+    examples_dir: Annotated[
+        Path | None,
+        typer.Option("--examples-dir", help="Where scheduler.examples may write (default: temp)."),
+    ] = None,
+    max_watch_streams: Annotated[
+        int | None, typer.Option("--max-watch-streams", help="Open WatchTask streams (1000).")
+    ] = None,
+    max_streams_per_connection: Annotated[
+        int | None,
+        typer.Option("--max-streams-per-connection", help="Concurrent calls per connection (100)."),
+    ] = None,
+    max_message_bytes: Annotated[
+        int | None, typer.Option("--max-message-bytes", help="Largest request (16 MiB).")
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="A TOML file with the same settings.")
     ] = None,
@@ -219,6 +233,10 @@ def node(
             etcd_ca=etcd_ca,
             etcd_cert=etcd_cert,
             etcd_key=etcd_key,
+            examples_dir=examples_dir,
+            max_watch_streams=max_watch_streams,
+            max_streams_per_connection=max_streams_per_connection,
+            max_message_bytes=max_message_bytes,
         )
     except ValueError as e:
         raise _fail(str(e), 2) from e

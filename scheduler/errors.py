@@ -85,6 +85,11 @@ class NotLeaderError(FailedPreconditionError):
         self.leader = leader
 
 
+class ResourceExhaustedError(ApolloError):
+    """A per-node limit is reached (open WatchTask streams, say); the message names the
+    limit and the setting that raises it. Retry later, or poll (RESOURCE_EXHAUSTED)."""
+
+
 class NoLeaderError(ApolloError):
     """No primary is known right now (an election is under way): retry shortly (UNAVAILABLE)."""
 

@@ -184,6 +184,10 @@ class Node:
         self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         for module in s.workflows:
             self.registry.load_module(module)
+        if "scheduler.examples" in s.workflows:
+            from scheduler import examples
+
+            examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
         self.store = self._open_store()
         self.api = ApiServer(self, self.principals)
         self.port = await self.api.start(s.listen)

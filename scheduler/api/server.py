@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
+from scheduler.api.limits import WatchSlots, server_options
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
     ApolloError,
@@ -35,6 +36,7 @@ from scheduler.errors import (
     NotFoundError,
     NotLeaderError,
     OutcomeUnknownError,
+    ResourceExhaustedError,
     StaleTermError,
 )
 from scheduler.log.record import Event
@@ -44,6 +46,7 @@ from scheduler.security.tls import KeyPair, read_pem, server_credentials
 from scheduler.shell import SHELL_WORKFLOW
 
 if TYPE_CHECKING:
+    from scheduler.config import NodeSettings
     from scheduler.node import Node
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,8 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError | NoLeaderError):
         return grpc.StatusCode.UNAVAILABLE
+    if isinstance(e, ResourceExhaustedError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     return grpc.StatusCode.INTERNAL
 
 
@@ -140,9 +145,10 @@ def _json(text: str, name: str, limit: int) -> Any:
 
 
 class SchedulerService(pbg.SchedulerServicer):
-    def __init__(self, node: Node, watchers: Watchers) -> None:
+    def __init__(self, node: Node, watchers: Watchers, watch_slots: WatchSlots) -> None:
         self.node = node
         self.watchers = watchers
+        self.watch_slots = watch_slots
 
     @property
     def _state(self) -> Any:
@@ -290,9 +296,13 @@ class SchedulerService(pbg.SchedulerServicer):
     ) -> AsyncIterator[pb.Event]:
         try:
             task = self._task(request.task_id)
+            self.watch_slots.take()
         except ApolloError as err:
             await _abort(context, err)
             return
+        # Given back when the RPC ends, however it ends: after a client's cancel the
+        # generator can be left at a yield, its finally run only when it is collected.
+        context.add_done_callback(lambda _: self.watch_slots.give_back())
         queue: asyncio.Queue[Event] = asyncio.Queue()
         self.watchers.add(task.task_id, queue)  # before reading history: no gap
         try:
@@ -433,12 +443,9 @@ class Watchers:
 SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replication")
 
 
-def _server(authenticate: Authenticator | None) -> grpc.aio.Server:
+def _server(authenticate: Authenticator | None, settings: NodeSettings) -> grpc.aio.Server:
     return grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ("grpc.so_reuseport", 0),
-        ],
+        options=[*server_options(settings), ("grpc.so_reuseport", 0)],
         # Authentication off (loopback): no interceptor at all, nothing on the hot path.
         interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
     )
@@ -456,11 +463,14 @@ class ApiServer:
         self.node = node
         s = node.settings
         self.watchers = Watchers()
+        self.watch_slots = WatchSlots(s.max_watch_streams)
         public_auth = None
         if principals is not None:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
-        self.server = _server(public_auth)
-        pbg.add_SchedulerServicer_to_server(SchedulerService(node, self.watchers), self.server)
+        self.server = _server(public_auth, s)
+        pbg.add_SchedulerServicer_to_server(
+            SchedulerService(node, self.watchers, self.watch_slots), self.server
+        )
         pbg.add_ClusterServicer_to_server(ClusterService(node), self.server)
         from apollo11.v1 import replication_pb2_grpc as rpbg
 
@@ -468,7 +478,7 @@ class ApiServer:
 
         self.peer: grpc.aio.Server | None = None
         if s.peer_listen:
-            self.peer = _server(Authenticator(None, peer=True, mtls=s.peer_tls))
+            self.peer = _server(Authenticator(None, peer=True, mtls=s.peer_tls), s)
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.peer)
         else:
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.server)
