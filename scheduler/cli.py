@@ -152,7 +152,9 @@ def node(
     ] = None,
     max_streams_per_connection: Annotated[
         int | None,
-        typer.Option("--max-streams-per-connection", help="Concurrent calls per connection (100)."),
+        typer.Option(
+            "--max-streams-per-connection", help="Concurrent calls per connection (1000)."
+        ),
     ] = None,
     max_message_bytes: Annotated[
         int | None, typer.Option("--max-message-bytes", help="Largest request (16 MiB).")

@@ -93,7 +93,7 @@ class NodeSettings(BaseSettings):
     # least a SubmitTask of submit_max_bytes in its envelope (checked below), and
     # at least 1 MiB for a standby's Hello (its term history).
     max_watch_streams: int = Field(default=1000, ge=1)
-    max_streams_per_connection: int = Field(default=100, ge=1)
+    max_streams_per_connection: int = Field(default=1000, ge=1)
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3)
 
     # Security (README "Security"). TLS for the public gRPC port and the HTTP side:

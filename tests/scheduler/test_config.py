@@ -115,7 +115,7 @@ def test_grpc_limits_default_and_are_checked(tmp_path: Path) -> None:
     s = load_settings(data_dir=tmp_path)
     assert (s.max_watch_streams, s.max_streams_per_connection, s.max_message_bytes) == (
         1000,
-        100,
+        1000,
         16 * 1024 * 1024,
     )
     with pytest.raises(ValueError, match="--max-watch-streams"):
