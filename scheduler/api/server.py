@@ -32,6 +32,7 @@ from scheduler.errors import (
     InvalidEventError,
     LogClosedError,
     LogFailedError,
+    NodeUnavailableError,
     NoLeaderError,
     NotFoundError,
     NotLeaderError,
@@ -44,6 +45,7 @@ from scheduler.replay import TaskState
 from scheduler.security import Authenticator, AuthInterceptor, Principals, current_principal
 from scheduler.security.tls import KeyPair, read_pem, server_credentials
 from scheduler.shell import SHELL_WORKFLOW
+from scheduler.store import Store
 
 if TYPE_CHECKING:
     from scheduler.config import NodeSettings
@@ -71,7 +73,14 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(e, FailedPreconditionError | StaleTermError):
         return grpc.StatusCode.FAILED_PRECONDITION
-    if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError | NoLeaderError):
+    if isinstance(
+        e,
+        LogFailedError
+        | LogClosedError
+        | OutcomeUnknownError
+        | NoLeaderError
+        | NodeUnavailableError,
+    ):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, ResourceExhaustedError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -82,9 +91,13 @@ async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> None:
     if isinstance(e, NotLeaderError) and e.leader:
         context.set_trailing_metadata(((LEADER_METADATA, e.leader),))
     code = _status_for(e)
+    message = str(e)
     if code is grpc.StatusCode.INTERNAL:
         log.exception("internal error serving a request")
-    await context.abort(code, str(e))
+        # Never an empty status: name what failed (the traceback is in the node's log).
+        what = f"{type(e).__name__}: {message}" if message else type(e).__name__
+        message = f"internal error ({what}); see the node's log"
+    await context.abort(code, message)
 
 
 def rpc(
@@ -150,10 +163,20 @@ class SchedulerService(pbg.SchedulerServicer):
         self.watchers = watchers
         self.watch_slots = watch_slots
 
+    def _store(self) -> Store:
+        store = self.node.store
+        if store is None:
+            # Between closing and reopening its store (a divergent tail cut, a snapshot
+            # installed): a moment's wait, not an internal error.
+            raise NodeUnavailableError(
+                f"{self.node.settings.node_id} is reopening its log (rejoining the "
+                f"cluster); retry in a moment or ask another node"
+            )
+        return store
+
     @property
     def _state(self) -> Any:
-        assert self.node.store is not None
-        return self.node.store.state
+        return self._store().state
 
     def _engine(self) -> Any:
         engine = self.node.engine
@@ -162,8 +185,7 @@ class SchedulerService(pbg.SchedulerServicer):
         return engine
 
     def _submit_cap(self) -> int:
-        assert self.node.store is not None
-        return self.node.store.log.config.submit_max_bytes
+        return self._store().log.config.submit_max_bytes
 
     @rpc
     async def SubmitTask(
@@ -281,10 +303,9 @@ class SchedulerService(pbg.SchedulerServicer):
     async def _task_events(self, task: TaskState) -> AsyncIterator[Event]:
         """The task's history a page at a time, so that a task with a long one does not
         hold the event loop while all of it is read."""
-        assert self.node.store is not None
         start = 0
         while True:
-            events, start = self.node.store.task_events(task, start, None, WATCH_PAGE)
+            events, start = self._store().task_events(task, start, None, WATCH_PAGE)
             for e in events:
                 yield e
             if not start:
@@ -325,8 +346,8 @@ class SchedulerService(pbg.SchedulerServicer):
     async def GetEvents(
         self, request: pb.GetEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetEventsResponse:
-        assert self.node.store is not None
-        logr = self.node.store.log
+        store = self._store()
+        logr = store.log
         limit = request.limit or DEFAULT_EVENTS
         if limit > MAX_EVENTS:
             raise InvalidArgumentError(f"limit is {limit}, over the limit of {MAX_EVENTS}")
@@ -337,7 +358,7 @@ class SchedulerService(pbg.SchedulerServicer):
         nxt = 0
         if request.task_id:
             task = self._task(request.task_id)
-            events, nxt = self.node.store.task_events(
+            events, nxt = store.task_events(
                 task, request.from_event_id, request.to_event_id or durable, limit
             )
             out = [codec.event_to_pb(e) for e in events]
