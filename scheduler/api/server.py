@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
+from scheduler.api.decode import DecodeInterceptor
 from scheduler.api.limits import WatchSlots, server_options
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
@@ -467,8 +468,10 @@ SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replica
 def _server(authenticate: Authenticator | None, settings: NodeSettings) -> grpc.aio.Server:
     return grpc.aio.server(
         options=[*server_options(settings), ("grpc.so_reuseport", 0)],
-        # Authentication off (loopback): no interceptor at all, nothing on the hot path.
-        interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
+        # Decoding first, so that the auth check sees a parsed request; with
+        # authentication off (loopback) there is no auth interceptor at all.
+        interceptors=[DecodeInterceptor()]
+        + ([] if authenticate is None else [AuthInterceptor(authenticate)]),
     )
 
 
