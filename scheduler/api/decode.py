@@ -2,70 +2,71 @@
 
 gRPC Python decodes a request before any handler runs and answers a failure
 with UNKNOWN ("Exception deserializing request!"), which says nothing useful and
-is not the status for a caller's mistake. This interceptor takes the decoding
-over for methods with a single request message: bytes that do not parse (a
-truncated message, a string field holding invalid UTF-8) are answered
-INVALID_ARGUMENT naming the message type.
+is not the status for a caller's mistake. So the services are registered here,
+from their descriptors, with a deserializer that never raises: bytes that do
+not parse (a truncated message, a string field holding invalid UTF-8) become an
+`Undecodable`, which the handlers' error wrapper answers INVALID_ARGUMENT naming
+the message type. No interceptor: nothing is added to a well-formed call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 
-class DecodeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """What arrived instead of a request message."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
-            return handler
-        method = handler_call_details.method
-        known = self._wrapped.get(method)
-        if known is None or known[0] is not handler:
-            known = (handler, _decoding(handler, method))
-            self._wrapped[method] = known
-        return known[1]
+    message_type: str
+    error: str
+
+    def describe(self) -> str:
+        return f"the request is not a valid {self.message_type}: {self.error}"
 
 
-def _decoding(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    parse = handler.request_deserializer
-    name = getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None)
-    what = name.full_name if name is not None else f"request of {method}"
+def _tolerant(cls: Any) -> Callable[[bytes], Any]:
+    name = cls.DESCRIPTOR.full_name
+    parse = cls.FromString
 
-    async def decode(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+    def decode(raw: bytes) -> Any:
         try:
             return parse(raw)
         except (DecodeError, UnicodeDecodeError, ValueError) as e:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {what}: {e}"
-            )
+            return Undecodable(name, str(e) or type(e).__name__)
 
-    if handler.unary_unary:
-        inner = handler.unary_unary
+    return decode
 
-        async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            return await inner(await decode(raw, context), context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            unary, response_serializer=handler.response_serializer
+_MAKERS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_service(server: grpc.aio.Server, service: ServiceDescriptor, servicer: Any) -> None:
+    """What the generated add_*Servicer_to_server does, with tolerant decoding of
+    single request messages (a stream's messages are the replication protocol's,
+    checked by its handler)."""
+    handlers = {}
+    for m in service.methods:
+        request = message_factory.GetMessageClass(m.input_type)
+        response = message_factory.GetMessageClass(m.output_type)
+        handlers[m.name] = _MAKERS[(m.client_streaming, m.server_streaming)](
+            getattr(servicer, m.name),
+            request_deserializer=request.FromString if m.client_streaming else _tolerant(request),
+            response_serializer=response.SerializeToString,
         )
-    inner_stream = handler.unary_stream
-
-    async def streaming(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-        request = await decode(raw, context)
-        async for item in inner_stream(request, context):
-            yield item
-
-    return grpc.unary_stream_rpc_method_handler(
-        streaming, response_serializer=handler.response_serializer
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )
+    server.add_registered_method_handlers(service.full_name, handlers)

@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
-from scheduler.api.decode import DecodeInterceptor
+from scheduler.api.decode import Undecodable, add_service
 from scheduler.api.limits import WatchSlots, server_options
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
@@ -109,6 +109,8 @@ def rpc(
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidArgumentError(request.describe())
             return await fn(self, request, context)
         except (ApolloError, ValueError) as e:
             await _abort(context, e)
@@ -317,6 +319,8 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.WatchTaskRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Event]:
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidArgumentError(request.describe())
             task = self._task(request.task_id)
             self.watch_slots.take()
         except ApolloError as err:
@@ -468,10 +472,8 @@ SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replica
 def _server(authenticate: Authenticator | None, settings: NodeSettings) -> grpc.aio.Server:
     return grpc.aio.server(
         options=[*server_options(settings), ("grpc.so_reuseport", 0)],
-        # Decoding first, so that the auth check sees a parsed request; with
-        # authentication off (loopback) there is no auth interceptor at all.
-        interceptors=[DecodeInterceptor()]
-        + ([] if authenticate is None else [AuthInterceptor(authenticate)]),
+        # Authentication off (loopback): no interceptor at all, nothing on the hot path.
+        interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
     )
 
 
@@ -492,10 +494,10 @@ class ApiServer:
         if principals is not None:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
         self.server = _server(public_auth, s)
-        pbg.add_SchedulerServicer_to_server(
-            SchedulerService(node, self.watchers, self.watch_slots), self.server
-        )
-        pbg.add_ClusterServicer_to_server(ClusterService(node), self.server)
+        services = pb.DESCRIPTOR.services_by_name
+        scheduler = SchedulerService(node, self.watchers, self.watch_slots)
+        add_service(self.server, services["Scheduler"], scheduler)
+        add_service(self.server, services["Cluster"], ClusterService(node))
         from apollo11.v1 import replication_pb2_grpc as rpbg
 
         from replicator.sender import ReplicationService
