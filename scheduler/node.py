@@ -194,8 +194,8 @@ class Node:
             self.http_port = await self.http.start()
         if self._lease is None:
             if s.standalone:
-                # Standalone: an in-memory lease whose terms start above the log's.
-                self._lease = MemoryLease(ttl_s=s.lease_ttl, min_term=self.store.log.last_term)
+                # Standalone: an in-memory lease (min_term keeps its terms above the log's).
+                self._lease = MemoryLease(ttl_s=s.lease_ttl)
             else:
                 from lease.etcd import EtcdLease
 
@@ -212,7 +212,7 @@ class Node:
         merger.warm()
         if s.standalone:
             t0 = time.monotonic()
-            won = await self.lease.campaign(s.node_id, self.address)
+            won = await self.lease.campaign(s.node_id, self.address, min_term=self.known_term)
             if won is None:
                 raise ApolloError("the in-memory lease is taken: is another node running here?")
             return f"{await self._promote(won, t0)}, serving on port {self.port}{self._peers()}"
@@ -269,6 +269,7 @@ class Node:
             self.store.log.last_term,
             self.peer_address,
             self.settings.allow_shell,
+            self.known_term,
         )
 
     async def _cycle(self) -> str:
@@ -329,7 +330,10 @@ class Node:
                 f"{me.position}; not campaigning"
             )
         t0 = time.monotonic()
-        won = await self.lease.campaign(me.node_id, self.address)
+        # Above every term this node and the live members know: after etcd lost its
+        # data, its own term key would start again from nothing (lease/base.py).
+        min_term = max(self.known_term, world.highest_known_term())
+        won = await self.lease.campaign(me.node_id, self.address, min_term=min_term)
         if won is None:
             return "no leader: another node won the election"
         return await self._promote(won, t0)
