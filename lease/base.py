@@ -4,8 +4,9 @@ Contract for every implementation (the conformance suite in tests/lease/
 runs against each one):
 
 * `campaign()` succeeds for at most one holder at a time (compare-and-swap
-  on the leader key) and returns the term: the leader key's creation
-  revision, which only ever grows.
+  on the leader key) and returns the new term: one more than the higher of
+  the store's term (the last one it handed out) and the candidate's
+  `min_term`, written to the store in the same compare-and-swap.
 * The holder must `renew()` before `ttl_s` runs out; a renewal that fails,
   or arrives after the lease expired, returns False and the holder must
   stop acting as primary at once. A lapsed lease is never revived.
@@ -13,10 +14,45 @@ runs against each one):
   for the TTL.
 * `leader()` reads who holds the key now (None when nobody does).
 * `publish()` keeps this node's member record (role, address, durable
-  position) under a lease of its own, so a dead node's record disappears
-  by itself; `world()` reads the leader and every member in one request.
+  position, the highest term it knows) under a lease of its own, so a dead
+  node's record disappears by itself; `world()` reads the leader, every
+  member and the store's term in one request.
 * Errors reaching the store (unreachable, timeout) raise LeaseUnavailable;
   callers treat that like a failed renewal.
+
+Why terms stay fencing tokens when the store loses its data
+------------------------------------------------------------
+
+A term must only grow and no two leaders may share one, also after etcd is
+restored empty or from an old backup (its revisions then restart near 1, so
+a term taken from a revision would fall below the terms already in the logs
+and every promotion would fail with StaleTermError until the revision caught
+up). So the term is a value of its own, the `term` key, and a campaign
+proposes `max(min_term, term key) + 1`, where the node passes as `min_term`
+the highest term it knows of: its own log, the leaders it has seen, and every
+live member's published terms.
+
+* Unique: every successful campaign rewrites the term key, and each one
+  compares the key's revision (or its absence) as it read it. Of two
+  campaigns that read the same term key, at most one commits; the other
+  fails and reads again. Within one store history the term key only grows,
+  so no value is handed out twice.
+* Above every term in a live log, after a restore: the node campaigns only
+  when it is at least as up to date as the best live member (the node's
+  `_leaderless`), and its `min_term` covers every live member's last and
+  known term, so the new term is above all of them whatever the restored
+  store holds.
+* Not two primaries at once: a restore drops the leader key while the old
+  primary may still believe in its lease. A node that sees the store behind
+  what it knows (no term key, or one below its known term) waits one TTL
+  before it campaigns: by then the old primary has fenced itself (it fences
+  before a TTL has passed since its last renewal, which went to the etcd
+  that was lost).
+
+What this cannot cover: a member that was down through the restore and
+knows a term above the new one. It refuses to follow (it sees a term older
+than its own) until an election runs with its record live; a restart of the
+primary starts one.
 """
 
 from __future__ import annotations
@@ -49,6 +85,7 @@ class MemberInfo:
     last_term: int
     peer_address: str = ""  # where standbys follow it ("": the public address)
     shell: bool = False  # started with --allow-shell
+    known_term: int = 0  # the highest term this node has seen (>= last_term)
 
     @property
     def position(self) -> tuple[int, int]:
@@ -58,12 +95,23 @@ class MemberInfo:
 
 @dataclass(frozen=True, slots=True)
 class World:
-    """The cluster as the lease store saw it at `revision`, read in one request."""
+    """The cluster as the lease store saw it at `revision`, read in one request.
+
+    `term`: the last term the store handed out; None when it holds none (a new
+    cluster, or a store that lost its data)."""
 
     leader: LeaderInfo | None
     members: dict[str, MemberInfo] = field(default_factory=dict)
     revision: int = 0
     member_revisions: dict[str, int] = field(default_factory=dict)  # node -> mod revision
+    term: int | None = None
+
+    def highest_known_term(self) -> int:
+        """The highest term any live member (or the leader) has published."""
+        terms = [max(m.last_term, m.known_term) for m in self.members.values()]
+        if self.leader is not None:
+            terms.append(self.leader.term)
+        return max(terms, default=0)
 
 
 def check_ttl(ttl_s: float) -> float:
@@ -82,8 +130,11 @@ class Lease(abc.ABC):
         self.ttl_s = check_ttl(ttl_s)
 
     @abc.abstractmethod
-    async def campaign(self, node_id: str, address: str) -> LeaderInfo | None:
-        """Try to take the leader key; the LeaderInfo (with the new term) if won."""
+    async def campaign(self, node_id: str, address: str, *, min_term: int = 0) -> LeaderInfo | None:
+        """Try to take the leader key; the LeaderInfo (with the new term) if won.
+
+        The new term is above both the store's term and `min_term` (the highest
+        term the candidate knows of), and is written to the store with the key."""
 
     @abc.abstractmethod
     async def renew(self) -> bool:

@@ -2,11 +2,17 @@
 
 Keys, under `/apollo11/<cluster>/`:
 
-* `leader`: `{node_id, address, term}` under the primary's lease. Created
-  with a transaction that succeeds only if the key does not exist; its
-  create revision is the term, so terms only grow and are unique.
-* `members/<node_id>`: `{node_id, role, address, last_event_id, last_term}`
-  under that node's own lease.
+* `leader`: `{node_id, address, term}` under the primary's lease.
+* `term`: the last term handed out, in decimal, with no lease (it outlives
+  every primary). A campaign is one transaction: if `leader` does not exist
+  and `term` is as the candidate read it (same mod revision, or still
+  absent), create `leader` and set `term` to `max(min_term, term) + 1`. Why
+  that keeps terms fencing tokens when etcd loses its data: lease/base.py.
+  (Earlier versions took the term from the leader key's create revision,
+  which restarts near 1 with a fresh etcd; a leader value without a `term`
+  is read that way still.)
+* `members/<node_id>`: `{node_id, role, address, last_event_id, last_term,
+  known_term, ...}` under that node's own lease.
 
 Every request carries a timeout of a third of the TTL: a hung etcd must
 make a renewal fail in time for the primary to fence itself, not block it.
@@ -96,6 +102,7 @@ class EtcdLease(Lease):
         self.cluster = cluster
         self.root = f"{PREFIX}/{cluster}/"
         self.leader_key = (self.root + "leader").encode()
+        self.term_key = (self.root + "term").encode()
         self.members_prefix = (self.root + "members/").encode()
         self._ep = 0
         self._client: aetcd.Client | None = None
@@ -172,31 +179,31 @@ class EtcdLease(Lease):
 
     # ------------------------------------------------------------ leader
 
-    async def campaign(self, node_id: str, address: str) -> LeaderInfo | None:
+    async def campaign(self, node_id: str, address: str, *, min_term: int = 0) -> LeaderInfo | None:
         async def go(c: aetcd.Client) -> LeaderInfo | None:
+            tx = c.transactions
+            stored = await c.get(self.term_key)
+            if stored is None:
+                term_as_read = tx.version(self.term_key) == 0
+                term = min_term + 1
+            else:
+                term_as_read = tx.mod(self.term_key) == stored.mod_revision
+                term = max(min_term, _term(stored.value)) + 1
             grant = await c.lease(self._etcd_ttl)
-            value = orjson.dumps({"node_id": node_id, "address": address})
+            value = orjson.dumps({"node_id": node_id, "address": address, "term": term})
             ok, _ = await c.transaction(
-                compare=[c.transactions.version(self.leader_key) == 0],
-                success=[c.transactions.put(self.leader_key, value, lease=grant.id)],
+                compare=[tx.version(self.leader_key) == 0, term_as_read],
+                success=[
+                    tx.put(self.leader_key, value, lease=grant.id),
+                    tx.put(self.term_key, str(term).encode()),
+                ],
                 failure=[],
             )
             if not ok:
+                # the key is taken, or another campaign moved the term first
                 with contextlib.suppress(Exception):
                     await c.revoke_lease(grant.id)
                 return None
-            got = await c.get(self.leader_key)
-            if got is None or got.lease != grant.id:
-                return None
-            term = got.create_revision
-            # Write the term into the value too, for anyone reading the key by hand;
-            # the create revision stays the authority.
-            full = orjson.dumps({"node_id": node_id, "address": address, "term": term})
-            await c.transaction(
-                compare=[c.transactions.create(self.leader_key) == term],
-                success=[c.transactions.put(self.leader_key, full, lease=grant.id)],
-                failure=[],
-            )
             self._lease_id = grant.id
             return LeaderInfo(node_id, address, term)
 
@@ -249,6 +256,7 @@ class EtcdLease(Lease):
                     "last_term": member.last_term,
                     "peer_address": member.peer_address,
                     "shell": member.shell,
+                    "known_term": member.known_term,
                 }
             )
             await c.put(key, value, lease=self._member_lease_id)
@@ -263,10 +271,13 @@ class EtcdLease(Lease):
         leader: LeaderInfo | None = None
         members: dict[str, MemberInfo] = {}
         revisions: dict[str, int] = {}
+        term: int | None = None
         for kv in got:
             key, value = kv.key, kv.value
             if key == self.leader_key:
                 leader = _leader(value, kv.create_revision)
+            elif key == self.term_key:
+                term = _term(value)
             elif key.startswith(self.members_prefix):
                 try:
                     d = orjson.loads(value)
@@ -278,13 +289,14 @@ class EtcdLease(Lease):
                         int(d["last_term"]),
                         str(d.get("peer_address") or ""),
                         bool(d.get("shell", False)),
+                        int(d.get("known_term", 0)),
                     )
                 except (ValueError, KeyError, TypeError):
                     log.warning("ignoring a malformed member record %r", key)
                     continue
                 members[m.node_id] = m
                 revisions[m.node_id] = kv.mod_revision
-        return World(leader, members, got.header.revision, revisions)
+        return World(leader, members, got.header.revision, revisions, term)
 
     async def close(self) -> None:
         member_lease, self._member_lease_id = self._member_lease_id, None
@@ -303,7 +315,20 @@ async def _close(client: aetcd.Client) -> None:
 def _leader(value: bytes, create_revision: int) -> LeaderInfo | None:
     try:
         d = orjson.loads(value)
-        return LeaderInfo(str(d["node_id"]), str(d["address"]), create_revision)
-    except (ValueError, KeyError, TypeError):
+        # the term written with the key; a value from before the term key has none
+        # (or the create revision, copied in): the create revision was its term then
+        term = int(d.get("term") or create_revision)
+        return LeaderInfo(str(d["node_id"]), str(d["address"]), term)
+    except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("the leader key holds something unreadable: %r", value[:100])
         return None
+
+
+def _term(value: bytes) -> int:
+    """The term key's value; 0 for something unreadable (the campaign's CAS still
+    compares the key's revision, and min_term keeps the new term above the logs)."""
+    try:
+        return int(value)
+    except ValueError:
+        log.warning("the term key holds something unreadable: %r", value[:100])
+        return 0

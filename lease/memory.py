@@ -15,9 +15,11 @@ from lease.base import LeaderInfo, Lease, MemberInfo, World
 
 @dataclass
 class MemoryStore:
-    """The shared "etcd": one leader key, member records, a revision counter, a clock."""
+    """The shared "etcd": one leader key, the term key, member records, a revision
+    counter, a clock. `lose_data()` is etcd restored empty."""
 
     revision: int = 0
+    term: int | None = None  # the term key: the last term handed out
     holder: LeaderInfo | None = None
     expires: float = 0.0
     owner: object | None = None
@@ -31,22 +33,28 @@ class MemoryStore:
             self.revision += 1  # the expiry deletes the key: a new revision
         return self.holder
 
+    def lose_data(self) -> None:
+        """What an etcd restored empty looks like: no keys, revisions from the start."""
+        self.revision = 0
+        self.term = None
+        self.holder = None
+        self.owner = None
+        self.members.clear()
+
 
 class MemoryLease(Lease):
-    def __init__(
-        self, *, ttl_s: float = 5.0, store: MemoryStore | None = None, min_term: int = 0
-    ) -> None:
+    def __init__(self, *, ttl_s: float = 5.0, store: MemoryStore | None = None) -> None:
         super().__init__(ttl_s=ttl_s)
         self.store = store or MemoryStore()
-        # A standalone node's terms must keep growing across restarts: start above its log.
-        self.store.revision = max(self.store.revision, min_term)
 
-    async def campaign(self, node_id: str, address: str) -> LeaderInfo | None:
+    async def campaign(self, node_id: str, address: str, *, min_term: int = 0) -> LeaderInfo | None:
         s = self.store
         if s.current() is not None:
             return None
+        # one step, like etcd's transaction: the key and the term key together
         s.revision += 1
-        s.holder = LeaderInfo(node_id, address, s.revision)
+        s.term = max(min_term, s.term or 0) + 1
+        s.holder = LeaderInfo(node_id, address, s.term)
         s.owner = self
         s.expires = s.clock() + self.ttl_s
         return s.holder
@@ -83,4 +91,5 @@ class MemoryLease(Lease):
             {k: v[0] for k, v in live.items()},
             s.revision,
             {k: v[2] for k, v in live.items()},
+            s.term,
         )

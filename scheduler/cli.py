@@ -717,6 +717,8 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
     if s.security:
         style = "bold red" if s.security.startswith("INSECURE") else "dim"
         out.print(f"security: {s.security}", style=style, markup=False)
+    if s.notice:
+        out.print(f"notice: {s.notice}", style="bold yellow", markup=False)
     table = Table(
         "member", "role", "address", "last event", "lag (events)", "lag ms", "connected", "sync"
     )

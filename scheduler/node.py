@@ -85,6 +85,9 @@ class Node:
         self.world: World | None = None
         self.role = "starting"
         self.known_term = 0
+        self.notice = ""  # what this node found wrong with etcd's state (status says it)
+        self._store_behind: str | None = None  # etcd knows less than this node: why
+        self._store_behind_since = 0.0  # monotonic time this node first saw that
         self.port = 0
         self.started_at = time.time()
         self._renewed_at = 0.0  # monotonic time (taken before the request) of the last renewal
@@ -198,8 +201,8 @@ class Node:
             self.http_port = await self.http.start()
         if self._lease is None:
             if s.standalone:
-                # Standalone: an in-memory lease whose terms start above the log's.
-                self._lease = MemoryLease(ttl_s=s.lease_ttl, min_term=self.store.log.last_term)
+                # Standalone: an in-memory lease (min_term keeps its terms above the log's).
+                self._lease = MemoryLease(ttl_s=s.lease_ttl)
             else:
                 from lease.etcd import EtcdLease
 
@@ -216,7 +219,7 @@ class Node:
         merger.warm()
         if s.standalone:
             t0 = time.monotonic()
-            won = await self.lease.campaign(s.node_id, self.address)
+            won = await self.lease.campaign(s.node_id, self.address, min_term=self.known_term)
             if won is None:
                 raise ApolloError("the in-memory lease is taken: is another node running here?")
             return f"{await self._promote(won, t0)}, serving on port {self.port}{self._peers()}"
@@ -273,6 +276,7 @@ class Node:
             self.store.log.last_term,
             self.peer_address,
             self.settings.allow_shell,
+            self.known_term,
         )
 
     async def _cycle(self) -> str:
@@ -286,6 +290,7 @@ class Node:
             await self.lease.publish(self._me())
             self._published_at = now
         world = self.world = await self.lease.world()
+        self._check_store(world)
         me = self.settings.node_id
         leader = world.leader
         if leader is not None:
@@ -295,6 +300,15 @@ class Node:
             if leader is None or mine is None or leader.term != mine.term:
                 return await self.demote("the leader key is gone or belongs to another term")
             return f"primary: term {mine.term}, {len(self.hub.connected())} standby(s) connected"
+        if leader is not None and leader.term < self.known_term:
+            # etcd restored from an older backup: the key names a term already over
+            self._leaderless_since = None
+            self.leader = None
+            await self._stop_following()
+            return (
+                f"the leader key names {leader.node_id} at term {leader.term}, below term "
+                f"{self.known_term} this node knows: not following it; waiting for it to lapse"
+            )
         if leader is not None and leader.node_id != me:
             self._leaderless_since = None
             self.leader = leader
@@ -321,6 +335,13 @@ class Node:
             return "no leader: published this node's position, waiting for the others'"
         if now - self._leaderless_since < SETTLE_S:
             return "no leader: waiting for every standby's final position"
+        if self._store_behind is not None and now - self._store_behind_since < self.lease.ttl_s:
+            # The restore dropped the leader key, not the old primary's belief in it: it
+            # fences itself within a TTL of its last renewal, which went to the lost etcd.
+            return (
+                f"no leader: {self._store_behind}; waiting one TTL ({self.lease.ttl_s:g}s) "
+                f"before campaigning, so that a primary of the old term has fenced itself"
+            )
         me = self._me()
         # A member still marked primary with no leader key is the one that died (or is
         # about to demote itself): it is not a candidate.
@@ -333,10 +354,50 @@ class Node:
                 f"{me.position}; not campaigning"
             )
         t0 = time.monotonic()
-        won = await self.lease.campaign(me.node_id, self.address)
+        # Above every term this node and the live members know: after etcd lost its
+        # data, its own term key would start again from nothing (lease/base.py).
+        min_term = max(self.known_term, world.highest_known_term())
+        won = await self.lease.campaign(me.node_id, self.address, min_term=min_term)
         if won is None:
             return "no leader: another node won the election"
         return await self._promote(won, t0)
+
+    def _check_store(self, world: World) -> None:
+        """Notice etcd knowing less than this node (restored empty or from an old
+        backup): say so once, in the log and in status, and hold this node's next
+        campaign for a TTL (_leaderless)."""
+        held = max(world.term or 0, world.leader.term if world.leader else 0)
+        if self.known_term > held:
+            if self._store_behind is None:
+                if world.term is None:
+                    why = "etcd lost its data: it holds no term for this cluster"
+                else:
+                    why = "etcd lost its data (restored from an older backup?): it holds "
+                    why += f"term {world.term} for this cluster"
+                why += f", below term {self.known_term} this node knows"
+                if world.term is None and world.revision >= self.known_term:
+                    # Earlier versions' terms were revisions, so an etcd that kept its
+                    # data has a revision above them: this may be no loss at all.
+                    why += " (or the first election since an upgrade that added the term key)"
+                self._store_behind, self._store_behind_since = why, time.monotonic()
+                self._notice(why)
+        elif self._store_behind is not None:
+            leader = world.leader
+            self._store_caught_up(
+                f"leader key recreated at term {leader.term} by {leader.node_id}"
+                if leader
+                else f"its term is {world.term} again"
+            )
+
+    def _store_caught_up(self, how: str) -> None:
+        assert self._store_behind is not None
+        self._notice(f"{self._store_behind}; {how}")
+        self._store_behind = None
+
+    def _notice(self, text: str) -> None:
+        log.warning("%s", text)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock.now()))
+        self.notice = f"{stamp}: {text}"
 
     async def _follow(self, leader: LeaderInfo) -> None:
         # With a peer port the primary's member record says where: replication has a
@@ -359,6 +420,16 @@ class Node:
 
     async def _promote(self, won: LeaderInfo, renewed_at: float) -> str:
         assert self.store is not None and self.engine is not None
+        last = self.store.log.last_term
+        if won.term <= last:
+            # Every event of a new term would be refused (StaleTermError): never call
+            # this node primary for a term it cannot write in.
+            with contextlib.suppress(Exception):
+                await self.lease.resign()
+            return (
+                f"won term {won.term}, but the log already holds term {last}: resigned "
+                f"(the lease handed out a term below this node's log)"
+            )
         t0 = time.perf_counter()
         await self._stop_following()
         self._renewed_at = renewed_at
@@ -385,6 +456,8 @@ class Node:
         metrics.LEADER_CHANGES.inc()
         metrics.ROLE.set(1)
         metrics.TERM.set(won.term)
+        if self._store_behind is not None:
+            self._store_caught_up(f"leader key recreated at term {won.term} by this node")
         if not self.settings.standalone:
             with contextlib.suppress(LeaseUnavailable):
                 await self.lease.publish(self._me())
@@ -621,6 +694,7 @@ class Node:
             "running_steps": self.engine.running() if self.engine else 0,
             "active_tasks": sum(1 for t in store.state.tasks.values() if not t.quiescent),
             "security": protect.describe(self.settings),
+            "notice": self.notice,
         }
 
     # ------------------------------------------------------------- stop

@@ -255,6 +255,7 @@ def status_from_pb(m: pb.ClusterStatus) -> StatusView:
         running_steps=m.running_steps,
         active_tasks=m.active_tasks,
         security=m.security,
+        notice=m.notice,
     )
 
 

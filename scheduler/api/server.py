@@ -430,6 +430,7 @@ class ClusterService(pbg.ClusterServicer):
             running_steps=s["running_steps"],
             active_tasks=s["active_tasks"],
             security=s["security"],
+            notice=s["notice"],
             members=[pb.Member(**m) for m in s["members"]],
         )
         if s["leader"] is not None:

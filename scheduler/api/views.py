@@ -177,6 +177,7 @@ class StatusView:
     active_tasks: int
     extra: dict[str, Any] = field(default_factory=dict)
     security: str = ""
+    notice: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,6 +193,7 @@ class StatusView:
             "running_steps": self.running_steps,
             "active_tasks": self.active_tasks,
             "security": self.security,
+            "notice": self.notice,
         }
 
 

@@ -6,10 +6,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+import orjson
 import pytest
 
 from lease import Lease, MemberInfo, MemoryLease, MemoryStore
 from lease.etcd import EtcdLease
+from lease.local_etcd import LocalEtcd
 
 TTL = 2.0
 
@@ -111,8 +113,71 @@ def test_ttl_below_two_seconds_is_refused() -> None:
 
 
 async def test_standalone_terms_start_above_the_log() -> None:
-    won = await MemoryLease(min_term=41).campaign("n", "n:1")
+    won = await MemoryLease().campaign("n", "n:1", min_term=41)
     assert won is not None and won.term == 42
+
+
+async def test_terms_strictly_increase_and_the_store_keeps_the_last(
+    world: tuple[Make, Wait],
+) -> None:
+    make, _ = world
+    a, b = make(), make()
+    terms = []
+    for lease, name in [(a, "a"), (b, "b"), (a, "a"), (b, "b")]:
+        won = await lease.campaign(name, f"{name}:1")
+        assert won is not None
+        assert (await lease.world()).term == won.term, "the term is written with the key"
+        assert await lease.leader() == won
+        terms.append(won.term)
+        await lease.resign()
+    assert terms == sorted(set(terms)), f"terms must strictly increase: {terms}"
+    # a lower min_term (a node that knows less) never takes a term back
+    won = await a.campaign("a", "a:1", min_term=1)
+    assert won is not None and won.term == terms[-1] + 1
+    await a.close()
+    await b.close()
+
+
+async def test_a_campaign_with_min_term_above_the_store_wins_above_it(
+    world: tuple[Make, Wait],
+) -> None:
+    """What a node does after etcd lost its data: it knows term 3167, etcd knows less."""
+    make, _ = world
+    a, b = make(), make()
+    first = await a.campaign("a", "a:1")
+    assert first is not None
+    await a.resign()
+    known = first.term + 3167
+    won = await b.campaign("b", "b:1", min_term=known)
+    assert won is not None and won.term > known
+    assert (await b.world()).term == won.term
+    assert await a.campaign("a", "a:1", min_term=won.term + 10) is None, "one holder at a time"
+    await b.resign()
+    after = await a.campaign("a", "a:1")
+    assert after is not None and after.term > won.term, "the store keeps the raised term"
+    await a.close()
+    await b.close()
+
+
+async def test_members_publish_the_highest_term_they_know(world: tuple[Make, Wait]) -> None:
+    make, _ = world
+    a = make()
+    await a.publish(MemberInfo("a", "standby", "a:1", 10, 3, known_term=9))
+    w = await a.world()
+    assert w.members["a"].known_term == 9
+    assert w.highest_known_term() == 9
+    await a.close()
+
+
+async def test_a_store_that_lost_its_data_hands_out_terms_above_min_term() -> None:
+    store = MemoryStore()
+    lease = MemoryLease(store=store)
+    won = await lease.campaign("a", "a:1", min_term=3000)
+    assert won is not None and won.term == 3001
+    store.lose_data()
+    assert (await lease.world()).term is None and await lease.leader() is None
+    again = await lease.campaign("a", "a:1", min_term=won.term)
+    assert again is not None and again.term == 3002
 
 
 async def test_etcd_down_is_reported_as_unavailable_in_time() -> None:
@@ -123,4 +188,35 @@ async def test_etcd_down_is_reported_as_unavailable_in_time() -> None:
     with pytest.raises(LeaseUnavailable, match="etcd did not answer"):
         await lease.campaign("a", "a:1")
     assert time.monotonic() - t0 < 3, "never blocks past the TTL"
+    await lease.close()
+
+
+async def test_concurrent_campaigns_one_winner_and_a_fresh_term(world: tuple[Make, Wait]) -> None:
+    make, _ = world
+    leases = [make() for _ in range(4)]
+    won = await asyncio.gather(
+        *(x.campaign(f"n{i}", f"n{i}:1", min_term=50) for i, x in enumerate(leases))
+    )
+    winners = [w for w in won if w is not None]
+    assert len(winners) == 1 and winners[0].term == 51
+    for x in leases:
+        await x.close()
+
+
+async def test_etcd_reads_a_leader_key_written_before_the_term_key(
+    etcd_server: LocalEtcd, cluster_name: str
+) -> None:
+    """Earlier versions: the term was the key's create revision (and maybe in the value)."""
+    lease = EtcdLease([etcd_server.url], cluster=cluster_name, ttl_s=TTL)
+    etcd_server.ctl("put", f"/apollo11/{cluster_name}/leader", '{"node_id":"old","address":"o:1"}')
+    got = await lease.leader()
+    assert got is not None and got.node_id == "old"
+    revision = int(
+        orjson.loads(etcd_server.ctl("get", lease.leader_key.decode(), "-w", "json"))["kvs"][0][
+            "create_revision"
+        ]
+    )
+    assert got.term == revision
+    w = await lease.world()
+    assert w.leader == got and w.term is None
     await lease.close()

@@ -359,7 +359,7 @@ class Member(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ..., ack_p50_ms: _Optional[float] = ..., ack_p99_ms: _Optional[float] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security")
+    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security", "notice")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +372,7 @@ class ClusterStatus(_message.Message):
     RUNNING_STEPS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
     SECURITY_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     role: str
     term: int
@@ -384,4 +385,5 @@ class ClusterStatus(_message.Message):
     running_steps: int
     active_tasks: int
     security: str
-    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ...) -> None: ...
+    notice: str
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ..., notice: _Optional[str] = ...) -> None: ...
