@@ -167,6 +167,7 @@ class Node:
             idempotency_ttl_s=s.idempotency_ttl,
             commit=self.commit,
             shell_refusal=self.shell_refusal,
+            lease_valid=self.lease_valid,
         )
         if self.api is not None:
             store.add_observer(self.api.watchers)
@@ -424,6 +425,9 @@ class Node:
             await asyncio.sleep(0.05)
 
     def lease_valid(self) -> bool:
+        """Sure to hold the lease now? What every acknowledgement and every attempt's
+        start checks: the watchdog polls, and a node resumed from a pause runs what was
+        ready (a step about to begin) before the watchdog's next look."""
         return self.role == "primary" and time.monotonic() - self._renewed_at <= self.fence_after_s
 
     async def demote(self, why: str) -> str:
