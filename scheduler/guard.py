@@ -89,6 +89,61 @@ def make_subreaper() -> bool:
         return False
 
 
+def reap_orphans(zombies_since: dict[int, float], now: float, grace_s: float = 30.0) -> int:
+    """For a subreaper: reap children that have been zombies for `grace_s`.
+
+    Orphans a step left behind are adopted and, once they end, nobody else waits
+    for them. A child this process started is waited for by its owner as it ends
+    (asyncio, subprocess.run); one left unwaited for `grace_s` after its end is
+    reaped here, and its owner's late wait() then reads exit status 0.
+    `zombies_since` (pid -> when first seen ended) is kept by the caller.
+    """
+    try:  # one cheap system call in the common case: no child has ended
+        peek = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        peek = None
+    if peek is None:
+        zombies_since.clear()
+        return 0
+    ended = {pid for pid in _children_map().get(os.getpid(), ()) if _zombie(pid)}
+    for pid in list(zombies_since):
+        if pid not in ended:
+            del zombies_since[pid]
+    n = 0
+    for pid in ended:
+        first = zombies_since.setdefault(pid, now)
+        if now - first >= grace_s:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    n += 1
+            zombies_since.pop(pid, None)
+    return n
+
+
+def kill_descendants(keep: set[int] | frozenset[int] = frozenset()) -> int:
+    """SIGKILL every descendant of this process but `keep` (and theirs): what is left
+    when a node stops, its steps drained or abandoned to the next leader."""
+    tree = _children_map()
+    stack = [p for p in tree.get(os.getpid(), ()) if p not in keep]
+    n = 0
+    while stack:
+        pid = stack.pop()
+        stack.extend(tree.get(pid, ()))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            n += 1
+    return n
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] == b"Z"
+
+
 # ------------------------------------------------------------ the guard itself
 
 

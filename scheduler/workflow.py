@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from scheduler.errors import WorkflowDefinitionError
+from scheduler.guard import guarded
 
 
 class Strategy(enum.StrEnum):
@@ -167,6 +168,13 @@ class StepContext:
     def dedupe_key(self) -> str:
         """Stable across retries, replays and failovers: `task_id:step`."""
         return f"{self.task_id}:{self.step}"
+
+    def guarded(self, argv: Sequence[str]) -> list[str]:
+        """`argv` run under the guard shell steps run under: it and all it starts die
+        with this node (even by SIGKILL) and when it ends. Start it with
+        `start_new_session=True`; to end it early, `await scheduler.guard.stop(proc)`
+        (asyncio) or send the guard SIGTERM."""
+        return guarded(argv)
 
 
 StepFn = Callable[[StepContext], Any] | Callable[[StepContext], Awaitable[Any]]

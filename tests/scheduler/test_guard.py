@@ -104,3 +104,31 @@ def test_sigterm_to_the_guard_ends_the_whole_tree(tmp_path: Path) -> None:
     guard.wait(10)
     time.sleep(0.1)
     assert not any(_alive(p) for p in left)
+
+
+REAPER = textwrap.dedent(
+    """
+    import subprocess, time
+    from scheduler.guard import make_subreaper, reap_orphans
+    assert make_subreaper()
+    subprocess.run(["/bin/sh", "-c", "sleep 0.2 &"], check=True)  # an orphan, adopted
+    time.sleep(0.5)  # it has ended: a zombie nobody else waits for
+    seen = {}
+    assert reap_orphans(seen, now=100.0, grace_s=30) == 0, "not before its grace"
+    assert len(seen) == 1
+    assert reap_orphans(seen, now=131.0, grace_s=30) == 1
+    assert seen == {} and reap_orphans(seen, now=200.0) == 0
+    print("ok")
+    """
+)
+
+
+def test_a_subreaper_reaps_adopted_orphans_after_a_grace() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", REAPER],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.stdout.strip() == "ok", run.stderr
