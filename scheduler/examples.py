@@ -5,8 +5,11 @@ Its input controls what it does, so tests and demos can script failures:
 * `step_seconds` (default 0.05): how long each step works;
 * `fail_step` and `fail_times`: that step raises on its first `fail_times` attempts;
 * `ledger`: a file path; every step execution appends one line
-  `task_id step attempt node_id` before it works, so anyone can count what
-  ran how often (a step killed mid-run still has its line).
+  `task_id step attempt node_id term:attempt` before it works, so anyone can
+  count what ran how often (a step killed mid-run still has its line). The last
+  field is the attempt's fencing token: a reader that refuses a line whose token
+  is below the highest it has seen for the step is the fenced external system
+  of the README (a deposed primary's late line is refused).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ etl = Workflow("etl", version=1, description="collect → clean → feature → 
 def _ledger(ctx: StepContext) -> None:
     path = (ctx.input or {}).get("ledger")
     if path:
-        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id}\n".encode()
+        token = ctx.fencing_token
+        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id} {token}\n".encode()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)  # one write(2): lines never interleave, and survive a SIGKILL
