@@ -80,7 +80,7 @@ def main() -> int:
 def _explain_reruns(data_dir: Path, ledger: Path) -> None:
     runs: dict[tuple[str, str], list[str]] = defaultdict(list)
     for line in ledger.read_text().splitlines():
-        task, step, attempt, node = line.split()
+        task, step, attempt, node, _token = line.split()
         runs[(task, step)].append(f"attempt {attempt} on {node}")
     log = EventLog.open(data_dir, read_only=True)
     lost: dict[tuple[str, str], str] = {}

@@ -47,6 +47,7 @@ from scheduler.shell import SHELL_WORKFLOW, shell_workflow
 from scheduler.store import Store
 from scheduler.workflow import (
     AUTO,
+    FencingToken,
     Registry,
     Step,
     StepContext,
@@ -63,10 +64,19 @@ DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600.0
 AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this many
 
 
+def _always() -> bool:
+    return True
+
+
 class Executor(Protocol):
     """Where step functions run. In-process today; remote workers can plug in here."""
 
-    async def run(self, fn: StepFn, ctx: StepContext) -> Any: ...
+    async def run(
+        self, fn: StepFn, ctx: StepContext, *, may_begin: Callable[[], bool] = _always
+    ) -> Any:
+        """Run `fn`. `may_begin` is asked immediately before `fn` begins (in its thread,
+        for a plain function); when it says no, `fn` never begins and LeaseLostError
+        is raised: this node is no longer sure it holds the lease."""
 
     def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
         """Something to await until nothing of this step is still executing (after a
@@ -87,13 +97,17 @@ class InProcessExecutor:
         self._lingering: dict[tuple[str, str], concurrent.futures.Future[Any]] = {}
         self._is_async: dict[StepFn, bool] = {}  # inspect's answer costs ~2 us a call
 
-    async def run(self, fn: StepFn, ctx: StepContext) -> Any:
+    async def run(
+        self, fn: StepFn, ctx: StepContext, *, may_begin: Callable[[], bool] = _always
+    ) -> Any:
         is_async = self._is_async.get(fn)
         if is_async is None:
             is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
         if is_async:
+            _begin(may_begin, ctx)  # nothing awaits between this check and the step's start
             return await fn(ctx)
-        cf = self._pool.submit(fn, ctx)
+        # Checked in the thread: a thread of the pool may begin it well after this line.
+        cf = self._pool.submit(_begun, may_begin, fn, ctx)
         try:
             result = await asyncio.wrap_future(cf)
         except asyncio.CancelledError:
@@ -110,6 +124,19 @@ class InProcessExecutor:
             return None
         log.warning("step %s/%s: waiting for its abandoned thread to end", task_id, step)
         return _quietly(asyncio.wrap_future(cf))
+
+
+def _begin(may_begin: Callable[[], bool], ctx: StepContext) -> None:
+    if not may_begin():
+        raise LeaseLostError(
+            f"attempt {ctx.attempt} of {ctx.task_id}/{ctx.step} not begun: this node is no "
+            f"longer sure it holds the lease"
+        )
+
+
+def _begun(may_begin: Callable[[], bool], fn: StepFn, ctx: StepContext) -> Any:
+    _begin(may_begin, ctx)
+    return fn(ctx)
 
 
 async def _quietly(fut: Awaitable[Any]) -> None:
@@ -183,6 +210,7 @@ class Engine:
         idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         commit: Callable[[int], Awaitable[None]] | None = None,
         shell_refusal: Callable[[], str | None] | None = None,
+        lease_valid: Callable[[], bool] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -197,6 +225,10 @@ class Engine:
         # What an acknowledgement waits for beyond local durability: the lease still
         # held and, in synchronous mode, enough standbys (the node supplies it).
         self._commit = commit or _durable_is_enough
+        # Is this node still sure it holds the lease? Asked right before a STARTED is
+        # written and again right before the attempt begins: a commit check alone leaves
+        # loop turns between it and the start, where a paused primary resumes unfenced.
+        self._lease_valid = lease_valid or _always
         self._leading = False
         self._draining = False
         self._idle = asyncio.Event()  # set when no step runs (for drain)
@@ -560,6 +592,11 @@ class Engine:
     async def _commit_starts(self, drafts: list[Draft], gate: asyncio.Future[bool]) -> None:
         """Append STARTED for a pass's steps; the gate says whether they may run."""
         try:
+            if not self._lease_valid():
+                # Never begin an attempt after the lease lapsed, nor record one.
+                self._lease_lapsed(f"{len(drafts)} step(s) not started")
+                gate.set_result(False)
+                return
             events = await self.store.log.append_many(drafts)
             ok = await self._committed(events[-1].event_id)
         except asyncio.CancelledError:
@@ -572,6 +609,11 @@ class Engine:
             return
         if not gate.done():
             gate.set_result(ok)
+
+    def _lease_lapsed(self, what: str) -> None:
+        if self._leading:
+            log.warning("%s: this node is no longer sure it holds the lease", what)
+        self._leading = False  # decide nothing more; the node demotes us
 
     def _free_slot(self) -> None:
         self._slots_used -= 1
@@ -600,6 +642,7 @@ class Engine:
             node_id=self.node_id,
             workflow=task.workflow,
             version=task.version,
+            fencing_token=FencingToken(self.store.log.term, attempt),
         )
 
     async def _run_step(
@@ -633,7 +676,13 @@ class Engine:
             # context manager's bookkeeping was a measurable share of the loop.
             timer = asyncio.get_running_loop().call_later(timeout, self._time_out, key, timeout)
             try:
-                result = await self.executor.run(spec.fn, ctx)
+                # Asked again right before the attempt begins: turns of the loop (or a
+                # SIGSTOP) may separate the commit's lease check from this line.
+                result = await self.executor.run(spec.fn, ctx, may_begin=self._lease_valid)
+            except LeaseLostError:
+                # Not begun. Its STARTED is committed: the next leader fails it as lost.
+                self._lease_lapsed(f"step {task_id}/{name} attempt {attempt} not begun")
+                return
             except asyncio.CancelledError:
                 error = self._cancel_why.pop(key, None)
                 if error is None:
@@ -802,8 +851,11 @@ class Engine:
                     self._context(task, name, step.attempt, spec.after), name, step.result
                 )
                 try:
-                    await self.executor.run(spec.compensate, ctx)
+                    await self.executor.run(spec.compensate, ctx, may_begin=self._lease_valid)
                     break
+                except LeaseLostError:
+                    self._lease_lapsed(f"compensation of {task_id}/{name} not begun")
+                    return
                 except Exception as e:
                     await logw.append(
                         EventType.STEP_FAILED,
@@ -1099,4 +1151,5 @@ def _with_own_result(ctx: StepContext, name: str, result: Any) -> StepContext:
         node_id=ctx.node_id,
         workflow=ctx.workflow,
         version=ctx.version,
+        fencing_token=ctx.fencing_token,
     )

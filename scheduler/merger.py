@@ -72,6 +72,14 @@ def warm() -> Future[int]:
     return _executor().submit(os.getpid)
 
 
+def pids() -> set[int]:
+    """The merge processes running now (a node stopping leaves them to end by themselves)."""
+    with _lock:
+        pool = _pool
+    procs = getattr(pool, "_processes", None) or {}
+    return set(procs)
+
+
 def _drop(pool: ProcessPoolExecutor) -> None:
     global _pool
     with _lock:

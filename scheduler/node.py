@@ -31,7 +31,7 @@ from typing import Any
 from lease import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, MemoryLease, World
 from replicator.receiver import Follower
 from replicator.sender import ReplicationHub, ReplicationTimeout
-from scheduler import merger, metrics
+from scheduler import guard, merger, metrics
 from scheduler.api.server import ApiServer
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
@@ -170,6 +170,7 @@ class Node:
             idempotency_ttl_s=s.idempotency_ttl,
             commit=self.commit,
             shell_refusal=self.shell_refusal,
+            lease_valid=self.lease_valid,
         )
         if self.api is not None:
             store.add_observer(self.api.watchers)
@@ -501,6 +502,9 @@ class Node:
             await asyncio.sleep(0.05)
 
     def lease_valid(self) -> bool:
+        """Sure to hold the lease now? What every acknowledgement and every attempt's
+        start checks: the watchdog polls, and a node resumed from a pause runs what was
+        ready (a step about to begin) before the watchdog's next look."""
         return self.role == "primary" and time.monotonic() - self._renewed_at <= self.fence_after_s
 
     async def demote(self, why: str) -> str:
@@ -779,6 +783,11 @@ def _drop_snapshots_after(data: DataDir, keep_through: int) -> None:
 async def serve(settings: NodeSettings) -> int:
     """Run a node until SIGTERM or SIGINT; exit status 0 on a clean stop."""
     node = Node(settings)
+    # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
+    # are reaped here, and killed when the node stops. Only the node process does this
+    # (not a Node in a test's process). Commands run under scheduler/guard.py die with
+    # the node even by SIGKILL; these orphans do not (README, "Step processes").
+    orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
     print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -788,7 +797,23 @@ async def serve(settings: NodeSettings) -> int:
     loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
+    if orphans is not None:
+        orphans.cancel()
+        killed = guard.kill_descendants(keep=merger.pids())
+        if killed:
+            log.warning("killed %d process(es) the steps left behind", killed)
     return 0
+
+
+async def _reap_orphans(period_s: float = 5.0) -> None:
+    zombies: dict[int, float] = {}
+    while True:
+        await asyncio.sleep(period_s)
+        with contextlib.suppress(OSError):
+            # in a thread: with a child ended, it reads /proc (ms of the loop's time)
+            n = await asyncio.to_thread(guard.reap_orphans, zombies, time.monotonic())
+            if n:
+                log.info("reaped %d ended process(es) a step left behind", n)
 
 
 async def _watch_loop_lag(

@@ -7,22 +7,24 @@
        {"name": "notify", "run": "./notify.sh", "after": ["dump"],
         "idempotency": "not_idempotent", "compensate": "./unnotify.sh"}]}
 
-Each command runs with `/bin/sh -c` in its own process group (a timeout or a
-cancel kills the whole group) and sees APOLLO11_TASK_ID, APOLLO11_STEP,
-APOLLO11_ATTEMPT and APOLLO11_DEDUPE_KEY in its environment, so it can
-deduplicate or checkpoint. A non-zero exit fails the step with the exit code
-and the tail of its output in the FAILED event.
+Each command runs with `/bin/sh -c` under a guard (scheduler/guard.py), in a
+process group of its own: a timeout, a cancel, the command's own end and its
+node's death (even by SIGKILL) kill everything it started. It sees
+APOLLO11_TASK_ID, APOLLO11_STEP, APOLLO11_ATTEMPT, APOLLO11_DEDUPE_KEY and
+APOLLO11_FENCING_TOKEN ("term:attempt") in its environment, so it can
+deduplicate, checkpoint, or have an external system refuse a deposed primary's
+late attempt. A non-zero exit fails the step with the exit code and the tail
+of its output in the FAILED event.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 from typing import Any
 
 from scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
+from scheduler.guard import guarded, stop
 from scheduler.workflow import (
     AUTO,
     Checkpoint,
@@ -51,21 +53,20 @@ def _runner(command: str) -> Any:
             "APOLLO11_STEP": ctx.step,
             "APOLLO11_ATTEMPT": str(ctx.attempt),
             "APOLLO11_DEDUPE_KEY": ctx.dedupe_key,
+            "APOLLO11_FENCING_TOKEN": str(ctx.fencing_token),
         }
-        proc = await asyncio.create_subprocess_shell(
-            command,
+        proc = await asyncio.create_subprocess_exec(
+            *guarded(["/bin/sh", "-c", command]),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,
             env=env,
-            start_new_session=True,  # its own process group, so a kill reaches its children
+            start_new_session=True,  # the guard leads a group its command shares
         )
         try:
             out, _ = await proc.communicate()
         except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            await stop(proc)  # a timeout or cancel: the command and all it started
             raise
         tail = out[-OUTPUT_TAIL_BYTES:].decode(errors="replace")
         if proc.returncode != 0:

@@ -33,9 +33,10 @@ import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from scheduler.errors import WorkflowDefinitionError
+from scheduler.guard import guarded
 
 
 class Strategy(enum.StrEnum):
@@ -126,6 +127,26 @@ DEFAULT_TIMEOUT_S = 3600.0
 AUTO_MIN_SAMPLES = 20
 
 
+class FencingToken(NamedTuple):
+    """(term, attempt): compares in the order attempts of a step may begin.
+
+    The lease check before an attempt begins and the beginning itself are not
+    atomic: a node paused between the two can begin an attempt after a new
+    primary began a later one. An external system that keeps the highest token
+    it has seen for a step (`dedupe_key`) and rejects lower ones closes that
+    window. Shell steps get it as APOLLO11_FENCING_TOKEN, `str(token)`.
+    """
+
+    term: int
+    attempt: int
+
+    def __str__(self) -> str:
+        return f"{self.term}:{self.attempt}"
+
+
+NO_TOKEN = FencingToken(0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class StepContext:
     """What a running step is told."""
@@ -138,11 +159,22 @@ class StepContext:
     node_id: str
     workflow: str
     version: int
+    # The term of the primary that began this attempt, and the attempt: pass it to
+    # external systems that can refuse a deposed primary's late attempt.
+    # (0, 0) outside an engine (a test calling a step directly).
+    fencing_token: FencingToken = NO_TOKEN
 
     @property
     def dedupe_key(self) -> str:
         """Stable across retries, replays and failovers: `task_id:step`."""
         return f"{self.task_id}:{self.step}"
+
+    def guarded(self, argv: Sequence[str]) -> list[str]:
+        """`argv` run under the guard shell steps run under: it and all it starts die
+        with this node (even by SIGKILL) and when it ends. Start it with
+        `start_new_session=True`; to end it early, `await scheduler.guard.stop(proc)`
+        (asyncio) or send the guard SIGTERM."""
+        return guarded(argv)
 
 
 StepFn = Callable[[StepContext], Any] | Callable[[StepContext], Awaitable[Any]]

@@ -22,6 +22,7 @@ async def main(data_dir: str, ledger: str, n: int, step_seconds: float) -> None:
         NodeSettings(
             node_id=f"n{os.getpid()}",
             data_dir=Path(data_dir),
+            listen="127.0.0.1:0",  # not the default port: other suites run on this machine
             workflows=["scheduler.examples"],
             snapshot_interval=40,
             segment_max_bytes=16 * 1024,

@@ -789,3 +789,99 @@ async def test_each_submission_call_is_timed_to_its_commit(rig_factory: Any) -> 
     await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="same")
     await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="same")
     assert count() == before + 3, "a duplicate that writes nothing is not timed"
+
+
+async def _fenced_engine(
+    tmp_path: Path, wf: Workflow, commit: Any, lease_valid: Callable[[], bool]
+) -> tuple[Store, Engine]:
+    reg = Registry()
+    reg.register(wf)
+    store = Store.open(tmp_path / "d", config=CFG, instance_id="n1")
+    store.log.term = 7
+    engine = Engine(store, reg, node_id="n1", commit=commit, lease_valid=lease_valid)
+    await engine.start()
+    return store, engine
+
+
+@pytest.mark.parametrize("kind", ["async", "thread"])
+async def test_no_attempt_begins_once_the_lease_check_says_no(tmp_path: Path, kind: str) -> None:
+    """The commit's lease check passed, then the node lost its lease (paused, say)
+    before the step began: the attempt never begins, and nothing records an outcome
+    (its STARTED is committed: the next leader fails it as lost)."""
+    ran: list[int] = []
+    wf = Workflow("once")
+
+    if kind == "async":
+
+        async def work(ctx: StepContext) -> None:
+            ran.append(ctx.attempt)
+
+    else:
+
+        def work(ctx: StepContext) -> None:  # type: ignore[misc]
+            ran.append(ctx.attempt)
+
+    wf.step(name="s", idempotency=Idempotent())(work)
+    valid = True
+
+    async def commit(event_id: int) -> None:
+        nonlocal valid
+        (event,) = store.log.read(event_id, event_id)
+        if event.event_type is EventType.STEP_STARTED:
+            valid = False  # the check inside the commit passed; the lease lapses just after
+
+    store, engine = await _fenced_engine(tmp_path, wf, commit, lambda: valid)
+    sub = await engine.submit("once")
+    await asyncio.sleep(0.3)
+    assert ran == [], "an attempt began after the lease check said no"
+    kinds = [e.event_type for e in store.log.read() if e.task_id == sub.task_id]
+    assert kinds == [EventType.TASK_SUBMITTED, EventType.STEP_STARTED]
+    assert not engine.leading, "the engine decides nothing more"
+    await engine.stop()
+    await store.close()
+
+
+async def test_no_started_is_written_once_the_lease_check_says_no(tmp_path: Path) -> None:
+    ran: list[int] = []
+    wf = Workflow("once")
+
+    async def work(ctx: StepContext) -> None:
+        ran.append(ctx.attempt)
+
+    wf.step(name="s", idempotency=Idempotent())(work)
+    valid = True
+
+    async def commit(event_id: int) -> None:
+        nonlocal valid
+        valid = False  # the submission is acknowledged, then the lease lapses
+
+    store, engine = await _fenced_engine(tmp_path, wf, commit, lambda: valid)
+    sub = await engine.submit("once")
+    await asyncio.sleep(0.3)
+    assert ran == []
+    kinds = [e.event_type for e in store.log.read() if e.task_id == sub.task_id]
+    assert kinds == [EventType.TASK_SUBMITTED], "no STARTED after the lease lapsed"
+    await engine.stop()
+    await store.close()
+
+
+async def test_every_attempt_carries_its_fencing_token(rig_factory: Any) -> None:
+    from scheduler.workflow import FencingToken
+
+    tokens: list[FencingToken] = []
+    wf = Workflow("fenced")
+
+    async def work(ctx: StepContext) -> None:
+        tokens.append(ctx.fencing_token)
+        if ctx.attempt < 3:
+            raise RuntimeError("again")
+
+    wf.step(name="s", idempotency=Idempotent(), retry=Retry(attempts=3, backoff_s=0))(work)
+    rig = await rig_factory(wf)
+    term = rig.store.log.term
+    await rig.run("fenced")
+    assert tokens == [(term, 1), (term, 2), (term, 3)]
+    assert str(tokens[-1]) == f"{term}:3"
+    assert tokens == sorted(tokens) and FencingToken(term + 1, 1) > tokens[-1], (
+        "a later term's attempt outranks every earlier term's"
+    )

@@ -1,0 +1,55 @@
+"""A node in process, standalone (an in-memory lease): its lease checks around a step."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from scheduler.config import NodeSettings
+from scheduler.log import EventType
+from scheduler.node import Node
+from scheduler.workflow import Idempotent, Registry, StepContext, Workflow
+
+
+async def test_a_primary_paused_between_commit_and_start_does_not_begin_the_attempt(
+    tmp_path: Path,
+) -> None:
+    """Issue 15 (4b): the STARTED's commit checked the lease, the node was paused right
+    after (SIGSTOP) and resumed past its lease: it must not begin the attempt, which a
+    new primary has failed as lost and retried meanwhile."""
+    ran: list[int] = []
+    wf = Workflow("once")
+
+    @wf.step(idempotency=Idempotent())
+    async def s(ctx: StepContext) -> None:
+        ran.append(ctx.attempt)
+
+    reg = Registry()
+    reg.register(wf)
+    # A long TTL: no renewal of the keepalive comes between the "pause" and the start.
+    settings = NodeSettings(
+        node_id="n1", data_dir=tmp_path / "d", listen="127.0.0.1:0", lease_ttl=30
+    )
+    node = Node(settings, registry=reg)
+    await node.start()
+    assert node.engine is not None and node.store is not None
+    await asyncio.sleep(0.2)  # past the keepalive's first renewal
+    commit = node.commit
+
+    async def paused_after_commit(event_id: int) -> None:
+        await commit(event_id)
+        (event,) = node.store.log.read(event_id, event_id)  # type: ignore[union-attr]
+        if event.event_type is EventType.STEP_STARTED:
+            node._renewed_at = time.monotonic() - 1000  # as if stopped for 1000 s just now
+
+    node.engine._commit = paused_after_commit
+    sub = await node.engine.submit("once")
+    await asyncio.sleep(0.5)
+    try:
+        assert ran == [], "the resumed, deposed primary began the attempt"
+        kinds = [e.event_type for e in node.store.log.read() if e.task_id == sub.task_id]
+        assert kinds == [EventType.TASK_SUBMITTED, EventType.STEP_STARTED]
+        assert node.role == "standby", "the watchdog demoted it"
+    finally:
+        await node.stop()

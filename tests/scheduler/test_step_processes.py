@@ -1,0 +1,88 @@
+"""A Python step's own subprocesses and the node process (issue 15, 4a).
+
+The node process is a child subreaper: an orphan a step leaves stays in its tree
+and is killed when the node stops. A subprocess started under `ctx.guarded` dies
+with its node even by SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.client import SyncClient
+from tests.nodes import start_node
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _alive(pid: int) -> bool:
+    s = _stat(pid)
+    return s is not None and s[0] != b"Z"
+
+
+def _pid_from(path: Path, timeout: float = 20) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError("the step never started its process")
+
+
+def _gone(pid: int, timeout: float = 5) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _alive(pid)
+
+
+def test_an_orphan_of_a_python_step_stays_with_the_node_and_ends_with_it(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pid"
+    node = start_node(
+        tmp_path / "d",
+        "--workflows",
+        "tests.scheduler.spawning",
+        env={"APOLLO11_DRAIN_TIMEOUT": "0"},  # the step sleeps: do not wait for it
+    )
+    try:
+        with SyncClient(node.address) as c:
+            c.submit("spawn", {"pidfile": str(pidfile)})
+        orphan = _pid_from(pidfile)
+        time.sleep(0.2)
+        stat = _stat(orphan)
+        assert stat is not None and int(stat[1]) == node.proc.pid, "adopted by the node"
+        assert node.stop() == 0
+        assert _gone(orphan), "the orphan outlived its node's stop"
+    finally:
+        node.stop(signal.SIGKILL)
+
+
+def test_a_guarded_subprocess_of_a_python_step_dies_with_a_sigkilled_node(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pid"
+    node = start_node(tmp_path / "d", "--workflows", "tests.scheduler.spawning")
+    try:
+        with SyncClient(node.address) as c:
+            c.submit("spawn", {"pidfile": str(pidfile), "guarded": True})
+        child = _pid_from(pidfile)
+        assert _alive(child)
+        node.stop(signal.SIGKILL)
+        assert _gone(child), "the guarded subprocess outlived its SIGKILLed node"
+    finally:
+        node.stop(signal.SIGKILL)
