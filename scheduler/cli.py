@@ -455,6 +455,10 @@ def _progress_line(ev: Any) -> None:
     extra = ""
     if isinstance(ev.payload, dict) and ev.payload.get("error"):
         extra = f" — {ev.payload['error']}"
+    if isinstance(ev.payload, dict) and ev.payload.get("operator"):
+        # who acted, as the credential proved it; a typed display name beside it
+        shown = f" (as {ev.payload['as']})" if ev.payload.get("as") else ""
+        extra += f" — by {ev.payload['operator']}{shown}: {ev.payload.get('reason', '')}"
     attempt = f" (attempt {ev.attempt})" if ev.attempt else ""
     out.print(f"{_ms(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}")
 

@@ -146,6 +146,8 @@ def test_the_operator_on_record_is_the_authenticated_one(tmp_path: Path) -> None
         with _client(node, pki, pki.tokens["reader"]) as c:
             t = c.task(sub.task_id)
         assert t.cancelled is not None and t.cancelled["operator"] == "operator-user"
+        res = cli(*env_args, "events", "--task", sub.task_id, server=node.address)
+        assert "CANCELLED — by operator-user (as root): wrong input" in res.stdout, res.stdout
     finally:
         assert node.stop() == 0
 
