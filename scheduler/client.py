@@ -75,7 +75,7 @@ def channel_credentials_for(
         return None
     if bool(cert) != bool(key):
         raise InvalidArgumentError("a client certificate needs its key, and a key its certificate")
-    return grpc.sslchannel_credentials_for(
+    return grpc.ssl_channel_credentials(
         root_certificates=_read(ca, "--ca"),
         private_key=_read(key, "--key"),
         certificate_chain=_read(cert, "--cert"),
