@@ -12,7 +12,7 @@ COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 
 .PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
-	demo wheelhouse up down status logs failover-demo e2e alerts-test chromium netns-tools
+	demo wheelhouse secrets up down status logs failover-demo e2e alerts-test chromium netns-tools
 
 setup: $(STAMP)
 
@@ -80,6 +80,10 @@ demo: setup
 wheelhouse: setup
 	rm -rf deploy/wheelhouse
 	$(BIN)/python -m pip wheel --quiet --wheel-dir deploy/wheelhouse .
+
+# The compose cluster's CA, certificates and tokens, once (deploy/secrets.sh says what).
+secrets: setup
+	deploy/secrets.sh
 
 up: wheelhouse
 	$(IMAGES) $$COMPOSE -f $(COMPOSE_FILE) build && $$COMPOSE -f $(COMPOSE_FILE) up -d
