@@ -1,6 +1,10 @@
 """Checks run from the host against the compose cluster (called by deploy/e2e.sh).
 
-Everything goes through the published ports and the real CLI, as a user would.
+Everything goes through the published ports and the real CLI, as a user would,
+with the credentials deploy/secrets.sh made (APOLLO11_CA and APOLLO11_TOKEN_FILE,
+or deploy/secrets/ca.pem and operator.token): first that the cluster is closed
+(TLS, tokens, peer mTLS; operator actions name the token's principal), then the
+failover.
 """
 
 from __future__ import annotations
@@ -11,30 +15,104 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from scheduler.client import SyncClient
+import grpc
+
+from scheduler.client import ApiError, SyncClient, UnavailableError
+from scheduler.security.tokens import list_entries, token_hash
 
 NODES = {"node1": "127.0.0.1:7411", "node2": "127.0.0.1:7421", "node3": "127.0.0.1:7431"}
 SERVERS = ",".join(NODES.values())
 CLI = [sys.executable, "-m", "scheduler.cli"]
+SECRETS = Path(__file__).resolve().parent / "secrets"
+# Taken out of the environment: each call below says which credentials it uses (the
+# client would otherwise pick them up from there even where a check wants none).
+CA = os.environ.pop("APOLLO11_CA", "") or str(SECRETS / "ca.pem")
+TOKEN_FILE = os.environ.pop("APOLLO11_TOKEN_FILE", "") or str(SECRETS / "operator.token")
+os.environ.pop("APOLLO11_TOKEN", None)
+TOKEN = Path(TOKEN_FILE).read_text().strip()
 
 
 def say(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} e2e: {msg}", flush=True)
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "APOLLO11_SERVER": SERVERS}
+def cli(*args: str, timeout: float = 60, token: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "APOLLO11_SERVER": SERVERS, "APOLLO11_CA": CA}
+    if token:
+        env["APOLLO11_TOKEN_FILE"] = TOKEN_FILE
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def status(address: str) -> dict | None:  # type: ignore[type-arg]
     """One quick look (polled often, so not through the CLI's patient retries)."""
     try:
-        with SyncClient(address, retries=0, timeout_s=2) as c:
+        with SyncClient(address, retries=0, timeout_s=2, ca=CA, token=TOKEN) as c:
             return c.status().to_json()
     except Exception:
         return None
+
+
+def check_closed(address: str, security: str) -> None:
+    """From the host: TLS, tokens and peer mTLS on, and nothing gets in without them."""
+    assert security.startswith("tls, tokens") and "peer mTLS" in security, security
+    with SyncClient(address, retries=0, timeout_s=5, ca=CA) as c:
+        try:
+            c.status()
+            raise AssertionError("a call without a token was answered")
+        except ApiError as e:
+            assert e.code is grpc.StatusCode.UNAUTHENTICATED, e
+    r = cli("status", "--server", address, token=False)
+    assert r.returncode != 0 and "UNAUTHENTICATED" in r.stderr, (r.stdout, r.stderr)
+    # No CA: a plaintext channel, which the TLS port must not answer at all (an open
+    # port would say UNAUTHENTICATED; no token goes out in the clear).
+    with SyncClient(address, retries=0, timeout_s=5, tls=False) as c:
+        try:
+            c.status()
+            raise AssertionError("a plaintext call was answered")
+        except UnavailableError:
+            pass
+    r = cli("status", "--json")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)["security"]
+    assert not shown.startswith("INSECURE"), shown
+    say(f"closed: {shown}; no token: UNAUTHENTICATED; plaintext: refused")
+
+
+def check_operator_is_principal(address: str) -> None:
+    """An operator action records who the token belongs to, not a name one typed.
+
+    Sent to the primary's published port: a standby would redirect it to the
+    primary's advertised name (node1:7411), which only resolves inside the compose
+    network, and a cancel is not retried elsewhere (it is not safe to repeat).
+    """
+    principal = next(
+        e.name
+        for e in list_entries(Path(TOKEN_FILE).parent / "tokens")
+        if e.secret == token_hash(TOKEN)
+    )
+    r = cli("submit", "etl", "--input", json.dumps({"step_seconds": 5}), "--json")
+    assert r.returncode == 0, r.stderr
+    task = json.loads(r.stdout)["task_id"]
+    r = cli(
+        "cancel",
+        task,
+        "--reason",
+        "e2e: operator check",
+        "--operator",
+        "someone-else",
+        "--server",
+        address,
+    )
+    assert r.returncode == 0, r.stderr
+    r = cli("events", "--task", task, "--json")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    cancel = next(e for e in events if e["event_type"] == "TASK_CANCELLED")
+    assert cancel["payload"]["operator"] == principal, cancel
+    assert cancel["payload"].get("as") == "someone-else", cancel
+    say(f"cancel of {task} recorded as {principal!r} (typed name kept beside it)")
 
 
 def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict]:  # type: ignore[type-arg]
@@ -58,6 +136,8 @@ def main() -> int:
 
     old, s = primary()
     say(f"primary {old}, term {s['term']}")
+    check_closed(NODES[old], s["security"])
+    check_operator_is_principal(NODES[old])
     acked = []
     for i in range(args.tasks):
         r = cli(
