@@ -10,7 +10,8 @@
 #      examples module loaded (the compose file loads no workflows unless asked)
 #   4. deploy/e2e_check.py from the host, with the operator's token: no token is
 #      UNAUTHENTICATED, plaintext is refused, status says tls/tokens/peer mTLS, a
-#      cancel is recorded as the token's principal; tasks via the CLI, docker kill
+#      cancel is recorded as the token's principal, etcd answers only TLS clients
+#      with a certificate; tasks via the CLI, docker kill
 #      of the primary, takeover within TTL + 2 s, every acknowledged task completes,
 #      docker start of the old primary: it rejoins as a standby
 #   5. tear everything down (also on failure)
@@ -54,6 +55,9 @@ log "starting etcd x3 and three nodes"
   || { tail -30 /tmp/apollo11-up.log; exit 1; }
 
 # ---------------------------------------------------------------- 4. checks
+# etcd publishes no port; the host reaches a member on the compose network's bridge.
+ETCD1=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' \
+  "$("${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml ps -q etcd1)")
 APOLLO11_CA=deploy/secrets/ca.pem APOLLO11_TOKEN_FILE=deploy/secrets/operator.token \
-  "$ROOT/.venv/bin/python" deploy/e2e_check.py --ttl "$APOLLO11_LEASE_TTL"
+  "$ROOT/.venv/bin/python" deploy/e2e_check.py --ttl "$APOLLO11_LEASE_TTL" --etcd "$ETCD1:2379"
 log "passed in ${SECONDS}s"

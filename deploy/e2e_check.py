@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -128,16 +130,48 @@ def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict
     raise SystemExit("no primary")
 
 
+def etcd_health(address: str, *, tls: bool, cert: bool) -> bytes:
+    """GET /health from an etcd member as a client: what it answered (b"" if nothing)."""
+    host, _, port = address.rpartition(":")
+    request = b"GET /health HTTP/1.1\r\nHost: etcd1\r\nConnection: close\r\n\r\n"
+    ctx = ssl.create_default_context(cafile=CA)
+    if cert:
+        secrets = Path(CA).parent
+        ctx.load_cert_chain(secrets / "node1.pem", secrets / "node1-key.pem")
+    answer = b""
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            conn = ctx.wrap_socket(raw, server_hostname="etcd1") if tls else raw
+            conn.sendall(request)
+            while chunk := conn.recv(4096):
+                answer += chunk
+    except (OSError, ssl.SSLError):
+        pass
+    return answer
+
+
+def check_etcd_closed(address: str) -> None:
+    """etcd answers TLS clients with a certificate the cluster CA signed, and no one else."""
+    healthy = b'"health":"true"'
+    assert healthy in etcd_health(address, tls=True, cert=True), "etcd did not answer a node"
+    assert healthy not in etcd_health(address, tls=True, cert=False), "etcd needs no client cert"
+    assert healthy not in etcd_health(address, tls=False, cert=False), "etcd answers plaintext"
+    say(f"etcd at {address}: TLS with a client certificate only")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ttl", type=float, default=5.0)
     ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--etcd", help="HOST:PORT of an etcd member's client port, to check it")
     args = ap.parse_args()
 
     old, s = primary()
     say(f"primary {old}, term {s['term']}")
     check_closed(NODES[old], s["security"])
     check_operator_is_principal(NODES[old])
+    if args.etcd:
+        check_etcd_closed(args.etcd)
     acked = []
     for i in range(args.tasks):
         r = cli(

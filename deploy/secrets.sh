@@ -15,6 +15,15 @@ DIR=${APOLLO11_SECRETS_DIR:-deploy/secrets}
 APOLLO11=${APOLLO11:-.venv/bin/apollo11}
 umask 077
 
+# `docker compose up` before this ran leaves a directory where each mounted file goes
+for f in ca.pem tokens node1.pem node1-key.pem etcd1.pem; do
+  if [ -d "$DIR/$f" ]; then
+    echo "secrets: $DIR/$f is a directory (docker made it: compose ran before the" \
+      "credentials existed); run make down, remove $DIR, then make up" >&2
+    exit 1
+  fi
+done
+
 # The directory is 0700 (apollo11 certs sees to it): it is what keeps the keys from
 # other users of this machine. Containers get single files bind-mounted, never the
 # directory, so each node sees its own key and nobody sees the CA's.
