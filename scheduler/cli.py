@@ -143,6 +143,22 @@ def node(
     metrics_open: Annotated[
         bool, typer.Option("--metrics-open", help="Serve /metrics without a credential.")
     ] = False,
+    examples_dir: Annotated[
+        Path | None,
+        typer.Option("--examples-dir", help="Where scheduler.examples may write (default: temp)."),
+    ] = None,
+    max_watch_streams: Annotated[
+        int | None, typer.Option("--max-watch-streams", help="Open WatchTask streams (1000).")
+    ] = None,
+    max_streams_per_connection: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams-per-connection", help="Concurrent calls per connection (1000)."
+        ),
+    ] = None,
+    max_message_bytes: Annotated[
+        int | None, typer.Option("--max-message-bytes", help="Largest request (16 MiB).")
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="A TOML file with the same settings.")
     ] = None,
@@ -219,6 +235,10 @@ def node(
             etcd_ca=etcd_ca,
             etcd_cert=etcd_cert,
             etcd_key=etcd_key,
+            examples_dir=examples_dir,
+            max_watch_streams=max_watch_streams,
+            max_streams_per_connection=max_streams_per_connection,
+            max_message_bytes=max_message_bytes,
         )
     except ValueError as e:
         raise _fail(str(e), 2) from e
@@ -694,6 +714,9 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
         f"log at event {s.last_event_id}, state applied to {s.applied_event_id}; "
         f"{s.active_tasks} active tasks, {s.running_steps} steps running"
     )
+    if s.security:
+        style = "bold red" if s.security.startswith("INSECURE") else "dim"
+        out.print(f"security: {s.security}", style=style, markup=False)
     table = Table(
         "member", "role", "address", "last event", "lag (events)", "lag ms", "connected", "sync"
     )

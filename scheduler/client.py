@@ -28,6 +28,7 @@ import orjson
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 from scheduler.api import codec
+from scheduler.api.limits import CLIENT_OPTIONS
 from scheduler.api.server import LEADER_METADATA
 from scheduler.api.views import EventView, Page, StatusView, Submission, TaskView
 from scheduler.errors import (
@@ -36,6 +37,7 @@ from scheduler.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    ResourceExhaustedError,
 )
 
 T = TypeVar("T")
@@ -122,6 +124,9 @@ def _translate(err: grpc.aio.AioRpcError) -> ApolloError:
         return NotLeaderError(msg, leader=leader) if leader else FailedPreconditionError(msg)
     if code is grpc.StatusCode.UNAVAILABLE:
         return UnavailableError(msg)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # not retried: a node at its limit (or a message over it) is not helped by more
+        return ResourceExhaustedError(msg)
     return ApiError(code, msg)
 
 
@@ -173,9 +178,9 @@ class Client:
         ch = self._channels.get(ep)
         if ch is None:
             if self._credentials is None:
-                ch = grpc.aio.insecure_channel(ep)
+                ch = grpc.aio.insecure_channel(ep, options=CLIENT_OPTIONS)
             else:
-                ch = grpc.aio.secure_channel(ep, self._credentials)
+                ch = grpc.aio.secure_channel(ep, self._credentials, options=CLIENT_OPTIONS)
             self._channels[ep] = ch
         return ch
 
@@ -244,7 +249,16 @@ class Client:
                     if not (retry and (transient or isinstance(last, NotLeaderError))):
                         raise last from None
         assert last is not None
-        raise last
+        raise self._hinted(last)
+
+    def _hinted(self, err: ApolloError) -> ApolloError:
+        """A plaintext call to a TLS port ends in "Socket closed": say what fixes it."""
+        plaintext = self._credentials is None
+        if isinstance(err, UnavailableError) and plaintext and "Socket closed" in str(err):
+            return UnavailableError(
+                f"{err} (if the nodes use TLS, pass --ca FILE or set APOLLO11_CA)"
+            )
+        return err
 
     # -------------------------------------------------------------- writes
 

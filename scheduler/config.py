@@ -32,6 +32,9 @@ from scheduler.log.eventlog import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy
 from scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
 from scheduler.snapshot import DEFAULT_INTERVAL
 
+# a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
+MESSAGE_ENVELOPE_BYTES = 64 * 1024
+
 
 class EtcdSecurity(TypedDict):
     """EtcdLease's keyword arguments for etcd auth and TLS (files read, PEM bytes)."""
@@ -83,6 +86,16 @@ class NodeSettings(BaseSettings):
     # what the oldest kept snapshot covers.
     log_retention: Literal["all", "snapshots"] = "all"
     drain_timeout: float = Field(default=10.0, ge=0)
+    # where the bundled examples' `ledger` input may write (None: the system temp dir)
+    examples_dir: Path | None = None
+    # Abuse limits of the gRPC server (scheduler/api/limits.py). A received message
+    # is at most max_message_bytes (gRPC answers RESOURCE_EXHAUSTED past it): at
+    # least a SubmitTask of submit_max_bytes in its envelope (checked below), and
+    # at least 1 MiB for a standby's Hello (its term history).
+    max_watch_streams: int = Field(default=1000, ge=1)
+    max_streams_per_connection: int = Field(default=1000, ge=1)
+    max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3)
+
     # Security (README "Security"). TLS for the public gRPC port and the HTTP side:
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -244,6 +257,19 @@ class NodeSettings(BaseSettings):
     def peer_address(self) -> str:
         """Where standbys follow this node ("" when replication shares the public port)."""
         return self.peer_advertise or self.peer_listen or ""
+
+    @field_validator("max_message_bytes")
+    @classmethod
+    def _message_fits_a_submission(cls, v: int, info: ValidationInfo) -> int:
+        # the node's submission cap (see Node._open_store); fields validate in order
+        cap = max(info.data.get("submit_max_bytes", 0), info.data.get("payload_max_bytes", 0))
+        if v < cap + MESSAGE_ENVELOPE_BYTES:
+            raise ValueError(
+                f"max_message_bytes must be at least submit_max_bytes + "
+                f"{MESSAGE_ENVELOPE_BYTES} = {cap + MESSAGE_ENVELOPE_BYTES} (got {v}): a "
+                f"submission of submit_max_bytes must fit in one message"
+            )
+        return v
 
     @property
     def address(self) -> str:

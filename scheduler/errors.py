@@ -85,6 +85,16 @@ class NotLeaderError(FailedPreconditionError):
         self.leader = leader
 
 
+class ResourceExhaustedError(ApolloError):
+    """A per-node limit is reached (open WatchTask streams, say); the message names the
+    limit and the setting that raises it. Retry later, or poll (RESOURCE_EXHAUSTED)."""
+
+
+class NodeUnavailableError(ApolloError):
+    """This node cannot serve the request right now (its store is being reopened, or
+    it is stopping): retry, here shortly or on another node (UNAVAILABLE)."""
+
+
 class NoLeaderError(ApolloError):
     """No primary is known right now (an election is under way): retry shortly (UNAVAILABLE)."""
 

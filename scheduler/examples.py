@@ -7,24 +7,79 @@ Its input controls what it does, so tests and demos can script failures:
 * `ledger`: a file path; every step execution appends one line
   `task_id step attempt node_id` before it works, so anyone can count what
   ran how often (a step killed mid-run still has its line).
+
+Whoever may submit a task chooses `ledger`, so it is confined to one
+directory: the node setting `examples_dir` (default: the system temporary
+directory). A relative path is taken inside it; a path that resolves
+(symlinks followed) outside it fails the step for good, before anything is
+written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from scheduler.workflow import Checkpoint, DedupeKey, Idempotent, Retry, StepContext, Workflow
+from scheduler.workflow import (
+    Checkpoint,
+    DedupeKey,
+    Idempotent,
+    Retry,
+    StepContext,
+    StepError,
+    Workflow,
+)
 
 etl = Workflow("etl", version=1, description="collect → clean → feature → infer → persist")
 
 
+_examples_dir: Path | None = None
+
+
+def configure(examples_dir: Path | None) -> None:
+    """Set the directory `ledger` files must be in (None: the system temporary one).
+
+    The node calls this at start with its `examples_dir` setting when it loads
+    this module; a plain argument rather than an environment variable, so that
+    the flag and the config file reach it too and shell steps' processes do not
+    inherit it.
+    """
+    global _examples_dir
+    _examples_dir = examples_dir
+
+
+def allowed_dir() -> str:
+    """The ledger directory, resolved (symlinks followed), as paths are compared to it."""
+    return os.path.realpath(_examples_dir or tempfile.gettempdir())
+
+
+def ledger_path(given: Any) -> str:
+    """Where `given` resolves to, if that is inside allowed_dir(); else StepError (final:
+    the same input fails the same way on every attempt)."""
+    base = allowed_dir()
+    if not isinstance(given, str):
+        raise StepError(f"ledger must be a path string (got {type(given).__name__})", final=True)
+    # join keeps an absolute path as it is and puts a relative one inside base
+    path = os.path.realpath(os.path.join(base, given))
+    if path == base or os.path.commonpath([base, path]) != base:
+        raise StepError(
+            f"ledger {given!r} resolves to {path}, outside the allowed directory {base} "
+            f"(node setting examples_dir): give a file name or a path inside it",
+            final=True,
+        )
+    return path
+
+
 def _ledger(ctx: StepContext) -> None:
-    path = (ctx.input or {}).get("ledger")
-    if path:
+    given = (ctx.input or {}).get("ledger")
+    if given:
+        path = ledger_path(given)
         line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id}\n".encode()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a symlink put in place of the file since the check is refused
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, line)  # one write(2): lines never interleave, and survive a SIGKILL
         finally:

@@ -184,6 +184,10 @@ class Node:
         self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         for module in s.workflows:
             self.registry.load_module(module)
+        if "scheduler.examples" in s.workflows:
+            from scheduler import examples
+
+            examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
         self.store = self._open_store()
         self.api = ApiServer(self, self.principals)
         self.port = await self.api.start(s.listen)
@@ -215,13 +219,16 @@ class Node:
             won = await self.lease.campaign(s.node_id, self.address)
             if won is None:
                 raise ApolloError("the in-memory lease is taken: is another node running here?")
-            return f"{await self._promote(won, t0)}, serving on port {self.port}"
+            return f"{await self._promote(won, t0)}, serving on port {self.port}{self._peers()}"
         self.role = "standby"
         self._spawn(self._role_loop(), "apollo11-role")
         return (
             f"started as standby of cluster {s.cluster!r}: {self.store.recovery}, "
-            f"serving on port {self.port}"
+            f"serving on port {self.port}{self._peers()}"
         )
+
+    def _peers(self) -> str:
+        return f", replication on port {self.api.peer_port}" if self.api and self.api.peer else ""
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))

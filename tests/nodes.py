@@ -21,6 +21,7 @@ class NodeProc:
     data_dir: Path
     port: int
     lines: list[str] = field(default_factory=list)
+    peer_port: int = 0  # the replication port, with --peer-listen
 
     @property
     def address(self) -> str:
@@ -68,7 +69,10 @@ def start_node(
         lines.append(line)
         m = re.search(r"serving on port (\d+)", line)
         if m:
-            return NodeProc(proc, data_dir, int(m.group(1)), lines)
+            peer = re.search(r"replication on port (\d+)", line)
+            return NodeProc(
+                proc, data_dir, int(m.group(1)), lines, int(peer.group(1)) if peer else 0
+            )
     proc.kill()
     raise RuntimeError("node did not start:\n" + "".join(lines))
 

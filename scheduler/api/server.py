@@ -23,6 +23,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
+from scheduler.api.decode import Undecodable, add_service
+from scheduler.api.limits import WatchSlots, server_options
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
     ApolloError,
@@ -31,10 +33,12 @@ from scheduler.errors import (
     InvalidEventError,
     LogClosedError,
     LogFailedError,
+    NodeUnavailableError,
     NoLeaderError,
     NotFoundError,
     NotLeaderError,
     OutcomeUnknownError,
+    ResourceExhaustedError,
     StaleTermError,
 )
 from scheduler.log.record import Event
@@ -42,8 +46,10 @@ from scheduler.replay import TaskState
 from scheduler.security import Authenticator, AuthInterceptor, Principals, current_principal
 from scheduler.security.tls import KeyPair, read_pem, server_credentials
 from scheduler.shell import SHELL_WORKFLOW
+from scheduler.store import Store
 
 if TYPE_CHECKING:
+    from scheduler.config import NodeSettings
     from scheduler.node import Node
 
 log = logging.getLogger(__name__)
@@ -68,8 +74,17 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(e, FailedPreconditionError | StaleTermError):
         return grpc.StatusCode.FAILED_PRECONDITION
-    if isinstance(e, LogFailedError | LogClosedError | OutcomeUnknownError | NoLeaderError):
+    if isinstance(
+        e,
+        LogFailedError
+        | LogClosedError
+        | OutcomeUnknownError
+        | NoLeaderError
+        | NodeUnavailableError,
+    ):
         return grpc.StatusCode.UNAVAILABLE
+    if isinstance(e, ResourceExhaustedError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     return grpc.StatusCode.INTERNAL
 
 
@@ -77,9 +92,13 @@ async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> None:
     if isinstance(e, NotLeaderError) and e.leader:
         context.set_trailing_metadata(((LEADER_METADATA, e.leader),))
     code = _status_for(e)
+    message = str(e)
     if code is grpc.StatusCode.INTERNAL:
         log.exception("internal error serving a request")
-    await context.abort(code, str(e))
+        # Never an empty status: name what failed (the traceback is in the node's log).
+        what = f"{type(e).__name__}: {message}" if message else type(e).__name__
+        message = f"internal error ({what}); see the node's log"
+    await context.abort(code, message)
 
 
 def rpc(
@@ -90,6 +109,8 @@ def rpc(
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidArgumentError(request.describe())
             return await fn(self, request, context)
         except (ApolloError, ValueError) as e:
             await _abort(context, e)
@@ -140,14 +161,25 @@ def _json(text: str, name: str, limit: int) -> Any:
 
 
 class SchedulerService(pbg.SchedulerServicer):
-    def __init__(self, node: Node, watchers: Watchers) -> None:
+    def __init__(self, node: Node, watchers: Watchers, watch_slots: WatchSlots) -> None:
         self.node = node
         self.watchers = watchers
+        self.watch_slots = watch_slots
+
+    def _store(self) -> Store:
+        store = self.node.store
+        if store is None:
+            # Between closing and reopening its store (a divergent tail cut, a snapshot
+            # installed): a moment's wait, not an internal error.
+            raise NodeUnavailableError(
+                f"{self.node.settings.node_id} is reopening its log (rejoining the "
+                f"cluster); retry in a moment or ask another node"
+            )
+        return store
 
     @property
     def _state(self) -> Any:
-        assert self.node.store is not None
-        return self.node.store.state
+        return self._store().state
 
     def _engine(self) -> Any:
         engine = self.node.engine
@@ -156,8 +188,7 @@ class SchedulerService(pbg.SchedulerServicer):
         return engine
 
     def _submit_cap(self) -> int:
-        assert self.node.store is not None
-        return self.node.store.log.config.submit_max_bytes
+        return self._store().log.config.submit_max_bytes
 
     @rpc
     async def SubmitTask(
@@ -275,10 +306,9 @@ class SchedulerService(pbg.SchedulerServicer):
     async def _task_events(self, task: TaskState) -> AsyncIterator[Event]:
         """The task's history a page at a time, so that a task with a long one does not
         hold the event loop while all of it is read."""
-        assert self.node.store is not None
         start = 0
         while True:
-            events, start = self.node.store.task_events(task, start, None, WATCH_PAGE)
+            events, start = self._store().task_events(task, start, None, WATCH_PAGE)
             for e in events:
                 yield e
             if not start:
@@ -289,10 +319,16 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.WatchTaskRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Event]:
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidArgumentError(request.describe())
             task = self._task(request.task_id)
+            self.watch_slots.take()
         except ApolloError as err:
             await _abort(context, err)
             return
+        # Given back when the RPC ends, however it ends: after a client's cancel the
+        # generator can be left at a yield, its finally run only when it is collected.
+        context.add_done_callback(lambda _: self.watch_slots.give_back())
         queue: asyncio.Queue[Event] = asyncio.Queue()
         self.watchers.add(task.task_id, queue)  # before reading history: no gap
         try:
@@ -315,8 +351,8 @@ class SchedulerService(pbg.SchedulerServicer):
     async def GetEvents(
         self, request: pb.GetEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetEventsResponse:
-        assert self.node.store is not None
-        logr = self.node.store.log
+        store = self._store()
+        logr = store.log
         limit = request.limit or DEFAULT_EVENTS
         if limit > MAX_EVENTS:
             raise InvalidArgumentError(f"limit is {limit}, over the limit of {MAX_EVENTS}")
@@ -327,7 +363,7 @@ class SchedulerService(pbg.SchedulerServicer):
         nxt = 0
         if request.task_id:
             task = self._task(request.task_id)
-            events, nxt = self.node.store.task_events(
+            events, nxt = store.task_events(
                 task, request.from_event_id, request.to_event_id or durable, limit
             )
             out = [codec.event_to_pb(e) for e in events]
@@ -433,12 +469,9 @@ class Watchers:
 SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replication")
 
 
-def _server(authenticate: Authenticator | None) -> grpc.aio.Server:
+def _server(authenticate: Authenticator | None, settings: NodeSettings) -> grpc.aio.Server:
     return grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ("grpc.so_reuseport", 0),
-        ],
+        options=[*server_options(settings), ("grpc.so_reuseport", 0)],
         # Authentication off (loopback): no interceptor at all, nothing on the hot path.
         interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
     )
@@ -456,19 +489,22 @@ class ApiServer:
         self.node = node
         s = node.settings
         self.watchers = Watchers()
+        self.watch_slots = WatchSlots(s.max_watch_streams)
         public_auth = None
         if principals is not None:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
-        self.server = _server(public_auth)
-        pbg.add_SchedulerServicer_to_server(SchedulerService(node, self.watchers), self.server)
-        pbg.add_ClusterServicer_to_server(ClusterService(node), self.server)
+        self.server = _server(public_auth, s)
+        services = pb.DESCRIPTOR.services_by_name
+        scheduler = SchedulerService(node, self.watchers, self.watch_slots)
+        add_service(self.server, services["Scheduler"], scheduler)
+        add_service(self.server, services["Cluster"], ClusterService(node))
         from apollo11.v1 import replication_pb2_grpc as rpbg
 
         from replicator.sender import ReplicationService
 
         self.peer: grpc.aio.Server | None = None
         if s.peer_listen:
-            self.peer = _server(Authenticator(None, peer=True, mtls=s.peer_tls))
+            self.peer = _server(Authenticator(None, peer=True, mtls=s.peer_tls), s)
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.peer)
         else:
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.server)

@@ -3,7 +3,9 @@
 Every page reads the node's live state (a standby shows its own, with its
 applied position). Actions (retry, skip, cancel) ask for a reason and a
 confirmation and produce the same audited events as the CLI: on the primary
-through its engine, on a standby forwarded to the primary over gRPC.
+through its engine, on a standby forwarded to the primary over gRPC with the
+session's token, so either way the event names the signed-in principal (and
+the display name typed beside it). guard.py decides who may read and act.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import getpass
 import os
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -21,7 +24,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from scheduler.errors import ApolloError, FailedPreconditionError, NotFoundError
 from scheduler.replay import TaskStatus
+from scheduler.security import Role
 from scheduler.web import timeline
+from scheduler.web.guard import Gate, LoginRequired, Refused, Viewer
+from scheduler.web.login import add_login
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -44,17 +50,30 @@ def make_env() -> Environment:
         autoescape=select_autoescape(["html"]),
     )
     env.filters["clock"] = _clock
+    env.filters["who"] = timeline.who
     return env
 
 
-def add_pages(app: FastAPI, node: Node) -> None:
+def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
     env = make_env()
+    # Open to all: the login page needs it, and it is the same for everyone.
     app.mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static")
 
     def render(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         ctx.setdefault("node_id", node.settings.node_id)
         ctx.setdefault("role", node.role)
+        ctx.setdefault("viewer", None)
         return HTMLResponse(env.get_template(name).render(**ctx), status_code=status)
+
+    @app.exception_handler(LoginRequired)
+    async def to_login(request: Request, exc: LoginRequired) -> Response:
+        return RedirectResponse(f"/login?next={quote(exc.next_url, safe='')}", status_code=303)
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> Response:
+        return render("base.html", exc.status, error=exc.message, viewer=gate.viewer(request))
+
+    add_login(app, gate, render)
 
     def state() -> Any:
         assert node.store is not None
@@ -66,8 +85,10 @@ def add_pages(app: FastAPI, node: Node) -> None:
 
     @app.get("/", response_class=HTMLResponse)
     async def cluster(request: Request) -> HTMLResponse:
+        viewer = gate.reader(request)
         return render(
             "cluster.html",
+            viewer=viewer,
             s=node.status(),
             tasks=recent()[:20],
             message=request.query_params.get("message"),
@@ -75,11 +96,13 @@ def add_pages(app: FastAPI, node: Node) -> None:
 
     @app.get("/tasks", response_class=HTMLResponse)
     async def tasks(request: Request, workflow: str = "") -> HTMLResponse:
+        viewer = gate.reader(request)
         st = (request.query_params.get("state") or "").upper()
         if st and st not in TaskStatus.__members__:
             return render(
                 "tasks.html",
                 400,
+                viewer=viewer,
                 tasks=[],
                 states=list(TaskStatus.__members__),
                 state="",
@@ -89,6 +112,7 @@ def add_pages(app: FastAPI, node: Node) -> None:
             )
         return render(
             "tasks.html",
+            viewer=viewer,
             tasks=recent(st or None, workflow),
             states=list(TaskStatus.__members__),
             state=st,
@@ -98,52 +122,65 @@ def add_pages(app: FastAPI, node: Node) -> None:
 
     @app.get("/tasks/{task_id}", response_class=HTMLResponse)
     async def task(task_id: str, request: Request, as_of: str = "") -> HTMLResponse:
+        viewer = gate.reader(request)
         q = request.query_params
         at: int | None = None
         if as_of.strip():
             if not as_of.strip().isdigit():
-                return render("base.html", 400, error="as_of must be an event id (a number)")
+                return render(
+                    "base.html", 400, viewer=viewer, error="as_of must be an event id (a number)"
+                )
             at = int(as_of)
             durable = node.durable_id()
             if at > durable:
                 return render(
-                    "base.html", 400, error=f"as of event {at}: the log ends at {durable}"
+                    "base.html",
+                    400,
+                    viewer=viewer,
+                    error=f"as of event {at}: the log ends at {durable}",
                 )
             t = await node.task_at(task_id, at)
         else:
             t = state().peek(task_id)
         if t is None:
             where = f" as of event {at}" if at else ""
-            return render("base.html", 404, error=f"no task {task_id!r}{where}")
+            return render("base.html", 404, viewer=viewer, error=f"no task {task_id!r}{where}")
         assert node.store is not None
         # the timeline of the first TIMELINE_EVENTS events (the page stays cheap)
         events = node.store.task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)[0]
         bars = timeline.bars(events)
-        svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000))
+        acts = timeline.actions(events)
+        svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000), acts)
         return render(
             "task.html",
+            viewer=viewer,
+            can_act=viewer.principal.may(Role.OPERATOR),
             t=t,
             svg=svg,
+            acts=acts,
             as_of=at,
-            operator=_default_operator(),
+            display="" if gate.enabled else _default_display(),
             message=q.get("message"),
             error=q.get("error"),
         )
 
     @app.get("/events", response_class=HTMLResponse)
     async def events(request: Request) -> HTMLResponse:
+        viewer = gate.reader(request)
         assert node.store is not None
         log = node.store.log
         q = request.query_params
         task_id = q.get("task", "")
         raw_from = q.get("from", "")
         if raw_from and not raw_from.isdigit():
-            return render("base.html", 400, error="from must be an event id (a number)")
+            return render(
+                "base.html", 400, viewer=viewer, error="from must be an event id (a number)"
+            )
         durable = log.durable_id
         if task_id:
             t = state().peek(task_id)
             if t is None:
-                return render("base.html", 404, error=f"no task {task_id!r}")
+                return render("base.html", 404, viewer=viewer, error=f"no task {task_id!r}")
             rows, nxt = node.store.task_events(t, int(raw_from or 0), durable, EVENTS_PAGE)
             prev = None
         else:
@@ -153,57 +190,87 @@ def add_pages(app: FastAPI, node: Node) -> None:
             rows = list(log.read(start, end)) if start <= durable else []
             nxt = end + 1 if end < durable else 0
             prev = max(log.first_id, start - EVENTS_PAGE) if start > log.first_id else None
-        return render("events.html", events=rows, durable=durable, task=task_id, nxt=nxt, prev=prev)
+        return render(
+            "events.html",
+            viewer=viewer,
+            events=rows,
+            durable=durable,
+            task=task_id,
+            nxt=nxt,
+            prev=prev,
+        )
 
     async def act(
-        task_id: str, action: str, step: str, operator: str, reason: str, confirm: str
+        request: Request,
+        task_id: str,
+        action: str,
+        step: str,
+        display: str,
+        reason: str,
+        confirm: str,
+        csrf: str,
     ) -> Response:
+        # before anything else: a forged or cross-site post is refused whole (403)
+        viewer = gate.actor(request, csrf)
         if confirm != "yes":
             return _back(task_id, error="tick 'I am sure' to confirm")
-        if not reason.strip() or not operator.strip():
-            return _back(task_id, error="an operator and a reason are required")
+        if not reason.strip():
+            return _back(task_id, error="a reason is required")
+        shown = display.strip() or None
+        if shown == viewer.principal.name:
+            shown = None  # the engine keeps no "as" that repeats the principal
         try:
-            event_id = await _perform(node, task_id, action, step, operator.strip(), reason.strip())
+            event_id = await _perform(node, viewer, task_id, action, step, shown, reason.strip())
         except (NotFoundError, FailedPreconditionError, ApolloError) as e:
             return _back(task_id, error=f"{action} refused: {e}")
         what = f"{action} of {step}" if step else action
-        return _back(task_id, message=f"{what} recorded as event {event_id} by {operator}")
+        who = timeline.who({"operator": viewer.principal.name, "as": shown})
+        return _back(task_id, message=f"{what} recorded as event {event_id} by {who}")
 
     @app.post("/tasks/{task_id}/retry")
     async def retry(
+        request: Request,
         task_id: str,
         step: str = Form(""),
-        operator: str = Form(""),
+        display: str = Form(""),
         reason: str = Form(""),
         confirm: str = Form(""),
+        csrf: str = Form(""),
     ) -> Response:
-        return await act(task_id, "retry", step, operator, reason, confirm)
+        return await act(request, task_id, "retry", step, display, reason, confirm, csrf)
 
     @app.post("/tasks/{task_id}/skip")
     async def skip(
+        request: Request,
         task_id: str,
         step: str = Form(""),
-        operator: str = Form(""),
+        display: str = Form(""),
         reason: str = Form(""),
         confirm: str = Form(""),
+        csrf: str = Form(""),
     ) -> Response:
-        return await act(task_id, "skip", step, operator, reason, confirm)
+        return await act(request, task_id, "skip", step, display, reason, confirm, csrf)
 
     @app.post("/tasks/{task_id}/cancel")
     async def cancel(
-        task_id: str, operator: str = Form(""), reason: str = Form(""), confirm: str = Form("")
+        request: Request,
+        task_id: str,
+        display: str = Form(""),
+        reason: str = Form(""),
+        confirm: str = Form(""),
+        csrf: str = Form(""),
     ) -> Response:
-        return await act(task_id, "cancel", "", operator, reason, confirm)
+        return await act(request, task_id, "cancel", "", display, reason, confirm, csrf)
 
 
 def _back(task_id: str, *, message: str = "", error: str = "") -> RedirectResponse:
-    from urllib.parse import quote
-
     q = f"message={quote(message)}" if message else f"error={quote(error)}"
     return RedirectResponse(f"/tasks/{quote(task_id)}?{q}", status_code=303)
 
 
-def _default_operator() -> str:
+def _default_display() -> str:
+    """On an open loopback node everyone is "anonymous": the local user's name, shown
+    beside it, at least says who sat at the machine."""
     try:
         return getpass.getuser()
     except Exception:
@@ -211,28 +278,52 @@ def _default_operator() -> str:
 
 
 async def _perform(
-    node: Node, task_id: str, action: str, step: str, operator: str, reason: str
+    node: Node,
+    viewer: Viewer,
+    task_id: str,
+    action: str,
+    step: str,
+    display: str | None,
+    reason: str,
 ) -> int:
     """The same audited events as the CLI: the engine on the primary, else gRPC to it."""
     engine = node.engine
+    operator = viewer.principal.name
     if node.role == "primary" and engine is not None and engine.leading:
         if action == "retry":
             return (
-                await engine.retry_step(task_id, step, operator=operator, reason=reason)
+                await engine.retry_step(
+                    task_id, step, operator=operator, reason=reason, display=display
+                )
             ).event_id
         if action == "skip":
             return (
-                await engine.skip_step(task_id, step, operator=operator, reason=reason)
+                await engine.skip_step(
+                    task_id, step, operator=operator, reason=reason, display=display
+                )
             ).event_id
-        return (await engine.cancel_task(task_id, operator=operator, reason=reason)).event_id
+        return (
+            await engine.cancel_task(task_id, operator=operator, reason=reason, display=display)
+        ).event_id
     leader = node.leader
     if leader is None:
         raise FailedPreconditionError("no primary is known right now; try again shortly")
     from scheduler.client import Client
 
-    async with Client(leader.address, retries=1) as c:
+    s = node.settings
+    # The session's own token, so the primary authenticates and records the same
+    # principal; the display name travels as the request's operator field, as from
+    # the CLI. The primary's public port presents a certificate of the cluster CA.
+    async with Client(
+        leader.address,
+        retries=1,
+        token=viewer.token,
+        ca=s.peer_ca if s.tls_cert is not None else None,
+        tls=s.tls_cert is not None,
+    ) as c:
+        shown = display or ""
         if action == "retry":
-            return await c.retry_step(task_id, step, operator=operator, reason=reason)
+            return await c.retry_step(task_id, step, operator=shown, reason=reason)
         if action == "skip":
-            return await c.skip_step(task_id, step, operator=operator, reason=reason)
-        return await c.cancel(task_id, operator=operator, reason=reason)
+            return await c.skip_step(task_id, step, operator=shown, reason=reason)
+        return await c.cancel(task_id, operator=shown, reason=reason)

@@ -1,7 +1,8 @@
-"""FastAPI on the node's own event loop: /metrics, /healthz.
+"""FastAPI on the node's own event loop: /metrics, /healthz and the pages.
 
 uvicorn runs as a task of the node's loop (no thread, no process); its signal
-handling is turned off, because SIGTERM belongs to the node (it drains).
+handling is turned off, because SIGTERM belongs to the node (it drains). With
+--tls-cert/--tls-key it serves HTTPS with the same certificate as the gRPC port.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import uvicorn
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scheduler import metrics
+from scheduler.web.guard import Gate, Refused
 from scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
@@ -30,20 +33,30 @@ class _Server(uvicorn.Server):
 
 def make_app(node: Node) -> FastAPI:
     app = FastAPI(title="Apollo-11", docs_url=None, redoc_url=None, openapi_url=None)
+    s = node.settings
+    gate = Gate(
+        node.principals, node_id=s.node_id, tls=s.tls_cert is not None, metrics_open=s.metrics_open
+    )
 
     # Every route is async: it runs on the node's event loop, between the loop's own
     # changes to the state. A plain `def` would run in a thread pool and iterate the
     # state while the loop changes it. So each route must stay cheap.
     @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
+        try:
+            gate.scraper(request)
+        except Refused as e:
+            headers = {"WWW-Authenticate": 'Bearer realm="apollo11"'} if e.status == 401 else None
+            return PlainTextResponse(e.message + "\n", status_code=e.status, headers=headers)
         metrics.refresh(node)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    # Open: container probes need it, and it tells only the node id and its role.
     @app.get("/healthz")
     async def healthz() -> dict[str, object]:
         return {"node_id": node.settings.node_id, "role": node.role}
 
-    add_pages(app, node)
+    add_pages(app, node, gate)
     return app
 
 
@@ -51,6 +64,8 @@ class HttpServer:
     def __init__(self, node: Node, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         self.app = make_app(node)
+        s = node.settings
+        self.scheme = "https" if s.tls_cert is not None else "http"
         self.server = _Server(
             uvicorn.Config(
                 self.app,
@@ -59,6 +74,8 @@ class HttpServer:
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
+                ssl_certfile=None if s.tls_cert is None else str(s.tls_cert),
+                ssl_keyfile=None if s.tls_key is None else str(s.tls_key),
             )
         )
         self._task: asyncio.Task[None] | None = None

@@ -1,9 +1,11 @@
-"""A task's timeline: one bar per step attempt (and per compensation), from its events."""
+"""A task's timeline: one bar per step attempt (and per compensation), and a mark for
+each operator action (retry, skip, cancel) naming who acted, from its events."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.log.record import Event, EventType
 
@@ -76,6 +78,42 @@ def bars(events: Iterable[Event]) -> list[Bar]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Action:
+    """An operator's retry, skip or cancel: `who` is the authenticated principal,
+    with the display name they typed beside it."""
+
+    event_id: int
+    timestamp: int
+    action: str
+    step: str  # "" for a cancel (the whole task)
+    who: str
+    reason: str
+
+
+def who(record: Mapping[str, Any] | None) -> str:
+    """ "alice", or "alice (as Alice Smith)" when a display name was typed."""
+    if not record:
+        return ""
+    name = str(record.get("operator") or "")
+    shown = record.get("as")
+    return f"{name} (as {shown})" if shown else name
+
+
+def actions(events: Iterable[Event]) -> list[Action]:
+    out = []
+    for e in events:
+        if e.event_type is EventType.MANUAL_OVERRIDE:
+            what = str(e.payload.get("action", ""))
+        elif e.event_type is EventType.TASK_CANCELLED:
+            what = "cancel"
+        else:
+            continue
+        reason = str(e.payload.get("reason") or "")
+        out.append(Action(e.event_id, e.timestamp, what, e.step_name, who(e.payload), reason))
+    return out
+
+
 @dataclass
 class Rect:
     x: float
@@ -87,23 +125,36 @@ class Rect:
 
 
 @dataclass
+class Mark:
+    x: float
+    y: float
+    h: float
+    title: str
+
+
+@dataclass
 class Svg:
     width: int
     height: int
     rows: list[tuple[str, float]]  # step name, y
     rects: list[Rect]
     span_ms: int
+    marks: list[Mark] = field(default_factory=list)
 
 
-def layout(steps: Sequence[str], items: Sequence[Bar], now_ms: int) -> Svg:
-    """Place the bars: a row per step, time on x."""
+def layout(
+    steps: Sequence[str], items: Sequence[Bar], now_ms: int, acts: Sequence[Action] = ()
+) -> Svg:
+    """Place the bars: a row per step, time on x; an action is a tick on its step's row
+    (a cancel spans every row)."""
     rows = {s: i for i, s in enumerate(steps)}
-    if not items:
+    if not items and not acts:
         return Svg(
             WIDTH, ROW_H * max(1, len(steps)) + 10, [(s, i * ROW_H) for s, i in rows.items()], [], 0
         )
-    t0 = min(b.start_ms for b in items)
-    t1 = max(b.end_ms if b.end_ms is not None else now_ms for b in items)
+    times = [b.start_ms for b in items] + [a.timestamp for a in acts]
+    t0 = min(times)
+    t1 = max([b.end_ms if b.end_ms is not None else now_ms for b in items] + times)
     span = max(1, t1 - t0)
     scale = (WIDTH - LABEL_W - 10) / span
     rects = []
@@ -124,10 +175,21 @@ def layout(steps: Sequence[str], items: Sequence[Bar], now_ms: int) -> Svg:
                 title,
             )
         )
+    marks = []
+    for a in acts:
+        title = f"event {a.event_id}: {a.action}{' of ' + a.step if a.step else ''} by {a.who}"
+        if a.reason:
+            title += f" — {a.reason}"
+        x = LABEL_W + (a.timestamp - t0) * scale
+        if a.step and a.step in rows:
+            marks.append(Mark(x, rows[a.step] * ROW_H + 1, ROW_H - 2, title))
+        else:
+            marks.append(Mark(x, 0, ROW_H * max(1, len(steps)), title))
     return Svg(
         WIDTH,
         ROW_H * max(1, len(steps)) + 10,
         [(s, i * ROW_H) for s, i in rows.items()],
         rects,
         span,
+        marks,
     )

@@ -107,8 +107,17 @@ async def test_errors_name_fields_and_limits(node: NodeProc) -> None:
     channel = grpc.aio.insecure_channel(node.address)
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await channel.unary_unary("/apollo11.v1.Scheduler/SubmitTask")(b"\xff\xff\xff")
-    # Bytes that are not a message never reach our code: gRPC answers UNKNOWN itself.
-    assert exc.value.code() is grpc.StatusCode.UNKNOWN and "corrupt" in (exc.value.details() or "")
+    # Bytes that are not a message: a caller's mistake, named (gRPC alone says UNKNOWN).
+    assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid apollo11.v1.SubmitTaskRequest" in (exc.value.details() or "")
+    bad_utf8 = b"\x0a\x02\xff\xfe"  # field 1 (workflow), a string of two invalid bytes
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await channel.unary_unary("/apollo11.v1.Scheduler/SubmitTask")(bad_utf8)
+    assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        async for _ in channel.unary_stream("/apollo11.v1.Scheduler/WatchTask")(b"\xff\xff"):
+            pass
+    assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     await channel.close()
     assert node.alive()
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.log import EventLog, EventType
-from tests.nodes import start_node
+from tests.secure import make_pki, start_secure_node
 
 text = st.one_of(
     st.text(max_size=40),
@@ -155,9 +155,12 @@ WRITES = {
 
 
 def test_fuzzed_requests_never_crash_the_node_or_write_half_an_event(tmp_path: Path) -> None:
-    node = start_node(tmp_path / "data")
-    channel = grpc.insecure_channel(node.address)
+    # With authentication on, as a cluster beyond loopback runs: TLS, an operator's token.
+    pki = make_pki(tmp_path)
+    node = start_secure_node(tmp_path, pki, "--allow-shell")
+    channel = grpc.secure_channel(node.address, pki.channel_creds())
     stub = pbg.SchedulerStub(channel)
+    auth = (("authorization", f"Bearer {pki.tokens['operator']}"),)
     written: Counter[EventType] = Counter()
     codes: Counter[str] = Counter()
 
@@ -166,7 +169,7 @@ def test_fuzzed_requests_never_crash_the_node_or_write_half_an_event(tmp_path: P
     def one(call: tuple[str, object]) -> None:
         method, request = call
         try:
-            resp = getattr(stub, method)(request, timeout=10)
+            resp = getattr(stub, method)(request, timeout=10, metadata=auth)
         except grpc.RpcError as e:
             codes[e.code().name] += 1
             assert e.code() in OK_CODES, f"{method}({request}) -> {e.code()}: {e.details()}"
@@ -182,7 +185,7 @@ def test_fuzzed_requests_never_crash_the_node_or_write_half_an_event(tmp_path: P
         assert node.alive()
         # Also a watch on a task that does not exist.
         try:
-            list(stub.WatchTask(pb.WatchTaskRequest(task_id="nope"), timeout=5))
+            list(stub.WatchTask(pb.WatchTaskRequest(task_id="nope"), timeout=5, metadata=auth))
         except grpc.RpcError as e:
             assert e.code() is grpc.StatusCode.NOT_FOUND
     finally:

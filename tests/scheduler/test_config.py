@@ -103,3 +103,28 @@ def test_etcd_security_settings_are_checked(
     with pytest.raises(ValueError, match="invalid node settings") as exc:
         load_settings(data_dir=tmp_path, **given)
     assert needle in str(exc.value)
+
+
+def test_examples_dir_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert load_settings(data_dir=tmp_path).examples_dir is None
+    monkeypatch.setenv("APOLLO11_EXAMPLES_DIR", str(tmp_path / "ledgers"))
+    assert load_settings(data_dir=tmp_path).examples_dir == tmp_path / "ledgers"
+
+
+def test_grpc_limits_default_and_are_checked(tmp_path: Path) -> None:
+    s = load_settings(data_dir=tmp_path)
+    assert (s.max_watch_streams, s.max_streams_per_connection, s.max_message_bytes) == (
+        1000,
+        1000,
+        16 * 1024 * 1024,
+    )
+    with pytest.raises(ValueError, match="--max-watch-streams"):
+        load_settings(data_dir=tmp_path, max_watch_streams=0)
+    with pytest.raises(ValueError, match="--max-streams-per-connection"):
+        load_settings(data_dir=tmp_path, max_streams_per_connection=0)
+    with pytest.raises(
+        ValueError, match=r"--max-message-bytes .*at least submit_max_bytes \+ 65536 = 8454144"
+    ):
+        load_settings(
+            data_dir=tmp_path, submit_max_bytes=8 * 1024 * 1024, max_message_bytes=8 << 20
+        )

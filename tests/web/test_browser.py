@@ -1,17 +1,23 @@
-"""A real browser (headless Debian chromium driven by Playwright) on a finished etl run:
-the timeline shows all five steps; retry on the failed step makes it run again.
-Screenshots are kept in test-artifacts/."""
+"""A real browser (headless Debian chromium driven by Playwright) on a node with a
+tokens file: sign in with an operator's token, retry the failed step of a finished
+etl run and see who did it on the timeline; a form on another origin that posts to
+the node is refused and records nothing. Screenshots are kept in test-artifacts/."""
 
 from __future__ import annotations
 
+import http.server
 import shutil
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from lease.local_etcd import free_port
 from scheduler.client import SyncClient
+from scheduler.security import Role, create_token
 from tests.nodes import ROOT, start_node
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -19,19 +25,55 @@ ARTIFACTS = ROOT / "test-artifacts"
 pytestmark = pytest.mark.browser
 
 
-def test_retry_a_failed_step_from_the_task_page(tmp_path: Path) -> None:
+@contextmanager
+def other_origin(page: str) -> Iterator[str]:
+    """A site on another port (another origin) serving one attacker's page."""
+    body = page.encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), "Debian's chromium is needed (make setup installs it)"
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed (make chromium installs it)"
     ARTIFACTS.mkdir(exist_ok=True)
+    tokens = tmp_path / "tokens"
+    token = create_token(tokens, "olga", Role.OPERATOR)
     port = free_port()
-    node = start_node(tmp_path / "d", "--http", f"127.0.0.1:{port}")
+    node = start_node(tmp_path / "d", "--http", f"127.0.0.1:{port}", "--tokens-file", str(tokens))
     try:
-        with SyncClient(node.address) as c:
+        with SyncClient(node.address, token=token) as c:
             sub = c.submit("etl", {"step_seconds": 0.05, "fail_step": "infer", "fail_times": 4})
             assert c.wait(sub.task_id).state == "FAILED"
-        url = f"http://127.0.0.1:{port}/tasks/{sub.task_id}"
-        with sync_playwright() as p:
+            before = c.task(sub.task_id).last_event_id
+        base = f"http://127.0.0.1:{port}"
+        url = f"{base}/tasks/{sub.task_id}"
+        # The attacker's page: a form that posts a retry to the node as soon as it loads.
+        attack = f"""<!doctype html><body onload="document.forms[0].submit()">
+<form method="post" action="{url}/retry">
+<input name="step" value="infer"><input name="reason" value="pwned">
+<input name="confirm" value="yes"><input name="csrf" value="guess">
+</form></body>"""
+        with sync_playwright() as p, other_origin(attack) as evil:
             browser = p.chromium.launch(
                 executable_path=CHROMIUM,
                 headless=True,
@@ -46,6 +88,14 @@ def test_retry_a_failed_step_from_the_task_page(tmp_path: Path) -> None:
             )
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(url)
+            assert "/login?next=" in page.url, "no session: the page sends us to sign in"
+            page.locator('input[name="token"]').fill("a11_not-a-token")
+            page.locator("button.do-login").click()
+            assert "not valid" in page.locator("#error").inner_text()
+            page.locator('input[name="token"]').fill(token)
+            page.locator("button.do-login").click()
+            page.wait_for_url(url)
+            assert page.locator("#signed-in").inner_text() == "olga (operator)"
             assert page.locator("#task-state").inner_text() == "FAILED"
             rows = page.locator("#timeline text").all_text_contents()
             for step in ("collect", "clean", "feature", "infer", "persist"):
@@ -53,15 +103,30 @@ def test_retry_a_failed_step_from_the_task_page(tmp_path: Path) -> None:
             assert page.locator("#timeline rect.bar").count() == 7
             page.screenshot(path=str(ARTIFACTS / "task-failed.png"), full_page=True)
 
+            # Signed in, the browser carries the session cookie even to a post that
+            # another port's page makes (same site): the node must refuse it itself.
+            with page.expect_response(lambda r: r.url.endswith("/retry")) as answer:
+                page.goto(evil)
+            assert answer.value.status == 403
+            page.wait_for_url(f"{url}/retry")
+            assert "cross-site request refused" in page.locator("#error").inner_text()
+            with SyncClient(node.address, token=token) as c:
+                t = c.task(sub.task_id)
+            assert t.last_event_id == before, "the cross-site post recorded nothing"
+            assert t.state == "FAILED"
+
+            page.goto(url)
             row = page.locator('tr[data-step="infer"]')
             row.locator("button.open-retry").click()
             form = row.locator("details.action-retry form")
             form.locator('input[name="reason"]').fill("model server restarted")
-            form.locator('input[name="operator"]').fill("browser-test")
+            form.locator('input[name="display"]').fill("Olga at the console")
             form.locator('input[name="confirm"]').check()
             form.locator("button.do-retry").click()
             page.wait_for_url("**message=*")
-            assert "retry of infer recorded as event" in page.locator("#message").inner_text()
+            message = page.locator("#message").inner_text()
+            assert "retry of infer recorded as event" in message
+            assert "by olga (as Olga at the console)" in message
 
             deadline = time.monotonic() + 30
             while page.locator("#task-state").inner_text() != "SUCCEEDED":
@@ -71,7 +136,23 @@ def test_retry_a_failed_step_from_the_task_page(tmp_path: Path) -> None:
             infer_attempt = page.locator('tr[data-step="infer"] td').nth(2).inner_text()
             assert infer_attempt == "5", "the step ran again (attempt 5)"
             assert page.locator("#timeline rect.bar").count() == 9
+            # who acted: a tick on the infer row, and the actions table under the timeline
+            tick = page.locator("#timeline rect.act title").all_text_contents()
+            assert any("retry of infer by olga (as Olga at the console)" in t for t in tick)
+            assert page.locator("#actions td.who").all_text_contents() == [
+                "olga (as Olga at the console)"
+            ]
+            assert "retry by olga" in page.locator('tr[data-step="infer"] td.override').inner_text()
             page.screenshot(path=str(ARTIFACTS / "task-retried.png"), full_page=True)
+
+            page.locator("button.do-logout").click()
+            page.wait_for_url("**/login")
+            page.goto(url)
+            assert "/login?next=" in page.url, "signed out: the session is gone"
             browser.close()
+        with SyncClient(node.address, token=token) as c:
+            infer = next(s for s in c.task(sub.task_id).steps if s.name == "infer")
+        assert infer.override is not None
+        assert (infer.override["operator"], infer.override["as"]) == ("olga", "Olga at the console")
     finally:
         assert node.stop() == 0

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import re
+import signal
+import ssl
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
 
 from lease.local_etcd import free_port
 from scheduler.client import SyncClient
+from scheduler.security import Role, create_token
+from scheduler.security.certs import make_ca, make_leaf
+from scheduler.security.tokens import revoke
 from scheduler.web.timeline import bars
 from tests.nodes import NodeProc, start_node
 
@@ -65,44 +75,75 @@ def test_task_page_timeline_and_time_travel(web: tuple[NodeProc, str]) -> None:
     assert httpx.get(f"{base}/tasks/nope").status_code == 404
 
 
+def csrf_of(page: str) -> str:
+    m = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert m is not None, "the page's forms carry a CSRF token"
+    return m.group(1)
+
+
 def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     web: tuple[NodeProc, str],
 ) -> None:
     node, base = web
     task_id = _failed_task(node)
+    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
     url = f"{base}/tasks/{task_id}/retry"
-    r = httpx.post(url, data={"step": "infer", "operator": "alice", "reason": "fixed"})
+    form = {"step": "infer", "display": "alice", "csrf": csrf}
+    r = httpx.post(url, data={**form, "reason": "fixed"})
     assert r.status_code == 303 and "error=" in r.headers["location"], "no confirmation"
-    r = httpx.post(
-        url, data={"step": "infer", "operator": "alice", "reason": " ", "confirm": "yes"}
-    )
+    r = httpx.post(url, data={**form, "reason": " ", "confirm": "yes"})
     assert "error=" in r.headers["location"], "no reason"
-    r = httpx.post(
-        url, data={"step": "collect", "operator": "alice", "reason": "r", "confirm": "yes"}
-    )
+    r = httpx.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
     assert "refused" in httpx.get(base + r.headers["location"]).text
-    r = httpx.post(
-        url, data={"step": "infer", "operator": "alice", "reason": "model fixed", "confirm": "yes"}
-    )
+    r = httpx.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})
     assert r.status_code == 303 and "message=" in r.headers["location"]
     page = httpx.get(base + r.headers["location"]).text
     assert "retry of infer recorded as event" in page
+    assert "by anonymous (as alice)" in page
     with SyncClient(node.address) as c:
         t = c.wait(task_id)
     assert t.state == "SUCCEEDED"
     infer = next(s for s in t.steps if s.name == "infer")
     assert infer.override is not None
-    assert (infer.override["operator"], infer.override["reason"]) == ("alice", "model fixed")
-    # cancel through the page
+    # an open node's principal is anonymous; the typed name is kept beside it
+    assert (infer.override["operator"], infer.override["as"], infer.override["reason"]) == (
+        "anonymous",
+        "alice",
+        "model fixed",
+    )
+    page = httpx.get(f"{base}/tasks/{task_id}").text
+    assert re.search(r'<td class="who">anonymous \(as alice\)</td>', page), "on the timeline"
+    # cancel through the page, no display name
     with SyncClient(node.address) as c:
         other = c.submit("etl", {"step_seconds": 5}).task_id
     r = httpx.post(
         f"{base}/tasks/{other}/cancel",
-        data={"operator": "bob", "reason": "wrong batch", "confirm": "yes"},
+        data={"reason": "wrong batch", "confirm": "yes", "csrf": csrf},
     )
     assert "message=" in r.headers["location"]
     with SyncClient(node.address) as c:
         assert c.wait(other).state == "CANCELLED"
+    assert (
+        'cancelled by <span id="cancelled-by">anonymous</span>'
+        in httpx.get(f"{base}/tasks/{other}").text
+    )
+
+
+def test_an_open_node_refuses_forged_and_cross_site_posts(web: tuple[NodeProc, str]) -> None:
+    """No login on a loopback node, but any web page the developer visits could post
+    to it: those posts lack our form's token, and a browser names their origin."""
+    node, base = web
+    task_id = _failed_task(node)
+    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
+    url = f"{base}/tasks/{task_id}/retry"
+    form = {"step": "infer", "reason": "r", "confirm": "yes"}
+    assert httpx.post(url, data=form).status_code == 403
+    assert httpx.post(url, data={**form, "csrf": csrf + "x"}).status_code == 403
+    evil = {"origin": "http://evil.example"}
+    assert httpx.post(url, data={**form, "csrf": csrf}, headers=evil).status_code == 403
+    with SyncClient(node.address) as c:
+        infer = next(s for s in c.task(task_id).steps if s.name == "infer")
+    assert infer.override is None and infer.state == "FAILED", "nothing was recorded"
 
 
 def test_timeline_bars_from_events() -> None:
@@ -131,3 +172,244 @@ def test_timeline_bars_from_events() -> None:
         ("attempt", 2, "lost"),
         ("attempt", 3, "running"),
     ]
+
+
+# ------------------------------------------------- a node with a tokens file
+
+
+@dataclass
+class Secured:
+    node: NodeProc
+    base: str
+    tokens: Path
+    operator: str
+    reader: str
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    root = tmp_path_factory.mktemp("secured")
+    tokens = root / "tokens"
+    operator = create_token(tokens, "olga", Role.OPERATOR)
+    reader = create_token(tokens, "rita", Role.READER)
+    port = free_port()
+    node = start_node(root / "d", "--http", f"127.0.0.1:{port}", "--tokens-file", str(tokens))
+    yield Secured(node, f"http://127.0.0.1:{port}", tokens, operator, reader)
+    assert node.stop() == 0
+
+
+@contextmanager
+def sign_in(base: str, token: str) -> Iterator[httpx.Client]:
+    """A browser-like client with a session: the login form, then its POST."""
+    with httpx.Client(base_url=base) as client:
+        form = client.get("/login")
+        assert form.status_code == 200
+        r = client.post("/login", data={"token": token, "csrf": csrf_of(form.text), "next": "/"})
+        assert r.status_code == 303 and r.headers["location"] == "/", r.text
+        yield client
+
+
+def _failed_task_as(s: Secured) -> str:
+    with SyncClient(s.node.address, token=s.operator) as c:
+        sub = c.submit("etl", {"step_seconds": 0, "fail_step": "infer", "fail_times": 4})
+        assert c.wait(sub.task_id).state == "FAILED"
+    return sub.task_id
+
+
+def _events_of(s: Secured, task_id: str) -> int:
+    with SyncClient(s.node.address, token=s.operator) as c:
+        return c.task(task_id).last_event_id
+
+
+def test_reading_pages_need_a_session(secured: Secured) -> None:
+    task_id = _failed_task_as(secured)
+    base = secured.base
+    for path in ("/", "/tasks?state=FAILED", f"/tasks/{task_id}", "/events"):
+        r = httpx.get(base + path)
+        assert r.status_code == 303, path
+        assert r.headers["location"] == "/login?next=" + quote(path, safe=""), path
+    assert task_id not in httpx.get(f"{base}/tasks/{task_id}").text
+    assert httpx.get(base + "/healthz").status_code == 200, "probes need no credential"
+    assert httpx.get(base + "/static/style.css").status_code == 200
+    r = httpx.post(
+        f"{base}/tasks/{task_id}/retry",
+        data={"step": "infer", "reason": "r", "confirm": "yes", "csrf": "x"},
+    )
+    assert r.status_code == 403, "a post without a session is refused, not redirected"
+    with sign_in(base, secured.reader) as browser:
+        for path in ("/", "/tasks", f"/tasks/{task_id}", f"/events?task={task_id}"):
+            r = browser.get(path)
+            assert r.status_code == 200, path
+            assert '<span id="signed-in">rita (reader)</span>' in r.text
+    assert _events_of(secured, task_id) > 0
+
+
+def test_sign_in_with_a_good_and_a_bad_token(secured: Secured) -> None:
+    base = secured.base
+    with httpx.Client(base_url=base) as client:
+        form = client.get("/login", params={"next": "/events"})
+        csrf = csrf_of(form.text)
+        cookie = next(c for c in client.cookies.jar if c.name.startswith("apollo11-login-"))
+        assert cookie.path == "/login" and cookie.has_nonstandard_attr("HttpOnly")
+        r = client.post("/login", data={"token": "a11_wrong", "csrf": csrf})
+        assert r.status_code == 401 and "not valid" in r.text
+        assert not any(c.name.startswith("apollo11-session-") for c in client.cookies.jar)
+        csrf = csrf_of(r.text)  # the refused attempt came back with a fresh form and cookie
+        r = client.post("/login", data={"token": secured.operator, "csrf": csrf + "x"})
+        assert r.status_code == 403, "the login form's CSRF token is checked"
+        r = client.post(
+            "/login",
+            data={"token": secured.operator, "csrf": csrf},
+            headers={"origin": "http://evil.example"},
+        )
+        assert r.status_code == 403 and "cross-site" in r.text
+        r = client.post("/login", data={"token": secured.operator, "csrf": csrf, "next": "/events"})
+        assert r.status_code == 303 and r.headers["location"] == "/events"
+        header = r.headers["set-cookie"].lower()
+        assert "apollo11-session-" in header
+        assert "httponly" in header and "samesite=strict" in header
+        assert "; secure" not in header, "plain HTTP: not Secure (TLS: see below)"
+        assert secured.operator.lower() not in header, "the token stays on the server"
+        page = client.get("/events")
+        assert page.status_code == 200 and "olga (operator)" in page.text
+        assert secured.operator not in page.text
+        name = next(c.name for c in client.cookies.jar if c.name.startswith("apollo11-session-"))
+        sid = client.cookies[name]
+        r = client.post("/logout", data={"csrf": csrf_of(page.text)})
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+    # signed out: the session is gone on the server, not only in that browser
+    assert httpx.get(base + "/", cookies={name: sid}).status_code == 303
+
+
+def test_no_open_redirect_after_sign_in(secured: Secured) -> None:
+    with httpx.Client(base_url=secured.base) as client:
+        for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
+            csrf = csrf_of(client.get("/login").text)
+            r = client.post("/login", data={"token": secured.reader, "csrf": csrf, "next": target})
+            assert r.headers["location"] == "/", target
+
+
+def test_actions_need_an_operator_a_csrf_token_and_our_origin(secured: Secured) -> None:
+    task_id = _failed_task_as(secured)
+    url = f"/tasks/{task_id}/retry"
+    form = {"step": "infer", "reason": "db back", "confirm": "yes", "display": "Olga O."}
+    before = _events_of(secured, task_id)
+    with sign_in(secured.base, secured.reader) as reader:
+        page = reader.get(f"/tasks/{task_id}").text
+        assert "do-retry" not in page and "need role operator" in page
+        r = reader.post(url, data={**form, "csrf": csrf_of(page)})
+        assert r.status_code == 403 and "needs role operator; rita has role reader" in r.text
+    with sign_in(secured.base, secured.operator) as browser:
+        page = browser.get(f"/tasks/{task_id}").text
+        assert 'class="do-retry"' in page
+        csrf = csrf_of(page)
+        assert browser.post(url, data=form).status_code == 403, "no CSRF token"
+        assert browser.post(url, data={**form, "csrf": "wrong"}).status_code == 403
+        assert browser.post(url, data={**form, "csrf": csrf[:-1]}).status_code == 403
+        for headers in (
+            {"origin": "http://127.0.0.1:1"},  # another port is another origin
+            {"origin": "null"},
+            {"referer": "http://evil.example/page"},
+        ):
+            r = browser.post(url, data={**form, "csrf": csrf}, headers=headers)
+            assert r.status_code == 403 and "cross-site request refused" in r.text, headers
+        assert _events_of(secured, task_id) == before, "no refused post wrote an event"
+        r = browser.post(url, data={**form, "csrf": csrf}, headers={"origin": secured.base})
+        assert r.status_code == 303 and "message=" in r.headers["location"], r.text
+        assert "by olga (as Olga O.)" in browser.get(r.headers["location"]).text
+        with SyncClient(secured.node.address, token=secured.reader) as c:
+            t = c.wait(task_id)
+        infer = next(s for s in t.steps if s.name == "infer")
+        assert infer.override is not None
+        assert (infer.override["operator"], infer.override["as"]) == ("olga", "Olga O.")
+        page = browser.get(f"/tasks/{task_id}").text
+        assert '<td class="who">olga (as Olga O.)</td>' in page
+        assert "retry by olga (as Olga O.)" in page
+
+
+def test_metrics_take_a_bearer_token(secured: Secured, tmp_path: Path) -> None:
+    base = secured.base
+    r = httpx.get(base + "/metrics")
+    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+    bearer = {"authorization": f"Bearer {secured.reader}"}
+    r = httpx.get(base + "/metrics", headers=bearer)
+    assert r.status_code == 200 and "apollo11_role_primary 1.0" in r.text
+    for bad in ("Bearer a11_wrong", f"Basic {secured.reader}", "Bearer"):
+        assert httpx.get(base + "/metrics", headers={"authorization": bad}).status_code == 401
+    with sign_in(base, secured.reader) as browser:
+        assert browser.get("/metrics").status_code == 200, "a session will do as well"
+    # --metrics-open: Prometheus without a credential, the pages still closed
+    port = free_port()
+    node = start_node(
+        tmp_path / "d",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--tokens-file",
+        str(secured.tokens),
+        "--metrics-open",
+    )
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 303
+    finally:
+        assert node.stop() == 0
+
+
+def test_a_revoked_token_ends_its_sessions(secured: Secured) -> None:
+    token = create_token(secured.tokens, "temp", Role.OPERATOR)
+    secured.node.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while True:  # the node reloads on SIGHUP; wait until it knows the new token
+        with httpx.Client(base_url=secured.base) as probe:
+            csrf = csrf_of(probe.get("/login").text)
+            if probe.post("/login", data={"token": token, "csrf": csrf}).status_code == 303:
+                break
+        assert time.monotonic() < deadline, "the new token was never accepted"
+        time.sleep(0.1)
+    with sign_in(secured.base, token) as browser:
+        assert browser.get("/tasks").status_code == 200
+        assert revoke(secured.tokens, "temp") == 1
+        secured.node.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while browser.get("/tasks").status_code == 200:
+            assert time.monotonic() < deadline, "the revoked token's session lived on"
+            time.sleep(0.1)
+        r = browser.get("/tasks")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    with sign_in(secured.base, secured.operator) as other:
+        assert other.get("/tasks").status_code == 200, "other tokens' sessions are untouched"
+
+
+def test_https_with_the_nodes_certificate(tmp_path: Path) -> None:
+    ca_key, ca = make_ca("test CA")
+    key, cert = make_leaf(ca_key, ca, "n1", ["127.0.0.1"], client=False, server=True)
+    for name, data in (("ca.pem", ca), ("n1.pem", cert), ("n1-key.pem", key)):
+        (tmp_path / name).write_bytes(data)
+    tokens = tmp_path / "tokens"
+    token = create_token(tokens, "olga", Role.OPERATOR)
+    port = free_port()
+    node = start_node(
+        tmp_path / "d",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--tls-cert",
+        str(tmp_path / "n1.pem"),
+        "--tls-key",
+        str(tmp_path / "n1-key.pem"),
+        "--tokens-file",
+        str(tokens),
+    )
+    base = f"https://127.0.0.1:{port}"
+    try:
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz")
+        trust = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        with httpx.Client(base_url=base, verify=trust) as client:
+            assert client.get("/healthz").status_code == 200
+            csrf = csrf_of(client.get("/login").text)
+            r = client.post("/login", data={"token": token, "csrf": csrf})
+            assert r.status_code == 303
+            assert "; secure" in r.headers["set-cookie"].lower(), "under TLS the cookie is Secure"
+            assert client.get("/tasks").status_code == 200
+    finally:
+        assert node.stop() == 0

@@ -1,0 +1,90 @@
+"""What one peer of the gRPC server may cost the node, and a client keepalive that fits.
+
+Anyone who can reach the port can open connections, streams and pings, so each
+is bounded: a node-wide count of open WatchTask streams (each holds a queue fed
+by every durable batch of its task, `max_watch_streams`), streams per HTTP/2
+connection (`max_streams_per_connection`: further calls wait in the client
+until one ends), the size of one received message (`max_message_bytes`), and
+keepalive both ways:
+
+* the server pings a quiet connection that has calls open every
+  KEEPALIVE_TIME_MS and drops it if the ping is not answered within
+  KEEPALIVE_TIMEOUT_MS, so a client that vanished without a FIN (power cut,
+  partition) gives its WatchTask slots back within about 80 s, not
+  after TCP's retransmission timeout (~15 minutes);
+* a client may ping at most once every MIN_PING_INTERVAL_MS while the server
+  sends it nothing; past MAX_PING_STRIKES faster pings the server answers GOAWAY
+  (ENHANCE_YOUR_CALM, "too_many_pings") and closes the connection. gRPC's default
+  interval is 5 minutes: too long for a client to notice a dead primary;
+* a connection without calls for MAX_CONNECTION_IDLE_MS is closed (GOAWAY):
+  clients reconnect on their next call, abandoned connections stop holding a
+  file descriptor.
+
+No maximum connection age: it would cut replication and watch streams, which
+live as long as the connection does.
+
+The Python client (CLIENT_OPTIONS) pings every CLIENT_KEEPALIVE_TIME_MS, only
+while it has calls open, so that a watch on a primary that went away fails over
+instead of waiting forever; that is well within what the server permits (a
+test checks). The standby's replication channel needs no keepalive: the primary
+sends at least a heartbeat every 0.5 s and the standby acknowledges each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler.errors import ResourceExhaustedError
+
+if TYPE_CHECKING:
+    from scheduler.config import NodeSettings
+
+KEEPALIVE_TIME_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
+MIN_PING_INTERVAL_MS = 10_000
+MAX_PING_STRIKES = 2
+MAX_CONNECTION_IDLE_MS = 10 * 60_000
+
+CLIENT_KEEPALIVE_TIME_MS = 30_000
+CLIENT_KEEPALIVE_TIMEOUT_MS = 10_000
+CLIENT_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_time_ms", CLIENT_KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", CLIENT_KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 0),  # the server would count those as strikes
+    # gRPC otherwise stops pinging after 2 pings without data: a quiet watch is the case
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+def server_options(settings: NodeSettings) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        # as for the client: keep pinging a quiet watch, or a dead peer holds its slot
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+    ]
+
+
+class WatchSlots:
+    """The node's open WatchTask streams, at most `limit` (setting max_watch_streams)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def take(self) -> None:
+        if self.open >= self.limit:
+            raise ResourceExhaustedError(
+                f"this node already serves {self.open} WatchTask streams, its limit "
+                f"(max_watch_streams = {self.limit}): retry later, poll GetTask, or "
+                f"raise max_watch_streams"
+            )
+        self.open += 1
+
+    def give_back(self) -> None:
+        self.open -= 1

@@ -1,0 +1,202 @@
+"""Who is looking at a page, and whether a POST may act.
+
+With a tokens file (authentication on), reading takes a session of role
+reader and acting one of role operator; without one (a loopback node), the
+viewer is the anonymous principal, who may do everything, as over gRPC.
+
+Every POST, signed in or not, must come from this server's own pages: its
+Origin (or, absent that, its Referer) must be this server's origin when the
+browser sends one, and it must carry the CSRF token of the page that rendered
+the form. SameSite=Strict alone is not enough: a page on another port of the
+same host is the same *site*, and its form posts would carry the cookie. On an
+open loopback node the token is one per node process, which still keeps any
+web page the developer visits from posting to it: it cannot read ours.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from fastapi import Request, Response
+
+from scheduler.security import ANONYMOUS, Principal, Principals, Role
+from scheduler.web.sessions import Session, Sessions
+
+LOGIN_TTL_S = 600  # the login form's CSRF cookie: long enough to paste a token
+
+
+class LoginRequired(Exception):
+    """A page asked for without a session: the handler redirects to /login."""
+
+    def __init__(self, next_url: str) -> None:
+        super().__init__(next_url)
+        self.next_url = next_url
+
+
+class Refused(Exception):
+    """The request may not be served: `status` 401 or 403, and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    principal: Principal
+    csrf: str  # the token this viewer's forms carry
+    token: str | None  # to forward actions to the primary with; None: authentication is off
+    sid: str | None
+
+
+class Gate:
+    def __init__(
+        self, principals: Principals | None, *, node_id: str, tls: bool, metrics_open: bool
+    ) -> None:
+        self.principals = principals
+        self.sessions = None if principals is None else Sessions(principals)
+        self.tls = tls
+        self.metrics_open = metrics_open
+        # Cookies ignore the port: three nodes on one host must not overwrite each
+        # other's session, so the node id is in the name.
+        self.cookie = f"apollo11-session-{node_id}"
+        self.login_cookie = f"apollo11-login-{node_id}"
+        self._open_csrf = secrets.token_urlsafe(32)
+
+    @property
+    def enabled(self) -> bool:
+        return self.sessions is not None
+
+    # ----------------------------------------------------------- who is it
+
+    def viewer(self, request: Request) -> Viewer | None:
+        """The viewer of this request; None when authentication is on and no live session."""
+        if self.sessions is None:
+            return Viewer(ANONYMOUS, self._open_csrf, None, None)
+        sid = request.cookies.get(self.cookie)
+        session = self.sessions.get(sid) if sid else None
+        if session is None:
+            return None
+        return Viewer(session.principal, session.csrf, session.token, session.sid)
+
+    def reader(self, request: Request) -> Viewer:
+        """For a page: the viewer, or LoginRequired."""
+        viewer = self.viewer(request)
+        if viewer is None:
+            path = request.url.path
+            if request.url.query:
+                path += "?" + request.url.query
+            raise LoginRequired(path)
+        _need(viewer.principal, Role.READER)
+        return viewer
+
+    def actor(self, request: Request, csrf: str, need: Role = Role.OPERATOR) -> Viewer:
+        """For a POST: the viewer, if it comes from our own form and may do this; else Refused."""
+        self.same_origin(request)
+        viewer = self.viewer(request)
+        if viewer is None:
+            raise Refused(403, "sign in first: this needs a session (your session may have ended)")
+        if not hmac.compare_digest(csrf.encode(), viewer.csrf.encode()):
+            raise Refused(
+                403, "the form's CSRF token is missing or wrong: reload the page and try again"
+            )
+        _need(viewer.principal, need)
+        return viewer
+
+    def same_origin(self, request: Request) -> None:
+        """Refuse a request a browser says comes from another origin."""
+        claimed = request.headers.get("origin")
+        if claimed is None:
+            referer = request.headers.get("referer")
+            if referer:
+                parts = urlsplit(referer)
+                claimed = f"{parts.scheme}://{parts.netloc}"
+        if claimed is None:
+            return  # not a browser's cross-site request (curl, tests): the CSRF token decides
+        if claimed.lower() != self.origin(request):
+            raise Refused(403, f"cross-site request refused: it comes from {claimed}")
+
+    def origin(self, request: Request) -> str:
+        return f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
+
+    def scraper(self, request: Request) -> None:
+        """For /metrics: a bearer token or a session of role reader, unless metrics are open."""
+        if self.principals is None or self.metrics_open:
+            return
+        auth = request.headers.get("authorization")
+        if auth is None:
+            viewer = self.viewer(request)
+            if viewer is None:
+                raise Refused(
+                    401, "/metrics needs a bearer token of role reader (or --metrics-open)"
+                )
+            _need(viewer.principal, Role.READER)
+            return
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refused(401, "the Authorization header must be 'Bearer <token>'")
+        principal = self.principals.by_token(token.strip())
+        if principal is None:
+            raise Refused(401, "the bearer token is not valid (unknown or revoked)")
+        _need(principal, Role.READER)
+
+    # -------------------------------------------------------------- cookies
+
+    def start_session(self, response: Response, session: Session) -> None:
+        assert self.sessions is not None
+        response.set_cookie(
+            self.cookie,
+            session.sid,
+            max_age=int(self.sessions.ttl_s),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=self.tls,
+        )
+
+    def end_session(self, response: Response, viewer: Viewer | None) -> None:
+        if self.sessions is not None and viewer is not None and viewer.sid is not None:
+            self.sessions.close(viewer.sid)
+        response.delete_cookie(
+            self.cookie, path="/", httponly=True, samesite="strict", secure=self.tls
+        )
+
+    def set_login_cookie(self, response: Response, token: str) -> None:
+        """The login form's CSRF token, as a short-lived cookie beside the form's field.
+
+        An attacker's page can neither read nor set our cookie, so it cannot post a
+        matching pair, and cannot sign a victim in with the attacker's own token."""
+        response.set_cookie(
+            self.login_cookie,
+            token,
+            max_age=LOGIN_TTL_S,
+            path="/login",
+            httponly=True,
+            samesite="strict",
+            secure=self.tls,
+        )
+
+    def check_login(self, request: Request, form_token: str) -> None:
+        self.same_origin(request)
+        cookie = request.cookies.get(self.login_cookie, "")
+        if not cookie or not hmac.compare_digest(cookie.encode(), form_token.encode()):
+            raise Refused(
+                403, "the login form expired or did not come from this server: load it again"
+            )
+
+
+def _need(principal: Principal, need: Role) -> None:
+    if not principal.may(need):
+        have = principal.role.value if principal.role else "none"
+        raise Refused(403, f"this needs role {need.value}; {principal.name} has role {have}")
+
+
+def safe_next(url: str) -> str:
+    """Where to go after signing in: a path on this server only (no open redirect)."""
+    if not url.startswith("/") or url.startswith("//") or "\\" in url:
+        return "/"
+    return url

@@ -1,0 +1,178 @@
+"""The gRPC server's abuse limits, on a real node in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from apollo11.v1 import scheduler_pb2 as pb
+from apollo11.v1 import scheduler_pb2_grpc as pbg
+
+from scheduler.api import limits
+from scheduler.client import Client
+from scheduler.config import NodeSettings
+from scheduler.errors import ResourceExhaustedError
+from scheduler.log import FsyncPolicy
+from scheduler.node import Node
+
+WATCHES = 3
+
+
+@pytest.fixture
+async def start(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Node]]]:
+    nodes: list[Node] = []
+
+    async def make(**settings: Any) -> Node:
+        n = Node(
+            NodeSettings(
+                node_id="n1",
+                data_dir=tmp_path / f"data{len(nodes)}",
+                listen="127.0.0.1:0",
+                workflows=["scheduler.examples"],
+                fsync=FsyncPolicy.UNSAFE_NEVER,
+                drain_timeout=0,  # the parked tasks' steps are not waited for
+                **settings,
+            )
+        )
+        await n.start()
+        nodes.append(n)
+        return n
+
+    yield make
+    for n in nodes:
+        await n.stop()
+
+
+@pytest.fixture
+async def node(start: Callable[..., Awaitable[Node]]) -> Node:
+    return await start(max_watch_streams=WATCHES, max_message_bytes=1024 * 1024)
+
+
+async def _parked_task(node: Node) -> str:
+    """A task that stays RUNNING for the test, so its watch streams stay open."""
+    assert node.engine is not None
+    return (await node.engine.submit("etl", {"step_seconds": 3600})).task_id
+
+
+async def _first_event(call: Any, timeout: float = 5) -> pb.Event:
+    async with asyncio.timeout(timeout):
+        event: pb.Event = await call.read()
+        return event
+
+
+async def _open_watches(node: Node, n: int) -> None:
+    """Until the server counts n open streams (a cancel reaches it a moment later)."""
+    assert node.api is not None
+    async with asyncio.timeout(5):
+        while node.api.watch_slots.open != n:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert node.api.watch_slots.open == n, "each stream gives its slot back once"
+
+
+async def test_watch_streams_are_bounded_and_a_closed_one_frees_its_slot(node: Node) -> None:
+    task_id = await _parked_task(node)
+    async with grpc.aio.insecure_channel(node.address) as ch:
+        stub = pbg.SchedulerStub(ch)
+        calls = [stub.WatchTask(pb.WatchTaskRequest(task_id=task_id)) for _ in range(WATCHES)]
+        for c in calls:
+            assert (await _first_event(c)).event_type == pb.EVENT_TYPE_TASK_SUBMITTED
+        extra = stub.WatchTask(pb.WatchTaskRequest(task_id=task_id))
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await _first_event(extra)
+        assert exc.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"max_watch_streams = {WATCHES}" in (exc.value.details() or "")
+
+        calls.pop().cancel()  # the client goes away: its slot comes back
+        await _open_watches(node, WATCHES - 1)
+        again = stub.WatchTask(pb.WatchTaskRequest(task_id=task_id))
+        assert (await _first_event(again)).event_type == pb.EVENT_TYPE_TASK_SUBMITTED
+        for c in [*calls, again]:
+            c.cancel()
+    await _open_watches(node, 0)
+
+
+async def test_a_finished_watch_gives_its_slot_back(node: Node) -> None:
+    assert node.engine is not None
+    sub = await node.engine.submit("etl", {"step_seconds": 0})
+    await node.engine.wait(sub.task_id)
+    async with Client(node.address, retries=0) as c:
+        for _ in range(2 * WATCHES):  # each stream ends when the history is sent
+            events = [e async for e in c.watch(sub.task_id)]
+            assert events[-1].event_type == "STEP_SUCCEEDED"
+    await _open_watches(node, 0)
+
+
+async def test_the_client_reports_a_full_node(node: Node) -> None:
+    task_id = await _parked_task(node)
+    async with grpc.aio.insecure_channel(node.address) as ch:
+        stub = pbg.SchedulerStub(ch)
+        calls = [stub.WatchTask(pb.WatchTaskRequest(task_id=task_id)) for _ in range(WATCHES)]
+        for call in calls:
+            await _first_event(call)
+        async with Client(node.address, retries=0) as c:
+            with pytest.raises(ResourceExhaustedError, match="max_watch_streams"):
+                await c.wait(task_id)
+        for call in calls:
+            call.cancel()
+
+
+async def test_calls_past_max_streams_per_connection_wait_for_a_free_stream(
+    start: Callable[..., Awaitable[Node]],
+) -> None:
+    node = await start(max_streams_per_connection=2)
+    task_id = await _parked_task(node)
+    watch = pb.WatchTaskRequest(task_id=task_id)
+    async with (
+        grpc.aio.insecure_channel(node.address) as ch,
+        grpc.aio.insecure_channel(
+            node.address, options=[("grpc.use_local_subchannel_pool", 1)]
+        ) as other,
+    ):
+        stub = pbg.SchedulerStub(ch)
+        calls = [stub.WatchTask(watch) for _ in range(2)]
+        for call in calls:
+            await _first_event(call)
+        third = stub.WatchTask(watch)
+        # (a task: cancelling a read, as a timeout would, cancels the call)
+        first = asyncio.ensure_future(third.read())
+        done, _ = await asyncio.wait([first], timeout=0.3)
+        assert not done, "queued in the client: no stream free on this connection"
+        # another connection is not held back by this one's streams
+        elsewhere = pbg.SchedulerStub(other).WatchTask(watch)
+        await _first_event(elsewhere)
+        calls.pop(0).cancel()
+        async with asyncio.timeout(5):
+            assert (await first).event_type == pb.EVENT_TYPE_TASK_SUBMITTED
+        for call in [*calls, third, elsewhere]:
+            call.cancel()
+
+
+async def test_a_message_over_max_message_bytes_is_refused_by_grpc(node: Node) -> None:
+    big = json.dumps({"blob": "x" * (1024 * 1024)})
+    async with grpc.aio.insecure_channel(node.address) as ch:
+        stub = pbg.SchedulerStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await stub.SubmitTask(pb.SubmitTaskRequest(workflow="etl", input_json=big))
+        assert exc.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "larger than max" in (exc.value.details() or "")
+        # under it, our own cap speaks (submit_max_bytes), naming the field
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await stub.SubmitTask(
+                pb.SubmitTaskRequest(workflow="etl", input_json=json.dumps({"b": "x" * 70_000}))
+            )
+        assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_client_keepalive_is_within_what_the_server_permits() -> None:
+    client = dict(limits.CLIENT_OPTIONS)
+    assert client["grpc.keepalive_time_ms"] >= 2 * limits.MIN_PING_INTERVAL_MS
+    assert client["grpc.keepalive_permit_without_calls"] == 0
+    server = dict(limits.server_options(NodeSettings(data_dir=Path("/nonexistent"))))
+    assert server["grpc.http2.min_ping_interval_without_data_ms"] == limits.MIN_PING_INTERVAL_MS
+    assert server["grpc.max_receive_message_length"] == 16 * 1024 * 1024
