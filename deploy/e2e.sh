@@ -10,10 +10,11 @@
 #      examples module loaded (the compose file loads no workflows unless asked)
 #   4. deploy/e2e_check.py from the host, with the operator's token: no token is
 #      UNAUTHENTICATED, plaintext is refused, status says tls/tokens/peer mTLS, a
-#      cancel is recorded as the token's principal, etcd answers only TLS clients
-#      with a certificate; tasks via the CLI, docker kill
-#      of the primary, takeover within TTL + 2 s, every acknowledged task completes,
-#      docker start of the old primary: it rejoins as a standby
+#      cancel is recorded as the token's principal, HTTP is https and /metrics wants
+#      the reader token, etcd answers only TLS clients with a certificate; then tasks
+#      via the CLI, docker kill of the primary, takeover within TTL + 2 s, every
+#      acknowledged task completes, docker start of the old primary: it rejoins as
+#      a standby
 #   5. tear everything down (also on failure)
 set -euo pipefail
 cd "$(dirname "$0")/.."

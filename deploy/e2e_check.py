@@ -17,6 +17,8 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -25,6 +27,7 @@ from scheduler.client import ApiError, SyncClient, UnavailableError
 from scheduler.security.tokens import list_entries, token_hash
 
 NODES = {"node1": "127.0.0.1:7411", "node2": "127.0.0.1:7421", "node3": "127.0.0.1:7431"}
+HTTP = {"node1": "127.0.0.1:7412", "node2": "127.0.0.1:7422", "node3": "127.0.0.1:7432"}
 SERVERS = ",".join(NODES.values())
 CLI = [sys.executable, "-m", "scheduler.cli"]
 SECRETS = Path(__file__).resolve().parent / "secrets"
@@ -80,6 +83,32 @@ def check_closed(address: str, security: str) -> None:
     shown = json.loads(r.stdout)["security"]
     assert not shown.startswith("INSECURE"), shown
     say(f"closed: {shown}; no token: UNAUTHENTICATED; plaintext: refused")
+
+
+def http_status(url: str, token: str | None = None) -> int | str:
+    """The HTTP status of a GET (trusting the cluster CA), or why there was none."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context(cafile=CA)
+    try:
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError) as e:
+        return f"no answer ({e})"
+
+
+def check_http_closed(address: str) -> None:
+    """The HTTP side as Prometheus sees it: https with the cluster CA, /metrics with
+    the reader token deploy/prometheus/prometheus.yml uses, nothing in plaintext."""
+    reader = (Path(CA).parent / "prometheus.token").read_text().strip()
+    assert http_status(f"https://{address}/metrics", reader) == 200
+    assert http_status(f"https://{address}/metrics") == 401
+    plain = http_status(f"http://{address}/metrics", reader)
+    assert isinstance(plain, str), f"plaintext HTTP answered {plain}"
+    say(f"HTTP at {address}: https; /metrics with the reader token only; plaintext: no answer")
 
 
 def check_operator_is_principal(address: str) -> None:
@@ -170,6 +199,7 @@ def main() -> int:
     say(f"primary {old}, term {s['term']}")
     check_closed(NODES[old], s["security"])
     check_operator_is_principal(NODES[old])
+    check_http_closed(HTTP[old])
     if args.etcd:
         check_etcd_closed(args.etcd)
     acked = []
