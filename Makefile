@@ -10,9 +10,12 @@ COMPOSE_FILE := deploy/docker-compose.yml
 IMAGES := eval "$$(deploy/images.sh)" &&
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
+# What deploy/secrets.sh made: the CLI trusts the cluster CA and acts as the operator.
+SECRETS := deploy/secrets
+CREDENTIALS := APOLLO11_CA=$(SECRETS)/ca.pem APOLLO11_TOKEN_FILE=$(SECRETS)/operator.token
 
 .PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
-	demo wheelhouse up down status logs failover-demo e2e alerts-test chromium netns-tools
+	demo wheelhouse secrets up down status logs failover-demo e2e alerts-test chromium netns-tools
 
 setup: $(STAMP)
 
@@ -81,21 +84,30 @@ wheelhouse: setup
 	rm -rf deploy/wheelhouse
 	$(BIN)/python -m pip wheel --quiet --wheel-dir deploy/wheelhouse .
 
-up: wheelhouse
+# The compose cluster's CA, certificates and tokens, once (deploy/secrets.sh says what).
+secrets: setup
+	deploy/secrets.sh
+
+up: wheelhouse secrets
 	$(IMAGES) $$COMPOSE -f $(COMPOSE_FILE) build && $$COMPOSE -f $(COMPOSE_FILE) up -d
-	@echo "up: three nodes on 127.0.0.1:7411, :7421, :7431 (make status, make failover-demo)"
+	@echo "up: three nodes on $${APOLLO11_PUBLISH_ADDR:-127.0.0.1}:7411, :7421, :7431 (make status, make failover-demo)"
+	@echo "up: the CLI needs APOLLO11_CA=$(SECRETS)/ca.pem APOLLO11_TOKEN_FILE=$(SECRETS)/operator.token"
 
 down:
 	$(COMPOSE) -f $(COMPOSE_FILE) down -v --remove-orphans
 
 status: setup
-	$(BIN)/apollo11 status --server $(SERVERS)
+	$(CREDENTIALS) $(BIN)/apollo11 status --server $(SERVERS)
 
 logs:
 	$(COMPOSE) -f $(COMPOSE_FILE) logs --tail 100 -f
 
+# The demo's etl workflow is in scheduler.examples, which the nodes load only when
+# asked: the nodes are recreated with it (beside what APOLLO11_WORKFLOWS lists).
 failover-demo: setup
-	$(BIN)/python deploy/e2e_check.py --ttl $${APOLLO11_LEASE_TTL:-5}
+	$(IMAGES) APOLLO11_WORKFLOWS=scheduler.examples$${APOLLO11_WORKFLOWS:+,$$APOLLO11_WORKFLOWS} \
+		$$COMPOSE -f $(COMPOSE_FILE) up -d --no-build node1 node2 node3
+	$(CREDENTIALS) $(BIN)/python deploy/e2e_check.py --ttl $${APOLLO11_LEASE_TTL:-5}
 
 # The compose deployment end to end on this machine (installs Docker when missing).
 e2e: setup

@@ -5,16 +5,23 @@
 #   2. base images: pull python:3.11-slim and the etcd image; when that is not possible,
 #      build a local Debian bookworm base (debootstrap: python3, python3-venv,
 #      etcd-server) and `docker import` it, once (cached afterwards)
-#   3. the wheelhouse on the host (pip wheel), then `compose build` and `up`
-#   4. deploy/e2e_check.py from the host: tasks via the CLI, docker kill of the
-#      primary, takeover within TTL + 2 s, every acknowledged task completes,
-#      docker start of the old primary: it rejoins as a standby
+#   3. the credentials (deploy/secrets.sh: CA, certificates, tokens; once), the
+#      wheelhouse on the host (pip wheel), then `compose build` and `up`, with the
+#      examples module loaded (the compose file loads no workflows unless asked)
+#   4. deploy/e2e_check.py from the host, with the operator's token: no token is
+#      UNAUTHENTICATED, plaintext is refused, status says tls/tokens/peer mTLS, a
+#      cancel is recorded as the token's principal, HTTP is https and /metrics wants
+#      the reader token, etcd answers only TLS clients with a certificate; then tasks
+#      via the CLI, docker kill of the primary, takeover within TTL + 2 s, every
+#      acknowledged task completes, docker start of the old primary: it rejoins as
+#      a standby
 #   5. tear everything down (also on failure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PROJECT=apollo11e2e
 export APOLLO11_LEASE_TTL=${APOLLO11_LEASE_TTL:-5}
+export APOLLO11_WORKFLOWS=scheduler.examples
 SECONDS=0
 
 log() { printf '%s e2e: %s\n' "$(date +%T)" "$*"; }
@@ -25,13 +32,15 @@ read -r -a COMPOSE <<<"$COMPOSE"
 export APOLLO11_IMAGE=apollo11:e2e
 
 # ---------------------------------------------------------------- 3. build, up
+log "credentials in deploy/secrets (made once)"
+deploy/secrets.sh 2>/tmp/apollo11-secrets.log || { cat /tmp/apollo11-secrets.log; exit 1; }
 log "building the wheelhouse on the host"
 make -s wheelhouse >/tmp/apollo11-wheelhouse.log 2>&1 || { tail -20 /tmp/apollo11-wheelhouse.log; exit 1; }
 cleanup() {
   status=$?
   if [ $status -ne 0 ]; then
     log "failed; last node logs:"
-    "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml logs --tail 20 node1 node2 node3 || true
+    "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml logs --tail 20 etcd1 node1 node2 node3 || true
   fi
   "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml down -v --remove-orphans >/dev/null 2>&1 || true
   log "torn down after ${SECONDS}s"
@@ -47,5 +56,9 @@ log "starting etcd x3 and three nodes"
   || { tail -30 /tmp/apollo11-up.log; exit 1; }
 
 # ---------------------------------------------------------------- 4. checks
-"$ROOT/.venv/bin/python" deploy/e2e_check.py --ttl "$APOLLO11_LEASE_TTL"
+# etcd publishes no port; the host reaches a member on the compose network's bridge.
+ETCD1=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' \
+  "$("${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml ps -q etcd1)")
+APOLLO11_CA=deploy/secrets/ca.pem APOLLO11_TOKEN_FILE=deploy/secrets/operator.token \
+  "$ROOT/.venv/bin/python" deploy/e2e_check.py --ttl "$APOLLO11_LEASE_TTL" --etcd "$ETCD1:2379"
 log "passed in ${SECONDS}s"

@@ -1,6 +1,10 @@
 """Checks run from the host against the compose cluster (called by deploy/e2e.sh).
 
-Everything goes through the published ports and the real CLI, as a user would.
+Everything goes through the published ports and the real CLI, as a user would,
+with the credentials deploy/secrets.sh made (APOLLO11_CA and APOLLO11_TOKEN_FILE,
+or deploy/secrets/ca.pem and operator.token): first that the cluster is closed
+(TLS, tokens, peer mTLS; operator actions name the token's principal), then the
+failover.
 """
 
 from __future__ import annotations
@@ -8,33 +12,138 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
-from scheduler.client import SyncClient
+import grpc
+
+from scheduler.client import ApiError, SyncClient, UnavailableError
+from scheduler.security.tokens import list_entries, token_hash
 
 NODES = {"node1": "127.0.0.1:7411", "node2": "127.0.0.1:7421", "node3": "127.0.0.1:7431"}
+HTTP = {"node1": "127.0.0.1:7412", "node2": "127.0.0.1:7422", "node3": "127.0.0.1:7432"}
 SERVERS = ",".join(NODES.values())
 CLI = [sys.executable, "-m", "scheduler.cli"]
+SECRETS = Path(__file__).resolve().parent / "secrets"
+# Taken out of the environment: each call below says which credentials it uses (the
+# client would otherwise pick them up from there even where a check wants none).
+CA = os.environ.pop("APOLLO11_CA", "") or str(SECRETS / "ca.pem")
+TOKEN_FILE = os.environ.pop("APOLLO11_TOKEN_FILE", "") or str(SECRETS / "operator.token")
+os.environ.pop("APOLLO11_TOKEN", None)
+TOKEN = Path(TOKEN_FILE).read_text().strip()
 
 
 def say(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} e2e: {msg}", flush=True)
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "APOLLO11_SERVER": SERVERS}
+def cli(*args: str, timeout: float = 60, token: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "APOLLO11_SERVER": SERVERS, "APOLLO11_CA": CA}
+    if token:
+        env["APOLLO11_TOKEN_FILE"] = TOKEN_FILE
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def status(address: str) -> dict | None:  # type: ignore[type-arg]
     """One quick look (polled often, so not through the CLI's patient retries)."""
     try:
-        with SyncClient(address, retries=0, timeout_s=2) as c:
+        with SyncClient(address, retries=0, timeout_s=2, ca=CA, token=TOKEN) as c:
             return c.status().to_json()
     except Exception:
         return None
+
+
+def check_closed(address: str, security: str) -> None:
+    """From the host: TLS, tokens and peer mTLS on, and nothing gets in without them."""
+    assert security.startswith("tls, tokens") and "peer mTLS" in security, security
+    with SyncClient(address, retries=0, timeout_s=5, ca=CA) as c:
+        try:
+            c.status()
+            raise AssertionError("a call without a token was answered")
+        except ApiError as e:
+            assert e.code is grpc.StatusCode.UNAUTHENTICATED, e
+    r = cli("status", "--server", address, token=False)
+    assert r.returncode != 0 and "UNAUTHENTICATED" in r.stderr, (r.stdout, r.stderr)
+    # No CA: a plaintext channel, which the TLS port must not answer at all (an open
+    # port would say UNAUTHENTICATED; no token goes out in the clear).
+    with SyncClient(address, retries=0, timeout_s=5, tls=False) as c:
+        try:
+            c.status()
+            raise AssertionError("a plaintext call was answered")
+        except UnavailableError:
+            pass
+    r = cli("status", "--json")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)["security"]
+    assert not shown.startswith("INSECURE"), shown
+    say(f"closed: {shown}; no token: UNAUTHENTICATED; plaintext: refused")
+
+
+def http_status(url: str, token: str | None = None) -> int | str:
+    """The HTTP status of a GET (trusting the cluster CA), or why there was none."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context(cafile=CA)
+    try:
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError) as e:
+        return f"no answer ({e})"
+
+
+def check_http_closed(address: str) -> None:
+    """The HTTP side as Prometheus sees it: https with the cluster CA, /metrics with
+    the reader token deploy/prometheus/prometheus.yml uses, nothing in plaintext."""
+    reader = (Path(CA).parent / "prometheus.token").read_text().strip()
+    assert http_status(f"https://{address}/metrics", reader) == 200
+    assert http_status(f"https://{address}/metrics") == 401
+    plain = http_status(f"http://{address}/metrics", reader)
+    assert isinstance(plain, str), f"plaintext HTTP answered {plain}"
+    say(f"HTTP at {address}: https; /metrics with the reader token only; plaintext: no answer")
+
+
+def check_operator_is_principal(address: str) -> None:
+    """An operator action records who the token belongs to, not a name one typed.
+
+    Sent to the primary's published port: a standby would redirect it to the
+    primary's advertised name (node1:7411), which only resolves inside the compose
+    network, and a cancel is not retried elsewhere (it is not safe to repeat).
+    """
+    principal = next(
+        e.name
+        for e in list_entries(Path(TOKEN_FILE).parent / "tokens")
+        if e.secret == token_hash(TOKEN)
+    )
+    r = cli("submit", "etl", "--input", json.dumps({"step_seconds": 5}), "--json")
+    assert r.returncode == 0, r.stderr
+    task = json.loads(r.stdout)["task_id"]
+    r = cli(
+        "cancel",
+        task,
+        "--reason",
+        "e2e: operator check",
+        "--operator",
+        "someone-else",
+        "--server",
+        address,
+    )
+    assert r.returncode == 0, r.stderr
+    r = cli("events", "--task", task, "--json")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    cancel = next(e for e in events if e["event_type"] == "TASK_CANCELLED")
+    assert cancel["payload"]["operator"] == principal, cancel
+    assert cancel["payload"].get("as") == "someone-else", cancel
+    say(f"cancel of {task} recorded as {principal!r} (typed name kept beside it)")
 
 
 def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict]:  # type: ignore[type-arg]
@@ -50,14 +159,49 @@ def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict
     raise SystemExit("no primary")
 
 
+def etcd_health(address: str, *, tls: bool, cert: bool) -> bytes:
+    """GET /health from an etcd member as a client: what it answered (b"" if nothing)."""
+    host, _, port = address.rpartition(":")
+    request = b"GET /health HTTP/1.1\r\nHost: etcd1\r\nConnection: close\r\n\r\n"
+    ctx = ssl.create_default_context(cafile=CA)
+    if cert:
+        secrets = Path(CA).parent
+        ctx.load_cert_chain(secrets / "node1.pem", secrets / "node1-key.pem")
+    answer = b""
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            conn = ctx.wrap_socket(raw, server_hostname="etcd1") if tls else raw
+            conn.sendall(request)
+            while chunk := conn.recv(4096):
+                answer += chunk
+    except (OSError, ssl.SSLError):
+        pass
+    return answer
+
+
+def check_etcd_closed(address: str) -> None:
+    """etcd answers TLS clients with a certificate the cluster CA signed, and no one else."""
+    healthy = b'"health":"true"'
+    assert healthy in etcd_health(address, tls=True, cert=True), "etcd did not answer a node"
+    assert healthy not in etcd_health(address, tls=True, cert=False), "etcd needs no client cert"
+    assert healthy not in etcd_health(address, tls=False, cert=False), "etcd answers plaintext"
+    say(f"etcd at {address}: TLS with a client certificate only")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ttl", type=float, default=5.0)
     ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--etcd", help="HOST:PORT of an etcd member's client port, to check it")
     args = ap.parse_args()
 
     old, s = primary()
     say(f"primary {old}, term {s['term']}")
+    check_closed(NODES[old], s["security"])
+    check_operator_is_principal(NODES[old])
+    check_http_closed(HTTP[old])
+    if args.etcd:
+        check_etcd_closed(args.etcd)
     acked = []
     for i in range(args.tasks):
         r = cli(

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,7 +149,8 @@ def revoke(path: Path, name: str) -> int:
     keep = [ln for ln in lines if ln.split("#", 1)[0].split()[:1] != [name]]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(keep))
-    os.chmod(tmp, 0o600)
+    # the file's own mode: one made readable for a node's container user stays so
+    os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
     os.replace(tmp, path)
     return len(lines) - len(keep)
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The compose cluster's credentials, made once into deploy/secrets/ (git-ignored;
+# `make up` runs this, and running it again changes nothing that exists):
+#   ca.pem, ca-key.pem         the cluster CA (the key stays here, no container mounts it)
+#   nodeN.pem, nodeN-key.pem   node1..3: public port, HTTP, peer port and etcd client
+#   etcdN.pem, etcdN-key.pem   etcd1..3: etcd's client and peer ports
+#   tokens                     token hashes and roles, the nodes' --tokens-file
+#   operator.token             the operator's bearer token (APOLLO11_TOKEN_FILE)
+#   prometheus.token           a reader token for the optional Prometheus
+# Delete operator.token (or prometheus.token) and run this again to replace that
+# token: the old one is revoked from the tokens file; restart the nodes after it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${APOLLO11_SECRETS_DIR:-deploy/secrets}
+APOLLO11=${APOLLO11:-.venv/bin/apollo11}
+umask 077
+
+# `docker compose up` before this ran leaves a directory where each mounted file goes
+for f in ca.pem tokens node1.pem node1-key.pem etcd1.pem; do
+  if [ -d "$DIR/$f" ]; then
+    echo "secrets: $DIR/$f is a directory (docker made it: compose ran before the" \
+      "credentials existed); run make down, remove $DIR, then make up" >&2
+    exit 1
+  fi
+done
+
+# The directory is 0700 (apollo11 certs sees to it): it is what keeps the keys from
+# other users of this machine. Containers get single files bind-mounted, never the
+# directory, so each node sees its own key and nobody sees the CA's.
+"$APOLLO11" certs --dir "$DIR" --nodes node1,node2,node3,etcd1,etcd2,etcd3
+
+# token NAME ROLE FILE MODE: a token file, once; a new one revokes the old hash first.
+token() {
+  local name=$1 role=$2 file=$DIR/$3 mode=$4
+  [ -s "$file" ] && return 0
+  if [ -f "$DIR/tokens" ] && "$APOLLO11" token list --tokens-file "$DIR/tokens" | grep -q "^$name	"; then
+    "$APOLLO11" token revoke --name "$name" --tokens-file "$DIR/tokens" 2>/dev/null
+  fi
+  "$APOLLO11" token create --name "$name" --role "$role" --tokens-file "$DIR/tokens" \
+    >"$file.tmp" 2>/dev/null
+  chmod "$mode" "$file.tmp"
+  mv "$file.tmp" "$file"
+  echo "wrote $file ($name, $role)" >&2
+}
+token operator operator operator.token 0600
+# Prometheus runs as nobody in its container, so its token file is world-readable
+# (inside the 0700 directory, that is this user's and the containers' only); it may
+# read the metrics and the status, nothing more.
+token prometheus reader prometheus.token 0644
+
+# The node runs as uid 10001 in its container and must read the tokens file and its
+# key: hashes are not secrets (and the keys are 0644 for the same reason, see
+# scheduler/security/certs.py); the directory's 0700 guards them on this machine.
+chmod 0644 "$DIR/tokens"
