@@ -28,16 +28,22 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def _load(address: str, clients: int, seconds: float, batch: int = 0) -> dict[str, Any]:
+def _load(
+    address: str,
+    clients: int,
+    seconds: float,
+    batch: int = 0,
+    creds: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Submissions from `clients` coroutines; with `batch`, SubmitTasks calls of that many
-    tasks (n counts tasks, lat is per call)."""
+    tasks (n counts tasks, lat is per call); `creds`: the Client's ca and token."""
     from scheduler.client import Client
 
     async def go() -> dict[str, Any]:
         lat: list[float] = []
         n = 0
         stop = time.perf_counter() + seconds
-        async with Client(address, retries=0) as c:
+        async with Client(address, retries=0, **(creds or {})) as c:
             await c.submit("etl", {"step_seconds": 3600})  # warm the channel
 
             async def one(k: int) -> None:
@@ -60,7 +66,7 @@ def _load(address: str, clients: int, seconds: float, batch: int = 0) -> dict[st
     return asyncio.run(go())
 
 
-def _start_node(data_dir: str) -> tuple[subprocess.Popen[str], str]:
+def _start_node(data_dir: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -75,6 +81,7 @@ def _start_node(data_dir: str) -> tuple[subprocess.Popen[str], str]:
             "scheduler.examples",
             "--node-id",
             "bench",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -86,6 +93,54 @@ def _start_node(data_dir: str) -> tuple[subprocess.Popen[str], str]:
         if m:
             return proc, f"127.0.0.1:{m.group(1)}"
     raise RuntimeError("the node did not start")
+
+
+def _secure_node(base: str) -> tuple[subprocess.Popen[str], str, dict[str, Any]]:
+    """A node with TLS and tokens, and the credentials of a submitter."""
+    from pathlib import Path
+
+    from scheduler.security.certs import create_cluster_certs
+    from scheduler.security.roles import Role
+    from scheduler.security.tokens import create_token
+
+    pki = Path(base) / "pki"
+    create_cluster_certs(pki, ["bench"], days=1)
+    token = create_token(pki / "tokens", "bench", Role.SUBMITTER)
+    proc, address = _start_node(
+        os.path.join(base, "secure"),
+        "--tls-cert",
+        str(pki / "bench.pem"),
+        "--tls-key",
+        str(pki / "bench-key.pem"),
+        "--tokens-file",
+        str(pki / "tokens"),
+    )
+    return proc, address, {"ca": str(pki / "ca.pem"), "token": token}
+
+
+def _security_cost(
+    ex: ProcessPoolExecutor, plain: str, secure: str, creds: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    """One client alone against a plaintext node and a TLS + token node, alternating
+    (the machine's noise falls on both), then 64 clients against each."""
+    lat: dict[str, list[float]] = {"plain": [], "secure": []}
+    for _ in range(2):
+        for name, address, c in (("plain", plain, None), ("secure", secure, creds)):
+            lat[name] += ex.submit(_load, address, 1, seconds / 4, 0, c).result()["lat"]
+    loaded = {}
+    for name, address, c in (("plain", plain, None), ("secure", secure, creds)):
+        parts = [ex.submit(_load, address, 32, seconds / 2, 0, c) for _ in range(2)]
+        rs = [p.result() for p in parts]
+        loaded[name] = sum(r["n"] for r in rs) / max(r["seconds"] for r in rs)
+    p50 = {k: _pct(v, 0.5) * 1000 for k, v in lat.items()}
+    return {
+        "plain_submit_p50_ms": round(p50["plain"], 3),
+        "secure_submit_p50_ms": round(p50["secure"], 3),
+        "secure_p50_ratio": round(p50["secure"] / p50["plain"], 3),
+        "plain_loaded_submits_per_s": round(loaded["plain"]),
+        "secure_loaded_submits_per_s": round(loaded["secure"]),
+        "secure_throughput_ratio": round(loaded["secure"] / loaded["plain"], 3),
+    }
 
 
 def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -104,6 +159,13 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
             progress("SubmitTasks, 100 tasks a call, 4 clients in 2 processes")
             parts = [ex.submit(_load, address, 2, seconds / 2, 100) for _ in range(2)]
             batched = [p.result() for p in parts]
+            progress("TLS + bearer token against plaintext, side by side")
+            sproc, secure, creds = _secure_node(base)
+            try:
+                security = _security_cost(ex, address, secure, creds, seconds)
+            finally:
+                sproc.send_signal(signal.SIGTERM)
+                sproc.wait(30)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -124,6 +186,7 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
             sum(r["n"] for r in batched) / max(r["seconds"] for r in batched)
         ),
         "batched_call_p50_ms": round(_pct([x for r in batched for x in r["lat"]], 0.5) * 1000, 3),
+        **security,
     }
 
 
@@ -142,5 +205,15 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "tasks/s through SubmitTasks, 100 a call, 4 clients",
             f"{r['batched_submits_per_s']:,} (a call: p50 {r['batched_call_p50_ms']} ms)",
+        ),
+        (
+            "TLS + bearer token vs plaintext, one client (p50)",
+            f"{r['secure_submit_p50_ms']} vs {r['plain_submit_p50_ms']} ms "
+            f"(x{r['secure_p50_ratio']})",
+        ),
+        (
+            "TLS + bearer token vs plaintext, 64 clients (submits/s)",
+            f"{r['secure_loaded_submits_per_s']:,} vs {r['plain_loaded_submits_per_s']:,} "
+            f"(x{r['secure_throughput_ratio']})",
         ),
     ]
