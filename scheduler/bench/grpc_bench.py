@@ -160,12 +160,15 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
             parts = [ex.submit(_load, address, 2, seconds / 2, 100) for _ in range(2)]
             batched = [p.result() for p in parts]
             progress("TLS + bearer token against plaintext, side by side")
+            # Two fresh nodes: the first one's state is full of the parked tasks above.
+            pproc, plain = _start_node(os.path.join(base, "plain"))
             sproc, secure, creds = _secure_node(base)
             try:
-                security = _security_cost(ex, address, secure, creds, seconds)
+                security = _security_cost(ex, plain, secure, creds, seconds)
             finally:
-                sproc.send_signal(signal.SIGTERM)
-                sproc.wait(30)
+                for p in (pproc, sproc):
+                    p.send_signal(signal.SIGTERM)
+                    p.wait(30)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
