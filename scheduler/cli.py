@@ -150,6 +150,14 @@ def node(
     max_watch_streams: Annotated[
         int | None, typer.Option("--max-watch-streams", help="Open WatchTask streams (1000).")
     ] = None,
+    max_pending_writes: Annotated[
+        int | None,
+        typer.Option("--max-pending-writes", help="Submissions waiting to commit (10000)."),
+    ] = None,
+    max_tasks_in_memory: Annotated[
+        int | None,
+        typer.Option("--max-tasks-in-memory", help="Tasks held in memory (200000)."),
+    ] = None,
     max_streams_per_connection: Annotated[
         int | None,
         typer.Option(
@@ -237,6 +245,8 @@ def node(
             etcd_key=etcd_key,
             examples_dir=examples_dir,
             max_watch_streams=max_watch_streams,
+            max_pending_writes=max_pending_writes,
+            max_tasks_in_memory=max_tasks_in_memory,
             max_streams_per_connection=max_streams_per_connection,
             max_message_bytes=max_message_bytes,
         )

@@ -87,7 +87,12 @@ class NotLeaderError(FailedPreconditionError):
 
 class ResourceExhaustedError(ApolloError):
     """A per-node limit is reached (open WatchTask streams, say); the message names the
-    limit and the setting that raises it. Retry later, or poll (RESOURCE_EXHAUSTED)."""
+    limit and the setting that raises it. Retry later, or poll (RESOURCE_EXHAUSTED).
+    `retry_after_ms`, when set, travels as gRPC's `grpc-retry-pushback-ms` hint."""
+
+    def __init__(self, message: str, *, retry_after_ms: int = 0) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
 
 
 class NodeUnavailableError(ApolloError):

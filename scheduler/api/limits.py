@@ -32,6 +32,8 @@ sends at least a heartbeat every 0.5 s and the standby acknowledges each.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from scheduler.errors import ResourceExhaustedError
@@ -88,3 +90,39 @@ class WatchSlots:
 
     def give_back(self) -> None:
         self.open -= 1
+
+
+class Admission:
+    """What a submission must pass on the primary: at most `max_pending` tasks waiting
+    for their commit, at most `max_tasks` tasks in memory. Counting is O(1) a call."""
+
+    RETRY_AFTER_MS = 200  # long enough for a group commit or two to drain
+
+    def __init__(self, max_pending: int, max_tasks: int, tasks_in_memory: Callable[[], int]):
+        self.max_pending = max_pending
+        self.max_tasks = max_tasks
+        self.tasks_in_memory = tasks_in_memory
+        self.pending = 0
+
+    @contextlib.contextmanager
+    def admit(self, n: int) -> Iterator[None]:
+        if self.pending + n > self.max_pending and self.pending:
+            raise ResourceExhaustedError(
+                f"this node has {self.pending} submissions waiting for their commit "
+                f"(max_pending_writes = {self.max_pending}): retry after "
+                f"{self.RETRY_AFTER_MS} ms, with the same idempotency key",
+                retry_after_ms=self.RETRY_AFTER_MS,
+            )
+        held = self.tasks_in_memory()
+        if held + n > self.max_tasks:
+            raise ResourceExhaustedError(
+                f"this node holds {held} tasks in memory (max_tasks_in_memory = "
+                f"{self.max_tasks}): new tasks wait until running ones finish; retry "
+                f"after a few seconds, with the same idempotency key",
+                retry_after_ms=10 * self.RETRY_AFTER_MS,
+            )
+        self.pending += n
+        try:
+            yield
+        finally:
+            self.pending -= n

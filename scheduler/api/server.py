@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from scheduler.api import codec
 from scheduler.api.decode import Undecodable, add_service
-from scheduler.api.limits import WatchSlots, server_options
+from scheduler.api.limits import Admission, WatchSlots, server_options
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
     ApolloError,
@@ -91,6 +91,9 @@ def _status_for(e: Exception) -> grpc.StatusCode:
 async def _abort(context: grpc.aio.ServicerContext, e: Exception) -> None:
     if isinstance(e, NotLeaderError) and e.leader:
         context.set_trailing_metadata(((LEADER_METADATA, e.leader),))
+    if isinstance(e, ResourceExhaustedError) and e.retry_after_ms:
+        # gRPC's own retry-pushback hint: a client with a retry policy waits this long
+        context.set_trailing_metadata((("grpc-retry-pushback-ms", str(e.retry_after_ms)),))
     code = _status_for(e)
     message = str(e)
     if code is grpc.StatusCode.INTERNAL:
@@ -161,10 +164,17 @@ def _json(text: str, name: str, limit: int) -> Any:
 
 
 class SchedulerService(pbg.SchedulerServicer):
-    def __init__(self, node: Node, watchers: Watchers, watch_slots: WatchSlots) -> None:
+    def __init__(
+        self,
+        node: Node,
+        watchers: Watchers,
+        watch_slots: WatchSlots,
+        admission: Admission,
+    ) -> None:
         self.node = node
         self.watchers = watchers
         self.watch_slots = watch_slots
+        self.admission = admission
 
     def _store(self) -> Store:
         store = self.node.store
@@ -198,9 +208,10 @@ class SchedulerService(pbg.SchedulerServicer):
         data = _json(request.input_json, "input_json", self._submit_cap())
         key = _optional(request.idempotency_key, "idempotency_key")
         engine = self._engine()
-        sub = await engine.submit(
-            workflow, data, idempotency_key=key, version=request.version or None
-        )
+        with self.admission.admit(1):
+            sub = await engine.submit(
+                workflow, data, idempotency_key=key, version=request.version or None
+            )
         return pb.SubmitTaskResponse(
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
         )
@@ -225,7 +236,9 @@ class SchedulerService(pbg.SchedulerServicer):
                     t.version or None,
                 )
             )
-        subs = await self._engine().submit_many(items)
+        engine = self._engine()
+        with self.admission.admit(n):
+            subs = await engine.submit_many(items)
         return pb.SubmitTasksResponse(
             tasks=[
                 pb.SubmitTaskResponse(task_id=s.task_id, created=s.created, event_id=s.event_id)
@@ -243,7 +256,8 @@ class SchedulerService(pbg.SchedulerServicer):
             raise FailedPreconditionError(why)
         dag = _json(_required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
         key = _optional(request.idempotency_key, "idempotency_key")
-        sub = await engine.submit("shell", dag, idempotency_key=key)
+        with self.admission.admit(1):
+            sub = await engine.submit("shell", dag, idempotency_key=key)
         return pb.SubmitTaskResponse(
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
         )
@@ -496,7 +510,12 @@ class ApiServer:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
         self.server = _server(public_auth, s)
         services = pb.DESCRIPTOR.services_by_name
-        scheduler = SchedulerService(node, self.watchers, self.watch_slots)
+        admission = Admission(
+            s.max_pending_writes,
+            s.max_tasks_in_memory,
+            lambda: len(node.store.state.tasks) if node.store is not None else 0,
+        )
+        scheduler = SchedulerService(node, self.watchers, self.watch_slots, admission)
         add_service(self.server, services["Scheduler"], scheduler)
         add_service(self.server, services["Cluster"], ClusterService(node))
         from apollo11.v1 import replication_pb2_grpc as rpbg

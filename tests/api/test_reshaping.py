@@ -12,7 +12,7 @@ import pytest
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
-from scheduler.api.limits import WatchSlots
+from scheduler.api.limits import Admission, WatchSlots
 from scheduler.api.server import SchedulerService, Watchers
 from scheduler.errors import NotLeaderError
 
@@ -25,7 +25,8 @@ async def test_requests_while_the_store_is_reopened_are_unavailable_with_a_reaso
         not_leader=lambda: NotLeaderError("standby"),
     )
     server = grpc.aio.server()
-    service = SchedulerService(node, Watchers(), WatchSlots(10))  # type: ignore[arg-type]
+    admission = Admission(10, 10, lambda: 0)
+    service = SchedulerService(node, Watchers(), WatchSlots(10), admission)  # type: ignore[arg-type]
     pbg.add_SchedulerServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
