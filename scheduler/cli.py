@@ -262,6 +262,9 @@ def node(
         code = asyncio.run(serve(settings))
     except ApolloError as e:
         raise _fail(str(e)) from e
+    except Exception:
+        logging.getLogger("apollo11.node").critical("the node stopped on an error", exc_info=True)
+        raise typer.Exit(70) from None
     raise typer.Exit(code)
 
 

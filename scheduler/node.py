@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import faulthandler
 import gc
 import logging
 import os
@@ -782,6 +783,10 @@ def _drop_snapshots_after(data: DataDir, keep_through: int) -> None:
 
 async def serve(settings: NodeSettings) -> int:
     """Run a node until SIGTERM or SIGINT; exit status 0 on a clean stop."""
+    # A fatal error (a crash in C code, an abort) leaves every thread's stack in the
+    # log instead of nothing: one primary died silently in a kill loop.
+    faulthandler.enable(all_threads=True)
+    asyncio.get_running_loop().set_exception_handler(_log_loop_error)
     node = Node(settings)
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
@@ -803,6 +808,16 @@ async def serve(settings: NodeSettings) -> int:
         if killed:
             log.warning("killed %d process(es) the steps left behind", killed)
     return 0
+
+
+def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Whatever asyncio cannot hand to anyone goes to the log, with its traceback."""
+    err = context.get("exception")
+    log.error(
+        "unhandled in the event loop: %s",
+        context.get("message", "error"),
+        exc_info=(type(err), err, err.__traceback__) if err is not None else None,
+    )
 
 
 async def _reap_orphans(period_s: float = 5.0) -> None:
