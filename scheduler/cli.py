@@ -76,6 +76,33 @@ out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 
+class _Grid:
+    """A table: drawn with rich on a terminal; in a pipe, plain columns two spaces
+    apart with nothing cut (full task ids and addresses for grep, awk and cut)."""
+
+    def __init__(self, *headers: str, title: str | None = None) -> None:
+        self.headers = headers
+        self.title = title
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(cells)
+
+    def show(self) -> None:
+        if out.is_terminal:
+            table = Table(*self.headers, title=self.title)
+            for row in self.rows:
+                table.add_row(*row)
+            out.print(table)
+            return
+        rows = [self.headers, *self.rows]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self.headers))]
+        for r in rows:
+            line = "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))
+            sys.stdout.write(line.rstrip() + "\n")
+        sys.stdout.flush()
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -481,15 +508,16 @@ def _show_task_view(t: Any) -> None:
         f"task [bold]{t.task_id}[/bold] ({t.workflow} v{t.version}): [bold]{t.state}[/bold]"
         f" as of event {t.as_of_event_id}"
     )
-    table = Table("step", "state", "attempt", "duration ms", "error")
+    table = _Grid("step", "state", "attempt", "duration ms", "error")
     for s in t.steps:
         dur = s.duration_ms
         table.add_row(
             s.name, s.state, str(s.attempt), "" if dur is None else str(dur), s.error or ""
         )
-    out.print(table)
+    table.show()
     if t.cancelled:
-        out.print(f"cancelled by {t.cancelled['operator']}: {t.cancelled['reason']}")
+        shown = f" (as {t.cancelled['as']})" if t.cancelled.get("as") else ""
+        out.print(f"cancelled by {t.cancelled['operator']}{shown}: {t.cancelled['reason']}")
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {note}")
 
@@ -531,7 +559,7 @@ def tasks(
     if as_json:
         _print_json([r.to_json() for r in rows])
         return
-    table = Table("task", "workflow", "state", "steps", "submitted", "updated")
+    table = _Grid("task", "workflow", "state", "steps", "submitted", "updated")
     for r in rows:
         table.add_row(
             r.task_id,
@@ -541,7 +569,7 @@ def tasks(
             _ms(r.submitted_ms),
             _ms(r.updated_ms),
         )
-    out.print(table)
+    table.show()
 
 
 @app.command()
@@ -736,7 +764,7 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
         out.print(f"security: {s.security}", style=style, markup=False)
     if s.notice:
         out.print(f"notice: {s.notice}", style="bold yellow", markup=False)
-    table = Table(
+    table = _Grid(
         "member", "role", "address", "last event", "lag (events)", "lag ms", "connected", "sync"
     )
     for m in s.members:
@@ -750,7 +778,7 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
             "yes" if m.connected else "no",
             "yes" if m.synchronous else "",
         )
-    out.print(table)
+    table.show()
 
 
 @app.command()
@@ -792,7 +820,7 @@ def _show_state(state: State) -> None:
         f"state as of event [bold]{state.last_event_id}[/bold], term {state.term}: "
         f"{len(tasks)} tasks"
     )
-    table = Table("task", "workflow", "status", "steps done", "last event", "anomalies")
+    table = _Grid("task", "workflow", "status", "steps done", "last event", "anomalies")
     for t in tasks[-200:]:
         table.add_row(
             t.task_id,
@@ -802,7 +830,7 @@ def _show_state(state: State) -> None:
             str(t.last_event_id),
             str(len(t.anomalies)) if t.anomalies else "",
         )
-    out.print(table)
+    table.show()
     if len(tasks) > 200:
         out.print(f"(the newest 200 of {len(tasks)}; use --json for all)")
     for note in state.anomalies:
@@ -814,7 +842,7 @@ def _show_task(t: TaskState, state: State) -> None:
         f"task [bold]{t.task_id}[/bold] ({t.workflow} v{t.version}): {t.status.value} "
         f"as of event {state.last_event_id}"
     )
-    table = Table("step", "status", "attempt", "duration ms", "error")
+    table = _Grid("step", "status", "attempt", "duration ms", "error")
     for s in t.steps.values():
         dur = (
             str(s.finished_ms - s.started_ms)
@@ -822,7 +850,7 @@ def _show_task(t: TaskState, state: State) -> None:
             else ""
         )
         table.add_row(s.name, s.status.value, str(s.attempt), dur, s.error or "")
-    out.print(table)
+    table.show()
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {note}")
 
@@ -914,10 +942,10 @@ def _bench(
         _print_json(result)
         return
     title = f"apollo11 bench {name}" + (" --quick" if quick else "")
-    table = Table("measurement", "result", title=title)
+    table = _Grid("measurement", "result", title=title)
     for label, value in rows(result):
         table.add_row(label, value)
-    out.print(table)
+    table.show()
 
 
 @app.command()

@@ -238,3 +238,18 @@ async def test_submit_many_in_one_call(node: NodeProc, tmp_path: Path) -> None:
     bad.write_text('{"workflow": "etl"}\n{"input": 1}\n')
     res = cli("submit-many", str(bad), server=node.address)
     assert res.returncode == 2 and 'line 2: expected an object with a "workflow"' in res.stderr
+
+
+def test_tables_in_a_pipe_are_plain_columns_with_nothing_cut(node: NodeProc) -> None:
+    with SyncClient(node.address) as c:
+        sub = c.submit("etl", {"step_seconds": 0})
+        c.wait(sub.task_id)
+    res = cli("tasks", "--limit", "5", server=node.address)  # stdout is a pipe here
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["task", "workflow", "state", "steps", "submitted", "updated"]
+    assert not any(ch in res.stdout for ch in "┃│┏━…"), "no boxes, nothing truncated"
+    row = next(line for line in lines if line.startswith(sub.task_id))
+    assert row.split()[:4] == [sub.task_id, "etl", "SUCCEEDED", "5/5"]
+    res = cli("status", server=node.address)
+    assert node.address in res.stdout.split(), res.stdout  # the whole address, as a word
