@@ -37,6 +37,14 @@ app.add_typer(token_app, name="token")
 _conn: dict[str, Any] = {}
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"apollo11 {version('apollo11')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _connection(
     ca: Annotated[
@@ -58,6 +66,12 @@ def _connection(
         Path | None,
         typer.Option("--token-file", envvar="APOLLO11_TOKEN_FILE", help="File holding the token."),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     """Apollo-11: a durable task orchestrator on an append-only event log.
 

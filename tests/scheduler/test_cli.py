@@ -54,3 +54,14 @@ def test_replay_errors_are_clear(tmp_path: Path) -> None:
     assert "checksum" in res.stderr and "00000000000000000001.seg" in res.stderr
     res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "etl-happy"), "--task", "nope"])
     assert res.exit_code == 1 and "no task 'nope'" in res.stderr
+
+
+def test_version() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    res = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "--version"], capture_output=True, text=True
+    )
+    assert res.returncode == 0 and res.stdout == f"apollo11 {version('apollo11')}\n"
