@@ -27,6 +27,11 @@ LOG_TORN_TAILS = Counter(
     "apollo11_log_torn_tail_truncations_total",
     "Torn or corrupt tails cut off the last segment at open",
 )
+LOG_WRITE_ERRORS = Counter(
+    "apollo11_log_write_errors_total",
+    "Failed writes or fsyncs of the event log (each makes the log refuse appends: the "
+    "node steps down and reopens it once writes work again)",
+)
 SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
     "apollo11_snapshot_seconds", "Time to write one snapshot (off the event loop)"
