@@ -32,6 +32,10 @@ LOG_WRITE_ERRORS = Counter(
     "Failed writes or fsyncs of the event log (each makes the log refuse appends: the "
     "node steps down and reopens it once writes work again)",
 )
+LOG_WRITABLE = Gauge(
+    "apollo11_log_writable",
+    "1 while this node's event log accepts appends, 0 while it refuses them after a failure",
+)
 SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
     "apollo11_snapshot_seconds", "Time to write one snapshot (off the event loop)"
@@ -177,6 +181,7 @@ def refresh(node: Any) -> None:
     store = node.store
     if store is None:
         return
+    LOG_WRITABLE.set(1 if node.log_trouble is None and store.log.failure is None else 0)
     ROLE.set(1 if node.role == "primary" else 0)
     TERM.set(max(node.known_term, store.state.term))
     DURABLE_EVENT_ID.set(store.log.durable_id)
