@@ -7,6 +7,7 @@ Names follow Prometheus conventions: `apollo11_` prefix, units in the name,
 from __future__ import annotations
 
 import gc
+import os
 import time
 from typing import Any
 
@@ -35,6 +36,16 @@ LOG_WRITE_ERRORS = Counter(
 LOG_WRITABLE = Gauge(
     "apollo11_log_writable",
     "1 while this node's event log accepts appends, 0 while it refuses them after a failure",
+)
+DISK_FREE_BYTES = Gauge(
+    "apollo11_disk_free_bytes",
+    "Space left for the data directory's file system (for unprivileged writers)",
+    ["path"],
+)
+DISK_FREE_RATIO = Gauge(
+    "apollo11_disk_free_ratio",
+    "apollo11_disk_free_bytes over the file system's size",
+    ["path"],
 )
 SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
@@ -178,6 +189,7 @@ DURABLE_EVENT_ID = Gauge("apollo11_durable_event_id", "The last durable event id
 
 def refresh(node: Any) -> None:
     """Gauges that are cheaper to read at scrape time than to keep updated."""
+    refresh_disk(str(node.settings.data_dir))
     store = node.store
     if store is None:
         return
@@ -192,3 +204,14 @@ def refresh(node: Any) -> None:
     RUNNING_STEPS.set(node.engine.running() if node.engine else 0)
     backlog = node.engine.compensation_backlog() if node.engine else 0
     COMPENSATION_BACKLOG.set(max(owed, backlog))
+
+
+def refresh_disk(path: str) -> None:
+    """Headroom of the data directory's file system: one statvfs, at scrape time."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return  # not there (yet): no reading is better than a false one
+    free = st.f_bavail * st.f_frsize
+    DISK_FREE_BYTES.labels(path).set(free)
+    DISK_FREE_RATIO.labels(path).set(free / (st.f_blocks * st.f_frsize) if st.f_blocks else 0.0)

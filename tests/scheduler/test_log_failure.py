@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,3 +80,14 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
         assert metrics.LOG_WRITABLE._value.get() == 1
     finally:
         await node.stop()
+
+
+def test_disk_headroom_is_read_at_scrape_time(tmp_path: Path) -> None:
+    metrics.refresh_disk(str(tmp_path))
+    st = os.statvfs(tmp_path)
+    free = metrics.DISK_FREE_BYTES.labels(str(tmp_path))._value.get()
+    assert abs(free - st.f_bavail * st.f_frsize) < 64 << 20  # others write meanwhile
+    ratio = metrics.DISK_FREE_RATIO.labels(str(tmp_path))._value.get()
+    assert 0 < ratio <= 1
+    assert abs(ratio - free / (st.f_blocks * st.f_frsize)) < 0.01
+    metrics.refresh_disk(str(tmp_path / "missing"))  # no reading, and no error
