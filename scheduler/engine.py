@@ -361,6 +361,11 @@ class Engine:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self.store.log.failure is not None:
+                # A failed log takes no event: deciding now would only spin on appends
+                # that fail (each lost step written again and again, and counted). The
+                # node steps down within moments and stops this engine.
+                continue
             t0 = time.perf_counter()
             dirty, self._dirty = self._dirty, set()
             # Tasks that waited for a slot go first, oldest first: they get the slots

@@ -7,6 +7,7 @@ Names follow Prometheus conventions: `apollo11_` prefix, units in the name,
 from __future__ import annotations
 
 import gc
+import os
 import time
 from typing import Any
 
@@ -26,6 +27,25 @@ LOG_FSYNC_SECONDS = Histogram(
 LOG_TORN_TAILS = Counter(
     "apollo11_log_torn_tail_truncations_total",
     "Torn or corrupt tails cut off the last segment at open",
+)
+LOG_WRITE_ERRORS = Counter(
+    "apollo11_log_write_errors_total",
+    "Failed writes or fsyncs of the event log (each makes the log refuse appends: the "
+    "node steps down and reopens it once writes work again)",
+)
+LOG_WRITABLE = Gauge(
+    "apollo11_log_writable",
+    "1 while this node's event log accepts appends, 0 while it refuses them after a failure",
+)
+DISK_FREE_BYTES = Gauge(
+    "apollo11_disk_free_bytes",
+    "Space left for the data directory's file system (for unprivileged writers)",
+    ["path"],
+)
+DISK_FREE_RATIO = Gauge(
+    "apollo11_disk_free_ratio",
+    "apollo11_disk_free_bytes over the file system's size",
+    ["path"],
 )
 SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
@@ -169,9 +189,11 @@ DURABLE_EVENT_ID = Gauge("apollo11_durable_event_id", "The last durable event id
 
 def refresh(node: Any) -> None:
     """Gauges that are cheaper to read at scrape time than to keep updated."""
+    refresh_disk(str(node.settings.data_dir))
     store = node.store
     if store is None:
         return
+    LOG_WRITABLE.set(1 if node.log_trouble is None and store.log.failure is None else 0)
     ROLE.set(1 if node.role == "primary" else 0)
     TERM.set(max(node.known_term, store.state.term))
     DURABLE_EVENT_ID.set(store.log.durable_id)
@@ -182,3 +204,14 @@ def refresh(node: Any) -> None:
     RUNNING_STEPS.set(node.engine.running() if node.engine else 0)
     backlog = node.engine.compensation_backlog() if node.engine else 0
     COMPENSATION_BACKLOG.set(max(owed, backlog))
+
+
+def refresh_disk(path: str) -> None:
+    """Headroom of the data directory's file system: one statvfs, at scrape time."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return  # not there (yet): no reading is better than a false one
+    free = st.f_bavail * st.f_frsize
+    DISK_FREE_BYTES.labels(path).set(free)
+    DISK_FREE_RATIO.labels(path).set(free / (st.f_blocks * st.f_frsize) if st.f_blocks else 0.0)

@@ -7,6 +7,12 @@ is (Patroni's style): "standby: following node-1 (term 7) at event 40213",
 "promoted: term 9, ...", "demoted self because the lease was not renewed
 for 3.4s".
 
+A failed write or fsync makes the event log refuse appends (scheduler/log):
+the node notices within LOG_WATCH_S, steps down as SIGTERM would (resigning the
+lease, so that a healthy standby takes over at once), and tries every
+LOG_RETRY_S to reopen its log; once a probe write succeeds it cuts what the
+failed write left, reopens, and rejoins as a standby (standalone: leads again).
+
 Losing the lease is an explicit branch, taken before the TTL can run out:
 a watchdog compares the monotonic time of the last successful renewal with
 the TTL minus a margin, and every acknowledgement re-checks it, so a
@@ -40,13 +46,14 @@ from scheduler.engine import Engine
 from scheduler.errors import (
     ApolloError,
     LeaseLostError,
+    LogFailedError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
 )
 from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
-from scheduler.log.eventlog import NothingInCommonError, cut_after
+from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
@@ -59,6 +66,12 @@ log = logging.getLogger(__name__)
 CYCLE_S = 0.1  # how often the role loop reads the world
 PRIMARY_PUBLISH_S = 1.0  # how often a primary refreshes its own member record
 SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position
+LOG_WATCH_S = 0.05  # how often a node looks whether its event log failed (one attribute)
+LOG_RETRY_S = 1.0  # how often a node whose log failed tries to reopen it
+# Written and fsynced before a failed log is reopened: a disk that takes this takes
+# writes again (a smaller probe would reopen into the next ENOSPC at once).
+PROBE_BYTES = 1 << 20
+FAILED = "failed"  # the role of a node whose log refuses writes: it neither leads nor follows
 
 
 class Node:
@@ -86,7 +99,13 @@ class Node:
         self.world: World | None = None
         self.role = "starting"
         self.known_term = 0
-        self.notice = ""  # what this node found wrong with etcd's state (status says it)
+        self.notice = ""  # what this node found wrong (etcd's state, its log): status says it
+        self._log_trouble: str | None = None  # why this node's log refuses writes
+        self._log_cut: Position | None = None  # where that log was last durable
+        self._log_failed_at = 0.0  # monotonic
+        self._log_retry_at = 0.0  # monotonic time of the next attempt to reopen it
+        self._log_said = ""
+        self._reopen_lock = asyncio.Lock()
         self._store_behind: str | None = None  # etcd knows less than this node: why
         self._store_behind_since = 0.0  # monotonic time this node first saw that
         self.port = 0
@@ -212,6 +231,7 @@ class Node:
                     s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security()
                 )
         self._spawn(_watch_loop_lag(self._tick), "apollo11-loop-lag")
+        self._spawn(self._watch_log(), "apollo11-log-watch")
         # What exists now (modules, the recovered state) lives as long as the node;
         # without this every full collection rescans it: 16-32 ms pauses measured
         # under load, ~8 ms after, and each one is a replication-latency outlier.
@@ -293,6 +313,17 @@ class Node:
             self._published_at = now
         world = self.world = await self.lease.world()
         self._check_store(world)
+        if self._log_trouble is not None:
+            # Neither campaign nor follow: this log can take no event (_watch_log). The
+            # leader is remembered only to redirect writes to it.
+            self._leaderless_since = None
+            await self._stop_following()
+            leader = world.leader
+            self.leader = leader if leader and leader.node_id != self.settings.node_id else None
+            return (
+                f"not campaigning or following: the event log failed ({self._log_trouble}); "
+                f"retrying to reopen it every {LOG_RETRY_S:g}s"
+            )
         me = self.settings.node_id
         leader = world.leader
         if leader is not None:
@@ -346,8 +377,8 @@ class Node:
             )
         me = self._me()
         # A member still marked primary with no leader key is the one that died (or is
-        # about to demote itself): it is not a candidate.
-        candidates = [m for m in world.members.values() if m.role != "primary"]
+        # about to demote itself): it is not a candidate; nor is one whose log failed.
+        candidates = [m for m in world.members.values() if m.role not in ("primary", FAILED)]
         candidates = [m for m in candidates if m.node_id != me.node_id] + [me]
         best = max(candidates, key=lambda m: (m.position, _reverse(m.node_id)))
         if best.node_id != me.node_id:
@@ -508,11 +539,11 @@ class Node:
         ready (a step about to begin) before the watchdog's next look."""
         return self.role == "primary" and time.monotonic() - self._renewed_at <= self.fence_after_s
 
-    async def demote(self, why: str) -> str:
+    async def demote(self, why: str, *, role: str = "standby") -> str:
         """Stop acting as primary at once: no more acks, no more steps."""
         if self.role != "primary":
             return f"already not primary ({why})"
-        self.role = "standby"
+        self.role = role
         self.leader = None
         metrics.ROLE.set(0)
         self.hub.fail_all(f"this node stopped being the primary: {why}")
@@ -531,6 +562,108 @@ class Node:
         if not any(t.get_name() == "apollo11-role" and not t.done() for t in self._tasks):
             self._spawn(self._role_loop(), "apollo11-role")
         return f"demoted self because {why}"
+
+    # ------------------------------------------------------- a failed log
+
+    @property
+    def log_trouble(self) -> str | None:
+        """Why this node's event log refuses writes; None while it takes them."""
+        return self._log_trouble
+
+    async def _watch_log(self) -> None:
+        """Notice a failed log at once and step down; reopen it once writes work again."""
+        while not self._stopping:
+            try:
+                sentence = await self._log_cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the watch must outlive one bad attempt
+                log.exception("watching the event log failed")
+                sentence = f"watching the event log failed: {e}"
+            if sentence and sentence != self._log_said:
+                log.warning("%s", sentence)
+                self._log_said = sentence
+            await asyncio.sleep(LOG_WATCH_S)
+
+    async def _log_cycle(self) -> str | None:
+        store = self.store
+        if store is None or self._stopping or self._reopen_lock.locked():
+            return None
+        if self._log_trouble is None:
+            failure = store.log.failure
+            if failure is None:
+                return None
+            return await self._log_failed(str(failure) or type(failure).__name__, store)
+        if time.monotonic() < self._log_retry_at:
+            return None
+        self._log_retry_at = time.monotonic() + LOG_RETRY_S
+        return await self._reopen_failed_log()
+
+    async def _log_failed(self, why: str, store: Store | None) -> str:
+        """Step down at once: a primary that cannot log decides nothing, and holding the
+        lease would keep the healthy standbys from taking over (issue 15)."""
+        self._log_trouble = why
+        self._log_cut = store.log.position() if store is not None else None
+        self._log_failed_at = time.monotonic()
+        self._log_retry_at = self._log_failed_at + LOG_RETRY_S
+        metrics.LOG_WRITABLE.set(0)
+        was = self.role
+        if was == "primary":
+            # FAILED before the lease goes, so that no cycle offers this node as a candidate.
+            said = await self.demote(f"its event log failed ({why})", role=FAILED)
+            done = (
+                "stopped leading (no standby to hand over to)"
+                if self.settings.standalone
+                else "resigned the lease for a standby to take over"
+            )
+        else:
+            # The role loop stops the follower (this may run in the follower's own task).
+            self.role = FAILED
+            said = f"stopped following: the event log failed ({why})"
+            done = "stopped following"
+        self._notice(
+            f"the event log failed ({why}): {done}; refusing writes until it can be "
+            f"reopened (free space in {self.settings.data_dir}?), retrying every "
+            f"{LOG_RETRY_S:g}s"
+        )
+        return said
+
+    async def _reopen_failed_log(self) -> str:
+        data_dir = str(self.settings.data_dir)
+        try:
+            await asyncio.to_thread(_probe_writes, data_dir)
+        except OSError as e:
+            return f"the event log is still failed: a probe write to {data_dir} failed ({e})"
+        cut = self._log_cut
+
+        def change(data: DataDir) -> str:
+            if cut is None:
+                return "nothing to cut"
+            n = cut_unsynced(data.root, cut)
+            return f"cut {n} bytes the failed write left after event {cut.event_id}"
+
+        try:
+            done = await self._reopen(change)
+        except Exception as e:
+            return f"the event log is still failed: reopening it failed ({e})"
+        assert self.store is not None
+        why, self._log_trouble, self._log_cut = self._log_trouble, None, None
+        metrics.LOG_WRITABLE.set(1)
+        spent = time.monotonic() - self._log_failed_at
+        self.role = "standby"
+        if self.settings.standalone:
+            t0 = time.monotonic()
+            won = await self.lease.campaign(
+                self.settings.node_id, self.address, min_term=self.known_term
+            )
+            then = "in-memory lease taken" if won is None else await self._promote(won, t0)
+        else:
+            then = "rejoining as a standby"
+        self._notice(
+            f"the event log failed ({why}); reopened it {spent:.1f}s later at event "
+            f"{self.store.log.durable_id} ({done}); {then}"
+        )
+        return f"reopened the event log: {then}"
 
     # ------------------------------------------------------------ writes
 
@@ -575,15 +708,25 @@ class Node:
 
     async def _reopen(self, change: Callable[[DataDir], str]) -> str:
         """Close the store, change the files, open it again - whatever happens in between
-        (a failed change leaves the files as they were, and the store is reopened)."""
-        assert self.store is not None
-        await self.store.close()
-        self.store = None
-        try:
-            data = DataDir.open(self.settings.data_dir)
-            return await asyncio.to_thread(change, data)
-        finally:
-            self.store = self._open_store()
+        (a failed change leaves the files as they were, and the store is reopened).
+        If the open fails, the closed store stays (its state answers reads) and the
+        node's log counts as failed: _watch_log retries the open."""
+        async with self._reopen_lock:
+            old = self.store
+            assert old is not None
+            await old.close()
+            self.store = None
+            try:
+                data = DataDir.open(self.settings.data_dir)
+                return await asyncio.to_thread(change, data)
+            finally:
+                try:
+                    self.store = self._open_store()
+                except Exception as e:
+                    self.store = old
+                    if self._log_trouble is None:
+                        await self._log_failed(f"reopening it failed: {e}", None)
+                    raise
 
     async def cut_divergent_tail(self, keep_through: int, reason: str) -> str:
         """A deposed primary rejoining: move its divergent tail to quarantine."""
@@ -620,6 +763,12 @@ class Node:
         leader = self.leader
         if self.role == "primary" or self._stopping:
             return NotLeaderError("this node is shutting down or stepping down; try another")
+        if leader is None and self._log_trouble is not None:
+            return LogFailedError(
+                f"{self.settings.node_id} refuses writes: its event log failed "
+                f"({self._log_trouble}); free space in {self.settings.data_dir} (it reopens "
+                f"the log by itself within {LOG_RETRY_S:g}s of writes working again)"
+            )
         if leader is None:
             return NoLeaderError("no primary is known right now (an election is under way); retry")
         return NotLeaderError(
@@ -754,6 +903,21 @@ def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict
         "ack_p50_ms": 0.0,
         "ack_p99_ms": 0.0,
     }
+
+
+def _probe_writes(data_dir: str) -> None:
+    """Write and fsync PROBE_BYTES beside the log, then remove them: does the disk
+    take writes again? Raises OSError (ENOSPC, EIO) when not."""
+    path = os.path.join(data_dir, ".write-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(bytes(PROBE_BYTES))
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
 def _reverse(node_id: str) -> tuple[int, ...]:

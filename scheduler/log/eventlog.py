@@ -348,7 +348,7 @@ class EventLog:
             raise LogClosedError("the event log is closed")
         if self._failed is not None:
             raise LogFailedError(
-                f"the event log failed and refuses appends until the node restarts: {self._failed}"
+                f"the event log failed and refuses appends until it is reopened: {self._failed}"
             )
         if self.term < self._last_term:
             raise StaleTermError(
@@ -580,6 +580,7 @@ class EventLog:
                     await loop.run_in_executor(self._io, self._write_batch, batch.parts)
             except BaseException as e:
                 self._failed = e
+                metrics.LOG_WRITE_ERRORS.inc()
                 log.error("event log write failed; refusing further appends: %s", e)
                 # Its records may have been shipped ahead to standbys already.
                 _resolve(
@@ -912,6 +913,12 @@ class EventLog:
         return not self._closed and self._failed is None
 
     @property
+    def failure(self) -> BaseException | None:
+        """What made this log refuse appends (a failed write or fsync, a failed
+        listener); None while it is writable, closed, or opened read-only."""
+        return None if self.read_only else self._failed
+
+    @property
     def written_id(self) -> int:
         """The last event handed to the writer (durable or about to be)."""
         return self._written_id
@@ -1233,6 +1240,35 @@ def _rewrite_index(seg: Segment) -> None:
 
 
 # ------------------------------------------------------------ rejoining
+
+
+def cut_unsynced(data_dir: str | os.PathLike[str], durable: Position) -> int:
+    """Cut a closed log back to `durable` (its `position()` when a write failed).
+
+    What a failed batch left behind (a partial record, whole records whose
+    fsync failed, a segment it opened) was never acknowledged, and after a
+    failed fsync the page cache may show bytes the disk never got (the
+    PostgreSQL fsyncgate lesson): reopening must not find them valid. Needs no
+    free space, frees some. Returns how many bytes went; cutting twice cuts nothing.
+    """
+    data = DataDir.open_existing(data_dir)
+    cut = 0
+    for seg in _list_segments(data.log_dir):
+        if seg.first_id > durable.segment_id:
+            cut += seg.size
+            os.unlink(seg.path)
+        elif seg.first_id == durable.segment_id and seg.size > durable.offset:
+            cut += seg.size - durable.offset
+            with open(seg.path, "r+b") as f:
+                f.truncate(durable.offset)
+                os.fsync(f.fileno())
+        else:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(seg.index_path)  # derived; rebuilt on demand
+    if cut:
+        data.fsync_log_dir()
+    return cut
 
 
 def cut_after(data_dir: str | os.PathLike[str], keep_through: int, quarantine: str) -> int:

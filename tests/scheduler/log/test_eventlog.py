@@ -600,6 +600,9 @@ async def test_a_standby_writes_big_batches_and_rotations_on_its_thread(
         tmp_path / "r", config=LogConfig(segment_max_bytes=segment), instance_id="n2"
     )
     where = _on_loop(replica, monkeypatch)
+    # Where a batch is written is what is tested, not the disk: a real fdatasync over
+    # INLINE_WRITE_MAX_S on a busy machine would send the small batch to the thread.
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
 
     async def ship(n: int, max_bytes: int = 1 << 20) -> None:
         await _fill(primary, n)
@@ -621,3 +624,51 @@ async def test_a_standby_writes_big_batches_and_rotations_on_its_thread(
     assert all(rotated[:-1])
     await replica.close()
     await primary.close()
+
+
+@pytest.mark.parametrize("rotating", [False, True], ids=["in-segment", "new-segment"])
+async def test_a_failed_fsync_is_cut_back_to_the_durable_position_before_reopening(
+    tmp_path, clock, monkeypatch, rotating
+) -> None:
+    """fsyncgate: the records of a batch whose fdatasync failed are in the page cache and
+    would read back valid; they were never acknowledged, and the disk need not hold them."""
+    from scheduler.log import eventlog
+
+    config = LogConfig(segment_max_bytes=4096 if rotating else 1 << 20)
+    log = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
+    await _fill(log, 3)
+    if rotating:
+        while len(_seg_files(tmp_path / "data")) == 1:
+            await _fill(log, 1)
+        while log.segments[-1].size < 4000:  # the next batch opens a segment
+            await _fill(log, 1)
+    durable = log.position()
+    errors = metrics.LOG_WRITE_ERRORS._value.get()
+
+    sync = os.fdatasync
+    passes = [1 if rotating else 0]  # rotating: the old segment syncs, the new one fails
+
+    def fail(fd: int) -> None:
+        if passes[0]:
+            passes[0] -= 1
+            return sync(fd)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(eventlog.os, "fdatasync", fail)
+    with pytest.raises(LogFailedError, match="Input/output error"):
+        await _fill(log, 40, task="lost")
+    assert isinstance(log.failure, OSError)
+    assert metrics.LOG_WRITE_ERRORS._value.get() == errors + 1
+    with pytest.raises(LogFailedError, match="until it is reopened"):
+        await _fill(log, 1)
+    monkeypatch.undo()
+    await log.close()
+    assert eventlog.cut_unsynced(tmp_path / "data", durable) > 0
+    assert eventlog.cut_unsynced(tmp_path / "data", durable) == 0, "cutting twice cuts nothing"
+    again = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
+    assert again.durable_id == durable.event_id
+    assert len(_seg_files(tmp_path / "data")) == len(again.segments)
+    assert again.failure is None
+    assert [e.task_id for e in again.read() if e.task_id.startswith("lost")] == []
+    assert (await _fill(again, 1)) == [durable.event_id + 1]
+    await again.close()
