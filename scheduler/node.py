@@ -542,8 +542,19 @@ class Node:
                 try:
                     await self.hub.wait(event_id, need, s.sync_timeout)
                 except ReplicationTimeout as e:
-                    raise OutcomeUnknownError(str(e)) from None
+                    raise OutcomeUnknownError(f"{e}{self._not_streaming()}") from None
         self._check_lease(event_id)
+
+    def _not_streaming(self) -> str:
+        """Members etcd knows that have no replication stream here, for a message."""
+        world = self.world
+        if world is None:
+            return ""
+        streaming = set(self.hub.by_node())
+        absent = sorted(
+            m for m in world.members if m != self.settings.node_id and m not in streaming
+        )
+        return f"; members not following this primary: {', '.join(absent)}" if absent else ""
 
     def _check_lease(self, event_id: int) -> None:
         if not self.lease_valid():
@@ -663,7 +674,7 @@ class Node:
         if self.role == "primary":
             now = time.monotonic()
             live = {v.node_id for v in self.hub.connected()}
-            for v in self.hub.standbys.values():
+            for v in self.hub.by_node().values():
                 m = members.setdefault(v.node_id, _member(v.node_id, "standby", v.address, 0, 0))
                 m["last_event_id"] = max(m["last_event_id"], v.acked_id)
                 m["connected"] = v.node_id in live
