@@ -327,6 +327,15 @@ class ReplicationService(rpbg.ReplicationServicer):
                 f"{hello.node_id!r}",
             )
             return
+        if hello.cluster_id and node.cluster_id and hello.cluster_id != node.cluster_id:
+            # Same etcd prefix or not, same node ids or not: another cluster's log.
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{hello.node_id} belongs to cluster {hello.cluster_id}, but this primary "
+                f"({node.settings.node_id}) to cluster {node.cluster_id}: refusing to ship "
+                f"this log to it (wipe its data directory to join this cluster)",
+            )
+            return
         if node.role != "primary" or node.store is None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, f"{node.settings.node_id} is not the primary"
@@ -420,6 +429,7 @@ class ReplicationService(rpbg.ReplicationServicer):
                     term=term,
                     from_event_id=start,
                     segment_max_bytes=store.log.config.segment_max_bytes,
+                    cluster_id=node.cluster_id,
                 )
             )
             if snapshot is not None:
