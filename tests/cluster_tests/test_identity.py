@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _cluster_id(data_dir: Path) -> str:
 def pair(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[Cluster]:
     """n1 primary, n2 its one standby; strict sync on one standby (the default)."""
     c = Cluster.create(
-        tmp_path, etcd_server.url, cluster_name, 2, env={"APOLLO11_SYNC_TIMEOUT": "2"}
+        tmp_path, etcd_server.url, cluster_name, 2, env={"APOLLO11_SYNC_TIMEOUT": "2"}, http=True
     )
     c.members[0].start()
     try:
@@ -118,6 +119,11 @@ def test_a_second_stream_under_a_live_standbys_id_does_not_unhook_it(pair: Clust
         t0 = time.monotonic()
         client.submit("etl", {"step_seconds": 0})  # raises OutcomeUnknown when wedged
         assert time.monotonic() - t0 < 1.5
+    # what the "writes blocked" alert compares
+    url = f"http://127.0.0.1:{primary.http_port}/metrics"
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
+    assert "apollo11_replication_standbys_connected 1.0" in body
+    assert "apollo11_replication_standbys_required 1.0" in body
     assert n2.alive()
 
 
