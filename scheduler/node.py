@@ -253,7 +253,7 @@ class Node:
             await self.lease.publish(self._me())
             self._published_at = time.monotonic()
         except NodeIdTaken as e:
-            await self._abandon_start()
+            await self.stop()  # serving already: stop all of it, then refuse
             raise ApolloError(f"{e}; {_DUPLICATE_HINT}") from None
         except LeaseUnavailable as e:
             log.warning("publishing this node's member record: %s (the role loop retries)", e)
