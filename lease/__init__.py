@@ -1,6 +1,15 @@
 """Leader election and the lease: an interface, an in-memory and an etcd implementation."""
 
-from lease.base import MIN_TTL_S, LeaderInfo, Lease, LeaseUnavailable, MemberInfo, World, check_ttl
+from lease.base import (
+    MIN_TTL_S,
+    LeaderInfo,
+    Lease,
+    LeaseUnavailable,
+    MemberInfo,
+    NodeIdTaken,
+    World,
+    check_ttl,
+)
 from lease.memory import MemoryLease, MemoryStore
 
 __all__ = [
@@ -11,6 +20,7 @@ __all__ = [
     "MemberInfo",
     "MemoryLease",
     "MemoryStore",
+    "NodeIdTaken",
     "World",
     "check_ttl",
 ]

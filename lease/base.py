@@ -16,7 +16,13 @@ runs against each one):
 * `publish()` keeps this node's member record (role, address, durable
   position, the highest term it knows) under a lease of its own, so a dead
   node's record disappears by itself; `world()` reads the leader, every
-  member and the store's term in one request.
+  member, the store's term and the cluster id in one request. A record is
+  created only where none exists, and then updated only by the Lease object
+  that created it (compare-and-swap on the record's lease): a record another
+  process holds raises NodeIdTaken, and is left as it is.
+* `claim_cluster_id(proposed)` creates the cluster id key if it is absent
+  (compare-and-swap) and returns the id the store holds: the proposed one, or
+  the one another node put there first.
 * Errors reaching the store (unreachable, timeout) raise LeaseUnavailable;
   callers treat that like a failed renewal.
 
@@ -69,6 +75,15 @@ class LeaseUnavailable(ApolloError):
     """The lease store (etcd) cannot be reached or did not answer in time."""
 
 
+class NodeIdTaken(ApolloError):
+    """Another process holds this node id's member record: two processes share one
+    --node-id. `holder` is that record."""
+
+    def __init__(self, message: str, holder: MemberInfo | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 @dataclass(frozen=True, slots=True)
 class LeaderInfo:
     node_id: str
@@ -86,6 +101,7 @@ class MemberInfo:
     peer_address: str = ""  # where standbys follow it ("": the public address)
     shell: bool = False  # started with --allow-shell
     known_term: int = 0  # the highest term this node has seen (>= last_term)
+    instance: str = ""  # random, per process: which process publishes this record
 
     @property
     def position(self) -> tuple[int, int]:
@@ -105,6 +121,7 @@ class World:
     revision: int = 0
     member_revisions: dict[str, int] = field(default_factory=dict)  # node -> mod revision
     term: int | None = None
+    cluster_id: str | None = None  # None: the store holds none (new, or it lost its data)
 
     def highest_known_term(self) -> int:
         """The highest term any live member (or the leader) has published."""
@@ -155,6 +172,10 @@ class Lease(abc.ABC):
     @abc.abstractmethod
     async def world(self) -> World:
         """The leader and every live member, in one read."""
+
+    @abc.abstractmethod
+    async def claim_cluster_id(self, proposed: str) -> str:
+        """Store `proposed` as the cluster id unless one is stored; the stored one."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release client resources (and this node's member record)."""

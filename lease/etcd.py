@@ -12,7 +12,12 @@ Keys, under `/apollo11/<cluster>/`:
   which restarts near 1 with a fresh etcd; a leader value without a `term`
   is read that way still.)
 * `members/<node_id>`: `{node_id, role, address, last_event_id, last_term,
-  known_term, ...}` under that node's own lease.
+  known_term, instance, ...}` under that node's own lease. Written in a
+  transaction that compares the key's lease with ours (or with none, for a key
+  that must not exist yet): a record another process holds is never
+  overwritten, it raises NodeIdTaken.
+* `id`: the cluster id (hex), with no lease, created once (version 0 compare)
+  by the first node that starts against an empty store; see scheduler/identity.py.
 
 Every request carries a timeout of a third of the TTL: a hung etcd must
 make a renewal fail in time for the primary to fence itself, not block it.
@@ -34,9 +39,11 @@ from urllib.parse import urlparse
 
 import aetcd
 import aetcd.exceptions
+import aetcd.transactions
 import orjson
+from aetcd import rpc
 
-from lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, World
+from lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, NodeIdTaken, World
 from lease.etcd_client import EtcdCredentials, explain_refusal, make_client
 
 log = logging.getLogger(__name__)
@@ -104,6 +111,7 @@ class EtcdLease(Lease):
         self.leader_key = (self.root + "leader").encode()
         self.term_key = (self.root + "term").encode()
         self.members_prefix = (self.root + "members/").encode()
+        self.id_key = (self.root + "id").encode()
         self._ep = 0
         self._client: aetcd.Client | None = None
         self._lease_id: int | None = None  # the leader lease, while we hold it
@@ -238,6 +246,21 @@ class EtcdLease(Lease):
     # ----------------------------------------------------------- members
 
     async def publish(self, member: MemberInfo) -> None:
+        key = self.members_prefix + member.node_id.encode()
+        value = orjson.dumps(
+            {
+                "node_id": member.node_id,
+                "role": member.role,
+                "address": member.address,
+                "last_event_id": member.last_event_id,
+                "last_term": member.last_term,
+                "peer_address": member.peer_address,
+                "shell": member.shell,
+                "known_term": member.known_term,
+                "instance": member.instance,
+            }
+        )
+
         async def go(c: aetcd.Client) -> None:
             if self._member_lease_id is not None:
                 reply = await c.refresh_lease(self._member_lease_id)
@@ -245,23 +268,57 @@ class EtcdLease(Lease):
                     self._member_lease_id = None
             if self._member_lease_id is None:
                 self._member_lease_id = (await c.lease(self._etcd_ttl)).id
-            key = self.members_prefix + member.node_id.encode()
+                expect = 0  # a new lease: the record must not exist (or be ours, below)
+            else:
+                expect = self._member_lease_id
             self._member_key = key
-            value = orjson.dumps(
-                {
-                    "node_id": member.node_id,
-                    "role": member.role,
-                    "address": member.address,
-                    "last_event_id": member.last_event_id,
-                    "last_term": member.last_term,
-                    "peer_address": member.peer_address,
-                    "shell": member.shell,
-                    "known_term": member.known_term,
-                }
+            ok, held = await self._put_if_lease(c, key, value, expect)
+            if ok:
+                return
+            holder = _member(held[0][0]) if held else None
+            if held and holder is not None and holder.instance == member.instance:
+                # our own record, on a lease we no longer refresh (it lapsed as we
+                # took a new one): ours to replace
+                ok, held = await self._put_if_lease(c, key, value, held[0][1].lease)
+                if ok:
+                    return
+                holder = _member(held[0][0]) if held else None
+            raise NodeIdTaken(
+                f"node id {member.node_id!r} is already live in cluster {self.cluster!r}: "
+                f"another process "
+                + (f"({holder.role} at {holder.address}) " if holder else "")
+                + f"publishes its member record {key.decode()}",
+                holder,
             )
-            await c.put(key, value, lease=self._member_lease_id)
 
         await self._do("publish member", go)
+
+    async def _put_if_lease(
+        self, c: aetcd.Client, key: bytes, value: bytes, expect: int
+    ) -> tuple[bool, Any]:
+        """Put `key` on our member lease if its lease is `expect` (0: no key); else
+        what the key holds."""
+        tx = c.transactions
+        ok, responses = await c.transaction(
+            compare=[_LeaseIs(key) == expect],
+            success=[tx.put(key, value, lease=self._member_lease_id)],
+            failure=[tx.get(key)],
+        )
+        return bool(ok), None if ok else (responses[0] if responses else None)
+
+    async def claim_cluster_id(self, proposed: str) -> str:
+        async def go(c: aetcd.Client) -> str:
+            tx = c.transactions
+            ok, responses = await c.transaction(
+                compare=[tx.version(self.id_key) == 0],
+                success=[tx.put(self.id_key, proposed.encode())],
+                failure=[tx.get(self.id_key)],
+            )
+            if ok:
+                return proposed
+            return bytes(responses[0][0][0]).decode()
+
+        return await self._do("claim the cluster id", go)
 
     async def world(self) -> World:
         async def go(c: aetcd.Client) -> Any:
@@ -272,31 +329,23 @@ class EtcdLease(Lease):
         members: dict[str, MemberInfo] = {}
         revisions: dict[str, int] = {}
         term: int | None = None
+        cluster_id: str | None = None
         for kv in got:
             key, value = kv.key, kv.value
             if key == self.leader_key:
                 leader = _leader(value, kv.create_revision)
             elif key == self.term_key:
                 term = _term(value)
+            elif key == self.id_key:
+                cluster_id = value.decode(errors="replace")
             elif key.startswith(self.members_prefix):
-                try:
-                    d = orjson.loads(value)
-                    m = MemberInfo(
-                        d["node_id"],
-                        d["role"],
-                        d["address"],
-                        int(d["last_event_id"]),
-                        int(d["last_term"]),
-                        str(d.get("peer_address") or ""),
-                        bool(d.get("shell", False)),
-                        int(d.get("known_term", 0)),
-                    )
-                except (ValueError, KeyError, TypeError):
+                m = _member(value)
+                if m is None:
                     log.warning("ignoring a malformed member record %r", key)
                     continue
                 members[m.node_id] = m
                 revisions[m.node_id] = kv.mod_revision
-        return World(leader, members, got.header.revision, revisions, term)
+        return World(leader, members, got.header.revision, revisions, term, cluster_id)
 
     async def close(self) -> None:
         member_lease, self._member_lease_id = self._member_lease_id, None
@@ -310,6 +359,36 @@ async def _close(client: aetcd.Client) -> None:
     with contextlib.suppress(Exception, TimeoutError):
         async with asyncio.timeout(1.0):
             await client.close()
+
+
+class _LeaseIs(aetcd.transactions.BaseCompare):  # type: ignore[misc]
+    """Compare a key's lease id (0 for a key that does not exist); aetcd has no
+    helper for etcd's LEASE compare target."""
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__(key)
+
+    def build_compare(self, compare: Any) -> None:
+        compare.target = rpc.Compare.LEASE
+        compare.lease = int(self.value)
+
+
+def _member(value: bytes) -> MemberInfo | None:
+    try:
+        d = orjson.loads(value)
+        return MemberInfo(
+            d["node_id"],
+            d["role"],
+            d["address"],
+            int(d["last_event_id"]),
+            int(d["last_term"]),
+            str(d.get("peer_address") or ""),
+            bool(d.get("shell", False)),
+            int(d.get("known_term", 0)),
+            str(d.get("instance") or ""),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _leader(value: bytes, create_revision: int) -> LeaderInfo | None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lease.base import LeaderInfo, Lease, MemberInfo, World
+from lease.base import LeaderInfo, Lease, MemberInfo, NodeIdTaken, World
 
 
 @dataclass
@@ -23,7 +23,9 @@ class MemoryStore:
     holder: LeaderInfo | None = None
     expires: float = 0.0
     owner: object | None = None
-    members: dict[str, tuple[MemberInfo, float, int]] = field(default_factory=dict)
+    # node id -> (record, expiry, mod revision, the MemoryLease that created it)
+    members: dict[str, tuple[MemberInfo, float, int, object]] = field(default_factory=dict)
+    cluster_id: str | None = None
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def current(self) -> LeaderInfo | None:
@@ -40,6 +42,7 @@ class MemoryStore:
         self.holder = None
         self.owner = None
         self.members.clear()
+        self.cluster_id = None
 
 
 class MemoryLease(Lease):
@@ -78,8 +81,22 @@ class MemoryLease(Lease):
 
     async def publish(self, member: MemberInfo) -> None:
         s = self.store
+        held = s.members.get(member.node_id)
+        if held is not None and held[1] > s.clock() and held[3] is not self:
+            raise NodeIdTaken(
+                f"node id {member.node_id!r} is already live: another process publishes "
+                f"its member record ({held[0].address})",
+                held[0],
+            )
         s.revision += 1
-        s.members[member.node_id] = (member, s.clock() + self.ttl_s, s.revision)
+        s.members[member.node_id] = (member, s.clock() + self.ttl_s, s.revision, self)
+
+    async def claim_cluster_id(self, proposed: str) -> str:
+        s = self.store
+        if s.cluster_id is None:
+            s.revision += 1
+            s.cluster_id = proposed
+        return s.cluster_id
 
     async def world(self) -> World:
         s = self.store
@@ -92,4 +109,5 @@ class MemoryLease(Lease):
             s.revision,
             {k: v[2] for k, v in live.items()},
             s.term,
+            s.cluster_id,
         )

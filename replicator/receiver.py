@@ -24,6 +24,7 @@ from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
 from scheduler.errors import ApolloError, StaleTermError
+from scheduler.identity import ForeignClusterError
 from scheduler.security.tls import KeyPair, channel_credentials, read_pem
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class Follower:
                 last_term=store.log.last_term,
                 terms=[rpb.TermStart(term=t, first_event_id=f) for t, f in state.terms],
                 known_term=self.node.known_term,
+                cluster_id=self.node.cluster_id,
             )
         )
 
@@ -173,6 +175,7 @@ class Follower:
                         # a stream whose packets no longer arrive
                         self._queue_ack(outgoing)
                     elif kind == "welcome":
+                        self._check_cluster(msg.welcome.cluster_id)
                         self._check_term(msg.welcome.term)
                         self.connected = True
                         self.node.adopt_segment_size(msg.welcome.segment_max_bytes)
@@ -195,6 +198,15 @@ class Follower:
                 outgoing.put_nowait(None)
                 if staging is not None:
                     shutil.rmtree(staging, ignore_errors=True)
+
+    def _check_cluster(self, theirs: str) -> None:
+        mine = self.node.cluster_id
+        if theirs and mine and theirs != mine:
+            raise ForeignClusterError(
+                f"{self.address} is a primary of cluster {theirs}, but this node belongs to "
+                f"cluster {mine}: not following it (two clusters on one etcd prefix, or an "
+                f"address reused by another cluster's node?)"
+            )
 
     def _check_term(self, term: int) -> None:
         known = self.node.known_term

@@ -78,7 +78,7 @@ class StandbyView:
     acked_at: float = 0.0  # monotonic
     silent_ticks: int = 0  # responsive ticks in a row past STANDBY_SILENCE_S without an ack
     sent_id: int = 0
-    stream: int = 0  # which Follow stream owns this view (a reconnect takes it over)
+    stream: int = 0  # the Follow stream this view belongs to (the hub's key)
     caught_up_at: float = 0.0  # monotonic time acked_id last equalled our durable id
     next_batch: int = 0  # index into the hub's durable-batch record not yet acked
     lags: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
@@ -104,7 +104,14 @@ class ReplicationHub:
     SWEEP_S = 0.05  # how late past its deadline a waiter may be failed
 
     def __init__(self) -> None:
-        self.standbys: dict[str, StandbyView] = {}
+        # One view per Follow stream, keyed by stream: never by node id alone. Two
+        # streams under one node id (a reconnect whose old stream has not ended yet,
+        # or another process started with the same --node-id) each have their own,
+        # and one ending drops its own view only. Keyed by node id, the second stream
+        # took the first one's view over and, when it left, marked it disconnected
+        # while the first one went on acking: 0 standbys counted, for as long as that
+        # stream lived, and every synchronous write blocked (issue 15).
+        self.standbys: dict[int, StandbyView] = {}
         # (last event id, monotonic time) of each durable batch, to time acks against
         self._batches: deque[tuple[int, float]] = deque()
         self._base = 0  # index of _batches[0] since the hub started
@@ -116,9 +123,65 @@ class ReplicationHub:
         self._seq = 0
         self.streams = 0
 
+    def register(self, node_id: str, address: str) -> StandbyView:
+        """A view for a new Follow stream (its `stream` is the key)."""
+        self.streams += 1
+        view = StandbyView(node_id, address, stream=self.streams)
+        for other in self.connected():
+            if other.node_id == node_id:
+                log.warning(
+                    "a second replication stream for node id %s (from %s) while one from %s "
+                    "is live: two processes with one node id, or a reconnect before the old "
+                    "stream ended; each is counted once, as one standby",
+                    node_id,
+                    address,
+                    other.address,
+                )
+        self.standbys[view.stream] = view
+        return view
+
+    def unregister(self, view: StandbyView) -> None:
+        """The stream ended: forget its view (and only its view)."""
+        view.connected = False
+        if self.standbys.get(view.stream) is view:
+            del self.standbys[view.stream]
+
     def connected(self) -> list[StandbyView]:
-        """Standbys with an open stream that have not fallen silent."""
-        return [s for s in self.standbys.values() if s.connected and s.silent_ticks < SILENT_TICKS]
+        """Standbys with an open stream that have not fallen silent: one view per node
+        id (its furthest), so that one standby is never counted twice."""
+        best: dict[str, StandbyView] = {}
+        for s in self.standbys.values():
+            if s.connected and s.silent_ticks < SILENT_TICKS:
+                seen = best.get(s.node_id)
+                if seen is None or s.acked_id > seen.acked_id:
+                    best[s.node_id] = s
+        return list(best.values())
+
+    def by_node(self) -> dict[str, StandbyView]:
+        """One view per node id, for status: a live one first, then the furthest."""
+        live = {v.stream for v in self.connected()}
+        best: dict[str, StandbyView] = {}
+        for s in self.standbys.values():
+            seen = best.get(s.node_id)
+            if seen is None or (s.stream in live, s.acked_id) > (
+                seen.stream in live,
+                seen.acked_id,
+            ):
+                best[s.node_id] = s
+        return best
+
+    def describe(self) -> str:
+        """Who the sync gate counts, for a message: 'n2 acked 41, n3 silent (acked 40)'."""
+        live = {v.stream for v in self.connected()}
+        parts = []
+        for node_id, v in sorted(self.by_node().items()):
+            if v.stream in live:
+                parts.append(f"{node_id} connected, acked {v.acked_id}")
+            elif v.connected:
+                parts.append(f"{node_id} silent (acked {v.acked_id})")
+            else:
+                parts.append(f"{node_id} connecting (has {v.acked_id})")
+        return "; ".join(parts) or "no standby streams"
 
     def tick(self, responsive: bool) -> None:
         """Called often (every 50 ms) with whether the loop ran on time since the last
@@ -204,14 +267,7 @@ class ReplicationHub:
         while deadlines and (deadlines[0][0] <= now or deadlines[0][2].done()):
             _, _, fut, event_id, n, timeout_s = heapq.heappop(deadlines)
             if not fut.done():
-                have = len(self.connected())
-                fut.set_exception(
-                    ReplicationTimeout(
-                        f"event {event_id} is durable on the primary but {n} standby "
-                        f"acknowledgement(s) did not arrive within {timeout_s:g}s ({have} "
-                        f"standby(s) connected); its replication outcome is unknown"
-                    )
-                )
+                fut.set_exception(ReplicationTimeout(self.timeout_message(event_id, n, timeout_s)))
         for n, heap in self._waiters.items():
             # Waiters that timed out or were cancelled stay in the event-id heap until
             # an ack pops them; while no ack comes, drop them here, not one by one.
@@ -220,6 +276,15 @@ class ReplicationHub:
                 heapq.heapify(self._waiters[n])
         if deadlines:
             self._sweep = loop.call_later(self.SWEEP_S, self._sweep_expired)
+
+    def timeout_message(self, event_id: int, n: int, timeout_s: float) -> str:
+        have = sum(1 for v in self.connected() if v.acked_id >= event_id)
+        return (
+            f"event {event_id} is durable on the primary but needs {n} standby "
+            f"acknowledgement(s) and got {have} within {timeout_s:g}s "
+            f"({len(self.connected())} standby(s) connected: {self.describe()}); its "
+            f"replication outcome is unknown"
+        )
 
     def index_after(self, event_id: int) -> int:
         """Index of the first recorded batch ending after `event_id`."""
@@ -262,6 +327,15 @@ class ReplicationService(rpbg.ReplicationServicer):
                 f"{hello.node_id!r}",
             )
             return
+        if hello.cluster_id and node.cluster_id and hello.cluster_id != node.cluster_id:
+            # Same etcd prefix or not, same node ids or not: another cluster's log.
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{hello.node_id} belongs to cluster {hello.cluster_id}, but this primary "
+                f"({node.settings.node_id}) to cluster {node.cluster_id}: refusing to ship "
+                f"this log to it (wipe its data directory to join this cluster)",
+            )
+            return
         if node.role != "primary" or node.store is None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, f"{node.settings.node_id} is not the primary"
@@ -276,10 +350,26 @@ class ReplicationService(rpbg.ReplicationServicer):
             )
             return
         hub = node.hub
-        view = hub.standbys.get(hello.node_id) or StandbyView(hello.node_id, hello.address)
-        view.address = hello.address
-        hub.standbys[hello.node_id] = view
+        view = hub.register(hello.node_id, hello.address)
+        try:
+            async for msg in self._serve(hello, view, term, request_iterator, context):
+                yield msg
+        finally:
+            hub.unregister(view)
 
+    async def _serve(
+        self,
+        hello: rpb.Hello,
+        view: StandbyView,
+        term: int,
+        request_iterator: AsyncIterator[rpb.StandbyMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[rpb.PrimaryMessage]:
+        """Catch-up, then streaming, for a stream whose Hello was accepted."""
+        node = self.node
+        store = node.store
+        assert store is not None
+        hub = node.hub
         if store.log.durable_id < hello.last_event_id <= store.log.written_id:
             # It stored records shipped ahead that are still being written here: not
             # a divergence, once they land. Not longer than the standby waits for a
@@ -326,8 +416,6 @@ class ReplicationService(rpbg.ReplicationServicer):
         view.connected = True
         view.acked_at = time.monotonic()  # heard from: its hello
         view.silent_ticks = 0
-        hub.streams += 1
-        stream = view.stream = hub.streams
         # What it holds for sure, not where streaming starts: a standby being sent a
         # snapshot holds nothing of it until it acknowledges.
         view.acked_id = hello.last_event_id
@@ -341,6 +429,7 @@ class ReplicationService(rpbg.ReplicationServicer):
                     term=term,
                     from_event_id=start,
                     segment_max_bytes=store.log.config.segment_max_bytes,
+                    cluster_id=node.cluster_id,
                 )
             )
             if snapshot is not None:
@@ -400,8 +489,7 @@ class ReplicationService(rpbg.ReplicationServicer):
         except ApolloError as e:
             log.error("replication to %s stopped: %s", hello.node_id, e)
         finally:
-            if view.stream == stream:  # a newer stream from the same standby owns it now
-                view.connected = False
+            view.connected = False
             acks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acks

@@ -323,6 +323,7 @@ def dev(
     http_base_port: Annotated[
         int, typer.Option("--http-base-port", help="Web UI and /metrics of n1; n2 +1...; 0: off.")
     ] = 8411,
+    etcd_port: Annotated[int, typer.Option("--etcd-port", help="The bundled etcd's port.")] = 23790,
 ) -> None:
     """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
     from scheduler.dev import run
@@ -331,7 +332,9 @@ def dev(
         raise _fail("--lease-ttl must be at least 2 seconds", 2)
     if not 1 <= nodes <= 9:
         raise _fail("--nodes must be between 1 and 9", 2)
-    raise typer.Exit(run(directory, nodes, base_port, lease_ttl, workflows, http_base_port))
+    raise typer.Exit(
+        run(directory, nodes, base_port, lease_ttl, workflows, http_base_port, etcd_port)
+    )
 
 
 # ------------------------------------------------------------- client commands

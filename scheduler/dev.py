@@ -2,12 +2,19 @@
 
 Data lives under ./.apollo11-dev/ (etcd, n1, n2, n3, and their logs). Ctrl-C
 stops everything (nodes with SIGTERM, so they drain and hand over cleanly).
+
+It refuses to start when one of its ports is taken: a second `apollo11 dev`
+once failed to start its etcd, printed the address anyway, and its nodes
+joined the first one's cluster (issue 15). It prints the pid of everything it
+starts, and says when one of them dies.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +24,25 @@ from pathlib import Path
 from typing import Any
 
 from lease.local_etcd import LocalEtcd
+from scheduler.errors import ApolloError
+
+
+class PortTaken(ApolloError):
+    """A port `apollo11 dev` needs is in use."""
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on host:port (bound as the servers bind: with
+    SO_REUSEADDR, so a port in TIME_WAIT counts as free)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
 
 
 @dataclass
@@ -78,11 +104,53 @@ class DevCluster:
         self.procs[node_id] = proc
         return proc
 
+    def ports(self) -> list[tuple[int, str]]:
+        """Every fixed port this cluster listens on, and what for."""
+        ports = [(self.etcd_port, "etcd")]
+        ports += [(self.base_port + i, f"node n{i + 1}") for i in range(self.nodes)]
+        if self.http_base_port:
+            ports += [(self.http_base_port + i, f"n{i + 1}'s web UI") for i in range(self.nodes)]
+        return ports
+
+    def check_ports(self) -> None:
+        taken = [(p, what) for p, what in self.ports() if port_taken(p)]
+        if taken:
+            listed = ", ".join(f"{p} ({what})" for p, what in taken)
+            raise PortTaken(
+                f"port(s) in use: {listed}. Is another `apollo11 dev` running? Stop it (Ctrl-C "
+                f"in its terminal), or give this one other ports with --etcd-port, "
+                f"--base-port and --http-base-port (`ss -ltnp` shows who holds them). Nothing "
+                f"was started."
+            )
+
     def start(self) -> None:
+        self.check_ports()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.etcd = LocalEtcd(self.root / "etcd", client_port=self.etcd_port).start()
+        try:
+            self.etcd = LocalEtcd(self.root / "etcd", client_port=self.etcd_port).start()
+        except RuntimeError as e:
+            raise ApolloError(f"etcd did not start on port {self.etcd_port}: {e}") from e
         for i in range(self.nodes):
             self.start_node(i)
+
+    def pids(self) -> dict[str, int]:
+        """What it started: etcd and each node, by name."""
+        out = {}
+        if self.etcd is not None and self.etcd.proc is not None:
+            out["etcd"] = self.etcd.proc.pid
+        out.update({name: proc.pid for name, proc in self.procs.items()})
+        return out
+
+    def exited(self) -> dict[str, int]:
+        """Which of what it started has exited, with the exit status."""
+        out = {}
+        etcd = self.etcd.proc if self.etcd is not None else None
+        if etcd is not None and (code := etcd.poll()) is not None:
+            out["etcd"] = code
+        for name, proc in self.procs.items():
+            if (code := proc.poll()) is not None:
+                out[name] = code
+        return out
 
     def status(self, node: str) -> dict[str, Any] | None:
         """One quick look at a node's status (None when it does not answer)."""
@@ -124,22 +192,36 @@ class DevCluster:
 
 
 def run(
-    root: Path, nodes: int, base_port: int, lease_ttl: float, workflows: str, http_base_port: int
+    root: Path,
+    nodes: int,
+    base_port: int,
+    lease_ttl: float,
+    workflows: str,
+    http_base_port: int,
+    etcd_port: int = 23790,
 ) -> int:
     dev = DevCluster(
         root,
         nodes,
         base_port,
+        etcd_port=etcd_port,
         lease_ttl=lease_ttl,
         workflows=workflows,
         http_base_port=http_base_port,
     )
-    dev.start()
+    try:
+        dev.start()
+    except ApolloError as e:
+        dev.stop()
+        print(f"apollo11 dev: {e}", file=sys.stderr, flush=True)
+        return 1
+    pids = dev.pids()
     eps = ",".join(dev.endpoints)
-    print(f"etcd      {dev.etcd.url if dev.etcd else ''}")
+    print(f"etcd      {dev.etcd.url if dev.etcd else ''}   pid {pids.get('etcd')}")
     for i, ep in enumerate(dev.endpoints):
+        name = f"n{i + 1}"
         web = f"   web: http://{dev.http_endpoints[i]}/" if http_base_port else ""
-        print(f"node n{i + 1}   {ep}{web}   log: {root / f'n{i + 1}.log'}")
+        print(f"node {name}   {ep}   pid {pids[name]}{web}   log: {root / f'{name}.log'}")
     print(f"\nexport APOLLO11_SERVER={eps}")
     print("apollo11 status; apollo11 submit etl --input '{\"step_seconds\": 1}' --wait")
     print("Ctrl-C stops everything.", flush=True)
@@ -151,10 +233,28 @@ def run(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    told: set[str] = set()
     try:
         while not stop:
             time.sleep(0.2)
+            for name, code in dev.exited().items():
+                if name not in told and not stop:
+                    told.add(name)
+                    print(_died(dev, name, pids[name], code), flush=True)
     finally:
         print("\nstopping…", flush=True)
         dev.stop()
     return 0
+
+
+def _died(dev: DevCluster, name: str, pid: int, code: int) -> str:
+    """What to print when something dev started exits: which, how, and its last words."""
+    log = dev.root / ("etcd.log" if name == "etcd" else f"{name}.log")
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    last = ""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+        last = "".join(f"\n    {line}" for line in lines[-3:])
+    except OSError:
+        pass
+    return f"!! {name} (pid {pid}) exited ({how}); its log: {log}{last}"

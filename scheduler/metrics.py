@@ -166,6 +166,19 @@ REPLICATION_LAG_SECONDS = Gauge(
     "How long ago a standby last held everything the primary had durable",
     ["standby"],
 )
+# What the sync gate counts, on the primary: the alert for "writes blocked" compares
+# the two. A standby's own view (it says connected) is not enough: in issue 15 every
+# standby said connected while the primary counted none, and the lag gauges read 0.
+STANDBYS_CONNECTED = Gauge(
+    "apollo11_replication_standbys_connected",
+    "Standbys the primary counts for --sync-replicas: a live stream that acknowledges "
+    "(0 on a standby)",
+)
+STANDBYS_REQUIRED = Gauge(
+    "apollo11_replication_standbys_required",
+    "Standbys every write waits for: --sync-replicas on a primary in strict mode (0 in "
+    "relaxed mode, on a standby, standalone)",
+)
 ROLE = Gauge("apollo11_role_primary", "1 when this node is the primary, else 0")
 TERM = Gauge("apollo11_term", "The term this node last saw")
 LEADER_CHANGES = Counter("apollo11_leader_changes_total", "Times this node became primary")
@@ -194,7 +207,12 @@ def refresh(node: Any) -> None:
     if store is None:
         return
     LOG_WRITABLE.set(1 if node.log_trouble is None and store.log.failure is None else 0)
-    ROLE.set(1 if node.role == "primary" else 0)
+    primary = node.role == "primary"
+    ROLE.set(1 if primary else 0)
+    s = node.settings
+    STANDBYS_CONNECTED.set(len(node.hub.connected()) if primary else 0)
+    strict = primary and not s.standalone and s.sync_mode == "strict"
+    STANDBYS_REQUIRED.set(s.sync_replicas if strict else 0)
     TERM.set(max(node.known_term, store.state.term))
     DURABLE_EVENT_ID.set(store.log.durable_id)
     RECOVERY_SECONDS.set(store.recovery.seconds)

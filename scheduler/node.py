@@ -27,18 +27,28 @@ import dataclasses
 import faulthandler
 import gc
 import logging
+import math
 import os
 import shutil
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lease import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, MemoryLease, World
+from lease import (
+    LeaderInfo,
+    Lease,
+    LeaseUnavailable,
+    MemberInfo,
+    MemoryLease,
+    NodeIdTaken,
+    World,
+)
 from replicator.receiver import Follower
 from replicator.sender import ReplicationHub, ReplicationTimeout
-from scheduler import guard, merger, metrics
+from scheduler import guard, identity, merger, metrics
 from scheduler.api.server import ApiServer
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
@@ -72,6 +82,7 @@ LOG_RETRY_S = 1.0  # how often a node whose log failed tries to reopen it
 # writes again (a smaller probe would reopen into the next ENOSPC at once).
 PROBE_BYTES = 1 << 20
 FAILED = "failed"  # the role of a node whose log refuses writes: it neither leads nor follows
+JOIN_RETRY_S = 1.0  # how often a starting node asks an unreachable etcd again
 
 
 class Node:
@@ -106,6 +117,10 @@ class Node:
         self._log_retry_at = 0.0  # monotonic time of the next attempt to reopen it
         self._log_said = ""
         self._reopen_lock = asyncio.Lock()
+        self.cluster_id = ""  # this cluster's id, once checked against etcd (scheduler/identity.py)
+        # Random per process: tells this process's member record from another's with
+        # the same node id (a duplicate, or this node's own record from before a crash).
+        self.instance = uuid.uuid4().hex
         self._store_behind: str | None = None  # etcd knows less than this node: why
         self._store_behind_since = 0.0  # monotonic time this node first saw that
         self.port = 0
@@ -213,13 +228,6 @@ class Node:
 
             examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
         self.store = self._open_store()
-        self.api = ApiServer(self, self.principals)
-        self.port = await self.api.start(s.listen)
-        if s.http:
-            from scheduler.web import HttpServer
-
-            self.http = HttpServer(self, s.http)
-            self.http_port = await self.http.start()
         if self._lease is None:
             if s.standalone:
                 # Standalone: an in-memory lease (min_term keeps its terms above the log's).
@@ -230,6 +238,21 @@ class Node:
                 self._lease = EtcdLease(
                     s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security()
                 )
+        if not s.standalone:
+            try:
+                # before anything is served or published: a node of another cluster,
+                # or a second process with this node id, must not take part at all
+                log.info("%s", await self._join())
+            except BaseException:
+                await self._abandon_start()
+                raise
+        self.api = ApiServer(self, self.principals)
+        self.port = await self.api.start(s.listen)
+        if s.http:
+            from scheduler.web import HttpServer
+
+            self.http = HttpServer(self, s.http)
+            self.http_port = await self.http.start()
         self._spawn(_watch_loop_lag(self._tick), "apollo11-loop-lag")
         self._spawn(self._watch_log(), "apollo11-log-watch")
         # What exists now (modules, the recovered state) lives as long as the node;
@@ -246,11 +269,109 @@ class Node:
                 raise ApolloError("the in-memory lease is taken: is another node running here?")
             return f"{await self._promote(won, t0)}, serving on port {self.port}{self._peers()}"
         self.role = "standby"
+        try:
+            # The first record is created only where none exists: another process that
+            # started with this node id since _join() checked loses here, not later.
+            await self.lease.publish(self._me())
+            self._published_at = time.monotonic()
+        except NodeIdTaken as e:
+            await self.stop()  # serving already: stop all of it, then refuse
+            raise ApolloError(f"{e}; {_DUPLICATE_HINT}") from None
+        except LeaseUnavailable as e:
+            log.warning("publishing this node's member record: %s (the role loop retries)", e)
         self._spawn(self._role_loop(), "apollo11-role")
         return (
-            f"started as standby of cluster {s.cluster!r}: {self.store.recovery}, "
+            f"started as standby of cluster {s.cluster!r} ({self.cluster_id}): "
+            f"{self.store.recovery}, "
             f"serving on port {self.port}{self._peers()}"
         )
+
+    async def _join(self) -> str:
+        """Check this node's cluster id and node id against etcd (retrying while etcd
+        does not answer); the sentence to log, or an ApolloError saying why not."""
+        last_warned = -1e9
+        while True:
+            try:
+                ident, joined = await self._check_cluster_id()
+                waited = await self._check_node_id()
+                if identity.read(self.settings.data_dir) is None:
+                    # kept only now: a node refused for its node id leaves nothing behind
+                    await asyncio.to_thread(identity.write, self.settings.data_dir, ident)
+                self.cluster_id = ident.cluster_id
+                return f"{joined}; {waited}"
+            except LeaseUnavailable as e:
+                now = time.monotonic()
+                if now - last_warned > 5:
+                    log.warning("cannot check this node's identity with etcd yet: %s", e)
+                    last_warned = now
+                await asyncio.sleep(JOIN_RETRY_S)
+
+    async def _check_cluster_id(self) -> tuple[identity.Identity, str]:
+        s, store = self.settings, self.store
+        assert store is not None
+        local = identity.read(s.data_dir)
+        stored = await self.lease.claim_cluster_id(local.cluster_id if local else identity.new_id())
+        has_history = store.log.durable_id > 0 or bool(store.snapshots.watermarks())
+        ident, sentence = identity.decide(
+            data_dir=str(s.data_dir),
+            cluster=s.cluster,
+            local=local,
+            stored=stored,
+            has_history=has_history,
+        )
+        return ident, sentence
+
+    async def _check_node_id(self) -> str:
+        """No other live process may hold this node id. A record under it that nobody
+        refreshes is this node's own from before a crash (its lease outlives the process
+        by up to a TTL): wait for it to lapse. One that is republished meanwhile is
+        another live process: refuse at once."""
+        me = self.settings.node_id
+        ttl = self.lease.ttl_s
+        # etcd leases are whole seconds and expire on its own tick: a margin above that
+        deadline = time.monotonic() + 3 * math.ceil(ttl) + 2
+        first_revision: int | None = None
+        t0 = time.monotonic()
+        while True:
+            world = await self.lease.world()
+            record = world.members.get(me)
+            if record is None:
+                if first_revision is None:
+                    return f"node id {me!r} is free"
+                return f"node id {me!r}: its old record lapsed after {time.monotonic() - t0:.1f}s"
+            revision = world.member_revisions.get(me, 0)
+            if first_revision is None:
+                first_revision = revision
+                log.info(
+                    "node id %r has a member record (%s at %s): waiting up to a TTL to see "
+                    "whether it is this node's own, from before a restart",
+                    me,
+                    record.role,
+                    record.address,
+                )
+            elif revision != first_revision:
+                raise ApolloError(
+                    f"node id {me!r} is already live in cluster {self.settings.cluster!r}: "
+                    f"another process ({record.role} at {record.address}) keeps publishing "
+                    f"its member record; {_DUPLICATE_HINT}"
+                )
+            if time.monotonic() > deadline:
+                raise ApolloError(
+                    f"node id {me!r} has a member record in etcd ({record.role} at "
+                    f"{record.address}) that did not lapse within {time.monotonic() - t0:.0f}s; "
+                    f"{_DUPLICATE_HINT}"
+                )
+            await asyncio.sleep(min(0.2, ttl / 10))
+
+    async def _abandon_start(self) -> None:
+        """Undo what start() did before refusing: nothing may be left open."""
+        if self._lease is not None:
+            with contextlib.suppress(Exception):
+                await self.lease.close()
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.close()
+            self.store = None
 
     def _peers(self) -> str:
         return f", replication on port {self.api.peer_port}" if self.api and self.api.peer else ""
@@ -266,6 +387,10 @@ class Node:
                 sentence = await self._cycle()
             except LeaseUnavailable as e:
                 sentence = f"cannot read the cluster from etcd: {e}"
+            except NodeIdTaken as e:
+                # Not publishing, this node is no candidate in any election (it is not
+                # in the world the others read): it waits for the other one to go.
+                sentence = f"{e}; not taking part in elections: {_DUPLICATE_HINT}"
             except asyncio.CancelledError:
                 if self._stopping:
                     raise
@@ -299,6 +424,7 @@ class Node:
             self.peer_address,
             self.settings.allow_shell,
             self.known_term,
+            self.instance,
         )
 
     async def _cycle(self) -> str:
@@ -312,6 +438,9 @@ class Node:
             await self.lease.publish(self._me())
             self._published_at = now
         world = self.world = await self.lease.world()
+        foreign = await self._check_cluster(world)
+        if foreign is not None:
+            return foreign
         self._check_store(world)
         if self._log_trouble is not None:
             # Neither campaign nor follow: this log can take no event (_watch_log). The
@@ -394,6 +523,29 @@ class Node:
         if won is None:
             return "no leader: another node won the election"
         return await self._promote(won, t0)
+
+    async def _check_cluster(self, world: World) -> str | None:
+        """etcd must still hold this node's cluster id. None when it does; else the
+        sentence, after stepping out of the cluster's business."""
+        stored = world.cluster_id
+        if stored is None and self.cluster_id:
+            # etcd lost its data (restored empty): the data directories keep the id
+            stored = await self.lease.claim_cluster_id(self.cluster_id)
+            if stored == self.cluster_id:
+                self._notice(f"etcd held no cluster id: put this node's back ({stored})")
+        if stored is None or stored == self.cluster_id:
+            return None
+        why = (
+            f"etcd holds cluster id {stored} for {self.settings.cluster!r}, but this node "
+            f"belongs to cluster {self.cluster_id}: not taking part (is --etcd pointing at "
+            f"another cluster's etcd?)"
+        )
+        if self.role == "primary":
+            return await self.demote(why)
+        self.leader = None
+        self._leaderless_since = None
+        await self._stop_following()
+        return why
 
     def _check_store(self, world: World) -> None:
         """Notice etcd knowing less than this node (restored empty or from an old
@@ -680,8 +832,19 @@ class Node:
                 try:
                     await self.hub.wait(event_id, need, s.sync_timeout)
                 except ReplicationTimeout as e:
-                    raise OutcomeUnknownError(str(e)) from None
+                    raise OutcomeUnknownError(f"{e}{self._not_streaming()}") from None
         self._check_lease(event_id)
+
+    def _not_streaming(self) -> str:
+        """Members etcd knows that have no replication stream here, for a message."""
+        world = self.world
+        if world is None:
+            return ""
+        streaming = set(self.hub.by_node())
+        absent = sorted(
+            m for m in world.members if m != self.settings.node_id and m not in streaming
+        )
+        return f"; members not following this primary: {', '.join(absent)}" if absent else ""
 
     def _check_lease(self, event_id: int) -> None:
         if not self.lease_valid():
@@ -817,7 +980,7 @@ class Node:
         if self.role == "primary":
             now = time.monotonic()
             live = {v.node_id for v in self.hub.connected()}
-            for v in self.hub.standbys.values():
+            for v in self.hub.by_node().values():
                 m = members.setdefault(v.node_id, _member(v.node_id, "standby", v.address, 0, 0))
                 m["last_event_id"] = max(m["last_event_id"], v.acked_id)
                 m["connected"] = v.node_id in live
@@ -887,6 +1050,13 @@ class Node:
         if drained:
             return "stopped"
         return "stopped (steps still running were left for the next leader)"
+
+
+_DUPLICATE_HINT = (
+    "two processes must not share a node id: give this one its own --node-id, or stop "
+    "the other one (is a second `apollo11 dev` or another deployment using this etcd "
+    "and --cluster?)"
+)
 
 
 def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict[str, Any]:

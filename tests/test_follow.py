@@ -41,7 +41,11 @@ async def _primary(tmp_path: Path) -> Any:
     store.log.term = 1
     await store.log.append(EventType.TERM_STARTED, "", payload={"node_id": "n1"})
     return SimpleNamespace(
-        role="primary", store=store, hub=ReplicationHub(), settings=SimpleNamespace(node_id="n1")
+        role="primary",
+        store=store,
+        hub=ReplicationHub(),
+        settings=SimpleNamespace(node_id="n1"),
+        cluster_id="c1",
     )
 
 
@@ -51,10 +55,11 @@ async def _requests(hello: rpb.Hello, more: asyncio.Queue[Any]) -> AsyncIterator
         yield msg
 
 
-def _follow(node: Any, standby_at: int) -> AsyncIterator[Any]:
-    """The stream a standby whose log ends at `standby_at` (term 1) gets."""
+def _follow(node: Any, standby_at: int, cluster_id: str = "c1") -> AsyncIterator[Any]:
+    """The stream a standby (of `cluster_id`) whose log ends at `standby_at` (term 1) gets."""
     hello = rpb.Hello(
         node_id="n2",
+        cluster_id=cluster_id,
         last_event_id=standby_at,
         last_term=1,
         terms=[rpb.TermStart(term=1, first_event_id=1)],
@@ -95,6 +100,20 @@ async def test_a_standby_ahead_of_the_primarys_fsync_is_not_called_divergent(
     assert msg.welcome.from_event_id == 3
     await writing
     await stream.aclose()
+    await node.store.close()
+
+
+async def test_a_standby_of_another_cluster_is_refused_and_not_counted(tmp_path: Path) -> None:
+    node = await _primary(tmp_path)
+    with pytest.raises(Aborted, match=r"cluster c2.*cluster c1") as e:
+        await anext(_follow(node, standby_at=0, cluster_id="c2"))
+    assert e.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert not node.hub.standbys
+    stream = _follow(node, standby_at=0)  # one of this cluster is welcome
+    msg = await anext(stream)
+    assert msg.WhichOneof("kind") == "welcome" and msg.welcome.cluster_id == "c1"
+    await stream.aclose()
+    assert not node.hub.standbys, "a stream that ended leaves no view behind"
     await node.store.close()
 
 

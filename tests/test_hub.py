@@ -13,7 +13,8 @@ def _hub(*names: str) -> tuple[ReplicationHub, list[StandbyView]]:
     hub = ReplicationHub()
     views = []
     for name in names:
-        v = hub.standbys[name] = StandbyView(name, f"{name}:1", connected=True)
+        v = hub.register(name, f"{name}:1")
+        v.connected = True
         views.append(v)
     return hub, views
 
@@ -49,6 +50,31 @@ async def test_no_ack_in_time_is_an_unknown_outcome_naming_the_event() -> None:
     with pytest.raises(ReplicationTimeout, match=r"event 9 .* within 0.2s .*unknown"):
         await hub.wait(9, 1, 0.2)
     assert not hub._deadlines
+
+
+async def test_a_timeout_says_which_standbys_were_counted_and_how_far_they_acked() -> None:
+    hub, (a, b) = _hub("a", "b")
+    hub.on_ack(a, 8, 9)
+    b.connected = False  # its stream is being set up
+    with pytest.raises(ReplicationTimeout) as e:
+        await hub.wait(9, 2, 0.1)
+    text = str(e.value)
+    assert "needs 2 standby acknowledgement(s) and got 0" in text, text
+    assert "a connected, acked 8" in text and "b connecting" in text, text
+
+
+def test_a_second_stream_under_one_node_id_leaving_does_not_unhook_the_first() -> None:
+    """The wedge of issue 15: another process with the same node id followed the
+    primary and left; the live standby went on acking but was no longer counted."""
+    hub, (first,) = _hub("n2")
+    second = hub.register("n2", "elsewhere:1")
+    second.connected = True
+    hub.on_ack(first, 5, 5)
+    assert [v.stream for v in hub.connected()] == [first.stream], "counted once, the furthest"
+    hub.unregister(second)
+    hub.on_ack(first, 6, 6)
+    assert hub.connected() == [first] and hub.acked_by(1) == 6
+    assert hub.by_node()["n2"] is first
 
 
 async def test_a_cancelled_wait_leaves_nothing_behind() -> None:

@@ -26,7 +26,8 @@ CONFIG = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
 class FakePrimary(rpbg.ReplicationServicer):
     """Welcomes each stream, then sends what the test queues (None: go silent)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster_id: str = "c1") -> None:
+        self.cluster_id = cluster_id
         self.hellos: asyncio.Queue[rpb.Hello] = asyncio.Queue()
         self.acks: asyncio.Queue[rpb.Ack] = asyncio.Queue()
         self.outgoing: asyncio.Queue[rpb.PrimaryMessage | None] = asyncio.Queue()
@@ -43,7 +44,9 @@ class FakePrimary(rpbg.ReplicationServicer):
 
         reader = asyncio.create_task(acks())
         try:
-            yield rpb.PrimaryMessage(welcome=rpb.Welcome(node_id="n1", term=1))
+            yield rpb.PrimaryMessage(
+                welcome=rpb.Welcome(node_id="n1", term=1, cluster_id=self.cluster_id)
+            )
             while (msg := await self.outgoing.get()) is not None:
                 yield msg
             await asyncio.Event().wait()  # silent, stream open: a link that drops packets
@@ -75,6 +78,7 @@ def _standby(tmp_path: Path) -> Any:
     node = SimpleNamespace(
         store=Store.open(tmp_path / "s", config=CONFIG, instance_id="n2"),
         known_term=0,
+        cluster_id="c1",
         address="127.0.0.1:1",
         settings=SimpleNamespace(
             node_id="n2", data_dir=str(tmp_path / "s"), peer_ca=None, peer_cert=None, peer_key=None
@@ -100,12 +104,13 @@ def _batch(store: Store, start: int) -> rpb.PrimaryMessage:
 
 @contextlib.asynccontextmanager
 async def _following(
-    tmp_path: Path, events: int, known_term: int = 0
+    tmp_path: Path, events: int, known_term: int = 0, primary_cluster: str = "c1"
 ) -> AsyncIterator[tuple[Store, FakePrimary, Any, Follower]]:
-    """A source log of `events` submissions, a fake primary serving it, and a standby
-    (knowing `known_term`) following that primary; all torn down after."""
+    """A source log of `events` submissions, a fake primary (of cluster
+    `primary_cluster`) serving it, and a standby of cluster c1 (knowing `known_term`)
+    following that primary; all torn down after."""
     source = await _source(tmp_path, events)
-    primary = FakePrimary()
+    primary = FakePrimary(primary_cluster)
     server, address = await _serve(primary)
     node = _standby(tmp_path)
     node.known_term = known_term
@@ -157,3 +162,13 @@ async def test_a_batch_from_a_deposed_primary_is_refused_and_nothing_is_written(
         assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
         assert node.store.log.durable_id == 0
         assert primary.acks.empty()
+
+
+async def test_a_primary_of_another_cluster_is_not_followed(tmp_path: Path) -> None:
+    async with _following(tmp_path, 2, primary_cluster="c2") as (source, primary, node, f):
+        hello = await asyncio.wait_for(primary.hellos.get(), 10)
+        assert hello.cluster_id == "c1", "the standby says which cluster it belongs to"
+        await primary.outgoing.put(_batch(source, 1))
+        # its welcome names cluster c2: refused, the stream dropped, nothing written
+        assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
+        assert node.store.log.durable_id == 0 and not f.connected

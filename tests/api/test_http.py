@@ -39,6 +39,9 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
         for name in REQUIRED:
             assert name in body, name
         assert "apollo11_role_primary 1.0" in body
+        # standalone: no standby is waited for, so "writes blocked" cannot fire
+        assert "apollo11_replication_standbys_required 0.0" in body
+        assert "apollo11_replication_standbys_connected 0.0" in body
         assert (
             'apollo11_step_outcomes_total{outcome="failed",step="clean",workflow="etl"} 1.0' in body
         )

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 import pytest
 
-from lease import Lease, MemberInfo, MemoryLease, MemoryStore
+from lease import Lease, MemberInfo, MemoryLease, MemoryStore, NodeIdTaken
 from lease.etcd import EtcdLease
 from lease.local_etcd import LocalEtcd
 
@@ -101,6 +101,38 @@ async def test_members_and_world(world: tuple[Make, Wait]) -> None:
         await a.publish(MemberInfo("a", "primary", "a:1", 12, 3))
         await a.renew()
     assert set((await a.world()).members) == {"a"}
+    await a.close()
+    await b.close()
+
+
+async def test_a_member_record_of_another_process_is_never_overwritten(
+    world: tuple[Make, Wait],
+) -> None:
+    """Two processes with one node id: the second's publish is refused, the first's
+    record stays, and once it lapses (the first died) the second may take it."""
+    make, wait = world
+    first, second = make(), make()
+    await first.publish(MemberInfo("n2", "standby", "first:1", 10, 3, instance="i1"))
+    with pytest.raises(NodeIdTaken, match=r"n2.*already live") as e:
+        await second.publish(MemberInfo("n2", "standby", "second:1", 0, 0, instance="i2"))
+    assert e.value.holder is not None and e.value.holder.address == "first:1"
+    assert (await second.world()).members["n2"].instance == "i1"
+    await first.publish(MemberInfo("n2", "standby", "first:1", 11, 3, instance="i1"))
+    for _ in range(4):  # the first stops publishing (it died): its record lapses
+        await wait(1.0)
+    await second.publish(MemberInfo("n2", "standby", "second:1", 0, 0, instance="i2"))
+    assert (await second.world()).members["n2"].address == "second:1"
+    await first.close()
+    await second.close()
+
+
+async def test_the_cluster_id_is_created_once(world: tuple[Make, Wait]) -> None:
+    make, _ = world
+    a, b = make(), make()
+    assert (await a.world()).cluster_id is None
+    assert await a.claim_cluster_id("aaaa") == "aaaa"
+    assert await b.claim_cluster_id("bbbb") == "aaaa", "the first claim wins"
+    assert (await b.world()).cluster_id == "aaaa"
     await a.close()
     await b.close()
 

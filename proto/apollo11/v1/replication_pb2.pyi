@@ -15,7 +15,7 @@ class TermStart(_message.Message):
     def __init__(self, term: _Optional[int] = ..., first_event_id: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("node_id", "address", "first_event_id", "last_event_id", "last_term", "terms", "known_term")
+    __slots__ = ("node_id", "address", "first_event_id", "last_event_id", "last_term", "terms", "known_term", "cluster_id")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class Hello(_message.Message):
     LAST_TERM_FIELD_NUMBER: _ClassVar[int]
     TERMS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_TERM_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     first_event_id: int
@@ -30,7 +31,8 @@ class Hello(_message.Message):
     last_term: int
     terms: _containers.RepeatedCompositeFieldContainer[TermStart]
     known_term: int
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., last_term: _Optional[int] = ..., terms: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ..., known_term: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., last_term: _Optional[int] = ..., terms: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ..., known_term: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("durable_event_id", "applied_event_id")
@@ -49,16 +51,18 @@ class StandbyMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("node_id", "term", "from_event_id", "segment_max_bytes")
+    __slots__ = ("node_id", "term", "from_event_id", "segment_max_bytes", "cluster_id")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     FROM_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     term: int
     from_event_id: int
     segment_max_bytes: int
-    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., from_event_id: _Optional[int] = ..., segment_max_bytes: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., from_event_id: _Optional[int] = ..., segment_max_bytes: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class Diverged(_message.Message):
     __slots__ = ("keep_through_event_id", "reason")

@@ -1,0 +1,114 @@
+"""`apollo11 dev` for real: it refuses ports that are taken, and says what it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lease.local_etcd import free_port
+from scheduler.dev import port_taken
+from tests.nodes import ROOT
+
+pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
+
+
+def _free_run(n: int) -> int:
+    """The first of n free consecutive ports."""
+    while True:
+        port = free_port()
+        if port + n < 65536 and not any(port_taken(port + i) for i in range(n)):
+            return port
+
+
+@contextmanager
+def _listening(port: int) -> Iterator[None]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        yield
+
+
+def _dev(root: Path, base: int, etcd_port: int, *more: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "scheduler.cli",
+        "dev",
+        "--dir",
+        str(root),
+        "--nodes",
+        "2",
+        "--base-port",
+        str(base),
+        "--etcd-port",
+        str(etcd_port),
+        "--http-base-port",
+        "0",
+        "--lease-ttl",
+        "2",
+        *more,
+    ]
+
+
+@pytest.mark.parametrize("which", ["etcd", "node"])
+def test_a_taken_port_is_refused_and_nothing_is_started(tmp_path: Path, which: str) -> None:
+    base, etcd_port = _free_run(2), free_port()
+    taken = etcd_port if which == "etcd" else base + 1
+    with _listening(taken):
+        done = subprocess.run(
+            _dev(tmp_path, base, etcd_port),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert f"{taken} (" in out and "in use" in out and "Nothing was started" in out, out
+    assert "export APOLLO11_SERVER" not in out, "no address printed for what did not start"
+    assert not (tmp_path / "n1.log").exists() and not (tmp_path / "etcd").exists()
+
+
+def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
+    base, etcd_port = _free_run(2), free_port()
+    proc = subprocess.Popen(
+        _dev(tmp_path, base, etcd_port),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not any("Ctrl-C stops everything" in line for line in lines):
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        text = "".join(lines)
+        pids = dict(re.findall(r"^(?:node )?(etcd|n\d)\s.*?pid (\d+)", text, re.M))
+        assert set(pids) == {"etcd", "n1", "n2"}, text
+        os.kill(int(pids["n2"]), signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "n2 (pid" in line:
+                assert f"n2 (pid {pids['n2']}) exited (killed by signal 9)" in line, line
+                break
+        else:
+            raise AssertionError("the death of n2 was not reported:\n" + "".join(lines))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
