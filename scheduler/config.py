@@ -232,11 +232,18 @@ class NodeSettings(BaseSettings):
                 "--client-ca needs --tls-cert/--tls-key and a --tokens-file that maps "
                 "certificate names to roles"
             )
-        if self.tokens_file is not None and self.etcd and self.peer_cert is None:
-            raise ValueError(
-                "with --tokens-file, a cluster node (--etcd) needs --peer-listen, --peer-ca, "
-                "--peer-cert and --peer-key: nodes prove who they are with certificates"
-            )
+        if self.tokens_file is not None and self.peer_cert is None:
+            if self.etcd:
+                raise ValueError(
+                    "with --tokens-file, a cluster node (--etcd) needs --peer-listen, --peer-ca, "
+                    "--peer-cert and --peer-key: nodes prove who they are with certificates"
+                )
+            if self.peer_listen is not None:
+                # the replication port would serve the whole log to anyone who asks
+                raise ValueError(
+                    "--peer-listen with --tokens-file needs --peer-ca, --peer-cert and "
+                    "--peer-key: only nodes with a certificate of the cluster may follow the log"
+                )
         for name in (
             "tls_cert",
             "tls_key",

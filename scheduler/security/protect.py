@@ -34,7 +34,9 @@ def missing(s: NodeSettings) -> list[str]:
         if not s.authenticated:
             out.append("authentication (--tokens-file; `apollo11 token create` makes one)")
     replication = s.peer_listen or s.listen
-    if not s.standalone and not is_loopback(replication) and not s.peer_tls:
+    # A standalone node with --peer-listen serves the log there too: the same rule.
+    serves_log = not s.standalone or s.peer_listen is not None
+    if serves_log and not is_loopback(replication) and not s.peer_tls:
         out.append("mutual TLS between nodes (--peer-listen, --peer-ca, --peer-cert, --peer-key)")
     return out
 
@@ -44,8 +46,9 @@ def refusal(s: NodeSettings) -> str | None:
     gaps = missing(s)
     if not gaps or s.insecure:
         return None
+    exposed = [a for a in (s.listen, s.http, s.peer_listen) if a and not is_loopback(a)]
     return (
-        f"refusing to start: this node listens beyond loopback ({s.listen}) without "
+        f"refusing to start: this node listens beyond loopback ({', '.join(exposed)}) without "
         + "; ".join(gaps)
         + ". Add them, listen on 127.0.0.1, or pass --insecure to run open anyway"
     )

@@ -222,3 +222,21 @@ def test_client_certificates_map_to_principals(tmp_path: Path) -> None:
             assert "'mallory' is not in the tokens file" in str(e.value)
     finally:
         assert node.stop() == 0
+
+
+def test_a_replication_port_never_serves_the_log_open(tmp_path: Path) -> None:
+    """Red-team finding: a standalone node with --peer-listen and no peer certificates
+    streamed every record, in plaintext, to anyone (even with TLS and tokens on)."""
+    pki = make_pki(tmp_path)
+    res = _node_cmd(
+        tmp_path,
+        *pki.tls_args("n1"),
+        "--tokens-file",
+        str(pki.tokens_file),
+        "--peer-listen",
+        "127.0.0.1:0",
+    )
+    assert res.returncode != 0 and "--peer-listen with --tokens-file needs" in res.stderr
+    res = _node_cmd(tmp_path, "--peer-listen", "0.0.0.0:0")
+    assert res.returncode != 0 and "refusing to start" in res.stderr, res.stderr
+    assert "0.0.0.0:0" in res.stderr and "mutual TLS between nodes" in res.stderr
