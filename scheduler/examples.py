@@ -73,7 +73,28 @@ def ledger_path(given: Any) -> str:
             f"(node setting examples_dir): give a file name or a path inside it",
             final=True,
         )
+    data = _inside_a_data_dir(base, path)
+    if data is not None:
+        # The default directory is the system's temporary one, where test and dev
+        # nodes keep their data: appending to a segment would corrupt a log.
+        raise StepError(
+            f"ledger {given!r} resolves to {path}, inside the Apollo-11 data directory "
+            f"{data}: give a file name of its own",
+            final=True,
+        )
     return path
+
+
+def _inside_a_data_dir(base: str, path: str) -> str | None:
+    """The data directory (a folder with log/ or snapshots/ in it) on the way from
+    `base` down to `path`, if any: no ledger may write into one."""
+    d = os.path.dirname(path)
+    while True:
+        if any(os.path.isdir(os.path.join(d, sub)) for sub in ("log", "snapshots")):
+            return d
+        if d == base or len(d) <= len(base):
+            return None
+        d = os.path.dirname(d)
 
 
 def _ledger(ctx: StepContext) -> None:

@@ -118,3 +118,23 @@ async def test_the_node_hands_its_examples_dir_setting_to_the_module(tmp_path: P
     finally:
         await node.stop()
         examples.configure(None)
+
+
+def test_a_ledger_cannot_write_into_a_data_directory(tmp_path: Path) -> None:
+    """Red-team finding: with the default directory (the system's temporary one), a
+    submitter appended ledger lines to a node's own segment; it refused to start."""
+    from scheduler import examples
+
+    data = tmp_path / "node-data"
+    (data / "log").mkdir(parents=True)
+    segment = data / "log" / "00000000000000000001.seg"
+    segment.write_bytes(b"records")
+    examples.configure(tmp_path)
+    try:
+        for target in (segment, data / "log" / "new", data / "elsewhere"):
+            with pytest.raises(StepError, match="inside the Apollo-11 data directory"):
+                examples.ledger_path(str(target))
+        assert segment.read_bytes() == b"records"
+        assert examples.ledger_path(str(tmp_path / "ledger")) == str(tmp_path / "ledger")
+    finally:
+        examples.configure(None)
