@@ -11,7 +11,9 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from scheduler.errors import ApolloError
 from scheduler.replay import State, TaskState
@@ -106,7 +108,8 @@ class _Grid:
         if out.is_terminal:
             table = Table(*self.headers, title=self.title)
             for row in self.rows:
-                table.add_row(*row)
+                # Text, not markup: cells hold names and errors from submitted input
+                table.add_row(*(Text(c) for c in row))
             out.print(table)
             return
         rows = [self.headers, *self.rows]
@@ -517,12 +520,15 @@ def _progress_line(ev: Any) -> None:
         shown = f" (as {ev.payload['as']})" if ev.payload.get("as") else ""
         extra += f" — by {ev.payload['operator']}{shown}: {ev.payload.get('reason', '')}"
     attempt = f" (attempt {ev.attempt})" if ev.attempt else ""
-    out.print(f"{_ms(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}")
+    # markup=False: step names, errors and reasons are whoever submitted's text
+    line = f"{_ms(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
+    out.print(line, markup=False, highlight=False)
 
 
 def _show_task_view(t: Any) -> None:
     out.print(
-        f"task [bold]{t.task_id}[/bold] ({t.workflow} v{t.version}): [bold]{t.state}[/bold]"
+        f"task [bold]{escape(t.task_id)}[/bold] ({escape(t.workflow)} v{t.version}): "
+        f"[bold]{t.state}[/bold]"
         f" as of event {t.as_of_event_id}"
     )
     table = _Grid("step", "state", "attempt", "duration ms", "error")
@@ -534,9 +540,12 @@ def _show_task_view(t: Any) -> None:
     table.show()
     if t.cancelled:
         shown = f" (as {t.cancelled['as']})" if t.cancelled.get("as") else ""
-        out.print(f"cancelled by {t.cancelled['operator']}{shown}: {t.cancelled['reason']}")
+        out.print(
+            f"cancelled by {t.cancelled['operator']}{shown}: {t.cancelled['reason']}",
+            markup=False,
+        )
     for note in t.anomalies:
-        out.print(f"[yellow]anomaly:[/yellow] {note}")
+        out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
 
 
 @app.command()
@@ -631,7 +640,7 @@ def events(
             sys.stdout.flush()
         else:
             task = f"{ev.task_id} " if ev.task_id and not task_id else ""
-            out.print(f"[dim]{ev.instance_id} t{ev.term}[/dim] {task}", end="")
+            out.print(f"[dim]{escape(ev.instance_id)} t{ev.term}[/dim] {escape(task)}", end="")
             _progress_line(ev)
 
     async def go() -> None:
@@ -851,7 +860,7 @@ def _show_state(state: State) -> None:
     if len(tasks) > 200:
         out.print(f"(the newest 200 of {len(tasks)}; use --json for all)")
     for note in state.anomalies:
-        out.print(f"[yellow]anomaly:[/yellow] {note}")
+        out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
 
 
 def _show_task(t: TaskState, state: State) -> None:
@@ -869,7 +878,7 @@ def _show_task(t: TaskState, state: State) -> None:
         table.add_row(s.name, s.status.value, str(s.attempt), dur, s.error or "")
     table.show()
     for note in t.anomalies:
-        out.print(f"[yellow]anomaly:[/yellow] {note}")
+        out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
 
 
 BenchJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]

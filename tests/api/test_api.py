@@ -253,3 +253,16 @@ def test_tables_in_a_pipe_are_plain_columns_with_nothing_cut(node: NodeProc) -> 
     assert row.split()[:4] == [sub.task_id, "etl", "SUCCEEDED", "5/5"]
     res = cli("status", server=node.address)
     assert node.address in res.stdout.split(), res.stdout  # the whole address, as a word
+
+
+def test_submitted_text_is_not_markup_to_the_cli(node: NodeProc) -> None:
+    """Red-team finding: a step error holding '[/bold]' made `apollo11 events` crash
+    with rich's MarkupError, so an operator could not look at that task."""
+    with SyncClient(node.address) as c:
+        sub = c.submit("etl", {"step_seconds": "[/bold][link=http://x]"})
+        c.wait(sub.task_id)
+    res = cli("events", "--task", sub.task_id, server=node.address)
+    assert res.returncode == 0, res.stderr
+    assert "[/bold][link=http://x]" in res.stdout
+    res = cli("task", sub.task_id, server=node.address)
+    assert res.returncode == 0, res.stderr
