@@ -463,6 +463,9 @@ class ReplicationService(rpbg.ReplicationServicer):
                 batch = store.log.read_raw(nxt, BATCH_BYTES, at, ahead=True)
                 at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
                 if batch.data:
+                    # Before the yield: the standby's ack of this batch can be read
+                    # before this generator resumes, and must not be cut short.
+                    view.sent_id = batch.last_id
                     yield rpb.PrimaryMessage(
                         batch=rpb.Batch(
                             first_event_id=batch.first_id,
@@ -473,7 +476,6 @@ class ReplicationService(rpbg.ReplicationServicer):
                             sent_ms=time.time_ns() // 1_000_000,
                         )
                     )
-                    view.sent_id = batch.last_id
                     unacked.append((batch.last_id, time.monotonic()))
                     shipped.observe(batch.last_id - batch.first_id + 1)
                     nxt = batch.last_id + 1
@@ -508,7 +510,11 @@ class ReplicationService(rpbg.ReplicationServicer):
         store = self.node.store
         async for msg in requests:
             if msg.WhichOneof("kind") == "ack" and store is not None:
-                self.node.hub.on_ack(view, msg.ack.durable_event_id, store.log.durable_id)
+                # Never past what this stream sent: an ack of events a standby was never
+                # given would count it as holding writes it does not (red-team: a
+                # stream acked 2**60 and would have counted as a synchronous replica).
+                acked = min(msg.ack.durable_event_id, max(view.sent_id, view.acked_id))
+                self.node.hub.on_ack(view, acked, store.log.durable_id)
                 metrics.REPLICATION_LAG_EVENTS.labels(view.node_id).set(
                     max(0, store.log.durable_id - view.acked_id)
                 )

@@ -157,3 +157,31 @@ async def _at_most(stream: AsyncIterator[Any], n: int) -> AsyncIterator[Any]:
             yield await asyncio.wait_for(anext(stream), 5)
         except StopAsyncIteration:
             return
+
+
+async def test_an_ack_past_what_was_sent_counts_only_what_was_sent(tmp_path: Path) -> None:
+    node = await _primary(tmp_path)
+    more: asyncio.Queue[Any] = asyncio.Queue()
+    hello = rpb.Hello(
+        node_id="n2",
+        cluster_id="c1",
+        last_event_id=1,
+        last_term=1,
+        terms=[rpb.TermStart(term=1, first_event_id=1)],
+    )
+    stream = ReplicationService(node).Follow(_requests(hello, more), Context())  # type: ignore[arg-type]
+    assert (await anext(stream)).WhichOneof("kind") == "welcome"
+    await node.store.log.append(
+        EventType.TASK_SUBMITTED, "t", payload={"workflow": "w", "steps": {}}
+    )
+    batch = await asyncio.wait_for(anext(stream), 5)
+    assert batch.WhichOneof("kind") == "batch" and batch.batch.last_event_id == 2
+    more.put_nowait(rpb.StandbyMessage(ack=rpb.Ack(durable_event_id=2**60)))
+    view = next(iter(node.hub.standbys.values()))
+    for _ in range(100):
+        if view.acked_id > 1:  # 1: what the hello said it held
+            break
+        await asyncio.sleep(0.01)
+    assert view.acked_id == 2, "an ack counts no further than the stream sent"
+    more.put_nowait(None)
+    await node.store.close()
