@@ -277,8 +277,11 @@ class EventLog:
             raise ValueError("until= is for read-only opens (a writer must see its whole log)")
         cfg = config or LogConfig()
         data = DataDir.open_existing(data_dir) if read_only else DataDir.open(data_dir)
-        segments = _list_segments(data.log_dir)
+        # The manifest before the listing: a live node (read here by `apollo11 replay`)
+        # may rotate in between, and then the listing holds more than the manifest names,
+        # never less.
         manifest = manifests.load(data.log_dir)
+        segments = _list_segments(data.log_dir)
         if not segments and manifest is not None and manifest.event_id >= manifest.segment_id:
             name = segment_name(manifest.segment_id)
             raise LogTruncatedError(
