@@ -15,7 +15,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from scheduler.errors import ApolloError
+from scheduler.errors import (
+    ApolloError,
+    CorruptLogError,
+    SnapshotError,
+    SnapshotMismatchError,
+)
 from scheduler.replay import State, TaskState
 
 GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `node`)
@@ -88,6 +93,9 @@ def _connection(
     _conn.update(ca=ca, cert=cert, key=key, token=token)
 
 
+# A damaged data directory: `replay` says so in one line and exits 2 (1: anything else).
+DAMAGE = (CorruptLogError, SnapshotError, SnapshotMismatchError)
+
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -125,7 +133,8 @@ def _print_json(value: Any) -> None:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
+    # escaped: a path or a reason may hold "[...]", which rich would read as markup
+    err.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(code)
 
 
@@ -823,8 +832,12 @@ def replay(
         raise _fail("--until must be an event id (0 or more)", 2)
     try:
         state = state_at(data_dir, until)
+    except DAMAGE as e:
+        raise _fail(str(e), 2) from e
     except ApolloError as e:
         raise _fail(str(e)) from e
+    except OSError as e:  # anything the log and snapshot code did not name itself
+        raise _fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
     if task is not None:
         t = state.peek(task)
         if t is None:

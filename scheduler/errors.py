@@ -41,6 +41,23 @@ class CorruptLogError(LogError):
         self.offset = offset
 
 
+class LogTruncatedError(CorruptLogError):
+    """The log ends before the end its manifest recorded as durable.
+
+    Those events were acknowledged (or may have been): starting without them
+    would run finished steps again. `path` names the missing or short file,
+    `offset` where its data now ends; `expected_id` and `found_id` the last
+    event the manifest names and the last one the log still holds.
+    """
+
+    def __init__(
+        self, message: str, *, path: str, offset: int, expected_id: int, found_id: int
+    ) -> None:
+        super().__init__(message, path=path, offset=offset)
+        self.expected_id = expected_id
+        self.found_id = found_id
+
+
 class LogFailedError(LogError):
     """A write or fsync failed; the log refuses further appends until reopened.
 

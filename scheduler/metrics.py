@@ -47,6 +47,14 @@ DISK_FREE_RATIO = Gauge(
     "apollo11_disk_free_bytes over the file system's size",
     ["path"],
 )
+LOG_MANIFEST_WRITES = Counter(
+    "apollo11_log_manifest_writes_total",
+    "Manifests written (the log's durable end, off the append path)",
+)
+LOG_MANIFEST_FAILURES = Counter(
+    "apollo11_log_manifest_failures_total",
+    "Manifest writes that failed (the log is unaffected; its end is checked less closely)",
+)
 SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
     "apollo11_snapshot_seconds", "Time to write one snapshot (off the event loop)"

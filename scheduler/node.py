@@ -64,6 +64,7 @@ from scheduler.errors import (
 from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
+from scheduler.log.manifest import remove as remove_manifest
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
@@ -1096,6 +1097,8 @@ def _reverse(node_id: str) -> tuple[int, ...]:
 
 
 def _wipe(data: DataDir) -> None:
+    # The manifest first: a crash part way must not leave it naming deleted segments.
+    remove_manifest(data.log_dir)
     for d in (data.log_dir, data.snapshot_dir):
         for name in os.listdir(d):
             path = os.path.join(d, name)

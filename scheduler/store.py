@@ -288,6 +288,7 @@ class Store:
             log.error("snapshot failed (the log is unaffected; will retry): %s", exc)
             return
         written = fut.result()
+        self.log.mark_end("snapshot")
         self.state.archive = Archive(written.chunks)
         watermark = written.info.watermark
         if not self.config.keep_all_segments:

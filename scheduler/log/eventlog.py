@@ -29,10 +29,13 @@ from scheduler.errors import (
     LogClosedError,
     LogError,
     LogFailedError,
+    LogTruncatedError,
     SnapshotMismatchError,
     StaleTermError,
 )
+from scheduler.log import manifest as manifests
 from scheduler.log.datadir import DataDir, fsync_dir
+from scheduler.log.manifest import Manifest
 from scheduler.log.record import (
     DEFAULT_PAYLOAD_MAX_BYTES,
     FRAME,
@@ -83,6 +86,9 @@ class LogConfig:
     max_batch_bytes: int = 8 * 1024 * 1024
     # newest records kept in memory for followers that keep up (0: always read disk)
     recent_bytes: int = 4 * 1024 * 1024
+    # The manifest (see scheduler/log/manifest.py) records the durable end at most this
+    # often while events arrive, and at every rotation, snapshot and clean close.
+    manifest_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.segment_max_bytes < 4096:
@@ -97,6 +103,10 @@ class LogConfig:
             raise ValueError(
                 f"submit_max_bytes must be between payload_max_bytes and 8388608, "
                 f"got {self.submit_max_bytes}"
+            )
+        if not self.manifest_interval_s > 0:
+            raise ValueError(
+                f"manifest_interval_s must be more than 0, got {self.manifest_interval_s}"
             )
 
 
@@ -183,6 +193,7 @@ class EventLog:
         last_term: int,
         clock: Callable[[], int],
         read_only: bool = False,
+        manifest: Manifest | None = None,
     ) -> None:
         self._data = data
         self.read_only = read_only
@@ -219,6 +230,17 @@ class EventLog:
         self._recent_bytes = 0
         self._fd = -1 if read_only else _open_append(tail.path)
         self._idx_fd = -1 if read_only else _open_append(tail.index_path)
+        # The manifest is written by a thread of its own, so that the append path never
+        # waits for it (nor for its two fsyncs).
+        self.manifest = manifest  # the last one read or written
+        self._manifest_io = (
+            None
+            if read_only
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-manifest")
+        )
+        self._manifest_at = time.perf_counter()
+        self._manifest_busy: asyncio.Future[None] | None = None
+        self._manifest_again: str | None = None  # asked for while one was being written
 
     # ------------------------------------------------------------------ open
 
@@ -255,7 +277,22 @@ class EventLog:
             raise ValueError("until= is for read-only opens (a writer must see its whole log)")
         cfg = config or LogConfig()
         data = DataDir.open_existing(data_dir) if read_only else DataDir.open(data_dir)
+        # The manifest before the listing: a live node (read here by `apollo11 replay`)
+        # may rotate in between, and then the listing holds more than the manifest names,
+        # never less.
+        manifest = manifests.load(data.log_dir)
         segments = _list_segments(data.log_dir)
+        if not segments and manifest is not None and manifest.event_id >= manifest.segment_id:
+            name = segment_name(manifest.segment_id)
+            raise LogTruncatedError(
+                f"events through {manifest.event_id} were durable at {manifest.describe}; "
+                f"{data.log_dir} now holds no segment at all: refusing. Expected the log to "
+                f"end at offset {manifest.offset} of {name}. {_RESTORE}",
+                path=os.path.join(data.log_dir, name),
+                offset=0,
+                expected_id=manifest.event_id,
+                found_id=0,
+            )
         if not segments and read_only:
             raise LogError(f"{data.root} holds no event log segments")
         if not segments:
@@ -263,7 +300,9 @@ class EventLog:
             _create_file(path)
             data.fsync_log_dir()
             segments = [Segment(base_id, path, 0, base_id - 1, [(base_id, 0)], index_loaded=True)]
-        last_term = _recover(segments, replay_from, hint, hint_term, on_events, read_only, until)
+        last_term = _recover(
+            segments, replay_from, hint, hint_term, on_events, read_only, until, manifest
+        )
         return cls(
             data,
             segments,
@@ -272,6 +311,7 @@ class EventLog:
             last_term=last_term,
             clock=clock or _now_ms,
             read_only=read_only,
+            manifest=manifest,
         )
 
     # ------------------------------------------------------------- properties
@@ -596,7 +636,10 @@ class EventLog:
             metrics.LOG_FSYNC_SECONDS.observe(time.perf_counter() - started)
             metrics.LOG_BATCH_EVENTS.observe(len(batch.events))
             metrics.LOG_APPENDS.inc(len(batch.events))
-            self._land(batch)
+            rotated = self._land(batch)
+            # Not a write here: a future for the manifest's own thread, now and then.
+            if rotated or started - self._manifest_at >= self.config.manifest_interval_s:
+                self.mark_end("segment rotation" if rotated else "periodic")
             try:
                 for listener in self._listeners:
                     listener(batch.events)
@@ -652,12 +695,14 @@ class EventLog:
             os.fdatasync(self._fd)
         self._last_write_s = time.perf_counter() - started
 
-    def _land(self, batch: _Batch) -> None:
-        """Publish a durable batch to readers (loop thread)."""
+    def _land(self, batch: _Batch) -> bool:
+        """Publish a durable batch to readers (loop thread); did it open a segment?"""
         events = batch.events
         i = 0
+        rotated = False
         for part in batch.parts:
             if part.new_segment:
+                rotated = True
                 seg = Segment(
                     part.first_id,
                     os.path.join(self._data.log_dir, segment_name(part.first_id)),
@@ -676,6 +721,82 @@ class EventLog:
             seg.index.extend(part.index)
             i += n
         self._durable_id = events[-1].event_id
+        return rotated
+
+    # -------------------------------------------------------------- manifest
+
+    def mark_end(self, reason: str) -> None:
+        """Record the durable end in the manifest, on the manifest's thread (no wait).
+
+        Called at rotations and now and then by the writer, at snapshots by the store.
+        While one write is under way, the next waits for it and takes the end as it
+        is then: writes never pile up, and a newer end never loses to an older one.
+        """
+        if self._manifest_io is None or self._closed or self._failed is not None:
+            return
+        self._manifest_at = time.perf_counter()
+        if self._manifest_busy is not None:
+            self._manifest_again = reason
+            return
+        m = self._end_manifest(reason)
+        if self.manifest is not None and m.segments == self.manifest.segments:
+            return  # nothing new since the last one
+        fut = asyncio.get_running_loop().run_in_executor(self._manifest_io, self._write_manifest, m)
+        self._manifest_busy = fut
+        fut.add_done_callback(self._manifest_written)
+
+    def _end_manifest(self, reason: str) -> Manifest:
+        """The durable end now (loop thread: sizes are those of landed batches)."""
+        tail = self._segments[-1]
+        # one entry per segment, once a second at most: 100 MB segments keep this short
+        return Manifest(
+            event_id=self._durable_id,
+            segment_id=tail.first_id,
+            offset=tail.size,
+            segments=tuple((s.first_id, s.size) for s in self._segments),
+            written_ms=_now_ms(),
+            reason=reason,
+        )
+
+    def _write_manifest(self, m: Manifest) -> None:
+        """Runs on the manifest thread (or at close)."""
+        manifests.write(self._data.log_dir, m, sync=self.config.fsync is FsyncPolicy.ALWAYS)
+        self.manifest = m
+        metrics.LOG_MANIFEST_WRITES.inc()
+
+    def _manifest_written(self, fut: asyncio.Future[None]) -> None:
+        self._manifest_busy = None
+        if not fut.cancelled() and (exc := fut.exception()) is not None:
+            metrics.LOG_MANIFEST_FAILURES.inc()
+            log.error(
+                "event log: could not write the manifest (appends go on; a lost tail "
+                "would be detected only up to the last manifest written): %s",
+                exc,
+            )
+        again, self._manifest_again = self._manifest_again, None
+        if again is not None:
+            self.mark_end(again)
+
+    async def wait_manifest(self) -> None:
+        """Wait until no manifest write is under way (tests, and close)."""
+        while self._manifest_busy is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._manifest_busy)
+            await asyncio.sleep(0)  # let its done-callback start the next one
+
+    def _close_manifest(self) -> None:
+        """At a clean close: the exact end, synchronously; then no more writes."""
+        io, self._manifest_io = self._manifest_io, None
+        if io is None:
+            return
+        io.shutdown(wait=True)
+        if self._failed is not None:
+            return  # the last manifest stays: it lags, which is always safe
+        try:
+            self._write_manifest(self._end_manifest("a clean shutdown"))
+        except OSError as e:
+            metrics.LOG_MANIFEST_FAILURES.inc()
+            log.error("event log: could not write the manifest at close: %s", e)
 
     def _publish_ahead(self, batch: _Batch) -> None:
         """Make a batch's records readable by followers as it goes to the writer.
@@ -953,6 +1074,8 @@ class EventLog:
                 await self._writer
         self._wake_durable_waiters()
         self._io.shutdown(wait=True)
+        await self.wait_manifest()
+        self._close_manifest()
         os.close(self._fd)
         os.close(self._idx_fd)
 
@@ -962,6 +1085,7 @@ class EventLog:
             raise LogError("close_sync() on a log with a running writer; await close()")
         self._closed = True
         self._io.shutdown(wait=True)
+        self._close_manifest()
         self._close_fds()
 
     def _close_fds(self) -> None:
@@ -1013,14 +1137,23 @@ def _next_index_at(seg: Segment) -> int:
 
 def _list_segments(log_dir: str) -> list[Segment]:
     found: list[tuple[int, str]] = []
-    for name in os.listdir(log_dir):
+    try:
+        names = os.listdir(log_dir)
+    except OSError as e:
+        raise CorruptLogError(f"cannot list the log: {e.strerror}", path=log_dir, offset=0) from e
+    for name in names:
         first = parse_segment_name(name)
         if first is not None:
             found.append((first, os.path.join(log_dir, name)))
     found.sort()
     segments = []
     for i, (first, path) in enumerate(found):
-        size = os.path.getsize(path)
+        try:
+            size = os.path.getsize(path)
+        except OSError as e:
+            raise CorruptLogError(
+                f"cannot read a segment: {e.strerror}", path=path, offset=0
+            ) from e
         # A sealed segment ends where the next begins; the tail's end is found by scanning.
         last = found[i + 1][0] - 1 if i + 1 < len(found) else first - 1
         segments.append(Segment(first, path, size, last))
@@ -1110,10 +1243,12 @@ def _recover(
     on_events: Listener | None,
     read_only: bool = False,
     until: int | None = None,
+    manifest: Manifest | None = None,
 ) -> int:
     """Scan from `replay_from` to the end; cut a torn tail; return the highest term."""
     term = hint_term
-    for events in _iter_segments(segments, replay_from, hint, hint_term, read_only):
+    _check_manifest(segments, manifest)
+    for events in _iter_segments(segments, replay_from, hint, hint_term, read_only, manifest):
         if until is not None and events[-1].event_id >= until:
             events = events[: until - events[0].event_id + 1]
             if events and on_events is not None:
@@ -1135,12 +1270,14 @@ def _iter_segments(
     hint: Position | None,
     hint_term: int,
     read_only: bool,
+    manifest: Manifest | None = None,
 ) -> Iterator[list[Event]]:
     """Checked events from `replay_from` to the end of the log, in batches.
 
     Leaves every segment's size and last id set to what was found valid. A
     bad record in the tail with nothing valid after it is a torn write: it
-    is cut off (or, read-only, just reported). Anywhere else it raises.
+    is cut off (or, read-only, just reported), unless the manifest says it
+    was durable. Anywhere else it raises.
     """
     for prev, seg in itertools.pairwise(segments):
         if seg.first_id <= prev.first_id:
@@ -1187,12 +1324,39 @@ def _iter_segments(
                 bad = CorruptLogError("incomplete record", path=seg.path, offset=walk.offset)
             if not tail or _valid_record_after(seg.path, walk.offset, expect, file_size):
                 raise bad
+            if manifest is not None and (seg.first_id, walk.offset) < (
+                manifest.segment_id,
+                manifest.offset,
+            ):
+                raise _truncated(
+                    manifest,
+                    expect - 1,
+                    seg.path,
+                    walk.offset,
+                    f"{bad.reason} at offset {walk.offset} of {os.path.basename(seg.path)}",
+                )
             if read_only:
-                log.warning("event log: torn tail in %s (read-only, left in place)", bad)
+                log.warning(
+                    "event log: %s (in %s at offset %d: %s; read-only, left in place)",
+                    _torn_tail_is(manifest),
+                    seg.path,
+                    walk.offset,
+                    bad.reason,
+                )
             else:
-                _truncate_tail(seg, walk.offset, file_size, bad)
+                _truncate_tail(seg, walk.offset, file_size, bad, manifest)
         seg.size = walk.offset
         seg.last_id = expect - 1
+    if manifest is not None and expect - 1 < manifest.event_id:
+        last = segments[-1]  # every file was long enough: these are not the same records
+        raise _truncated(
+            manifest,
+            expect - 1,
+            last.path,
+            last.size,
+            f"records up to event {expect - 1} only, ending at offset {last.size} of "
+            f"{os.path.basename(last.path)}",
+        )
     if expect < start_id:
         raise SnapshotMismatchError(
             f"the log ends at event {expect - 1}, before event {start_id - 1} that the "
@@ -1218,10 +1382,82 @@ def _valid_record_after(path: str, bad_at: int, expect: int, file_size: int) -> 
     return False
 
 
-def _truncate_tail(seg: Segment, at: int, file_size: int, why: CorruptLogError) -> None:
+_RESTORE = (
+    "Restore the log from a standby or a backup; to accept losing those events, delete "
+    "log/MANIFEST and start again"
+)
+
+
+def _torn_tail_is(manifest: Manifest | None) -> str:
+    """What is known about a torn tail past the manifest's end: not much."""
+    if manifest is None:
+        return (
+            "a torn tail; this log has no manifest, so whether those events had been "
+            "acknowledged is not known"
+        )
+    return (
+        f"a torn tail after {manifest.describe}: events past {manifest.event_id}, not known "
+        f"to have been acknowledged"
+    )
+
+
+def _truncated(m: Manifest, found_id: int, path: str, offset: int, found: str) -> LogTruncatedError:
+    return LogTruncatedError(
+        f"events {found_id + 1}..{m.event_id} were durable at {m.describe}; the log now "
+        f"ends at event {found_id}: refusing. Expected the log to end at offset {m.offset} "
+        f"of {segment_name(m.segment_id)}; found {found}. {_RESTORE}",
+        path=path,
+        offset=offset,
+        expected_id=m.event_id,
+        found_id=found_id,
+    )
+
+
+def _check_manifest(segments: list[Segment], m: Manifest | None) -> None:
+    """Refuse a log missing a segment the manifest names, or holding fewer bytes of one.
+
+    A stat per segment, before any scan: a snapshot may let recovery start past
+    the damage, and would then never see it. Segments before the first one
+    present are not checked: retention deletes those (see manifest.py).
+    """
+    if m is None or not segments:
+        return
+    present = {s.first_id: s for s in segments}
+    for first, size in m.segments:
+        if first < segments[0].first_id or first > m.segment_id:
+            continue
+        seg = present.get(first)
+        if seg is not None and seg.size >= size:
+            continue
+        name = segment_name(first)
+        if seg is None:
+            before = [s for s in segments if s.first_id < first]
+            found_id = _valid_end(before[-1])[0] if before else first - 1
+            path, offset = os.path.join(os.path.dirname(segments[0].path), name), 0
+            found = f"{name} is missing"
+        else:
+            found_id, offset = _valid_end(seg)
+            path = seg.path
+            found = f"{name} holds {seg.size} bytes of the {size} it had"
+        if any(s.first_id > first for s in segments):
+            found += " (later segments are there, but the log cannot be replayed across the gap)"
+        raise _truncated(m, found_id, path, offset, found)
+
+
+def _valid_end(seg: Segment) -> tuple[int, int]:
+    """The last valid event id in a segment and where its valid records end (a scan)."""
+    walk = _Walk(seg, 0, seg.size, seg.first_id, 0)
+    for _ in walk:
+        pass
+    return walk.expect - 1, walk.offset
+
+
+def _truncate_tail(
+    seg: Segment, at: int, file_size: int, why: CorruptLogError, manifest: Manifest | None
+) -> None:
     log.warning(
-        "event log: cut a torn tail of %d bytes off %s at offset %d (%s); "
-        "those events had not been acknowledged",
+        "event log: cut %s (%d bytes off %s at offset %d: %s)",
+        _torn_tail_is(manifest),
         file_size - at,
         seg.path,
         at,
@@ -1307,6 +1543,25 @@ def cut_after(data_dir: str | os.PathLike[str], keep_through: int, quarantine: s
         q.flush()
         os.fsync(q.fileno())
     fsync_dir(os.path.dirname(quarantine))
+    # The shorter end goes into the manifest before anything is cut: a crash in between
+    # leaves a log longer than its manifest (fine), never shorter (refused at start).
+    kept: list[tuple[int, int]] = []
+    for seg in segments:
+        if seg.last_id <= keep_through:
+            kept.append((seg.first_id, seg.size))
+        elif seg.first_id <= keep_through or seg is segments[0]:
+            kept.append((seg.first_id, seg.locate(keep_through + 1)))
+    manifests.write(
+        data.log_dir,
+        Manifest(
+            event_id=keep_through,
+            segment_id=kept[-1][0],
+            offset=kept[-1][1],
+            segments=tuple(kept),
+            written_ms=_now_ms(),
+            reason=f"a cut of the divergent tail after event {keep_through}",
+        ),
+    )
     for seg in segments:
         if seg.last_id <= keep_through:
             continue

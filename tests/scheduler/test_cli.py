@@ -50,7 +50,7 @@ def test_replay_errors_are_clear(tmp_path: Path) -> None:
     assert res.exit_code == 1
     assert "not an Apollo-11 data directory" in res.stderr
     res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "corrupt-sealed")])
-    assert res.exit_code == 1
+    assert res.exit_code == 2, "damage exits 2"
     assert "checksum" in res.stderr and "00000000000000000001.seg" in res.stderr
     res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "etl-happy"), "--task", "nope"])
     assert res.exit_code == 1 and "no task 'nope'" in res.stderr

@@ -249,6 +249,10 @@ async def test_a_snapshot_pointing_past_the_end_of_the_log_is_not_trusted(tmp_pa
     # middle of cutting a divergent tail could leave).
     segs = sorted((root / "log").glob("*.seg"))
     last = segs[-1]
+    # A cut writes the shorter end into the manifest before it cuts (a crash between
+    # leaves the log longer than the manifest): as far as the manifest goes, this log
+    # ends where it was cut.
+    (root / "log" / "MANIFEST").unlink()
     with open(last, "r+b") as f:
         f.truncate(max(0, last.stat().st_size // 3))
     again = _store(root, interval=10**9)

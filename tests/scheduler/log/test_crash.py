@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +63,13 @@ def _write(root: Path, batches: list[list[Draft]]) -> list[tuple[int, int, str]]
 
 
 def _crash_at(root: Path, cut: int, garbage: bytes) -> None:
-    """Simulate a crash: the byte stream survives up to `cut`, then garbage."""
+    """Simulate a crash: the byte stream survives up to `cut`, then garbage.
+
+    The writes ended with a clean close, whose manifest holds the exact end (a cut
+    before it is refused: see test_eventlog's manifest tests). A crash leaves an
+    older manifest, at most as far as the cut; here none at all.
+    """
+    (root / "log" / "MANIFEST").unlink()
     base = 0
     for seg in sorted((root / "log").glob("*.seg")):
         size = seg.stat().st_size
@@ -166,3 +174,66 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
         log.close_sync()
         assert ids == list(range(1, len(ids) + 1)), "no gaps, no reuse"
         assert acked <= set(ids), f"lost acknowledged events {sorted(acked - set(ids))[:5]}"
+
+
+MARKING_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from scheduler.log import Draft, EventLog, EventType, LogConfig
+    async def main():
+        # no rotation and no periodic manifest: the last one is the one written here
+        cfg = LogConfig(manifest_interval_s=3600)
+        log = EventLog.open(sys.argv[1], config=cfg)
+        await log.append_many([Draft(EventType.STEP_STARTED, f"m{i}", "s") for i in range(300)])
+        log.mark_end("a test")
+        await log.wait_manifest()
+        sys.stdout.write(f"MARKED {log.durable_id}\\n")
+        sys.stdout.flush()
+        async def producer(k):
+            while True:
+                e = await log.append(EventType.STEP_STARTED, f"t{k}", "s", {"k": k}, attempt=1)
+                sys.stdout.write(f"{e.event_id}\\n")
+                sys.stdout.flush()
+        await asyncio.gather(*(producer(k) for k in range(16)))
+    asyncio.run(main())
+    """
+)
+
+
+def test_sigkill_then_a_torn_tail_past_the_manifest_is_cut_and_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kill -9 mid-append: the log is longer than its manifest (fine); a torn tail past
+    the manifest is cut as before, and the message says what is known about it."""
+    root = tmp_path / "d"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MARKING_WRITER, str(root)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    marked = int(proc.stdout.readline().split()[1])
+    acked: set[int] = set()
+    for line in proc.stdout:
+        acked.add(int(line))
+        if len(acked) >= 200:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for line in proc.stdout:
+        acked.add(int(line))
+
+    ro = EventLog.open(root, read_only=True)
+    ids = [e.event_id for e in ro.read()]
+    ro.close_sync()
+    assert ids == list(range(1, len(ids) + 1)) and acked <= set(ids), "longer than the manifest"
+    assert len(ids) > marked
+
+    tail = sorted((root / "log").glob("*.seg"))[-1]
+    with open(tail, "r+b") as f:
+        f.truncate(tail.stat().st_size - 5)  # the last record torn
+    with caplog.at_level(logging.WARNING, logger="scheduler.log.eventlog"):
+        log = EventLog.open(root)
+    assert log.durable_id == len(ids) - 1, "the torn record was cut, nothing else"
+    log.close_sync()
+    assert "a torn tail after the last manifest (written" in caplog.text
+    assert f"events past {marked}, not known to have been acknowledged" in caplog.text
+    assert "had not been acknowledged" not in caplog.text
