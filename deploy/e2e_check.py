@@ -159,14 +159,16 @@ def primary(exclude: str | None = None, timeout: float = 120) -> tuple[str, dict
     raise SystemExit("no primary")
 
 
-def etcd_health(address: str, *, tls: bool, cert: bool) -> bytes:
+def etcd_health(address: str, *, tls: bool, cert: bool, peer_cert: bool = False) -> bytes:
     """GET /health from an etcd member as a client: what it answered (b"" if nothing)."""
     host, _, port = address.rpartition(":")
     request = b"GET /health HTTP/1.1\r\nHost: etcd1\r\nConnection: close\r\n\r\n"
-    ctx = ssl.create_default_context(cafile=CA)
+    etcd_pki = Path(CA).parent / "etcd"  # etcd's own CA (deploy/secrets.sh)
+    ctx = ssl.create_default_context(cafile=etcd_pki / "ca.pem")
     if cert:
-        secrets = Path(CA).parent
-        ctx.load_cert_chain(secrets / "node1.pem", secrets / "node1-key.pem")
+        ctx.load_cert_chain(etcd_pki / "node1.pem", etcd_pki / "node1-key.pem")
+    elif peer_cert:  # node1's certificate of the cluster CA, not of etcd's
+        ctx.load_cert_chain(Path(CA).parent / "node1.pem", Path(CA).parent / "node1-key.pem")
     answer = b""
     try:
         with socket.create_connection((host, int(port)), timeout=5) as raw:
@@ -180,10 +182,14 @@ def etcd_health(address: str, *, tls: bool, cert: bool) -> bytes:
 
 
 def check_etcd_closed(address: str) -> None:
-    """etcd answers TLS clients with a certificate the cluster CA signed, and no one else."""
+    """etcd answers TLS clients with a certificate its CA signed, and no one else (not
+    even a node's peer certificate: the cluster CA is another trust domain)."""
     healthy = b'"health":"true"'
     assert healthy in etcd_health(address, tls=True, cert=True), "etcd did not answer a node"
     assert healthy not in etcd_health(address, tls=True, cert=False), "etcd needs no client cert"
+    assert healthy not in etcd_health(address, tls=True, cert=False, peer_cert=True), (
+        "etcd takes a certificate of the cluster CA"
+    )
     assert healthy not in etcd_health(address, tls=False, cert=False), "etcd answers plaintext"
     say(f"etcd at {address}: TLS with a client certificate only")
 

@@ -2,8 +2,11 @@
 # The compose cluster's credentials, made once into deploy/secrets/ (git-ignored;
 # `make up` runs this, and running it again changes nothing that exists):
 #   ca.pem, ca-key.pem         the cluster CA (the key stays here, no container mounts it)
-#   nodeN.pem, nodeN-key.pem   node1..3: public port, HTTP, peer port and etcd client
-#   etcdN.pem, etcdN-key.pem   etcd1..3: etcd's client and peer ports
+#   nodeN.pem, nodeN-key.pem   node1..3: public port, HTTP and peer port
+#   etcd/                      etcd's own CA: etcd1..3 (client and peer ports) and the
+#                              nodes' etcd client certificates (etcd/nodeN.pem). A CA of
+#                              its own, because anything the cluster CA signs may follow
+#                              the log: an etcd member's certificate must not
 #   tokens                     token hashes and roles, the nodes' --tokens-file
 #   operator.token             the operator's bearer token (APOLLO11_TOKEN_FILE)
 #   prometheus.token           a reader token for the optional Prometheus
@@ -16,7 +19,7 @@ APOLLO11=${APOLLO11:-.venv/bin/apollo11}
 umask 077
 
 # `docker compose up` before this ran leaves a directory where each mounted file goes
-for f in ca.pem tokens node1.pem node1-key.pem etcd1.pem; do
+for f in ca.pem tokens node1.pem node1-key.pem etcd/ca.pem etcd/etcd1.pem etcd/node1.pem; do
   if [ -d "$DIR/$f" ]; then
     echo "secrets: $DIR/$f is a directory (docker made it: compose ran before the" \
       "credentials existed); run make down, remove $DIR, then make up" >&2
@@ -27,7 +30,8 @@ done
 # The directory is 0700 (apollo11 certs sees to it): it is what keeps the keys from
 # other users of this machine. Containers get single files bind-mounted, never the
 # directory, so each node sees its own key and nobody sees the CA's.
-"$APOLLO11" certs --dir "$DIR" --nodes node1,node2,node3,etcd1,etcd2,etcd3
+"$APOLLO11" certs --dir "$DIR" --nodes node1,node2,node3
+"$APOLLO11" certs --dir "$DIR/etcd" --nodes etcd1,etcd2,etcd3,node1,node2,node3
 
 # token NAME ROLE FILE MODE: a token file, once; a new one revokes the old hash first.
 token() {
