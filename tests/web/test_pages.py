@@ -27,7 +27,13 @@ from tests.nodes import NodeProc, start_node
 @pytest.fixture(scope="module")
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProc, str]]:
     port = free_port()
-    node = start_node(tmp_path_factory.mktemp("web") / "d", "--http", f"127.0.0.1:{port}")
+    node = start_node(
+        tmp_path_factory.mktemp("web") / "d",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--http-allowed-hosts",
+        "ui.example, Other.Example",
+    )
     yield node, f"http://127.0.0.1:{port}"
     assert node.stop() == 0
 
@@ -144,6 +150,64 @@ def test_an_open_node_refuses_forged_and_cross_site_posts(web: tuple[NodeProc, s
     with SyncClient(node.address) as c:
         infer = next(s for s in c.task(task_id).steps if s.name == "infer")
     assert infer.override is None and infer.state == "FAILED", "nothing was recorded"
+
+
+def test_dns_rebinding_is_refused_by_host(web: tuple[NodeProc, str]) -> None:
+    """evil.example re-pointed at 127.0.0.1 makes the attacker's page our "same
+    origin": its own Host and Origin match each other, so only the Host name can
+    tell. Red-team repro: the page (and its CSRF token) was served, the cancel recorded."""
+    node, base = web
+    port = base.rpartition(":")[2]
+    with SyncClient(node.address) as c:
+        task_id = c.submit("etl", {"step_seconds": 5}).task_id
+    evil = {"host": f"evil.example:{port}"}
+    for path in ("/", f"/tasks/{task_id}", "/events", "/metrics", "/static/style.css"):
+        r = httpx.get(base + path, headers=evil)
+        assert r.status_code == 421 and "--http-allowed-hosts" in r.text, path
+        assert task_id not in r.text and 'name="csrf"' not in r.text
+    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
+    r = httpx.post(
+        f"{base}/tasks/{task_id}/cancel",
+        data={"reason": "rebound", "confirm": "yes", "csrf": csrf},
+        headers={**evil, "origin": f"http://evil.example:{port}"},
+    )
+    assert r.status_code == 421
+    # our own name as Host, the rebinding site as Origin: refused too
+    r = httpx.post(
+        f"{base}/tasks/{task_id}/cancel",
+        data={"reason": "rebound", "confirm": "yes", "csrf": csrf},
+        headers={"host": f"localhost:{port}", "origin": f"http://evil.example:{port}"},
+    )
+    assert r.status_code == 403 and "cross-site" in r.text
+    with SyncClient(node.address) as c:
+        assert c.task(task_id).state != "CANCELLED", "nothing was recorded"
+        c.cancel(task_id, operator="test", reason="cleanup")
+    assert httpx.get(base + "/healthz", headers=evil).status_code == 200, "probes by any name"
+    # the names it knows: loopback, IP literals, the node id, --http-allowed-hosts
+    with SyncClient(node.address) as c:
+        node_id = c.status().node_id
+    for host in (
+        "localhost",
+        "LOCALHOST.",
+        "[::1]",
+        "10.1.2.3",
+        node_id,
+        "ui.example",
+        "other.example",
+    ):
+        r = httpx.get(f"{base}/tasks/{task_id}", headers={"host": f"{host}:{port}"})
+        assert r.status_code == 200, host
+    assert httpx.get(base + "/metrics", headers={"host": "ui.example"}).status_code == 200
+
+
+def test_every_response_forbids_framing_and_sniffing(web: tuple[NodeProc, str]) -> None:
+    _, base = web
+    for path in ("/", "/tasks", "/tasks/nope", "/static/style.css", "/metrics"):
+        r = httpx.get(base + path)
+        assert r.headers["x-frame-options"] == "DENY", path
+        assert r.headers["content-security-policy"] == "frame-ancestors 'none'", path
+        assert r.headers["x-content-type-options"] == "nosniff", path
+        assert r.headers["referrer-policy"] == "same-origin", path
 
 
 def test_timeline_bars_from_events() -> None:
