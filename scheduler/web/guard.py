@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from fastapi import Request, Response
 
 from scheduler.security import ANONYMOUS, Principal, Principals, Role
+from scheduler.web.flash import Flash
 from scheduler.web.sessions import Session, Sessions
 
 LOGIN_TTL_S = 600  # the login form's CSRF cookie: long enough to paste a token
@@ -112,6 +113,7 @@ class Gate:
         # other's session, so the node id is in the name.
         self.cookie = f"apollo11-session-{node_id}"
         self.login_cookie = f"apollo11-login-{node_id}"
+        self.flash = Flash(cookie=f"apollo11-flash-{node_id}", tls=tls)
         self._open_csrf = secrets.token_urlsafe(32)
 
     @property

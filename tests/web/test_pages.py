@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import signal
 import ssl
@@ -87,25 +89,36 @@ def csrf_of(page: str) -> str:
     return m.group(1)
 
 
+def notice(browser: httpx.Client, r: httpx.Response) -> tuple[str, str]:
+    """Follow an action's redirect: (the page's #message, its #error)."""
+    assert r.status_code == 303, r.text
+    page = browser.get(r.headers["location"]).text
+    m = re.search(r'<div class="note" id="message">([^<]*)</div>', page)
+    e = re.search(r'<div class="error" id="error">([^<]*)</div>', page)
+    return (m.group(1) if m else "", e.group(1) if e else "")
+
+
 def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     web: tuple[NodeProc, str],
 ) -> None:
     node, base = web
     task_id = _failed_task(node)
-    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
-    url = f"{base}/tasks/{task_id}/retry"
+    browser = httpx.Client(base_url=base)
+    csrf = csrf_of(browser.get(f"/tasks/{task_id}").text)
+    url = f"/tasks/{task_id}/retry"
     form = {"step": "infer", "display": "alice", "csrf": csrf}
-    r = httpx.post(url, data={**form, "reason": "fixed"})
-    assert r.status_code == 303 and "error=" in r.headers["location"], "no confirmation"
-    r = httpx.post(url, data={**form, "reason": " ", "confirm": "yes"})
-    assert "error=" in r.headers["location"], "no reason"
-    r = httpx.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
-    assert "refused" in httpx.get(base + r.headers["location"]).text
-    r = httpx.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})
-    assert r.status_code == 303 and "message=" in r.headers["location"]
-    page = httpx.get(base + r.headers["location"]).text
-    assert "retry of infer recorded as event" in page
-    assert "by anonymous (as alice)" in page
+    r = browser.post(url, data={**form, "reason": "fixed"})
+    assert r.headers["location"] == f"/tasks/{task_id}", "no notice in the URL"
+    assert notice(browser, r) == ("", "tick &#39;I am sure&#39; to confirm")
+    r = browser.post(url, data={**form, "reason": " ", "confirm": "yes"})
+    assert notice(browser, r) == ("", "a reason is required")
+    r = browser.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
+    assert "refused" in notice(browser, r)[1]
+    r = browser.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})
+    message = notice(browser, r)[0]
+    assert "retry of infer recorded as event" in message
+    assert "by anonymous (as alice)" in message
+    assert 'id="message"' not in browser.get(f"/tasks/{task_id}").text, "shown once"
     with SyncClient(node.address) as c:
         t = c.wait(task_id)
     assert t.state == "SUCCEEDED"
@@ -122,17 +135,40 @@ def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     # cancel through the page, no display name
     with SyncClient(node.address) as c:
         other = c.submit("etl", {"step_seconds": 5}).task_id
-    r = httpx.post(
-        f"{base}/tasks/{other}/cancel",
+    r = browser.post(
+        f"/tasks/{other}/cancel",
         data={"reason": "wrong batch", "confirm": "yes", "csrf": csrf},
     )
-    assert "message=" in r.headers["location"]
+    assert "cancel recorded as event" in notice(browser, r)[0]
     with SyncClient(node.address) as c:
         assert c.wait(other).state == "CANCELLED"
     assert (
         'cancelled by <span id="cancelled-by">anonymous</span>'
         in httpx.get(f"{base}/tasks/{other}").text
     )
+    browser.close()
+
+
+def test_no_notice_from_the_url(web: tuple[NodeProc, str]) -> None:
+    """Red-team: /?message=... and /tasks/X?error=... were shown as the node's own
+    notice (escaped, but fine for phishing: 'call +1 555 to restore access')."""
+    node, base = web
+    task_id = _failed_task(node)
+    bait = "session expired - call the helpdesk at +1 555 0100"
+    for path, q in (
+        ("/", "message"),
+        (f"/tasks/{task_id}", "message"),
+        (f"/tasks/{task_id}", "error"),
+    ):
+        page = httpx.get(base + path, params={q: bait}).text
+        assert bait not in page and 'id="message"' not in page and 'id="error"' not in page
+    # nor from a cookie that another page on this host set (cookies ignore the port)
+    with SyncClient(node.address) as c:
+        name = f"apollo11-flash-{c.status().node_id}"
+    body = json.dumps([f"/tasks/{task_id}", bait, "", time.time() + 60]).encode()
+    forged = base64.urlsafe_b64encode(body).decode().rstrip("=") + ".c2lnbmVk"
+    page = httpx.get(f"{base}/tasks/{task_id}", cookies={name: forged}).text
+    assert bait not in page and 'id="message"' not in page
 
 
 def test_an_open_node_refuses_forged_and_cross_site_posts(web: tuple[NodeProc, str]) -> None:
@@ -379,8 +415,7 @@ def test_actions_need_an_operator_a_csrf_token_and_our_origin(secured: Secured) 
             assert r.status_code == 403 and "cross-site request refused" in r.text, headers
         assert _events_of(secured, task_id) == before, "no refused post wrote an event"
         r = browser.post(url, data={**form, "csrf": csrf}, headers={"origin": secured.base})
-        assert r.status_code == 303 and "message=" in r.headers["location"], r.text
-        assert "by olga (as Olga O.)" in browser.get(r.headers["location"]).text
+        assert "by olga (as Olga O.)" in notice(browser, r)[0]
         with SyncClient(secured.node.address, token=secured.reader) as c:
             t = c.wait(task_id)
         infer = next(s for s in t.steps if s.name == "infer")
