@@ -149,6 +149,12 @@ def node(
         str | None, typer.Option("--advertise", help="HOST:PORT others reach this node at.")
     ] = None,
     http: Annotated[str | None, typer.Option("--http", help="Metrics/UI HOST:PORT.")] = None,
+    http_allowed_hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--http-allowed-hosts", help="More Host names the UI answers to, comma-separated."
+        ),
+    ] = None,
     workflows: Annotated[
         str | None, typer.Option("--workflows", help="Workflow modules, comma-separated.")
     ] = None,
@@ -272,6 +278,7 @@ def node(
             listen=listen,
             advertise=advertise,
             http=http,
+            http_allowed_hosts=http_allowed_hosts,
             workflows=workflows,
             etcd=etcd,
             cluster=cluster,

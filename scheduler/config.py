@@ -61,6 +61,9 @@ class NodeSettings(BaseSettings):
     listen: str = "127.0.0.1:7411"
     advertise: str | None = None
     http: str | None = None
+    # Host names the pages answer to besides localhost, IP literals, the --http and
+    # --advertise hosts and the node id (the DNS-rebinding guard, scheduler/web/guard.py).
+    http_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # NoDecode: from the environment these are "a,b" (split below), not JSON lists.
     workflows: Annotated[list[str], NoDecode] = Field(default_factory=list)
     etcd: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -181,7 +184,7 @@ class NodeSettings(BaseSettings):
             key=read(self.etcd_key),
         )
 
-    @field_validator("workflows", "etcd", mode="before")
+    @field_validator("workflows", "etcd", "http_allowed_hosts", mode="before")
     @classmethod
     def _comma_list(cls, v: Any) -> Any:
         if isinstance(v, str):

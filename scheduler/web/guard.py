@@ -11,21 +11,62 @@ the form. SameSite=Strict alone is not enough: a page on another port of the
 same host is the same *site*, and its form posts would carry the cookie. On an
 open loopback node the token is one per node process, which still keeps any
 web page the developer visits from posting to it: it cannot read ours.
+
+Nor may another site read our pages through DNS rebinding (its name, re-pointed
+at 127.0.0.1, would make it our "same origin"): every request but /healthz must
+name, in its Host header, a host this node knows (see `allowed_hosts`), and an
+Origin must be one of those too.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 
 from scheduler.security import ANONYMOUS, Principal, Principals, Role
+from scheduler.web.flash import Flash
 from scheduler.web.sessions import Session, Sessions
 
 LOGIN_TTL_S = 600  # the login form's CSRF cookie: long enough to paste a token
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def host_name(authority: str) -> str:
+    """The host of a Host header (or a URL's netloc): lowercased, no port, no brackets."""
+    a = authority.strip().lower()
+    if a.startswith("["):
+        end = a.find("]")
+        return a[1:end] if end > 0 else a
+    if a.count(":") == 1:
+        a = a.partition(":")[0]
+    return a.rstrip(".")
+
+
+def allowed_hosts(
+    *, node_id: str, http: str | None, advertise: str | None, extra: Iterable[str] = ()
+) -> frozenset[str]:
+    """The host names the pages answer to. In docker compose Prometheus scrapes
+    `node1:7412`: the node id and the --advertise host cover such service names."""
+    names = {*LOOPBACK_NAMES, node_id.lower(), *(host_name(h) for h in extra)}
+    for hostport in (http, advertise):
+        if hostport:
+            names.add(host_name(hostport))
+    names.discard("")
+    return frozenset(names)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class LoginRequired(Exception):
@@ -37,7 +78,7 @@ class LoginRequired(Exception):
 
 
 class Refused(Exception):
-    """The request may not be served: `status` 401 or 403, and why."""
+    """The request may not be served: `status` 401, 403 or 421, and why."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -55,9 +96,16 @@ class Viewer:
 
 class Gate:
     def __init__(
-        self, principals: Principals | None, *, node_id: str, tls: bool, metrics_open: bool
+        self,
+        principals: Principals | None,
+        *,
+        node_id: str,
+        tls: bool,
+        metrics_open: bool,
+        hosts: Iterable[str] = LOOPBACK_NAMES,
     ) -> None:
         self.principals = principals
+        self.hosts = frozenset(hosts)
         self.sessions = None if principals is None else Sessions(principals)
         self.tls = tls
         self.metrics_open = metrics_open
@@ -65,6 +113,7 @@ class Gate:
         # other's session, so the node id is in the name.
         self.cookie = f"apollo11-session-{node_id}"
         self.login_cookie = f"apollo11-login-{node_id}"
+        self.flash = Flash(cookie=f"apollo11-flash-{node_id}", tls=tls)
         self._open_csrf = secrets.token_urlsafe(32)
 
     @property
@@ -72,6 +121,23 @@ class Gate:
         return self.sessions is not None
 
     # ----------------------------------------------------------- who is it
+
+    def host_allowed(self, authority: str) -> bool:
+        """Whether a Host (or Origin netloc) names this node. Any IP literal does: a
+        page can only be served from an address by whoever listens there (us), and
+        rebinding needs a name. Other names only from the allowed list."""
+        name = host_name(authority)
+        return name in self.hosts or _is_ip(name)
+
+    def check_host(self, request: Request) -> None:
+        authority = request.headers.get("host", "")
+        if not self.host_allowed(authority):
+            raise Refused(
+                421,
+                f"this node does not answer to host {host_name(authority)[:100]!r}: use "
+                "localhost, its --http or --advertise host or its node id, or add the "
+                "name with --http-allowed-hosts",
+            )
 
     def viewer(self, request: Request) -> Viewer | None:
         """The viewer of this request; None when authentication is on and no live session."""
@@ -117,7 +183,8 @@ class Gate:
                 claimed = f"{parts.scheme}://{parts.netloc}"
         if claimed is None:
             return  # not a browser's cross-site request (curl, tests): the CSRF token decides
-        if claimed.lower() != self.origin(request):
+        claimed_host = urlsplit(claimed).netloc
+        if claimed.lower() != self.origin(request) or not self.host_allowed(claimed_host):
             raise Refused(403, f"cross-site request refused: it comes from {claimed}")
 
     def origin(self, request: Request) -> str:

@@ -26,6 +26,7 @@ from scheduler.errors import ApolloError, FailedPreconditionError, NotFoundError
 from scheduler.replay import TaskStatus
 from scheduler.security import Role
 from scheduler.web import timeline
+from scheduler.web.flash import Notice
 from scheduler.web.guard import Gate, LoginRequired, Refused, Viewer
 from scheduler.web.login import add_login
 
@@ -91,7 +92,6 @@ def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
             viewer=viewer,
             s=node.status(),
             tasks=recent()[:20],
-            message=request.query_params.get("message"),
         )
 
     @app.get("/tasks", response_class=HTMLResponse)
@@ -123,7 +123,6 @@ def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
     @app.get("/tasks/{task_id}", response_class=HTMLResponse)
     async def task(task_id: str, request: Request, as_of: str = "") -> HTMLResponse:
         viewer = gate.reader(request)
-        q = request.query_params
         at: int | None = None
         if as_of.strip():
             if not as_of.strip().isdigit():
@@ -151,7 +150,9 @@ def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
         bars = timeline.bars(events)
         acts = timeline.actions(events)
         svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000), acts)
-        return render(
+        # the notice of the action that redirected here: from our own cookie, never the URL
+        notice = gate.flash.take(request, f"/tasks/{task_id}")
+        response = render(
             "task.html",
             viewer=viewer,
             can_act=viewer.principal.may(Role.OPERATOR),
@@ -160,9 +161,12 @@ def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
             acts=acts,
             as_of=at,
             display="" if gate.enabled else _default_display(),
-            message=q.get("message"),
-            error=q.get("error"),
+            message=notice.message if notice else "",
+            error=notice.error if notice else "",
         )
+        if notice is not None:
+            gate.flash.clear(response)
+        return response
 
     @app.get("/events", response_class=HTMLResponse)
     async def events(request: Request) -> HTMLResponse:
@@ -213,19 +217,19 @@ def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
         # before anything else: a forged or cross-site post is refused whole (403)
         viewer = gate.actor(request, csrf)
         if confirm != "yes":
-            return _back(task_id, error="tick 'I am sure' to confirm")
+            return _back(gate, task_id, error="tick 'I am sure' to confirm")
         if not reason.strip():
-            return _back(task_id, error="a reason is required")
+            return _back(gate, task_id, error="a reason is required")
         shown = display.strip() or None
         if shown == viewer.principal.name:
             shown = None  # the engine keeps no "as" that repeats the principal
         try:
             event_id = await _perform(node, viewer, task_id, action, step, shown, reason.strip())
         except (NotFoundError, FailedPreconditionError, ApolloError) as e:
-            return _back(task_id, error=f"{action} refused: {e}")
+            return _back(gate, task_id, error=f"{action} refused: {e}")
         what = f"{action} of {step}" if step else action
         who = timeline.who({"operator": viewer.principal.name, "as": shown})
-        return _back(task_id, message=f"{what} recorded as event {event_id} by {who}")
+        return _back(gate, task_id, message=f"{what} recorded as event {event_id} by {who}")
 
     @app.post("/tasks/{task_id}/retry")
     async def retry(
@@ -263,9 +267,12 @@ def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
         return await act(request, task_id, "cancel", "", display, reason, confirm, csrf)
 
 
-def _back(task_id: str, *, message: str = "", error: str = "") -> RedirectResponse:
-    q = f"message={quote(message)}" if message else f"error={quote(error)}"
-    return RedirectResponse(f"/tasks/{quote(task_id)}?{q}", status_code=303)
+def _back(gate: Gate, task_id: str, *, message: str = "", error: str = "") -> RedirectResponse:
+    """Back to the task's page, with the notice in a signed cookie (flash.py): a
+    notice in the query string would let any link speak as the node."""
+    response = RedirectResponse(f"/tasks/{quote(task_id)}", status_code=303)
+    gate.flash.set(response, f"/tasks/{task_id}", Notice(message=message, error=error))
+    return response
 
 
 def _default_display() -> str:

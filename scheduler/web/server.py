@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -18,11 +18,20 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scheduler import metrics
-from scheduler.web.guard import Gate, Refused
+from scheduler.web.guard import Gate, Refused, allowed_hosts
 from scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
     from scheduler.node import Node
+
+# On every response: no page of ours in another site's frame (clickjacking an
+# action's confirmation), no content-type guessing, no task URL in a Referer.
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 
 
 class _Server(uvicorn.Server):
@@ -35,8 +44,31 @@ def make_app(node: Node) -> FastAPI:
     app = FastAPI(title="Apollo-11", docs_url=None, redoc_url=None, openapi_url=None)
     s = node.settings
     gate = Gate(
-        node.principals, node_id=s.node_id, tls=s.tls_cert is not None, metrics_open=s.metrics_open
+        node.principals,
+        node_id=s.node_id,
+        tls=s.tls_cert is not None,
+        metrics_open=s.metrics_open,
+        hosts=allowed_hosts(
+            node_id=s.node_id, http=s.http, advertise=s.advertise, extra=s.http_allowed_hosts
+        ),
     )
+
+    # Before any route: a Host this node does not know is DNS rebinding (or a
+    # misdirected request). /healthz stays open to probes by any name; it tells
+    # only the node id and role.
+    @app.middleware("http")
+    async def guard_host(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        try:
+            if request.url.path != "/healthz":
+                gate.check_host(request)
+        except Refused as e:
+            response: Response = PlainTextResponse(e.message + "\n", status_code=e.status)
+        else:
+            response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
     # Every route is async: it runs on the node's event loop, between the loop's own
     # changes to the state. A plain `def` would run in a thread pool and iterate the

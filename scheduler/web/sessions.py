@@ -24,6 +24,9 @@ from scheduler.security import Principal, Principals
 
 TTL_S = 8 * 3600.0  # a working day; then sign in again
 MAX_SESSIONS = 10_000  # a valid token signing in in a loop must not grow memory without end
+# ... nor end everyone else's sessions: past this, a principal's own oldest go first
+# (a browser or two per person, with room for many tabs' re-logins).
+MAX_PER_PRINCIPAL = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,7 @@ class Sessions:
         if principal is None:
             return None
         now = self._clock()
-        self._prune(now)
+        self._prune(now, principal.name)
         session = Session(
             sid=secrets.token_urlsafe(32),
             principal=principal,
@@ -90,8 +93,13 @@ class Sessions:
     def close(self, sid: str) -> None:
         self._by_sid.pop(sid, None)
 
-    def _prune(self, now: float) -> None:
+    def _prune(self, now: float, name: str) -> None:
         for sid in [s for s, v in self._by_sid.items() if now >= v.expires]:
             del self._by_sid[sid]
-        while len(self._by_sid) >= MAX_SESSIONS:  # dicts keep insertion order: oldest first
+        # dicts keep insertion order: oldest first
+        mine = [s for s, v in self._by_sid.items() if v.principal.name == name]
+        for sid in mine[: max(0, len(mine) - MAX_PER_PRINCIPAL + 1)]:
+            del self._by_sid[sid]
+        # the last resort, once many principals each hold their share
+        while len(self._by_sid) >= MAX_SESSIONS:
             del self._by_sid[next(iter(self._by_sid))]

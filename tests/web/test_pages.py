@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import signal
 import ssl
@@ -27,7 +29,13 @@ from tests.nodes import NodeProc, start_node
 @pytest.fixture(scope="module")
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProc, str]]:
     port = free_port()
-    node = start_node(tmp_path_factory.mktemp("web") / "d", "--http", f"127.0.0.1:{port}")
+    node = start_node(
+        tmp_path_factory.mktemp("web") / "d",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--http-allowed-hosts",
+        "ui.example, Other.Example",
+    )
     yield node, f"http://127.0.0.1:{port}"
     assert node.stop() == 0
 
@@ -81,25 +89,36 @@ def csrf_of(page: str) -> str:
     return m.group(1)
 
 
+def notice(browser: httpx.Client, r: httpx.Response) -> tuple[str, str]:
+    """Follow an action's redirect: (the page's #message, its #error)."""
+    assert r.status_code == 303, r.text
+    page = browser.get(r.headers["location"]).text
+    m = re.search(r'<div class="note" id="message">([^<]*)</div>', page)
+    e = re.search(r'<div class="error" id="error">([^<]*)</div>', page)
+    return (m.group(1) if m else "", e.group(1) if e else "")
+
+
 def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     web: tuple[NodeProc, str],
 ) -> None:
     node, base = web
     task_id = _failed_task(node)
-    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
-    url = f"{base}/tasks/{task_id}/retry"
+    browser = httpx.Client(base_url=base)
+    csrf = csrf_of(browser.get(f"/tasks/{task_id}").text)
+    url = f"/tasks/{task_id}/retry"
     form = {"step": "infer", "display": "alice", "csrf": csrf}
-    r = httpx.post(url, data={**form, "reason": "fixed"})
-    assert r.status_code == 303 and "error=" in r.headers["location"], "no confirmation"
-    r = httpx.post(url, data={**form, "reason": " ", "confirm": "yes"})
-    assert "error=" in r.headers["location"], "no reason"
-    r = httpx.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
-    assert "refused" in httpx.get(base + r.headers["location"]).text
-    r = httpx.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})
-    assert r.status_code == 303 and "message=" in r.headers["location"]
-    page = httpx.get(base + r.headers["location"]).text
-    assert "retry of infer recorded as event" in page
-    assert "by anonymous (as alice)" in page
+    r = browser.post(url, data={**form, "reason": "fixed"})
+    assert r.headers["location"] == f"/tasks/{task_id}", "no notice in the URL"
+    assert notice(browser, r) == ("", "tick &#39;I am sure&#39; to confirm")
+    r = browser.post(url, data={**form, "reason": " ", "confirm": "yes"})
+    assert notice(browser, r) == ("", "a reason is required")
+    r = browser.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
+    assert "refused" in notice(browser, r)[1]
+    r = browser.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})
+    message = notice(browser, r)[0]
+    assert "retry of infer recorded as event" in message
+    assert "by anonymous (as alice)" in message
+    assert 'id="message"' not in browser.get(f"/tasks/{task_id}").text, "shown once"
     with SyncClient(node.address) as c:
         t = c.wait(task_id)
     assert t.state == "SUCCEEDED"
@@ -116,17 +135,40 @@ def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     # cancel through the page, no display name
     with SyncClient(node.address) as c:
         other = c.submit("etl", {"step_seconds": 5}).task_id
-    r = httpx.post(
-        f"{base}/tasks/{other}/cancel",
+    r = browser.post(
+        f"/tasks/{other}/cancel",
         data={"reason": "wrong batch", "confirm": "yes", "csrf": csrf},
     )
-    assert "message=" in r.headers["location"]
+    assert "cancel recorded as event" in notice(browser, r)[0]
     with SyncClient(node.address) as c:
         assert c.wait(other).state == "CANCELLED"
     assert (
         'cancelled by <span id="cancelled-by">anonymous</span>'
         in httpx.get(f"{base}/tasks/{other}").text
     )
+    browser.close()
+
+
+def test_no_notice_from_the_url(web: tuple[NodeProc, str]) -> None:
+    """Red-team: /?message=... and /tasks/X?error=... were shown as the node's own
+    notice (escaped, but fine for phishing: 'call +1 555 to restore access')."""
+    node, base = web
+    task_id = _failed_task(node)
+    bait = "session expired - call the helpdesk at +1 555 0100"
+    for path, q in (
+        ("/", "message"),
+        (f"/tasks/{task_id}", "message"),
+        (f"/tasks/{task_id}", "error"),
+    ):
+        page = httpx.get(base + path, params={q: bait}).text
+        assert bait not in page and 'id="message"' not in page and 'id="error"' not in page
+    # nor from a cookie that another page on this host set (cookies ignore the port)
+    with SyncClient(node.address) as c:
+        name = f"apollo11-flash-{c.status().node_id}"
+    body = json.dumps([f"/tasks/{task_id}", bait, "", time.time() + 60]).encode()
+    forged = base64.urlsafe_b64encode(body).decode().rstrip("=") + ".c2lnbmVk"
+    page = httpx.get(f"{base}/tasks/{task_id}", cookies={name: forged}).text
+    assert bait not in page and 'id="message"' not in page
 
 
 def test_an_open_node_refuses_forged_and_cross_site_posts(web: tuple[NodeProc, str]) -> None:
@@ -144,6 +186,64 @@ def test_an_open_node_refuses_forged_and_cross_site_posts(web: tuple[NodeProc, s
     with SyncClient(node.address) as c:
         infer = next(s for s in c.task(task_id).steps if s.name == "infer")
     assert infer.override is None and infer.state == "FAILED", "nothing was recorded"
+
+
+def test_dns_rebinding_is_refused_by_host(web: tuple[NodeProc, str]) -> None:
+    """evil.example re-pointed at 127.0.0.1 makes the attacker's page our "same
+    origin": its own Host and Origin match each other, so only the Host name can
+    tell. Red-team repro: the page (and its CSRF token) was served, the cancel recorded."""
+    node, base = web
+    port = base.rpartition(":")[2]
+    with SyncClient(node.address) as c:
+        task_id = c.submit("etl", {"step_seconds": 5}).task_id
+    evil = {"host": f"evil.example:{port}"}
+    for path in ("/", f"/tasks/{task_id}", "/events", "/metrics", "/static/style.css"):
+        r = httpx.get(base + path, headers=evil)
+        assert r.status_code == 421 and "--http-allowed-hosts" in r.text, path
+        assert task_id not in r.text and 'name="csrf"' not in r.text
+    csrf = csrf_of(httpx.get(f"{base}/tasks/{task_id}").text)
+    r = httpx.post(
+        f"{base}/tasks/{task_id}/cancel",
+        data={"reason": "rebound", "confirm": "yes", "csrf": csrf},
+        headers={**evil, "origin": f"http://evil.example:{port}"},
+    )
+    assert r.status_code == 421
+    # our own name as Host, the rebinding site as Origin: refused too
+    r = httpx.post(
+        f"{base}/tasks/{task_id}/cancel",
+        data={"reason": "rebound", "confirm": "yes", "csrf": csrf},
+        headers={"host": f"localhost:{port}", "origin": f"http://evil.example:{port}"},
+    )
+    assert r.status_code == 403 and "cross-site" in r.text
+    with SyncClient(node.address) as c:
+        assert c.task(task_id).state != "CANCELLED", "nothing was recorded"
+        c.cancel(task_id, operator="test", reason="cleanup")
+    assert httpx.get(base + "/healthz", headers=evil).status_code == 200, "probes by any name"
+    # the names it knows: loopback, IP literals, the node id, --http-allowed-hosts
+    with SyncClient(node.address) as c:
+        node_id = c.status().node_id
+    for host in (
+        "localhost",
+        "LOCALHOST.",
+        "[::1]",
+        "10.1.2.3",
+        node_id,
+        "ui.example",
+        "other.example",
+    ):
+        r = httpx.get(f"{base}/tasks/{task_id}", headers={"host": f"{host}:{port}"})
+        assert r.status_code == 200, host
+    assert httpx.get(base + "/metrics", headers={"host": "ui.example"}).status_code == 200
+
+
+def test_every_response_forbids_framing_and_sniffing(web: tuple[NodeProc, str]) -> None:
+    _, base = web
+    for path in ("/", "/tasks", "/tasks/nope", "/static/style.css", "/metrics"):
+        r = httpx.get(base + path)
+        assert r.headers["x-frame-options"] == "DENY", path
+        assert r.headers["content-security-policy"] == "frame-ancestors 'none'", path
+        assert r.headers["x-content-type-options"] == "nosniff", path
+        assert r.headers["referrer-policy"] == "same-origin", path
 
 
 def test_timeline_bars_from_events() -> None:
@@ -315,8 +415,7 @@ def test_actions_need_an_operator_a_csrf_token_and_our_origin(secured: Secured) 
             assert r.status_code == 403 and "cross-site request refused" in r.text, headers
         assert _events_of(secured, task_id) == before, "no refused post wrote an event"
         r = browser.post(url, data={**form, "csrf": csrf}, headers={"origin": secured.base})
-        assert r.status_code == 303 and "message=" in r.headers["location"], r.text
-        assert "by olga (as Olga O.)" in browser.get(r.headers["location"]).text
+        assert "by olga (as Olga O.)" in notice(browser, r)[0]
         with SyncClient(secured.node.address, token=secured.reader) as c:
             t = c.wait(task_id)
         infer = next(s for s in t.steps if s.name == "infer")

@@ -77,3 +77,22 @@ def test_the_number_of_sessions_is_capped(tokens: Path, monkeypatch: pytest.Monk
     opened = [s.open(token) for _ in range(5)]
     assert len(s) == 3
     assert [s.get(x.sid) is not None for x in opened if x] == [False, False, True, True, True]
+
+
+def test_one_token_signing_in_in_a_loop_evicts_only_its_own_sessions(
+    tokens: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red-team: 10,000 sign-ins with a reader token evicted every other session,
+    the operators' included. Each principal now has a cap of its own."""
+    monkeypatch.setattr(sessions_mod, "MAX_SESSIONS", 6)
+    monkeypatch.setattr(sessions_mod, "MAX_PER_PRINCIPAL", 3, raising=False)
+    operator = create_token(tokens, "olga", Role.OPERATOR)
+    reader = create_token(tokens, "rita", Role.READER)
+    s = Sessions(Principals(tokens))
+    olga = s.open(operator)
+    assert olga is not None
+    flood = [s.open(reader) for _ in range(20)]
+    assert s.get(olga.sid) is not None, "another principal's sign-ins do not end olga's"
+    alive = [x is not None and s.get(x.sid) is not None for x in flood]
+    assert alive == [False] * 17 + [True] * 3, "rita's oldest go first"
+    assert len(s) == 4
