@@ -29,6 +29,7 @@ import gc
 import logging
 import math
 import os
+import resource
 import shutil
 import signal
 import time
@@ -65,6 +66,7 @@ from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
 from scheduler.log.manifest import remove as remove_manifest
+from scheduler.loop_errors import LoopErrorLog
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
@@ -1123,7 +1125,8 @@ async def serve(settings: NodeSettings) -> int:
     # A fatal error (a crash in C code, an abort) leaves every thread's stack in the
     # log instead of nothing: one primary died silently in a kill loop.
     faulthandler.enable(all_threads=True)
-    asyncio.get_running_loop().set_exception_handler(_log_loop_error)
+    asyncio.get_running_loop().set_exception_handler(LoopErrorLog())
+    log.info("%s", raise_open_files_limit())
     node = Node(settings)
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
@@ -1147,14 +1150,25 @@ async def serve(settings: NodeSettings) -> int:
     return 0
 
 
-def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Whatever asyncio cannot hand to anyone goes to the log, with its traceback."""
-    err = context.get("exception")
-    log.error(
-        "unhandled in the event loop: %s",
-        context.get("message", "error"),
-        exc_info=(type(err), err, err.__traceback__) if err is not None else None,
-    )
+def raise_open_files_limit() -> str:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: the sentence to log.
+
+    Every connection holds a file descriptor, and so does every log segment: with
+    the usual soft limit of 1024, idle connections ran a node out of them, and the
+    log then failed to open a segment (EMFILE), at start-up a crash."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # unlimited is refused for NOFILE (the kernel caps it at fs.nr_open)
+    want = hard if hard != resource.RLIM_INFINITY else _NR_OPEN_DEFAULT
+    if soft != resource.RLIM_INFINITY and soft >= want:
+        return f"open files limit {soft}"
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError) as e:
+        return f"open files limit {soft}: could not raise it to {want}: {e}"
+    return f"open files limit raised from {soft} to {want}"
+
+
+_NR_OPEN_DEFAULT = 1 << 20
 
 
 async def _reap_orphans(period_s: float = 5.0) -> None:

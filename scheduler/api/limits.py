@@ -18,7 +18,11 @@ keepalive both ways:
   interval is 5 minutes: too long for a client to notice a dead primary;
 * a connection without calls for MAX_CONNECTION_IDLE_MS is closed (GOAWAY):
   clients reconnect on their next call, abandoned connections stop holding a
-  file descriptor.
+  file descriptor;
+* a connection that has not finished its TLS handshake and sent its HTTP/2
+  preface within HANDSHAKE_TIMEOUT_MS is closed (gRPC's default is 120 s): the
+  red team ran a node out of file descriptors with idle connections that never
+  sent a byte.
 
 No maximum connection age: it would cut replication and watch streams, which
 live as long as the connection does.
@@ -46,6 +50,7 @@ KEEPALIVE_TIMEOUT_MS = 20_000
 MIN_PING_INTERVAL_MS = 10_000
 MAX_PING_STRIKES = 2
 MAX_CONNECTION_IDLE_MS = 10 * 60_000
+HANDSHAKE_TIMEOUT_MS = 10_000
 
 CLIENT_KEEPALIVE_TIME_MS = 30_000
 CLIENT_KEEPALIVE_TIMEOUT_MS = 10_000
@@ -69,6 +74,7 @@ def server_options(settings: NodeSettings) -> list[tuple[str, int]]:
         ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
         ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
         ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+        ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
     ]
 
 

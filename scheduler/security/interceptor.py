@@ -4,6 +4,10 @@ A grpc.aio server interceptor wraps each method's handler: before the handler
 runs, the caller's principal is established from its credential (a bearer
 token in the `authorization` metadata, or the certificate its TLS connection
 verified) and checked against the role the policy table gives the method.
+Whatever the metadata alone decides (a bad token, no credential where no client
+certificate could stand in, the wrong role) is refused before the request is
+read, by a handler that never reads it; only a certificate needs the behavior's
+context to check.
 No credential is UNAUTHENTICATED, the wrong role PERMISSION_DENIED; both name
 the role needed. Handlers read who is calling with `current_principal()`,
 never from a field of the request.
@@ -55,18 +59,17 @@ class Authenticator:
         self.peer = peer
         self.mtls = mtls
 
-    def __call__(self, context: Any, need: Role) -> Principal:
+    def from_metadata(self, metadata: Any, need: Role) -> Principal | None:
+        """The principal if the call's metadata alone decides it, or Refused; None
+        when only the TLS peer can tell (a certificate port, or no token on a port
+        that takes client certificates). Needs no context: the interceptor calls it
+        before the request is read."""
         if self.peer:
-            if not self.mtls:
-                return ANONYMOUS
-            name = peer_name(context)
-            if name is None:  # cannot happen: the handshake requires a certificate
-                raise Refused(grpc.StatusCode.UNAUTHENTICATED, _needs(need))
-            return Principal(name, Role.NODE, "peer certificate")
+            return None if self.mtls else ANONYMOUS
         if self.principals is None:
             return ANONYMOUS
         auth = ""
-        for key, value in context.invocation_metadata() or ():
+        for key, value in metadata or ():
             if key == "authorization":
                 auth = str(value)
         if auth:
@@ -83,7 +86,20 @@ class Authenticator:
                     f"the bearer token is not valid (unknown or revoked); {_needs(need)}",
                 )
             return found
-        name = peer_name(context) if self.mtls else None
+        if self.mtls:
+            return None
+        raise _no_credential(need)
+
+    def __call__(self, context: Any, need: Role) -> Principal:
+        found = self.from_metadata(context.invocation_metadata(), need)
+        if found is not None:
+            return found
+        name = peer_name(context)
+        if self.peer:
+            if name is None:  # cannot happen: the handshake requires a certificate
+                raise Refused(grpc.StatusCode.UNAUTHENTICATED, _needs(need))
+            return Principal(name, Role.NODE, "peer certificate")
+        assert self.principals is not None  # from_metadata answered ANONYMOUS otherwise
         if name is not None:
             found = self.principals.by_certificate(name)
             if found is None:
@@ -92,24 +108,27 @@ class Authenticator:
                     f"the client certificate {name!r} is not in the tokens file; {_needs(need)}",
                 )
             return found
-        raise Refused(
-            grpc.StatusCode.UNAUTHENTICATED,
-            f"{_needs(need)}: pass a bearer token (--token or APOLLO11_TOKEN; "
-            f"`apollo11 token create` makes one)",
-        )
+        raise _no_credential(need)
 
 
-def authorize(authenticate: Authenticator, context: Any, method: str) -> Principal:
-    """The principal for this call, or Refused."""
+def _no_credential(need: Role) -> Refused:
+    return Refused(
+        grpc.StatusCode.UNAUTHENTICATED,
+        f"{_needs(need)}: pass a bearer token (--token or APOLLO11_TOKEN; "
+        f"`apollo11 token create` makes one)",
+    )
+
+
+def _required(method: str) -> Role | None:
     try:
-        need = required_role(method)
+        return required_role(method)
     except KeyError:
         raise Refused(
             grpc.StatusCode.PERMISSION_DENIED, f"{method} has no role in the policy: refused"
         ) from None
-    if need is None:
-        return ANONYMOUS
-    principal = authenticate(context, need)
+
+
+def _admitted(principal: Principal, need: Role, method: str) -> Principal:
     if not principal.may(need):
         have = principal.role.value if principal.role else "none"
         raise Refused(
@@ -118,6 +137,24 @@ def authorize(authenticate: Authenticator, context: Any, method: str) -> Princip
             f"{principal.name} has role {have}",
         )
     return principal
+
+
+def authorize(authenticate: Authenticator, context: Any, method: str) -> Principal:
+    """The principal for this call, or Refused."""
+    need = _required(method)
+    if need is None:
+        return ANONYMOUS
+    return _admitted(authenticate(context, need), need, method)
+
+
+def authorize_early(authenticate: Authenticator, metadata: Any, method: str) -> Principal | None:
+    """As authorize, from the call's metadata alone, before its request is read:
+    the principal, Refused, or None when only the TLS peer can decide."""
+    need = _required(method)
+    if need is None:
+        return ANONYMOUS
+    principal = authenticate.from_metadata(metadata, need)
+    return None if principal is None else _admitted(principal, need, method)
 
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
@@ -140,6 +177,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = handler_call_details.method
         if method in OPEN_METHODS:
             return handler
+        # Refuse before the request is read: gRPC reads and decodes a unary call's
+        # request (up to max_message_bytes) before the behavior runs, so a check in
+        # the behavior alone let anonymous callers make the node hold 16 MiB each.
+        try:
+            authorize_early(self.authenticate, handler_call_details.invocation_metadata, method)
+        except Refused as e:
+            return _refusal(e)
         known = self._wrapped.get(method)
         if known is not None and known[0] is handler:
             return known[1]
@@ -147,6 +191,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         wrapped = _guarded(handler, lambda ctx: authorize(authenticate, ctx, method))
         self._wrapped[method] = (handler, wrapped)
         return wrapped
+
+
+def _refusal(refused: Refused) -> grpc.RpcMethodHandler:
+    """A handler that answers `refused` without reading the request: a
+    client-streaming handler reads request messages only when asked, and this one
+    never asks (and could not decode them: no deserializer)."""
+
+    async def behavior(requests: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(refused.code, str(refused))
+
+    return grpc.stream_unary_rpc_method_handler(behavior)
 
 
 def _guarded(

@@ -11,8 +11,10 @@ GitHub and PyPI do for API tokens): nothing short of the token itself matches
 the hash, and no salt or slow hash is needed against guessing. The node reads
 the file at start and again on SIGHUP; a file that fails to parse on reload
 leaves the previous entries in force (and says why), so a typo cannot lock
-everyone out or let everyone in. Deleting a line revokes its token at the next
-reload.
+everyone out or let everyone in; so does a reload that would find no entries
+where there were some (an emptied or truncated file). Deleting a line revokes
+its token at the next reload. A node may start with an empty file (its first
+token is then added by `apollo11 token create` and SIGHUP).
 """
 
 from __future__ import annotations
@@ -100,6 +102,14 @@ class Principals:
         except OSError as e:
             raise ValueError(f"cannot read the tokens file {self.path}: {e.strerror}") from None
         entries = parse(text, str(self.path))
+        if not entries and (self._by_hash or self._by_cert):
+            # An empty file is more often a truncated write or a wrong path than a
+            # wish to refuse everyone; that wish is a restart with the empty file.
+            raise ValueError(
+                f"{self.path} has no entries (it had {len(self._by_hash) + len(self._by_cert)}):"
+                f" that would refuse every caller; to revoke every token, restart the"
+                f" node with the empty file"
+            )
         by_hash, by_cert = {}, {}
         for entry in entries:
             if entry.secret == "cert":

@@ -34,6 +34,13 @@ SECURITY_HEADERS = {
 }
 
 
+LIMIT_CONCURRENCY = 1000
+# asyncio reports EMFILE from accept() up to `backlog` times per wake-up (uvicorn's
+# default is 2048); a smaller queue also holds fewer connections nobody serves.
+BACKLOG = 256
+KEEP_ALIVE_S = 5
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -108,6 +115,16 @@ class HttpServer:
                 access_log=False,
                 ssl_certfile=None if s.tls_cert is None else str(s.tls_cert),
                 ssl_keyfile=None if s.tls_key is None else str(s.tls_key),
+                # Red-team: idle connections ran the node out of file descriptors.
+                # Past LIMIT_CONCURRENCY connections or requests, a request is
+                # answered 503 at once; a kept-alive connection is closed after
+                # KEEP_ALIVE_S quiet. uvicorn has no timeout for reading a
+                # request's headers, and none for a connection that never sends
+                # a byte: those stay bounded only by the open files limit, which
+                # the node raises to the hard limit at start.
+                limit_concurrency=LIMIT_CONCURRENCY,
+                backlog=BACKLOG,
+                timeout_keep_alive=KEEP_ALIVE_S,
             )
         )
         self._task: asyncio.Task[None] | None = None

@@ -176,3 +176,23 @@ def test_the_client_keepalive_is_within_what_the_server_permits() -> None:
     server = dict(limits.server_options(NodeSettings(data_dir=Path("/nonexistent"))))
     assert server["grpc.http2.min_ping_interval_without_data_ms"] == limits.MIN_PING_INTERVAL_MS
     assert server["grpc.max_receive_message_length"] == 16 * 1024 * 1024
+
+
+async def test_a_connection_that_never_sends_the_preface_is_closed() -> None:
+    """Red-team: idle connections without a byte of HTTP/2 (or TLS) held a file
+    descriptor each until the node ran out of them; the handshake timeout closes one."""
+    server = grpc.aio.server(
+        options=limits.server_options(NodeSettings(data_dir=Path("/nonexistent")))
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        t0 = asyncio.get_running_loop().time()
+        async with asyncio.timeout(limits.HANDSHAKE_TIMEOUT_MS / 1000 + 5):
+            while await reader.read(4096):  # the server's SETTINGS, then EOF
+                pass
+        assert asyncio.get_running_loop().time() - t0 >= limits.HANDSHAKE_TIMEOUT_MS / 2000
+        writer.close()
+    finally:
+        await server.stop(0)

@@ -53,3 +53,25 @@ async def test_a_primary_paused_between_commit_and_start_does_not_begin_the_atte
         assert node.role == "standby", "the watchdog demoted it"
     finally:
         await node.stop()
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    """Red-team: idle connections ran a node at the default soft limit (1024) out of
+    file descriptors, and the log then failed to open a segment."""
+    import resource
+
+    from scheduler.node import raise_open_files_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        low = min(256, soft)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+        sentence = raise_open_files_limit()
+        now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if hard != resource.RLIM_INFINITY:
+            assert now == hard
+        assert now > low
+        assert sentence == f"open files limit raised from {low} to {now}"
+        assert raise_open_files_limit() == f"open files limit {now}"
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
