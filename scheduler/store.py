@@ -317,7 +317,8 @@ class Store:
         if self.log.first_id > 1:
             raise ArchiveLostError(
                 f"archive chunk {path} is damaged and cannot be rebuilt: the log starts at "
-                f"event {self.log.first_id} (log_retention), and the chunk holds tasks as of "
+                f"event {self.log.first_id} (log_retention, or a standby seeded from a "
+                f"snapshot), and the chunk holds tasks as of "
                 f"event {watermark}; copy the chunk from a replica's snapshots/ directory"
             )
         before = chunk_watermark(chunks[at - 1].name) if at else 0
