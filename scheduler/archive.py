@@ -70,10 +70,24 @@ FOOTER = Struct("<QIIII8s")
 FOOTER_V2 = Struct("<QIII8s")
 MERGE_FANOUT = 8
 SUFFIX = ".arc"
+VERIFY_STEP = 64 * 1024  # Chunk.verify reports progress about this often
 
 
 def chunk_name(watermark: int, level: int) -> str:
     return f"{watermark:020d}-{level}{SUFFIX}"
+
+
+def chunk_watermark(name: str) -> int:
+    """The watermark a chunk's name carries: it holds tasks as of that event."""
+    return int(os.path.basename(name).split("-", 1)[0])
+
+
+class ChunkDamaged(SnapshotError):
+    """A chunk's bytes fail their checksum: `path` names the file (the log can rebuild it)."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 # (task_id, framed entry, framed summary, idempotency key or ""): a task in a chunk
@@ -158,7 +172,7 @@ class Chunk:
         tail = os.pread(self._fd, footer.size, size - footer.size) if size >= footer.size else b""
         if len(tail) != footer.size or magic not in (MAGIC, MAGIC_V2):
             self.close()
-            raise SnapshotError(f"archive chunk {path} is truncated or not a chunk")
+            raise ChunkDamaged(f"archive chunk {path} is truncated or not a chunk", path=path)
         self.has_summaries = magic == MAGIC
         if self.has_summaries:
             self._index_off, self.count, self._index_crc, self.level, self.keys, end = (
@@ -169,7 +183,7 @@ class Chunk:
             self.keys = 0
         if end != END_MAGIC or self._index_off + self._index_size() + footer.size != size:
             self.close()
-            raise SnapshotError(f"archive chunk {path} has a bad footer")
+            raise ChunkDamaged(f"archive chunk {path} has a bad footer", path=path)
         self._hashes: array[int] | None = None
         self._offsets: array[int] = array("Q")
         self._summary_at: array[int] = array("Q")  # ascending task id
@@ -189,9 +203,10 @@ class Chunk:
         if self._hashes is None:
             raw = os.pread(self._fd, self._index_size(), self._index_off)
             if zlib.crc32(raw) != self._index_crc:
-                raise SnapshotError(
+                raise ChunkDamaged(
                     f"archive chunk {self.path}: index checksum mismatch at offset "
-                    f"{self._index_off}"
+                    f"{self._index_off}",
+                    path=self.path,
                 )
             n, k = self.count, self.keys
             hashes, offsets, summary_at = array("I"), array("Q"), array("Q")
@@ -217,10 +232,16 @@ class Chunk:
     def _read_entry(self, off: int) -> tuple[str, bytes]:
         """(task_id, whole entry) at `off`, checked."""
         head = os.pread(self._fd, ENTRY.size, off)
+        if len(head) != ENTRY.size:
+            raise ChunkDamaged(
+                f"archive chunk {self.path}: bad entry at offset {off}", path=self.path
+            )
         crc, length = ENTRY.unpack(head)
         rest = os.pread(self._fd, length, off + ENTRY.size)
         if len(rest) != length or zlib.crc32(rest) != crc:
-            raise SnapshotError(f"archive chunk {self.path}: bad entry at offset {off}")
+            raise ChunkDamaged(
+                f"archive chunk {self.path}: bad entry at offset {off}", path=self.path
+            )
         (id_len,) = ID_LEN.unpack_from(rest)
         return rest[2 : 2 + id_len].decode(), head + rest
 
@@ -268,6 +289,25 @@ class Chunk:
             for task_id, entry in self.entries():
                 task = _decode(entry)
                 yield task_id, entry, encode_summary(task), task.idempotency_key or ""
+
+    def verify(self) -> Iterator[int]:
+        """Check every checksum of the file (index, entries, summaries), yielding the
+        bytes read so far now and then so that a caller can pace itself; raises
+        ChunkDamaged at the first bad one. For the scrub (scheduler/scrub.py)."""
+        self._load_index()
+        done = 0
+        for _, entry in self.entries():
+            done += len(entry)
+            if done >= VERIFY_STEP:
+                yield done
+                done = 0
+        if self.has_summaries:
+            for lo in range(0, self.count, 256):
+                for _, framed in self._summary_run(lo, min(self.count, lo + 256)):
+                    done += len(framed)
+                yield done
+                done = 0
+        yield done
 
     def tasks_for_key(self, key: str) -> list[TaskState]:
         """The tasks in this chunk submitted with idempotency key `key`."""
@@ -330,11 +370,17 @@ class Chunk:
         off = 0
         for _ in range(hi - lo):
             if off + ENTRY.size > len(buf):
-                raise SnapshotError(f"archive chunk {self.path}: bad summary at {start + off}")
+                raise ChunkDamaged(
+                    f"archive chunk {self.path}: bad summary at {start + off}",
+                    path=self.path,
+                )
             crc, length = ENTRY.unpack_from(buf, off)
             rest = buf[off + ENTRY.size : off + ENTRY.size + length]
             if len(rest) != length or zlib.crc32(rest) != crc:
-                raise SnapshotError(f"archive chunk {self.path}: bad summary at {start + off}")
+                raise ChunkDamaged(
+                    f"archive chunk {self.path}: bad summary at {start + off}",
+                    path=self.path,
+                )
             yield orjson.loads(rest), buf[off : off + ENTRY.size + length]
             off += ENTRY.size + length
 

@@ -88,6 +88,10 @@ class NodeSettings(BaseSettings):
     # all: keep every segment (full audit history and time travel); snapshots: delete
     # what the oldest kept snapshot covers.
     log_retention: Literal["all", "snapshots"] = "all"
+    # The background scrub (scheduler/scrub.py): reads sealed segments and archive
+    # chunks at most this fast (0: off), a full pass at most every scrub_interval s.
+    scrub_mb_per_s: float = Field(default=8.0, ge=0)
+    scrub_interval: float = Field(default=3600.0, gt=0)
     drain_timeout: float = Field(default=10.0, ge=0)
     # where the bundled examples' `ledger` input may write (None: the system temp dir)
     examples_dir: Path | None = None

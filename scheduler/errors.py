@@ -82,6 +82,11 @@ class SnapshotError(ApolloError):
     """A snapshot is missing, unreadable or fails its checksum."""
 
 
+class ArchiveLostError(SnapshotError):
+    """A damaged archive chunk the log cannot rebuild (its events are no longer kept,
+    or are damaged too); the message names the chunk and what to do."""
+
+
 class NotFoundError(ApolloError, LookupError):
     """An unknown workflow, task or step (gRPC NOT_FOUND)."""
 

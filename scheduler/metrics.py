@@ -55,6 +55,19 @@ LOG_MANIFEST_FAILURES = Counter(
     "apollo11_log_manifest_failures_total",
     "Manifest writes that failed (the log is unaffected; its end is checked less closely)",
 )
+LOG_DAMAGE_FOUND = Counter(
+    "apollo11_log_damage_found_total",
+    "Damage the background scrub found in a sealed log segment or an archive chunk, "
+    "before anything read that range (kind: segment, chunk)",
+    ["kind"],
+)
+ARCHIVE_CHUNKS_REBUILT = Counter(
+    "apollo11_archive_chunks_rebuilt_total",
+    "Damaged archive chunks rebuilt from the event log",
+)
+SCRUB_BYTES = Counter(
+    "apollo11_scrub_bytes_total", "Bytes of segments and chunks the background scrub checked"
+)
 SNAPSHOTS = Counter("apollo11_snapshots_total", "Snapshots written")
 SNAPSHOT_SECONDS = Histogram(
     "apollo11_snapshot_seconds", "Time to write one snapshot (off the event loop)"

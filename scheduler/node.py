@@ -49,8 +49,9 @@ from lease import (
 )
 from replicator.receiver import Follower
 from replicator.sender import ReplicationHub, ReplicationTimeout
-from scheduler import guard, identity, merger, metrics
+from scheduler import guard, identity, merger, metrics, scrub
 from scheduler.api.server import ApiServer
+from scheduler.archive import Archive
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
 from scheduler.engine import Engine
@@ -136,6 +137,14 @@ class Node:
         self._stopping = False
         self._segment_bytes = settings.segment_max_bytes
         self._timing_batches = False  # the hub's durable-batch observer is registered
+        self.scrubber = scrub.Scrubber(
+            targets=self._scrub_targets,
+            report=self._scrub_found,
+            repair=self._scrub_repair,
+            mb_per_s=settings.scrub_mb_per_s,
+            interval_s=settings.scrub_interval,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
         ttl = settings.lease_ttl
         # Fence well before etcd can expire the lease (it counts from after our renewal).
         self.fence_after_s = ttl - max(0.5, ttl * 0.25)
@@ -258,6 +267,8 @@ class Node:
             self.http_port = await self.http.start()
         self._spawn(_watch_loop_lag(self._tick), "apollo11-loop-lag")
         self._spawn(self._watch_log(), "apollo11-log-watch")
+        self._loop = asyncio.get_running_loop()
+        self.scrubber.start()
         # What exists now (modules, the recovered state) lives as long as the node;
         # without this every full collection rescans it: 16-32 ms pauses measured
         # under load, ~8 ms after, and each one is a replication-latency outlier.
@@ -586,6 +597,32 @@ class Node:
         log.warning("%s", text)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock.now()))
         self.notice = f"{stamp}: {text}"
+
+    # ------------------------------------------------------------- scrub
+    # Called on the scrub's thread (scheduler/scrub.py): they copy, or hand over.
+
+    def _scrub_targets(self) -> scrub.Targets | None:
+        store = self.store
+        if store is None or self._stopping:
+            return None
+        archive = store.state.archive
+        paths = [c.path for c in archive.chunks] if isinstance(archive, Archive) else []
+        return scrub.Targets(store.log.segments[:-1], paths)
+
+    def _scrub_found(self, damage: scrub.Damage) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._notice, str(damage))
+
+    def _scrub_repair(self, damage: scrub.Damage) -> str:
+        store = self.store
+        if store is None:
+            return "scrub: no store open to rebuild the chunk from"
+        chunk, sentence = store.rebuild_chunk(damage.path, self.scrubber.pause)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(store.install_chunk, chunk)
+            loop.call_soon_threadsafe(self._notice, f"{damage}; {sentence}")
+        return f"scrub: {sentence}"
 
     async def _follow(self, leader: LeaderInfo) -> None:
         # With a peer port the primary's member record says where: replication has a
@@ -1024,6 +1061,7 @@ class Node:
         (up to drain_timeout), resign the lease so a standby takes over at once
         instead of after the TTL, then stop serving and close the store."""
         self._stopping = True
+        await asyncio.to_thread(self.scrubber.stop)
         was_primary = self.role == "primary"
         drained = True
         if self.engine is not None and self.engine.leading:

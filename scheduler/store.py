@@ -22,8 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from scheduler import metrics
-from scheduler.archive import Archive
-from scheduler.errors import LogError, SnapshotError, SnapshotMismatchError
+from scheduler.archive import (
+    Archive,
+    Chunk,
+    ChunkDamaged,
+    chunk_watermark,
+    encode_entry,
+    write_chunk,
+)
+from scheduler.errors import ArchiveLostError, LogError, SnapshotError, SnapshotMismatchError
 from scheduler.log.datadir import DataDir
 from scheduler.log.eventlog import EventLog, LogConfig
 from scheduler.log.record import Event
@@ -40,6 +47,7 @@ from scheduler.snapshot import (
 
 log = logging.getLogger(__name__)
 
+REBUILD_BATCH = 4096  # events replayed between two yields of the GIL (a chunk rebuild)
 EVICT_SLICE = 128  # archived tasks dropped from memory at a time...
 EVICT_PAUSE_S = 0.002  # ...with this much of the event loop's time between two...
 EVICT_PAUSES_MAX_S = 0.1  # ...or less, so that the pauses of one eviction add up to this
@@ -108,6 +116,9 @@ class Store:
         self._evicting: tuple[Sequence[str], int, int] | None = None
         self._evict_next: asyncio.Handle | None = None
         self._snap_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-snap")
+        # chunk rebuilds asked for by reads, one at a time, off the loop
+        self._repair_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-repair")
+        self._repairs: dict[str, asyncio.Future[str]] = {}
         self._observers: list[Callable[[Sequence[Event]], None]] = []
         self.last_snapshot_stall_s = 0.0
         log_.add_listener(self._on_durable)
@@ -247,6 +258,109 @@ class Store:
             return None  # submitted after `at`
         return apply_all(State(), events).peek(task_id)
 
+    # ------------------------------------------------------ archive repair
+
+    async def lookup(self, task_id: str) -> TaskState | None:
+        """The task (memory, then archive), without bringing it back into memory. A
+        damaged archive chunk is rebuilt from the log first (off the loop) and the
+        read answered from it; ArchiveLostError if the log no longer holds it."""
+        try:
+            return self.state.peek(task_id)
+        except ChunkDamaged as e:
+            log.error("reading task %s: %s; rebuilding the chunk from the log", task_id, e)
+            await self.repair_chunk(e.path)
+        return self.state.peek(task_id)
+
+    async def repair_chunk(self, path: str) -> str:
+        """Rebuild the chunk at `path` from the log and put it in the archive."""
+        fut = self._repairs.get(path)
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            fut = asyncio.ensure_future(self._repair(loop, path))
+            self._repairs[path] = fut
+            fut.add_done_callback(lambda _f: self._repairs.pop(path, None))
+        return await asyncio.shield(fut)
+
+    async def _repair(self, loop: asyncio.AbstractEventLoop, path: str) -> str:
+        chunk, sentence = await loop.run_in_executor(self._repair_io, self.rebuild_chunk, path)
+        self.install_chunk(chunk)
+        log.warning("%s", sentence)
+        return sentence
+
+    def rebuild_chunk(
+        self, path: str, pause: Callable[[], bool] = lambda: True
+    ) -> tuple[Chunk, str]:
+        """Write the chunk at `path` again from the log's events (call off the loop).
+
+        Its tasks are those quiet as of its watermark whose last event came after the
+        chunk before it (what a snapshot archives), plus any still readable in the
+        damaged file. Newer wins in the archive, so a task's state as of the
+        watermark is never wrong here: anything later is in memory or a newer chunk.
+        `pause` is called between batches of events (the scrub paces itself there);
+        False stops. A file that reads well now (rebuilt meanwhile) is only reopened.
+        """
+        name = os.path.basename(path)
+        archive = self.state.archive
+        chunks = list(archive.chunks) if isinstance(archive, Archive) else []
+        at = next((i for i, c in enumerate(chunks) if c.name == name), None)
+        if at is None:
+            raise ArchiveLostError(f"archive chunk {path} is no longer in the archive")
+        with contextlib.suppress(ChunkDamaged):
+            fresh = Chunk(path)
+            try:
+                for _ in fresh.verify():
+                    pass
+                return fresh, f"archive chunk {name} reads well: reopened"
+            except ChunkDamaged:
+                fresh.close()
+        watermark = chunk_watermark(name)
+        if self.log.first_id > 1:
+            raise ArchiveLostError(
+                f"archive chunk {path} is damaged and cannot be rebuilt: the log starts at "
+                f"event {self.log.first_id} (log_retention, or a standby seeded from a "
+                f"snapshot), and the chunk holds tasks as of "
+                f"event {watermark}; copy the chunk from a replica's snapshots/ directory"
+            )
+        before = chunk_watermark(chunks[at - 1].name) if at else 0
+        readable: set[str] = set()
+        with contextlib.suppress(ChunkDamaged):
+            for task_id, _ in chunks[at].entries():
+                readable.add(task_id)
+        state = State()
+        batch: list[Event] = []
+        try:
+            for event in self.log.read(1, watermark):
+                batch.append(event)
+                if len(batch) >= REBUILD_BATCH:
+                    apply_all(state, batch)
+                    batch = []
+                    if not pause():
+                        raise ArchiveLostError(f"rebuilding archive chunk {path}: stopped")
+            apply_all(state, batch)
+        except LogError as e:
+            raise ArchiveLostError(
+                f"archive chunk {path} is damaged and cannot be rebuilt: reading the log "
+                f"up to event {watermark} failed: {e}"
+            ) from e
+        tasks = [
+            t
+            for t in state.tasks.values()
+            if t.task_id in readable or (t.quiescent and t.last_event_id > before)
+        ]
+        write_chunk(path, [encode_entry(t) for t in tasks], chunks[at].level)
+        metrics.ARCHIVE_CHUNKS_REBUILT.inc()
+        return Chunk(path), (
+            f"rebuilt archive chunk {name} from events 1..{watermark} of the log "
+            f"({len(tasks)} tasks)"
+        )
+
+    def install_chunk(self, chunk: Chunk) -> None:
+        """Use a rebuilt chunk from now on (on the loop). The damaged one is not closed:
+        a snapshot being written may still read it; it closes once unreferenced."""
+        archive = self.state.archive
+        if isinstance(archive, Archive):
+            archive.chunks = [chunk if c.path == chunk.path else c for c in archive.chunks]
+
     # ----------------------------------------------------------- snapshots
 
     def snapshot_now(self) -> asyncio.Future[Written]:
@@ -350,6 +464,7 @@ class Store:
         await self.log.close()
         await self.wait_snapshot()
         self._snap_io.shutdown(wait=True)
+        self._repair_io.shutdown(wait=True)
 
 
 class NeedsFullReplay(Exception):

@@ -262,8 +262,9 @@ class SchedulerService(pbg.SchedulerServicer):
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
         )
 
-    def _task(self, task_id: str) -> TaskState:
-        task: TaskState | None = self._state.peek(_required(task_id, "task_id"))
+    async def _task(self, task_id: str) -> TaskState:
+        # the store's lookup: a damaged archive chunk is rebuilt from the log first
+        task: TaskState | None = await self._store().lookup(_required(task_id, "task_id"))
         if task is None:
             raise NotFoundError(f"no task {task_id!r}")
         return task
@@ -273,7 +274,7 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.Task:
         if not request.as_of_event_id:
-            return codec.task_to_pb(self._task(request.task_id), self._state.last_event_id)
+            return codec.task_to_pb(await self._task(request.task_id), self._state.last_event_id)
         _required(request.task_id, "task_id")
         at = request.as_of_event_id
         durable = self.node.durable_id()
@@ -335,7 +336,7 @@ class SchedulerService(pbg.SchedulerServicer):
         try:
             if isinstance(request, Undecodable):
                 raise InvalidArgumentError(request.describe())
-            task = self._task(request.task_id)
+            task = await self._task(request.task_id)
             self.watch_slots.take()
         except ApolloError as err:
             await _abort(context, err)
@@ -376,7 +377,7 @@ class SchedulerService(pbg.SchedulerServicer):
         out: list[pb.Event] = []
         nxt = 0
         if request.task_id:
-            task = self._task(request.task_id)
+            task = await self._task(request.task_id)
             events, nxt = store.task_events(
                 task, request.from_event_id, request.to_event_id or durable, limit
             )
