@@ -215,7 +215,7 @@ def node(
     ] = None,
     max_tasks_in_memory: Annotated[
         int | None,
-        typer.Option("--max-tasks-in-memory", help="Tasks held in memory (200000)."),
+        typer.Option("--max-tasks-in-memory", help="Tasks held in memory (50000)."),
     ] = None,
     max_streams_per_connection: Annotated[
         int | None,

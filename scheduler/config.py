@@ -105,7 +105,7 @@ class NodeSettings(BaseSettings):
     # Past either, submissions get RESOURCE_EXHAUSTED with a retry hint, so an
     # overload is refused at the door instead of growing queues and memory.
     max_pending_writes: int = Field(default=10_000, ge=1)
-    max_tasks_in_memory: int = Field(default=200_000, ge=1)
+    max_tasks_in_memory: int = Field(default=50_000, ge=1)
     max_streams_per_connection: int = Field(default=1000, ge=1)
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3)
 
