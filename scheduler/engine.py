@@ -43,7 +43,7 @@ from scheduler.errors import (
 from scheduler.log.eventlog import Draft
 from scheduler.log.record import Event, EventType
 from scheduler.replay import DONE, StepState, StepStatus, TaskState, TaskStatus
-from scheduler.shell import SHELL_WORKFLOW, shell_workflow
+from scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
 from scheduler.store import Store
 from scheduler.workflow import (
     AUTO,
@@ -1136,7 +1136,7 @@ def _shown_as(payload: dict[str, Any], display: str | None) -> dict[str, Any]:
 
 
 def _shell_off() -> str:
-    return "shell steps are disabled on this cluster; start the nodes with --allow-shell"
+    return SHELL_DISABLED
 
 
 def _require_reason(operator: str, reason: str) -> None:

@@ -70,6 +70,7 @@ from scheduler.log.manifest import remove as remove_manifest
 from scheduler.loop_errors import LoopErrorLog
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
+from scheduler.shell import SHELL_DISABLED
 from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
 from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from scheduler.store import NeedsFullReplay, Store, StoreConfig, state_at
@@ -176,7 +177,7 @@ class Node:
         """Why shell steps may not be submitted or run now: every node must allow them,
         or a failover would hand them to one that was never meant to run commands."""
         if not self.settings.allow_shell:
-            return "shell steps are disabled on this cluster; start the nodes with --allow-shell"
+            return SHELL_DISABLED
         world = self.world
         if world is not None:
             for m in world.members.values():

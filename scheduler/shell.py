@@ -40,6 +40,7 @@ from scheduler.workflow import (
 )
 
 SHELL_WORKFLOW = "shell"
+SHELL_DISABLED = "shell steps are disabled on this cluster; start the nodes with --allow-shell"
 OUTPUT_TAIL_BYTES = 1024
 MAX_STEPS = 500
 _STRATEGIES = {"idempotent", "dedupe_key", "checkpoint", "not_idempotent"}

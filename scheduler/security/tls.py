@@ -58,21 +58,5 @@ def channel_credentials(ca: bytes | None, pair: KeyPair | None = None) -> grpc.C
 
 def peer_name(context: Any) -> str | None:
     """The common name of the verified certificate the caller presented, if any."""
-    ctx = context.auth_context()
-    for key in ("x509_common_name",):
-        values = ctx.get(key)
-        if values:
-            return bytes(values[0]).decode(errors="replace")
-    return None
-
-
-def peer_dns_names(context: Any) -> set[str]:
-    """Every name the caller's verified certificate carries (CN and DNS SANs)."""
-    ctx = context.auth_context()
-    names = {
-        bytes(v).decode(errors="replace") for v in ctx.get("x509_subject_alternative_name", ())
-    }
-    cn = peer_name(context)
-    if cn:
-        names.add(cn)
-    return names
+    values = context.auth_context().get("x509_common_name")
+    return bytes(values[0]).decode(errors="replace") if values else None
