@@ -49,7 +49,7 @@ from lease import (
 )
 from replicator.receiver import Follower
 from replicator.sender import ReplicationHub, ReplicationTimeout
-from scheduler import guard, identity, merger, metrics, scrub
+from scheduler import guard, identity, merger, metrics, repair, scrub
 from scheduler.api.server import ApiServer
 from scheduler.archive import Archive
 from scheduler.clock import Clock
@@ -57,11 +57,14 @@ from scheduler.config import NodeSettings
 from scheduler.engine import Engine
 from scheduler.errors import (
     ApolloError,
+    CorruptLogError,
     LeaseLostError,
     LogFailedError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
+    SnapshotError,
+    SnapshotMismatchError,
 )
 from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
@@ -122,6 +125,7 @@ class Node:
         self._log_retry_at = 0.0  # monotonic time of the next attempt to reopen it
         self._log_said = ""
         self._reopen_lock = asyncio.Lock()
+        self.repair: repair.Repair | None = None  # set while refilled from the primary
         self.cluster_id = ""  # this cluster's id, once checked against etcd (scheduler/identity.py)
         # Random per process: tells this process's member record from another's with
         # the same node id (a duplicate, or this node's own record from before a crash).
@@ -240,7 +244,7 @@ class Node:
             from scheduler import examples
 
             examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
-        self.store = self._open_store()
+        self.store = await self._open_or_set_aside()
         if self._lease is None:
             if s.standalone:
                 # Standalone: an in-memory lease (min_term keeps its terms above the log's).
@@ -300,6 +304,25 @@ class Node:
             f"{self.store.recovery}, "
             f"serving on port {self.port}{self._peers()}"
         )
+
+    async def _open_or_set_aside(self) -> Store:
+        """Open the store; in a cluster, a damaged one is set aside and refilled from
+        the primary (scheduler/repair.py). Standalone there is nobody to refill it
+        from: the damage is refused, naming the file."""
+        s = self.settings
+        try:
+            store = self._open_store()
+        except (CorruptLogError, SnapshotError, SnapshotMismatchError) as e:
+            if s.standalone:
+                raise
+            self.repair = await asyncio.to_thread(repair.set_aside, s.data_dir, str(e))
+            metrics.LOG_DAMAGE_FOUND.labels("startup").inc()
+            self._notice(f"{s.node_id}: {self.repair.describe()}")
+            return self._open_store()
+        self.repair = repair.load(s.data_dir)
+        if self.repair is not None:
+            self._notice(f"{s.node_id} (restarted): {self.repair.describe()}")
+        return store
 
     async def _join(self) -> str:
         """Check this node's cluster id and node id against etcd (retrying while etcd
@@ -424,6 +447,11 @@ class Node:
                 self._last_sentence = sentence
             await asyncio.sleep(CYCLE_S)
 
+    @property
+    def shown_role(self) -> str:
+        """The role published and reported: a standby being refilled says so."""
+        return repair.REPAIRING if self.repair and self.role == "standby" else self.role
+
     def _tick(self, lag: float) -> None:
         if self.role == "primary":
             self.hub.tick(responsive=lag < 0.25)
@@ -432,7 +460,7 @@ class Node:
         assert self.store is not None
         return MemberInfo(
             self.settings.node_id,
-            self.role,
+            self.shown_role,
             self.address,
             self.store.log.durable_id,
             self.store.log.last_term,
@@ -491,6 +519,8 @@ class Node:
             self.leader = leader
             await self._follow(leader)
             assert self.store is not None
+            if self.repair is not None:
+                return await self._check_repaired(leader)
             return (
                 f"standby: following {leader.node_id} (term {leader.term}) "
                 f"at event {self.store.log.durable_id}"
@@ -519,10 +549,18 @@ class Node:
                 f"no leader: {self._store_behind}; waiting one TTL ({self.lease.ttl_s:g}s) "
                 f"before campaigning, so that a primary of the old term has fenced itself"
             )
+        if self.repair is not None:
+            return (
+                f"no leader: not campaigning while repairing (this node needs events "
+                f"through {self.repair.needs_through}, it holds {self._me().position})"
+            )
         me = self._me()
         # A member still marked primary with no leader key is the one that died (or is
-        # about to demote itself): it is not a candidate; nor is one whose log failed.
-        candidates = [m for m in world.members.values() if m.role not in ("primary", FAILED)]
+        # about to demote itself): it is not a candidate; nor is one whose log failed,
+        # nor one being refilled after damage (it may lack acknowledged events).
+        candidates = [
+            m for m in world.members.values() if m.role not in ("primary", FAILED, repair.REPAIRING)
+        ]
         candidates = [m for m in candidates if m.node_id != me.node_id] + [me]
         best = max(candidates, key=lambda m: (m.position, _reverse(m.node_id)))
         if best.node_id != me.node_id:
@@ -538,6 +576,26 @@ class Node:
         if won is None:
             return "no leader: another node won the election"
         return await self._promote(won, t0)
+
+    async def _check_repaired(self, leader: LeaderInfo) -> str:
+        """A repairing standby is repaired once it holds every event it held before
+        and has caught up with the primary it follows."""
+        r, store, f = self.repair, self.store, self.follower
+        assert r is not None and store is not None
+        durable = store.log.durable_id
+        head = f.primary_durable_id if f is not None and f.connected else 0
+        if head and durable >= max(r.needs_through, head):
+            await asyncio.to_thread(repair.done, self.settings.data_dir)
+            self.repair = None
+            self._notice(
+                f"repaired from {leader.node_id}: this node holds events through {durable} "
+                f"again (it needed {r.needs_through}); the damaged files stay in {r.quarantine}"
+            )
+            return f"standby: repaired, following {leader.node_id} (term {leader.term})"
+        return (
+            f"repairing: following {leader.node_id} (term {leader.term}) at event {durable}, "
+            f"needs {max(r.needs_through, head)}"
+        )
 
     async def _check_cluster(self, world: World) -> str | None:
         """etcd must still hold this node's cluster id. None when it does; else the
@@ -1037,7 +1095,7 @@ class Node:
             me["connected"] = self.follower.connected
         return {
             "node_id": self.settings.node_id,
-            "role": self.role,
+            "role": self.shown_role,
             "term": max(self.known_term, store.state.term),
             "leader": None
             if leader is None

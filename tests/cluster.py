@@ -219,13 +219,14 @@ class Cluster:
         )
 
 
-def segment_digest(data_dir: Path, through: int | None = None) -> str:
-    """A checksum of the records of a node's log (up to `through`), whatever the file split."""
+def segment_digest(data_dir: Path, through: int | None = None, since: int = 0) -> str:
+    """A checksum of the records of a node's log (from `since`, up to `through`),
+    whatever the file split."""
     from scheduler.log import EventLog
 
     log = EventLog.open(data_dir, read_only=True)
     h = hashlib.sha256()
-    pos = log.first_id
+    pos = max(log.first_id, since)
     end = log.durable_id if through is None else min(through, log.durable_id)
     while pos <= end:
         batch = log.read_raw(pos, 1 << 20)
@@ -240,6 +241,11 @@ def segment_digest(data_dir: Path, through: int | None = None) -> str:
         pos = batch.last_id + 1
     log.close_sync()
     return h.hexdigest()
+
+
+def first_event_id(data_dir: Path) -> int:
+    """The first event a node's log still holds (after a snapshot install: past 1)."""
+    return min(int(p.name[:20]) for p in (data_dir / "log").glob("*.seg"))
 
 
 def segment_files(data_dir: Path) -> dict[str, str]:
