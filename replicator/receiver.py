@@ -23,9 +23,9 @@ import grpc
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
+from replicator.channel import peer_channel
 from scheduler.errors import ApolloError, StaleTermError
 from scheduler.identity import ForeignClusterError
-from scheduler.security.tls import KeyPair, channel_credentials, read_pem
 
 if TYPE_CHECKING:
     from scheduler.node import Node
@@ -103,17 +103,8 @@ class Follower:
             log.warning("%s (retrying with backoff)", msg)
 
     def _channel(self) -> grpc.aio.Channel:
-        """To the primary's peer port: our certificate for it to check, and its
-        certificate checked against the cluster CA and for the node id the lease names
-        (a certificate of the cluster issued to another node does not pass)."""
-        s = self.node.settings
-        if s.peer_ca is None or s.peer_cert is None or s.peer_key is None:
-            return grpc.aio.insecure_channel(self.address)
-        creds = channel_credentials(
-            read_pem(s.peer_ca, "--peer-ca"), KeyPair.load(s.peer_cert, s.peer_key, "--peer")
-        )
-        options = [("grpc.ssl_target_name_override", self.leader_id)] if self.leader_id else []
-        return grpc.aio.secure_channel(self.address, creds, options=options)
+        """To the primary's peer port, checked for the node id the lease names."""
+        return peer_channel(self.node.settings, self.address, self.leader_id)
 
     def _hello(self) -> rpb.StandbyMessage:
         store = self.node.store

@@ -27,6 +27,7 @@ import grpc
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
+from replicator import records
 from replicator.divergence import common_prefix
 from scheduler import metrics
 from scheduler.errors import ApolloError
@@ -356,6 +357,12 @@ class ReplicationService(rpbg.ReplicationServicer):
                 yield msg
         finally:
             hub.unregister(view)
+
+    async def ReadRecords(
+        self, request: rpb.ReadRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[rpb.Records]:
+        async for chunk in records.serve(self.node, request, context):
+            yield chunk
 
     async def _serve(
         self,

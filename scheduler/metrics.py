@@ -58,8 +58,12 @@ LOG_MANIFEST_FAILURES = Counter(
 LOG_DAMAGE_FOUND = Counter(
     "apollo11_log_damage_found_total",
     "Damage the background scrub found in a sealed log segment or an archive chunk, "
-    "before anything read that range (kind: segment, chunk)",
+    "before anything read that range (kind: segment, chunk), or at start (kind: startup)",
     ["kind"],
+)
+LOG_SEGMENTS_MENDED = Counter(
+    "apollo11_log_segments_mended_total",
+    "Damaged sealed log segments replaced by another member's copy of their records",
 )
 ARCHIVE_CHUNKS_REBUILT = Counter(
     "apollo11_archive_chunks_rebuilt_total",

@@ -38,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from lease import (
     LeaderInfo,
     Lease,
@@ -47,6 +49,7 @@ from lease import (
     NodeIdTaken,
     World,
 )
+from replicator import records
 from replicator.receiver import Follower
 from replicator.sender import ReplicationHub, ReplicationTimeout
 from scheduler import guard, identity, merger, metrics, repair, scrub
@@ -66,7 +69,7 @@ from scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from scheduler.log import EventType, LogConfig
+from scheduler.log import EventType, LogConfig, mend
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
 from scheduler.log.manifest import remove as remove_manifest
@@ -673,15 +676,66 @@ class Node:
             self._loop.call_soon_threadsafe(self._notice, str(damage))
 
     def _scrub_repair(self, damage: scrub.Damage) -> str:
+        store, loop = self.store, self._loop
+        if store is None or loop is None or loop.is_closed():
+            return "scrub: no store open to repair it from"
+        if damage.kind == "segment":
+            fut = asyncio.run_coroutine_threadsafe(self._mend_segment(damage), loop)
+            try:
+                return fut.result(timeout=3 * records.FETCH_TIMEOUT_S)
+            except ApolloError:
+                raise
+            except Exception as e:  # a timeout, the loop closing: say so, the scrub goes on
+                fut.cancel()
+                raise ApolloError(f"mending {damage.path}: {e!r}") from e
+        chunk, sentence = store.rebuild_chunk(damage.path, self.scrubber.pause)
+        loop.call_soon_threadsafe(store.install_chunk, chunk)
+        loop.call_soon_threadsafe(self._notice, f"{damage}; {sentence}")
+        return f"scrub: {sentence}"
+
+    async def _mend_segment(self, damage: scrub.Damage) -> str:
+        """Replace a damaged sealed segment with another member's copy of its records
+        (scheduler/log/mend.py): the primary's, or a standby's that holds them."""
         store = self.store
         if store is None:
-            return "scrub: no store open to rebuild the chunk from"
-        chunk, sentence = store.rebuild_chunk(damage.path, self.scrubber.pause)
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(store.install_chunk, chunk)
-            loop.call_soon_threadsafe(self._notice, f"{damage}; {sentence}")
-        return f"scrub: {sentence}"
+            raise ApolloError(f"mending {damage.path}: no store open")
+        seg = next((s for s in store.log.segments[:-1] if s.path == damage.path), None)
+        if seg is None:
+            return f"scrub: {damage.path} is no longer in the log; nothing to mend"
+        tried: list[str] = []
+        for peer_id, address in self._holders(seg.last_id):
+            try:
+                data = await records.fetch(self, address, peer_id, seg.first_id, seg.last_id)
+                await asyncio.to_thread(mend.replace, seg, data)
+            except grpc.aio.AioRpcError as e:
+                tried.append(f"{peer_id}: {e.code().name} {e.details()}")
+                continue
+            except (ApolloError, OSError) as e:
+                tried.append(f"{peer_id}: {e}")
+                continue
+            metrics.LOG_SEGMENTS_MENDED.inc()
+            said = f"mended it with {peer_id}'s copy of events {seg.first_id}..{seg.last_id}"
+            self._notice(f"{damage}; {said}")
+            return f"scrub: {damage.path}: {said}"
+        why = "; ".join(tried) or f"no other live member holds events through {seg.last_id}"
+        raise ApolloError(f"could not mend {damage.path}: {why}")
+
+    def _holders(self, last_id: int) -> list[tuple[str, str]]:
+        """(node id, peer address) of the members that may hold events through
+        `last_id`: the primary first (for a standby), then the others."""
+        me = self.settings.node_id
+        members = self.world.members if self.world is not None else {}
+        out: list[tuple[str, str]] = []
+        leader = self.leader
+        if leader is not None and leader.node_id != me:
+            record = members.get(leader.node_id)
+            out.append((leader.node_id, (record.peer_address if record else "") or leader.address))
+        for m in sorted(members.values(), key=lambda m: -m.last_event_id):
+            if m.node_id == me or any(m.node_id == n for n, _ in out):
+                continue
+            if m.last_event_id >= last_id and m.role not in (FAILED, repair.REPAIRING):
+                out.append((m.node_id, m.peer_address or m.address))
+        return out
 
     async def _follow(self, leader: LeaderInfo) -> None:
         # With a peer port the primary's member record says where: replication has a

@@ -180,7 +180,9 @@ class Scrubber:
         self.repair = repair
         self.rate = mb_per_s * 1024 * 1024
         self.interval_s = interval_s
-        self.first_delay_s = FIRST_PASS_DELAY_S if first_delay_s is None else first_delay_s
+        # A pass more often than the usual first delay asked for: the first one too.
+        default_delay = min(FIRST_PASS_DELAY_S, interval_s)
+        self.first_delay_s = default_delay if first_delay_s is None else first_delay_s
         self.passes = 0
         self.last = ""  # the sentence of the last pass
         self._stop = threading.Event()
@@ -234,6 +236,7 @@ class Scrubber:
             if damage is not None and self._current(damage):
                 found += 1
                 self._found(damage)
+                self._repair(damage)
         for path in t.chunks:
             damage = verify_chunk(path, pace) if os.path.exists(path) else None
             if damage is not None and self._current(damage):

@@ -90,6 +90,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
     "/apollo11.v1.Replication/Follow": Role.NODE,
+    "/apollo11.v1.Replication/ReadRecords": Role.NODE,
 }
 
 

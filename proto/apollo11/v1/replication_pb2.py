@@ -24,33 +24,37 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61pollo11/v1/replication.proto\x12\x0b\x61pollo11.v1\"1\n\tTermStart\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\x16\n\x0e\x66irst_event_id\x18\x02 \x01(\x04\"\xba\x01\n\x05Hello\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x66irst_event_id\x18\x03 \x01(\x04\x12\x15\n\rlast_event_id\x18\x04 \x01(\x04\x12\x11\n\tlast_term\x18\x05 \x01(\x04\x12%\n\x05terms\x18\x06 \x03(\x0b\x32\x16.apollo11.v1.TermStart\x12\x12\n\nknown_term\x18\x07 \x01(\x04\x12\x12\n\ncluster_id\x18\x08 \x01(\t\"9\n\x03\x41\x63k\x12\x18\n\x10\x64urable_event_id\x18\x01 \x01(\x04\x12\x18\n\x10\x61pplied_event_id\x18\x02 \x01(\x04\"^\n\x0eStandbyMessage\x12#\n\x05hello\x18\x01 \x01(\x0b\x32\x12.apollo11.v1.HelloH\x00\x12\x1f\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x10.apollo11.v1.AckH\x00\x42\x06\n\x04kind\"n\n\x07Welcome\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x15\n\rfrom_event_id\x18\x03 \x01(\x04\x12\x19\n\x11segment_max_bytes\x18\x04 \x01(\x04\x12\x12\n\ncluster_id\x18\x05 \x01(\t\"9\n\x08\x44iverged\x12\x1d\n\x15keep_through_event_id\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"r\n\rSnapshotChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x14\n\x0clast_of_file\x18\x04 \x01(\x08\x12\x0c\n\x04last\x18\x05 \x01(\x08\x12\x11\n\twatermark\x18\x06 \x01(\x04\"\x82\x01\n\x05\x42\x61tch\x12\x16\n\x0e\x66irst_event_id\x18\x01 \x01(\x04\x12\x15\n\rlast_event_id\x18\x02 \x01(\x04\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x0f\n\x07records\x18\x04 \x01(\x0c\x12\x1a\n\x12primary_durable_id\x18\x05 \x01(\x04\x12\x0f\n\x07sent_ms\x18\x06 \x01(\x03\"F\n\tHeartbeat\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\x1a\n\x12primary_durable_id\x18\x02 \x01(\x04\x12\x0f\n\x07sent_ms\x18\x03 \x01(\x03\"\xee\x01\n\x0ePrimaryMessage\x12\'\n\x07welcome\x18\x01 \x01(\x0b\x32\x14.apollo11.v1.WelcomeH\x00\x12)\n\x08\x64iverged\x18\x02 \x01(\x0b\x32\x15.apollo11.v1.DivergedH\x00\x12.\n\x08snapshot\x18\x03 \x01(\x0b\x32\x1a.apollo11.v1.SnapshotChunkH\x00\x12#\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x12.apollo11.v1.BatchH\x00\x12+\n\theartbeat\x18\x05 \x01(\x0b\x32\x16.apollo11.v1.HeartbeatH\x00\x42\x06\n\x04kind2U\n\x0bReplication\x12\x46\n\x06\x46ollow\x12\x1b.apollo11.v1.StandbyMessage\x1a\x1b.apollo11.v1.PrimaryMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61pollo11/v1/replication.proto\x12\x0b\x61pollo11.v1\"W\n\x12ReadRecordsRequest\x12\x16\n\x0e\x66irst_event_id\x18\x01 \x01(\x04\x12\x15\n\rlast_event_id\x18\x02 \x01(\x04\x12\x12\n\ncluster_id\x18\x03 \x01(\t\"I\n\x07Records\x12\x16\n\x0e\x66irst_event_id\x18\x01 \x01(\x04\x12\x15\n\rlast_event_id\x18\x02 \x01(\x04\x12\x0f\n\x07records\x18\x03 \x01(\x0c\"1\n\tTermStart\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\x16\n\x0e\x66irst_event_id\x18\x02 \x01(\x04\"\xba\x01\n\x05Hello\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x66irst_event_id\x18\x03 \x01(\x04\x12\x15\n\rlast_event_id\x18\x04 \x01(\x04\x12\x11\n\tlast_term\x18\x05 \x01(\x04\x12%\n\x05terms\x18\x06 \x03(\x0b\x32\x16.apollo11.v1.TermStart\x12\x12\n\nknown_term\x18\x07 \x01(\x04\x12\x12\n\ncluster_id\x18\x08 \x01(\t\"9\n\x03\x41\x63k\x12\x18\n\x10\x64urable_event_id\x18\x01 \x01(\x04\x12\x18\n\x10\x61pplied_event_id\x18\x02 \x01(\x04\"^\n\x0eStandbyMessage\x12#\n\x05hello\x18\x01 \x01(\x0b\x32\x12.apollo11.v1.HelloH\x00\x12\x1f\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x10.apollo11.v1.AckH\x00\x42\x06\n\x04kind\"n\n\x07Welcome\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x15\n\rfrom_event_id\x18\x03 \x01(\x04\x12\x19\n\x11segment_max_bytes\x18\x04 \x01(\x04\x12\x12\n\ncluster_id\x18\x05 \x01(\t\"9\n\x08\x44iverged\x12\x1d\n\x15keep_through_event_id\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"r\n\rSnapshotChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x14\n\x0clast_of_file\x18\x04 \x01(\x08\x12\x0c\n\x04last\x18\x05 \x01(\x08\x12\x11\n\twatermark\x18\x06 \x01(\x04\"\x82\x01\n\x05\x42\x61tch\x12\x16\n\x0e\x66irst_event_id\x18\x01 \x01(\x04\x12\x15\n\rlast_event_id\x18\x02 \x01(\x04\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x0f\n\x07records\x18\x04 \x01(\x0c\x12\x1a\n\x12primary_durable_id\x18\x05 \x01(\x04\x12\x0f\n\x07sent_ms\x18\x06 \x01(\x03\"F\n\tHeartbeat\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\x1a\n\x12primary_durable_id\x18\x02 \x01(\x04\x12\x0f\n\x07sent_ms\x18\x03 \x01(\x03\"\xee\x01\n\x0ePrimaryMessage\x12\'\n\x07welcome\x18\x01 \x01(\x0b\x32\x14.apollo11.v1.WelcomeH\x00\x12)\n\x08\x64iverged\x18\x02 \x01(\x0b\x32\x15.apollo11.v1.DivergedH\x00\x12.\n\x08snapshot\x18\x03 \x01(\x0b\x32\x1a.apollo11.v1.SnapshotChunkH\x00\x12#\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x12.apollo11.v1.BatchH\x00\x12+\n\theartbeat\x18\x05 \x01(\x0b\x32\x16.apollo11.v1.HeartbeatH\x00\x42\x06\n\x04kind2\x9d\x01\n\x0bReplication\x12\x46\n\x06\x46ollow\x12\x1b.apollo11.v1.StandbyMessage\x1a\x1b.apollo11.v1.PrimaryMessage(\x01\x30\x01\x12\x46\n\x0bReadRecords\x12\x1f.apollo11.v1.ReadRecordsRequest\x1a\x14.apollo11.v1.Records0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'apollo11.v1.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TERMSTART']._serialized_start=46
-  _globals['_TERMSTART']._serialized_end=95
-  _globals['_HELLO']._serialized_start=98
-  _globals['_HELLO']._serialized_end=284
-  _globals['_ACK']._serialized_start=286
-  _globals['_ACK']._serialized_end=343
-  _globals['_STANDBYMESSAGE']._serialized_start=345
-  _globals['_STANDBYMESSAGE']._serialized_end=439
-  _globals['_WELCOME']._serialized_start=441
-  _globals['_WELCOME']._serialized_end=551
-  _globals['_DIVERGED']._serialized_start=553
-  _globals['_DIVERGED']._serialized_end=610
-  _globals['_SNAPSHOTCHUNK']._serialized_start=612
-  _globals['_SNAPSHOTCHUNK']._serialized_end=726
-  _globals['_BATCH']._serialized_start=729
-  _globals['_BATCH']._serialized_end=859
-  _globals['_HEARTBEAT']._serialized_start=861
-  _globals['_HEARTBEAT']._serialized_end=931
-  _globals['_PRIMARYMESSAGE']._serialized_start=934
-  _globals['_PRIMARYMESSAGE']._serialized_end=1172
-  _globals['_REPLICATION']._serialized_start=1174
-  _globals['_REPLICATION']._serialized_end=1259
+  _globals['_READRECORDSREQUEST']._serialized_start=46
+  _globals['_READRECORDSREQUEST']._serialized_end=133
+  _globals['_RECORDS']._serialized_start=135
+  _globals['_RECORDS']._serialized_end=208
+  _globals['_TERMSTART']._serialized_start=210
+  _globals['_TERMSTART']._serialized_end=259
+  _globals['_HELLO']._serialized_start=262
+  _globals['_HELLO']._serialized_end=448
+  _globals['_ACK']._serialized_start=450
+  _globals['_ACK']._serialized_end=507
+  _globals['_STANDBYMESSAGE']._serialized_start=509
+  _globals['_STANDBYMESSAGE']._serialized_end=603
+  _globals['_WELCOME']._serialized_start=605
+  _globals['_WELCOME']._serialized_end=715
+  _globals['_DIVERGED']._serialized_start=717
+  _globals['_DIVERGED']._serialized_end=774
+  _globals['_SNAPSHOTCHUNK']._serialized_start=776
+  _globals['_SNAPSHOTCHUNK']._serialized_end=890
+  _globals['_BATCH']._serialized_start=893
+  _globals['_BATCH']._serialized_end=1023
+  _globals['_HEARTBEAT']._serialized_start=1025
+  _globals['_HEARTBEAT']._serialized_end=1095
+  _globals['_PRIMARYMESSAGE']._serialized_start=1098
+  _globals['_PRIMARYMESSAGE']._serialized_end=1336
+  _globals['_REPLICATION']._serialized_start=1339
+  _globals['_REPLICATION']._serialized_end=1496
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReadRecordsRequest(_message.Message):
+    __slots__ = ("first_event_id", "last_event_id", "cluster_id")
+    FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    first_event_id: int
+    last_event_id: int
+    cluster_id: str
+    def __init__(self, first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+
+class Records(_message.Message):
+    __slots__ = ("first_event_id", "last_event_id", "records")
+    FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    first_event_id: int
+    last_event_id: int
+    records: bytes
+    def __init__(self, first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
 class TermStart(_message.Message):
     __slots__ = ("term", "first_event_id")
     TERM_FIELD_NUMBER: _ClassVar[int]

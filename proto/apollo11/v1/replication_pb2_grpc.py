@@ -39,6 +39,11 @@ class ReplicationStub:
                 request_serializer=apollo11_dot_v1_dot_replication__pb2.StandbyMessage.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_replication__pb2.PrimaryMessage.FromString,
                 _registered_method=True)
+        self.ReadRecords = channel.unary_stream(
+                '/apollo11.v1.Replication/ReadRecords',
+                request_serializer=apollo11_dot_v1_dot_replication__pb2.ReadRecordsRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_replication__pb2.Records.FromString,
+                _registered_method=True)
 
 
 class ReplicationServicer:
@@ -50,6 +55,14 @@ class ReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadRecords(self, request, context):
+        """Whole durable records of a range, from any member (primary or standby): how a
+        node mends a log segment the scrub found damaged (scheduler/mend.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +70,11 @@ def add_ReplicationServicer_to_server(servicer, server):
                     servicer.Follow,
                     request_deserializer=apollo11_dot_v1_dot_replication__pb2.StandbyMessage.FromString,
                     response_serializer=apollo11_dot_v1_dot_replication__pb2.PrimaryMessage.SerializeToString,
+            ),
+            'ReadRecords': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadRecords,
+                    request_deserializer=apollo11_dot_v1_dot_replication__pb2.ReadRecordsRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_replication__pb2.Records.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +104,33 @@ class Replication:
             '/apollo11.v1.Replication/Follow',
             apollo11_dot_v1_dot_replication__pb2.StandbyMessage.SerializeToString,
             apollo11_dot_v1_dot_replication__pb2.PrimaryMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/apollo11.v1.Replication/ReadRecords',
+            apollo11_dot_v1_dot_replication__pb2.ReadRecordsRequest.SerializeToString,
+            apollo11_dot_v1_dot_replication__pb2.Records.FromString,
             options,
             channel_credentials,
             insecure,

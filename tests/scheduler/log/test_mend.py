@@ -1,0 +1,66 @@
+"""Mending a sealed segment (scheduler/log/mend.py): only the segment's own records
+are taken, whole, and the file is replaced all or nothing."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from scheduler.bench.history import etl_history
+from scheduler.log import EventLog, FsyncPolicy, LogConfig
+from scheduler.log.mend import MendRefused, check, replace
+from scheduler.log.segment import Segment
+
+LOG = LogConfig(segment_max_bytes=8 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
+
+
+async def _log(root: Path) -> EventLog:
+    log = EventLog.open(root, config=LOG)
+    it = etl_history(20, seed=5, concurrency=4)
+    while chunk := list(itertools.islice(it, 25)):
+        await log.append_many(chunk)
+    return log
+
+
+def _records(log: EventLog, seg: Segment) -> bytes:
+    out, pos = b"", seg.first_id
+    while pos <= seg.last_id:
+        batch = log.read_raw(pos, 1 << 20)
+        out += batch.data
+        pos = batch.last_id + 1
+    return out
+
+
+async def test_the_segments_own_records_mend_it(tmp_path: Path) -> None:
+    log = await _log(tmp_path / "a")
+    seg = log.segments[1]
+    good = Path(seg.path).read_bytes()
+    assert _records(log, seg) == good, "a segment file is its records, nothing more"
+    damaged = bytearray(good)
+    damaged[len(damaged) // 2] ^= 0x10
+    Path(seg.path).write_bytes(bytes(damaged))
+    replace(seg, good)
+    assert Path(seg.path).read_bytes() == good
+    assert not Path(seg.path + ".mend").exists()
+    assert [e.event_id for e in log.read(seg.first_id, seg.last_id)] == list(
+        range(seg.first_id, seg.last_id + 1)
+    )
+    await log.close()
+
+
+async def test_records_that_are_not_the_segment_are_refused(tmp_path: Path) -> None:
+    log = await _log(tmp_path / "a")
+    seg, other = log.segments[1], log.segments[2]
+    good = Path(seg.path).read_bytes()
+    with pytest.raises(MendRefused, match="bytes"):
+        check(seg, good[:-10])  # short
+    with pytest.raises(MendRefused):
+        check(seg, Path(other.path).read_bytes()[: len(good)].ljust(len(good), b"\0"))
+    bad = bytearray(good)
+    bad[100] ^= 0x01
+    with pytest.raises(MendRefused, match="damaged too"):
+        replace(seg, bytes(bad))
+    assert Path(seg.path).read_bytes() == good, "a refused mend leaves the file as it was"
+    await log.close()
