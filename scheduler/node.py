@@ -22,6 +22,7 @@ primary that was paused (SIGSTOP) and resumes acknowledges nothing.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import faulthandler
@@ -63,6 +64,7 @@ from scheduler.errors import (
     CorruptLogError,
     LeaseLostError,
     LogFailedError,
+    NodeUnavailableError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -73,6 +75,7 @@ from scheduler.log import EventType, LogConfig, mend
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
 from scheduler.log.manifest import remove as remove_manifest
+from scheduler.log.segment import Segment
 from scheduler.loop_errors import LoopErrorLog
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
@@ -664,12 +667,25 @@ class Node:
     # Called on the scrub's thread (scheduler/scrub.py): they copy, or hand over.
 
     def _scrub_targets(self) -> scrub.Targets | None:
-        store = self.store
-        if store is None or self._stopping:
+        store, loop = self.store, self._loop
+        if store is None or self._stopping or loop is None or loop.is_closed():
             return None
         archive = store.state.archive
         paths = [c.path for c in archive.chunks] if isinstance(archive, Archive) else []
-        return scrub.Targets(store.log.segments[:-1], paths)
+        # The segment being written, up to what is durable now: its size and last id
+        # change together on the loop, so they are read there.
+        active: concurrent.futures.Future[Segment] = concurrent.futures.Future()
+
+        def take() -> None:
+            s = store.log.segments[-1]
+            active.set_result(Segment(s.first_id, s.path, s.size, s.last_id))
+
+        loop.call_soon_threadsafe(take)
+        try:
+            current = active.result(timeout=5)
+        except concurrent.futures.TimeoutError:  # a loop that busy: next pass
+            return scrub.Targets(store.log.segments[:-1], paths)
+        return scrub.Targets([*store.log.segments[:-1], current], paths)
 
     def _scrub_found(self, damage: scrub.Damage) -> None:
         if self._loop is not None and not self._loop.is_closed():
@@ -699,14 +715,16 @@ class Node:
         store = self.store
         if store is None:
             raise ApolloError(f"mending {damage.path}: no store open")
-        seg = next((s for s in store.log.segments[:-1] if s.path == damage.path), None)
-        if seg is None:
+        live = next((s for s in store.log.segments if s.path == damage.path), None)
+        if live is None:
             return f"scrub: {damage.path} is no longer in the log; nothing to mend"
+        # what is durable there now: the segment being written grows meanwhile
+        seg = Segment(live.first_id, live.path, live.size, live.last_id)
         tried: list[str] = []
         for peer_id, address in self._holders(seg.last_id):
             try:
                 data = await records.fetch(self, address, peer_id, seg.first_id, seg.last_id)
-                await asyncio.to_thread(mend.replace, seg, data)
+                await asyncio.to_thread(mend.rewrite, seg, data)
             except grpc.aio.AioRpcError as e:
                 tried.append(f"{peer_id}: {e.code().name} {e.details()}")
                 continue
@@ -1078,7 +1096,12 @@ class Node:
     def not_leader(self) -> ApolloError:
         leader = self.leader
         if self.role == "primary" or self._stopping:
-            return NotLeaderError("this node is shutting down or stepping down; try another")
+            # UNAVAILABLE, not FAILED_PRECONDITION: no leader to redirect to yet, and
+            # clients retry only what says "try again" (issue 15: a submit lost to it)
+            return NodeUnavailableError(
+                f"{self.settings.node_id} is shutting down or stepping down; retry, here "
+                f"or on another node"
+            )
         if leader is None and self._log_trouble is not None:
             return LogFailedError(
                 f"{self.settings.node_id} refuses writes: its event log failed "

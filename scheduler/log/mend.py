@@ -1,16 +1,16 @@
-"""Mending a sealed segment in place from another member's copy of its records.
+"""Mending a log segment in place from another member's copy of its records.
 
-A sealed segment is never written again, and every member holds the same
+Durable records are never written again, and every member holds the same
 records byte for byte (a standby appends what it is shipped), so the records
 of the segment's id range, read from a healthy member, are the segment file
 as it was written. They replace the damaged file only after they pass every
 check the scrub makes (framing, CRC, ids running first..last, terms never
 going down) and come to exactly the segment's durable size: records of
-another history could not do that by accident. The file is replaced whole
-(a temporary file, fsync, rename, fsync of the directory), so a crash leaves
-either the damaged file or the mended one; readers open the path for each
-read and see one or the other, and the sparse index stays valid (same
-offsets).
+another history could not do that by accident. They are written over the
+file's first bytes in place (the same bytes wherever it was not damaged),
+which also works for the segment being written (its writer only appends,
+past them), keeps the sparse index valid (same offsets), and leaves after a
+crash part way a file damaged at most where it was before.
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ from __future__ import annotations
 import os
 
 from scheduler.errors import ApolloError, CorruptLogError
-from scheduler.log.datadir import fsync_dir
 from scheduler.log.record import check_record
 from scheduler.log.segment import Segment
-
-MEND_SUFFIX = ".mend"
 
 
 class MendRefused(ApolloError):
@@ -55,17 +52,16 @@ def check(seg: Segment, records: bytes) -> None:
         )
 
 
-def replace(seg: Segment, records: bytes) -> None:
-    """Check `records`, then put them in place of the segment's file, all or nothing."""
+def rewrite(seg: Segment, records: bytes) -> None:
+    """Check `records`, then write them over the segment's first `seg.size` bytes and
+    sync. `seg` is a copy of what was durable when the records were asked for: the
+    segment may have grown since (the one being written) and what follows stays."""
     check(seg, records)
-    tmp = seg.path + MEND_SUFFIX
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        view = memoryview(records)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        view, off = memoryview(records), 0
+        while off < len(view):
+            off += os.pwrite(fd, view[off:], off)
+        os.fdatasync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, seg.path)
-    fsync_dir(os.path.dirname(seg.path))

@@ -1,5 +1,6 @@
-"""Issue 15, item 3: a sealed segment the scrub finds damaged on a live node is
-mended from another member's copy, on a standby and on the primary alike.
+"""Issue 15, item 3: a segment the scrub finds damaged on a live node is mended
+from another member's copy, on a standby and on the primary alike, sealed or
+being written.
 
 Before: the scrub reported it (metric, log line, status) and nothing else; the
 damaged range stayed unreadable on that node until someone restored the file.
@@ -37,7 +38,7 @@ def scrubbing(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iter
 
 
 def _flip(m: Member, index: int) -> str:
-    """Flip a byte in the middle of a sealed segment of a live node; its name."""
+    """Flip a byte in the middle of a segment of a live node; its name."""
     seg = sorted((m.data_dir / "log").glob("*.seg"))[index]
     data = bytearray(seg.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -45,10 +46,13 @@ def _flip(m: Member, index: int) -> str:
     return seg.name
 
 
-@pytest.mark.parametrize("who", ["standby", "primary"])
-def test_a_damaged_sealed_segment_is_mended_from_another_member(
-    scrubbing: Cluster, who: str
+@pytest.mark.parametrize(
+    ("who", "index"), [("standby", 1), ("primary", 1), ("primary", -1), ("standby", -1)]
+)
+def test_a_damaged_segment_is_mended_from_another_member(
+    scrubbing: Cluster, who: str, index: int
 ) -> None:
+    """index 1: a sealed segment; -1: the one being written (its durable part)."""
     c = scrubbing
     with SyncClient(c.endpoints) as client:
         ids = [client.submit("etl", {"step_seconds": 0}).task_id for _ in range(30)]
@@ -59,7 +63,7 @@ def test_a_damaged_sealed_segment_is_mended_from_another_member(
     damaged = primary if who == "primary" else next(m for m in c.members if m is not primary)
     healthy = next(m for m in c.members if m is not damaged)
     assert len(list((damaged.data_dir / "log").glob("*.seg"))) > 4
-    name = _flip(damaged, 1)
+    name = _flip(damaged, index)
     assert segment_files(damaged.data_dir)[name] != segment_files(healthy.data_dir)[name]
 
     deadline = time.monotonic() + 60

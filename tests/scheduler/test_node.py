@@ -75,3 +75,36 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
         assert raise_open_files_limit() == f"open files limit {now}"
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_write_to_a_node_stepping_down_is_answered_unavailable(tmp_path: Path) -> None:
+    """Issue 15, item 6: during a step-down a write was refused FAILED_PRECONDITION
+    without a leader to go to, which clients (ours too) do not retry: under load a
+    cluster test's submit failed with "this node is shutting down or stepping down"."""
+    from scheduler.client import Client, UnavailableError
+
+    wf = Workflow("w")
+
+    @wf.step(idempotency=Idempotent())
+    async def only(ctx: StepContext) -> None:
+        pass
+
+    registry = Registry()
+    registry.register(wf)
+    node = Node(
+        NodeSettings(node_id="n1", data_dir=tmp_path / "d", listen="127.0.0.1:0"),
+        registry=registry,
+    )
+    await node.start()
+    try:
+        assert node.engine is not None
+        await node.engine.stop()  # what stop() and a step-down do first: the role follows
+        async with Client(f"127.0.0.1:{node.port}", retries=0) as c:
+            try:
+                await c.submit("w", {})
+            except UnavailableError as e:
+                assert "stepping down" in str(e)
+            else:
+                raise AssertionError("a write was accepted by a node that is stopping")
+    finally:
+        await node.stop()

@@ -1,5 +1,5 @@
 """Mending a sealed segment (scheduler/log/mend.py): only the segment's own records
-are taken, whole, and the file is replaced all or nothing."""
+are taken, whole; a refused mend changes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.bench.history import etl_history
 from scheduler.log import EventLog, FsyncPolicy, LogConfig
-from scheduler.log.mend import MendRefused, check, replace
+from scheduler.log.mend import MendRefused, check, rewrite
 from scheduler.log.segment import Segment
 
 LOG = LogConfig(segment_max_bytes=8 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
@@ -41,9 +41,8 @@ async def test_the_segments_own_records_mend_it(tmp_path: Path) -> None:
     damaged = bytearray(good)
     damaged[len(damaged) // 2] ^= 0x10
     Path(seg.path).write_bytes(bytes(damaged))
-    replace(seg, good)
+    rewrite(seg, good)
     assert Path(seg.path).read_bytes() == good
-    assert not Path(seg.path + ".mend").exists()
     assert [e.event_id for e in log.read(seg.first_id, seg.last_id)] == list(
         range(seg.first_id, seg.last_id + 1)
     )
@@ -61,6 +60,23 @@ async def test_records_that_are_not_the_segment_are_refused(tmp_path: Path) -> N
     bad = bytearray(good)
     bad[100] ^= 0x01
     with pytest.raises(MendRefused, match="damaged too"):
-        replace(seg, bytes(bad))
+        rewrite(seg, bytes(bad))
     assert Path(seg.path).read_bytes() == good, "a refused mend leaves the file as it was"
+    await log.close()
+
+
+async def test_the_segment_being_written_is_mended_up_to_its_durable_size(tmp_path: Path) -> None:
+    log = await _log(tmp_path / "a")
+    live = log.segments[-1]
+    frozen = Segment(live.first_id, live.path, live.size, live.last_id)
+    good = Path(live.path).read_bytes()[: frozen.size]
+    with open(live.path, "r+b") as f:
+        f.seek(10)
+        f.write(b"\xff\xff")
+    it = etl_history(1, seed=9, concurrency=1)
+    await log.append_many(list(itertools.islice(it, 3)))  # it grows meanwhile
+    grown = Path(live.path).read_bytes()
+    rewrite(frozen, good)
+    assert Path(live.path).read_bytes() == good + grown[frozen.size :]
+    assert [e.event_id for e in log.read(live.first_id)][-1] == log.durable_id
     await log.close()
