@@ -53,8 +53,11 @@ netns-tools:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		iproute2 iptables >/dev/null; }
 
+# Each checkout's own temporary directory: pytest's default (/tmp/pytest-of-$USER) keeps
+# the last three runs of anyone's, so a run in another checkout deleted the data
+# directories of this run's live nodes.
 unit: setup chromium netns-tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp
 
 # The Prometheus alert rules and their unit tests (promtool comes from Debian's prometheus).
 alerts-test:
