@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 
 from scheduler.archive import Chunk, merge_chunks, merge_files
 
@@ -73,11 +74,14 @@ def warm() -> Future[int]:
 
 
 def pids() -> set[int]:
-    """The merge processes running now (a node stopping leaves them to end by themselves)."""
+    """The merge processes running now, and the resource tracker that spawning them
+    started (a node stopping leaves them to end by themselves: killing the tracker
+    made every stop log its KeyError tracebacks)."""
     with _lock:
         pool = _pool
     procs = getattr(pool, "_processes", None) or {}
-    return set(procs)
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    return set(procs) | ({tracker} if isinstance(tracker, int) else set())
 
 
 def _drop(pool: ProcessPoolExecutor) -> None:

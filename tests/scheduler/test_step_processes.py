@@ -86,3 +86,17 @@ def test_a_guarded_subprocess_of_a_python_step_dies_with_a_sigkilled_node(
         assert _gone(child), "the guarded subprocess outlived its SIGKILLed node"
     finally:
         node.stop(signal.SIGKILL)
+
+
+def test_a_node_stopping_leaves_its_own_helper_processes_alone(tmp_path: Path) -> None:
+    """The stop's sweep of leftover step processes also killed the resource tracker
+    that the merge processes' spawn started: every stop logged "killed 1 process(es)
+    the steps left behind" (none had) and the tracker's KeyError tracebacks."""
+    node = start_node(tmp_path / "d")
+    with SyncClient(node.address) as c:
+        c.wait(c.submit("etl", {"step_seconds": 0}).task_id)
+    assert node.stop() == 0
+    assert node.proc.stdout is not None
+    out = "".join(node.lines) + node.proc.stdout.read()
+    assert "left behind" not in out
+    assert "resource_tracker" not in out and "Traceback" not in out
