@@ -28,7 +28,7 @@ from scheduler.errors import ApolloError, StaleTermError
 from scheduler.identity import ForeignClusterError
 
 if TYPE_CHECKING:
-    from scheduler.node import Node
+    from replicator.ports import StandbySide
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Follower:
     """Follows one primary address until cancelled."""
 
     def __init__(
-        self, node: Node, leader_address: str, leader_term: int, *, leader_id: str = ""
+        self, node: StandbySide, leader_address: str, leader_term: int, *, leader_id: str = ""
     ) -> None:
         self.node = node
         self.address = leader_address

@@ -23,14 +23,14 @@ from scheduler.errors import ApolloError, LogError
 from scheduler.log.record import check_record
 
 if TYPE_CHECKING:
-    from scheduler.node import Node
+    from replicator.ports import Member
 
 CHUNK_BYTES = 1 << 20  # records per message, about
 FETCH_TIMEOUT_S = 60.0
 
 
 async def serve(
-    node: Node, request: rpb.ReadRecordsRequest, context: grpc.aio.ServicerContext
+    node: Member, request: rpb.ReadRecordsRequest, context: grpc.aio.ServicerContext
 ) -> AsyncIterator[rpb.Records]:
     first, last = request.first_event_id, request.last_event_id
     if request.cluster_id and node.cluster_id and request.cluster_id != node.cluster_id:
@@ -84,7 +84,7 @@ def _trim(data: bytes, first_id: int, last_id: int, want_last: int) -> tuple[byt
     return data[:off], want_last
 
 
-async def fetch(node: Node, address: str, peer_id: str, first: int, last: int) -> bytes:
+async def fetch(node: Member, address: str, peer_id: str, first: int, last: int) -> bytes:
     """Events first..last from the member at `address`, whole records concatenated."""
     out: list[bytes] = []
     expect = first

@@ -51,8 +51,8 @@ from lease import (
     World,
 )
 from replicator import records
+from replicator.hub import ReplicationHub, ReplicationTimeout
 from replicator.receiver import Follower
-from replicator.sender import ReplicationHub, ReplicationTimeout
 from scheduler import guard, identity, merger, metrics, repair, scrub
 from scheduler.api.server import ApiServer
 from scheduler.archive import Archive

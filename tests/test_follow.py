@@ -15,7 +15,8 @@ import pytest
 from apollo11.v1 import replication_pb2 as rpb
 
 from replicator import sender
-from replicator.sender import ReplicationHub, ReplicationService
+from replicator.hub import ReplicationHub
+from replicator.sender import ReplicationService
 from scheduler.log import EventType, FsyncPolicy, LogConfig
 from scheduler.store import Store, StoreConfig
 from tests.logs import hold_writes

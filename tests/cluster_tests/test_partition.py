@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lease.local_etcd import LocalEtcd
-from replicator.sender import STANDBY_SILENCE_S
+from replicator.hub import STANDBY_SILENCE_S
 from scheduler.log import EventType
 from tests import netns
 from tests.cluster import TTL, Cluster, Member, segment_digest, stubborn_client
