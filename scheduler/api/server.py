@@ -49,8 +49,8 @@ from scheduler.shell import SHELL_WORKFLOW
 from scheduler.store import Store
 
 if TYPE_CHECKING:
+    from scheduler.api.ports import NodeView
     from scheduler.config import NodeSettings
-    from scheduler.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def _json(text: str, name: str, limit: int) -> Any:
 class SchedulerService(pbg.SchedulerServicer):
     def __init__(
         self,
-        node: Node,
+        node: NodeView,
         watchers: Watchers,
         watch_slots: WatchSlots,
         admission: Admission,
@@ -427,7 +427,7 @@ class SchedulerService(pbg.SchedulerServicer):
 
 
 class ClusterService(pbg.ClusterServicer):
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeView) -> None:
         self.node = node
 
     @rpc
@@ -501,7 +501,7 @@ class ApiServer:
     it, replication shares the public port (loopback clusters).
     """
 
-    def __init__(self, node: Node, principals: Principals | None = None) -> None:
+    def __init__(self, node: NodeView, principals: Principals | None = None) -> None:
         self.node = node
         s = node.settings
         self.watchers = Watchers()

@@ -31,7 +31,7 @@ from scheduler.web.guard import Gate, LoginRequired, Refused, Viewer
 from scheduler.web.login import add_login
 
 if TYPE_CHECKING:
-    from scheduler.node import Node
+    from scheduler.api.ports import NodeView
 
 HERE = os.path.dirname(__file__)
 LIST_LIMIT = 200
@@ -55,7 +55,7 @@ def make_env() -> Environment:
     return env
 
 
-def add_pages(app: FastAPI, node: Node, gate: Gate) -> None:
+def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     env = make_env()
     # Open to all: the login page needs it, and it is the same for everyone.
     app.mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static")
@@ -285,7 +285,7 @@ def _default_display() -> str:
 
 
 async def _perform(
-    node: Node,
+    node: NodeView,
     viewer: Viewer,
     task_id: str,
     action: str,

@@ -22,7 +22,7 @@ from scheduler.web.guard import Gate, Refused, allowed_hosts
 from scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
-    from scheduler.node import Node
+    from scheduler.api.ports import NodeView
 
 # On every response: no page of ours in another site's frame (clickjacking an
 # action's confirmation), no content-type guessing, no task URL in a Referer.
@@ -47,7 +47,7 @@ class _Server(uvicorn.Server):
         yield  # the node handles SIGTERM/SIGINT itself
 
 
-def make_app(node: Node) -> FastAPI:
+def make_app(node: NodeView) -> FastAPI:
     app = FastAPI(title="Apollo-11", docs_url=None, redoc_url=None, openapi_url=None)
     s = node.settings
     gate = Gate(
@@ -100,7 +100,7 @@ def make_app(node: Node) -> FastAPI:
 
 
 class HttpServer:
-    def __init__(self, node: Node, listen: str) -> None:
+    def __init__(self, node: NodeView, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         self.app = make_app(node)
         s = node.settings

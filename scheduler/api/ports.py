@@ -1,0 +1,41 @@
+"""What the API and the web pages may read and do on their node, and nothing more.
+
+`scheduler.node.Node` satisfies it structurally; the API and the web never import
+the node (which builds them), so the node can be replaced by anything of this
+shape in a test. Replication's needs are replicator/ports.py's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from replicator.ports import PrimarySide
+
+if TYPE_CHECKING:
+    from lease import LeaderInfo
+    from scheduler.engine import Engine
+    from scheduler.errors import ApolloError
+    from scheduler.replay import TaskState
+    from scheduler.security import Principals
+
+
+class NodeView(PrimarySide, Protocol):
+    @property
+    def engine(self) -> Engine | None:
+        """Present, and `leading`, only on the primary: every write goes through it."""
+
+    @property
+    def leader(self) -> LeaderInfo | None: ...
+
+    @property
+    def principals(self) -> Principals | None: ...
+
+    def not_leader(self) -> ApolloError:
+        """The error for a write this node cannot take now (where to go instead)."""
+
+    def durable_id(self) -> int: ...
+
+    async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
+        """Time travel for one task."""
+
+    def status(self) -> dict[str, Any]: ...
