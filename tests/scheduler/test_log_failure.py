@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from scheduler import metrics
-from scheduler import node as node_module
 from scheduler.config import NodeSettings
 from scheduler.errors import LogFailedError
 from scheduler.log import FsyncPolicy, eventlog
 from scheduler.node import Node
+from scheduler.node import node as node_module
 
 
 async def _until(ok: Callable[[], bool], timeout: float = 5) -> None:

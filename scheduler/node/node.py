@@ -25,14 +25,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import faulthandler
 import gc
 import logging
 import math
 import os
-import resource
-import shutil
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -53,7 +49,7 @@ from lease import (
 from replicator import records
 from replicator.hub import ReplicationHub, ReplicationTimeout
 from replicator.receiver import Follower
-from scheduler import guard, identity, merger, metrics, repair, scrub
+from scheduler import identity, merger, metrics, repair, scrub
 from scheduler.api.server import ApiServer
 from scheduler.archive import Archive
 from scheduler.clock import Clock
@@ -72,20 +68,18 @@ from scheduler.errors import (
     SnapshotMismatchError,
 )
 from scheduler.log import EventType, LogConfig, mend
-from scheduler.log.datadir import DataDir, fsync_dir
-from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
-from scheduler.log.manifest import remove as remove_manifest
+from scheduler.log.datadir import DataDir
+from scheduler.log.eventlog import Position, cut_unsynced
 from scheduler.log.segment import Segment
-from scheduler.loop_errors import LoopErrorLog
+from scheduler.node import reshape
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.shell import SHELL_DISABLED
-from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
-from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from scheduler.store import NeedsFullReplay, Store, StoreConfig, state_at
 from scheduler.workflow import Registry
 
-log = logging.getLogger(__name__)
+# the node's log lines keep the name they had before the node became a package
+log = logging.getLogger("scheduler.node")
 
 CYCLE_S = 0.1  # how often the role loop reads the world
 PRIMARY_PUBLISH_S = 1.0  # how often a primary refreshes its own member record
@@ -1064,32 +1058,12 @@ class Node:
 
     async def cut_divergent_tail(self, keep_through: int, reason: str) -> str:
         """A deposed primary rejoining: move its divergent tail to quarantine."""
-
-        def change(data: DataDir) -> str:
-            name = f"diverged-after-{keep_through}-{int(time.time())}.log"
-            qpath = os.path.join(data.root, "quarantine", name)
-            # Snapshots that include the divergent events go first: a crash between the
-            # two steps must not leave a snapshot pointing past the end of the log.
-            _drop_snapshots_after(data, keep_through)
-            try:
-                n = cut_after(data.root, keep_through, qpath)
-            except NothingInCommonError:
-                _wipe(data)
-                return "nothing in common with the primary: cleared the log to catch up by snapshot"
-            return f"cut a divergent tail of {n} events after {keep_through} into {qpath}: {reason}"
-
-        return await self._reopen(change)
+        return await self._reopen(
+            lambda data: reshape.cut_divergent_tail(data, keep_through, reason)
+        )
 
     async def install_snapshot(self, staging: Path, watermark: int) -> str:
-        def change(data: DataDir) -> str:
-            _wipe(data)
-            for p in staging.iterdir():
-                os.replace(p, os.path.join(data.snapshot_dir, p.name))
-            fsync_dir(data.snapshot_dir)
-            shutil.rmtree(staging, ignore_errors=True)
-            return f"installed snapshot {watermark} from the primary"
-
-        return await self._reopen(change)
+        return await self._reopen(lambda data: reshape.install_snapshot(data, staging, watermark))
 
     # ---------------------------------------------------------- for the API
 
@@ -1270,90 +1244,6 @@ def _probe_writes(data_dir: str) -> None:
 def _reverse(node_id: str) -> tuple[int, ...]:
     """Sort key so that max() prefers the smallest node id on a tie."""
     return tuple(-ord(c) for c in node_id)
-
-
-def _wipe(data: DataDir) -> None:
-    # The manifest first: a crash part way must not leave it naming deleted segments.
-    remove_manifest(data.log_dir)
-    for d in (data.log_dir, data.snapshot_dir):
-        for name in os.listdir(d):
-            path = os.path.join(d, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-        fsync_dir(d)
-
-
-def _drop_snapshots_after(data: DataDir, keep_through: int) -> None:
-    for name in os.listdir(data.snapshot_dir):
-        if name.startswith(SNAPSHOT_PREFIX) and name.endswith(SNAPSHOT_SUFFIX):
-            mark = name[len(SNAPSHOT_PREFIX) : -len(SNAPSHOT_SUFFIX)]
-            if mark.isdigit() and int(mark) > keep_through:
-                os.unlink(os.path.join(data.snapshot_dir, name))
-    fsync_dir(data.snapshot_dir)
-
-
-async def serve(settings: NodeSettings) -> int:
-    """Run a node until SIGTERM or SIGINT; exit status 0 on a clean stop."""
-    # A fatal error (a crash in C code, an abort) leaves every thread's stack in the
-    # log instead of nothing: one primary died silently in a kill loop.
-    faulthandler.enable(all_threads=True)
-    asyncio.get_running_loop().set_exception_handler(LoopErrorLog())
-    log.info("%s", raise_open_files_limit())
-    node = Node(settings)
-    # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
-    # are reaped here, and killed when the node stops. Only the node process does this
-    # (not a Node in a test's process). Commands run under scheduler/guard.py die with
-    # the node even by SIGKILL; these orphans do not (README, "Step processes").
-    orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
-    print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
-    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
-    await stop.wait()
-    print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
-    if orphans is not None:
-        orphans.cancel()
-        killed = guard.kill_descendants(keep=merger.pids())
-        if killed:
-            log.warning("killed %d process(es) the steps left behind", killed)
-    return 0
-
-
-def raise_open_files_limit() -> str:
-    """Raise the soft RLIMIT_NOFILE to the hard limit: the sentence to log.
-
-    Every connection holds a file descriptor, and so does every log segment: with
-    the usual soft limit of 1024, idle connections ran a node out of them, and the
-    log then failed to open a segment (EMFILE), at start-up a crash."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    # unlimited is refused for NOFILE (the kernel caps it at fs.nr_open)
-    want = hard if hard != resource.RLIM_INFINITY else _NR_OPEN_DEFAULT
-    if soft != resource.RLIM_INFINITY and soft >= want:
-        return f"open files limit {soft}"
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    except (ValueError, OSError) as e:
-        return f"open files limit {soft}: could not raise it to {want}: {e}"
-    return f"open files limit raised from {soft} to {want}"
-
-
-_NR_OPEN_DEFAULT = 1 << 20
-
-
-async def _reap_orphans(period_s: float = 5.0) -> None:
-    zombies: dict[int, float] = {}
-    while True:
-        await asyncio.sleep(period_s)
-        with contextlib.suppress(OSError):
-            # in a thread: with a child ended, it reads /proc (ms of the loop's time)
-            n = await asyncio.to_thread(guard.reap_orphans, zombies, time.monotonic())
-            if n:
-                log.info("reaped %d ended process(es) a step left behind", n)
 
 
 async def _watch_loop_lag(

@@ -1,0 +1,12 @@
+"""A node: its store, lease, engine and servers, and its role in the cluster.
+
+`Node` (node.py) composes them and runs the role loop; `serve` (process.py) runs
+one node as a process. The other files are the node's parts: reshape.py (a
+closed store's files changed), the pure election rule and role decisions in
+role.py.
+"""
+
+from scheduler.node.node import FAILED, Node
+from scheduler.node.process import raise_open_files_limit, serve
+
+__all__ = ["FAILED", "Node", "raise_open_files_limit", "serve"]
