@@ -71,7 +71,8 @@ from scheduler.log import EventType, LogConfig, mend
 from scheduler.log.datadir import DataDir
 from scheduler.log.eventlog import Position, cut_unsynced
 from scheduler.log.segment import Segment
-from scheduler.node import reshape
+from scheduler.node import reshape, role
+from scheduler.node.role import FAILED
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.shell import SHELL_DISABLED
@@ -83,13 +84,11 @@ log = logging.getLogger("scheduler.node")
 
 CYCLE_S = 0.1  # how often the role loop reads the world
 PRIMARY_PUBLISH_S = 1.0  # how often a primary refreshes its own member record
-SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position
 LOG_WATCH_S = 0.05  # how often a node looks whether its event log failed (one attribute)
 LOG_RETRY_S = 1.0  # how often a node whose log failed tries to reopen it
 # Written and fsynced before a failed log is reopened: a disk that takes this takes
 # writes again (a smaller probe would reopen into the next ENOSPC at once).
 PROBE_BYTES = 1 << 20
-FAILED = "failed"  # the role of a node whose log refuses writes: it neither leads nor follows
 JOIN_RETRY_S = 1.0  # how often a starting node asks an unreachable etcd again
 
 
@@ -485,97 +484,69 @@ class Node:
         if foreign is not None:
             return foreign
         self._check_store(world)
-        if self._log_trouble is not None:
-            # Neither campaign nor follow: this log can take no event (_watch_log). The
-            # leader is remembered only to redirect writes to it.
-            self._leaderless_since = None
-            await self._stop_following()
-            leader = world.leader
-            self.leader = leader if leader and leader.node_id != self.settings.node_id else None
-            return (
-                f"not campaigning or following: the event log failed ({self._log_trouble}); "
-                f"retrying to reopen it every {LOG_RETRY_S:g}s"
-            )
-        me = self.settings.node_id
-        leader = world.leader
-        if leader is not None:
-            self.saw_term(leader.term)
-        if self.role == "primary":
-            mine = self.leader
-            if leader is None or mine is None or leader.term != mine.term:
-                return await self.demote("the leader key is gone or belongs to another term")
-            return f"primary: term {mine.term}, {len(self.hub.connected())} standby(s) connected"
-        if leader is not None and leader.term < self.known_term:
-            # etcd restored from an older backup: the key names a term already over
-            self._leaderless_since = None
-            self.leader = None
-            await self._stop_following()
-            return (
-                f"the leader key names {leader.node_id} at term {leader.term}, below term "
-                f"{self.known_term} this node knows: not following it; waiting for it to lapse"
-            )
-        if leader is not None and leader.node_id != me:
-            self._leaderless_since = None
-            self.leader = leader
-            await self._follow(leader)
-            assert self.store is not None
-            if self.repair is not None:
-                return await self._check_repaired(leader)
-            return (
-                f"standby: following {leader.node_id} (term {leader.term}) "
-                f"at event {self.store.log.durable_id}"
-            )
-        if leader is not None:
-            self._leaderless_since = None
-            return (
-                f"the leader key still names this node (term {leader.term}) from before a "
-                f"restart; waiting for its lease to lapse"
-            )
-        return await self._leaderless(world)
+        if world.leader is not None:
+            self.saw_term(world.leader.term)
+        move = role.decide(self._as_seen(now), world, log_retry_s=LOG_RETRY_S)
+        return await self._carry_out(move)
 
-    async def _leaderless(self, world: World) -> str:
+    def _as_seen(self, now: float) -> role.Me:
+        """This node as the role decision sees it (role.py), read once."""
+        since = self._leaderless_since
+        return role.Me(
+            record=self._me(),
+            role=self.role,
+            known_term=self.known_term,
+            holding=self.leader if self.role == "primary" else None,
+            log_trouble=self._log_trouble,
+            needs_through=self.repair.needs_through if self.repair is not None else None,
+            leaderless_for=None if since is None else now - since,
+            store_behind=self._store_behind,
+            store_behind_for=now - self._store_behind_since,
+            ttl_s=self.lease.ttl_s,
+        )
+
+    async def _carry_out(self, move: role.Move) -> str:
+        """Do what the decision says; the sentence to log."""
+        if not isinstance(move, role.Wait | role.Campaign):
+            self._leaderless_since = None
+        match move:
+            case role.StayPrimary(sentence):
+                return f"{sentence}, {len(self.hub.connected())} standby(s) connected"
+            case role.Demote(why):
+                return await self.demote(why)
+            case role.StandAside(sentence, redirect):
+                await self._stop_following()
+                self.leader = redirect
+                return sentence
+            case role.Follow(leader):
+                self.leader = leader
+                await self._follow(leader)
+                assert self.store is not None
+                if self.repair is not None:
+                    return await self._check_repaired(leader)
+                return (
+                    f"standby: following {leader.node_id} (term {leader.term}) "
+                    f"at event {self.store.log.durable_id}"
+                )
+            case role.Wait(sentence):
+                await self._become_leaderless()
+                return sentence
+            case role.Campaign(min_term):
+                await self._become_leaderless()
+                t0 = time.monotonic()
+                won = await self.lease.campaign(
+                    self.settings.node_id, self.address, min_term=min_term
+                )
+                if won is None:
+                    return "no leader: another node won the election"
+                return await self._promote(won, t0)
+        raise AssertionError(f"unknown move {move!r}")
+
+    async def _become_leaderless(self) -> None:
         self.leader = None
         await self._stop_following()
-        now = time.monotonic()
         if self._leaderless_since is None:
-            self._leaderless_since = now
-            return "no leader: published this node's position, waiting for the others'"
-        if now - self._leaderless_since < SETTLE_S:
-            return "no leader: waiting for every standby's final position"
-        if self._store_behind is not None and now - self._store_behind_since < self.lease.ttl_s:
-            # The restore dropped the leader key, not the old primary's belief in it: it
-            # fences itself within a TTL of its last renewal, which went to the lost etcd.
-            return (
-                f"no leader: {self._store_behind}; waiting one TTL ({self.lease.ttl_s:g}s) "
-                f"before campaigning, so that a primary of the old term has fenced itself"
-            )
-        if self.repair is not None:
-            return (
-                f"no leader: not campaigning while repairing (this node needs events "
-                f"through {self.repair.needs_through}, it holds {self._me().position})"
-            )
-        me = self._me()
-        # A member still marked primary with no leader key is the one that died (or is
-        # about to demote itself): it is not a candidate; nor is one whose log failed,
-        # nor one being refilled after damage (it may lack acknowledged events).
-        candidates = [
-            m for m in world.members.values() if m.role not in ("primary", FAILED, repair.REPAIRING)
-        ]
-        candidates = [m for m in candidates if m.node_id != me.node_id] + [me]
-        best = max(candidates, key=lambda m: (m.position, _reverse(m.node_id)))
-        if best.node_id != me.node_id:
-            return (
-                f"no leader: {best.node_id} is at {best.position}, ahead of this node at "
-                f"{me.position}; not campaigning"
-            )
-        t0 = time.monotonic()
-        # Above every term this node and the live members know: after etcd lost its
-        # data, its own term key would start again from nothing (lease/base.py).
-        min_term = max(self.known_term, world.highest_known_term())
-        won = await self.lease.campaign(me.node_id, self.address, min_term=min_term)
-        if won is None:
-            return "no leader: another node won the election"
-        return await self._promote(won, t0)
+            self._leaderless_since = time.monotonic()
 
     async def _check_repaired(self, leader: LeaderInfo) -> str:
         """A repairing standby is repaired once it holds every event it held before
@@ -1239,11 +1210,6 @@ def _probe_writes(data_dir: str) -> None:
     finally:
         os.close(fd)
         os.unlink(path)
-
-
-def _reverse(node_id: str) -> tuple[int, ...]:
-    """Sort key so that max() prefers the smallest node id on a tie."""
-    return tuple(-ord(c) for c in node_id)
 
 
 async def _watch_loop_lag(

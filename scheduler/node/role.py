@@ -1,0 +1,156 @@
+"""The role decision: given what this node knows of itself and the world it read
+once this cycle, what does it do? Pure: no lease, no store, no clock of its own.
+
+Patroni's HA cycle in two halves: `decide(me, world)` names the move as data,
+with the sentence the node logs; the node (node.py) carries it out. The
+election rule is `elect(me, world)`: among the members that may lead, the one
+furthest ahead (last term, then last event id), the smallest node id on a tie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lease import LeaderInfo, MemberInfo, World
+from scheduler.repair import REPAIRING
+
+FAILED = "failed"  # the role of a node whose log refuses writes: it neither leads nor follows
+SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position
+# A member in one of these roles never leads: one still marked primary with no leader
+# key is the one that died (or is about to demote itself), one whose log failed takes
+# no event, one being refilled may lack acknowledged events.
+NOT_CANDIDATES = ("primary", FAILED, REPAIRING)
+
+
+@dataclass(frozen=True, slots=True)
+class Me:
+    """This node, as the role loop sees it at the start of a cycle."""
+
+    record: MemberInfo  # what it just published (its position, its role)
+    role: str  # "primary", "standby", FAILED
+    known_term: int  # the highest term it has seen anywhere
+    holding: LeaderInfo | None  # the lease it won, while primary
+    log_trouble: str | None = None  # why its log refuses writes
+    needs_through: int | None = None  # while repairing: the event it must hold again
+    leaderless_for: float | None = None  # seconds since it first saw no leader (None: not)
+    store_behind: str | None = None  # etcd knows less than this node: why
+    store_behind_for: float = 0.0  # seconds since it noticed
+    ttl_s: float = 5.0
+
+
+# The moves. Each carries the sentence the node logs when it has carried it out
+# (a move that acts may log its own result instead: a promotion, a demotion).
+
+
+@dataclass(frozen=True, slots=True)
+class StayPrimary:
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Demote:
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    leader: LeaderInfo
+
+
+@dataclass(frozen=True, slots=True)
+class StandAside:
+    """Follow no one; `redirect` is the leader to send writes to (None: forget it)."""
+
+    sentence: str
+    redirect: LeaderInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """No leader: not campaigning this cycle (the node keeps counting its leaderless time)."""
+
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    min_term: int  # above every term this node and the live members know
+
+
+Move = StayPrimary | Demote | Follow | StandAside | Wait | Campaign
+
+
+def elect(me: MemberInfo, world: World) -> MemberInfo:
+    """The member that should lead now, if this node is one of the candidates."""
+    others = [
+        m
+        for m in world.members.values()
+        if m.role not in NOT_CANDIDATES and m.node_id != me.node_id
+    ]
+    return max([*others, me], key=lambda m: (m.position, _reverse(m.node_id)))
+
+
+def decide(me: Me, world: World, *, log_retry_s: float = 1.0) -> Move:
+    """One decision for one cycle (the cluster-id check comes before, in the node)."""
+    node_id = me.record.node_id
+    leader = world.leader
+    if me.log_trouble is not None:
+        # Neither campaign nor follow: this log can take no event. The leader is
+        # remembered only to redirect writes to it.
+        return StandAside(
+            f"not campaigning or following: the event log failed ({me.log_trouble}); "
+            f"retrying to reopen it every {log_retry_s:g}s",
+            redirect=leader if leader and leader.node_id != node_id else None,
+        )
+    if me.role == "primary":
+        mine = me.holding
+        if leader is None or mine is None or leader.term != mine.term:
+            return Demote("the leader key is gone or belongs to another term")
+        return StayPrimary(f"primary: term {mine.term}")
+    if leader is not None and leader.term < me.known_term:
+        # etcd restored from an older backup: the key names a term already over
+        return StandAside(
+            f"the leader key names {leader.node_id} at term {leader.term}, below term "
+            f"{me.known_term} this node knows: not following it; waiting for it to lapse"
+        )
+    if leader is not None and leader.node_id != node_id:
+        return Follow(leader)
+    if leader is not None:
+        return StandAside(
+            f"the leader key still names this node (term {leader.term}) from before a "
+            f"restart; waiting for its lease to lapse"
+        )
+    return _leaderless(me, world)
+
+
+def _leaderless(me: Me, world: World) -> Move:
+    if me.leaderless_for is None:
+        return Wait("no leader: published this node's position, waiting for the others'")
+    if me.leaderless_for < SETTLE_S:
+        return Wait("no leader: waiting for every standby's final position")
+    if me.store_behind is not None and me.store_behind_for < me.ttl_s:
+        # The restore dropped the leader key, not the old primary's belief in it: it
+        # fences itself within a TTL of its last renewal, which went to the lost etcd.
+        return Wait(
+            f"no leader: {me.store_behind}; waiting one TTL ({me.ttl_s:g}s) "
+            f"before campaigning, so that a primary of the old term has fenced itself"
+        )
+    if me.needs_through is not None:
+        return Wait(
+            f"no leader: not campaigning while repairing (this node needs events "
+            f"through {me.needs_through}, it holds {me.record.position})"
+        )
+    best = elect(me.record, world)
+    if best.node_id != me.record.node_id:
+        return Wait(
+            f"no leader: {best.node_id} is at {best.position}, ahead of this node at "
+            f"{me.record.position}; not campaigning"
+        )
+    # Above every term this node and the live members know: after etcd lost its
+    # data, its own term key would start again from nothing (lease/base.py).
+    return Campaign(max(me.known_term, world.highest_known_term()))
+
+
+def _reverse(node_id: str) -> tuple[int, ...]:
+    """Sort key so that max() prefers the smallest node id on a tie."""
+    return tuple(-ord(c) for c in node_id)
