@@ -72,6 +72,7 @@ from scheduler.log.datadir import DataDir
 from scheduler.log.eventlog import Position, cut_unsynced
 from scheduler.log.segment import Segment
 from scheduler.node import reshape, role
+from scheduler.node.fence import Fence
 from scheduler.node.role import FAILED
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
@@ -133,7 +134,6 @@ class Node:
         self._store_behind_since = 0.0  # monotonic time this node first saw that
         self.port = 0
         self.started_at = time.time()
-        self._renewed_at = 0.0  # monotonic time (taken before the request) of the last renewal
         self._tasks: list[asyncio.Task[None]] = []
         self._leaderless_since: float | None = None
         self._published_at = -1e9  # monotonic time of the last member record published
@@ -149,9 +149,7 @@ class Node:
             interval_s=settings.scrub_interval,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        ttl = settings.lease_ttl
-        # Fence well before etcd can expire the lease (it counts from after our renewal).
-        self.fence_after_s = ttl - max(0.5, ttl * 0.25)
+        self.fence = Fence(lambda: self.lease, settings.lease_ttl)
 
     @property
     def lease(self) -> Lease:
@@ -753,7 +751,7 @@ class Node:
             )
         t0 = time.perf_counter()
         await self._stop_following()
-        self._renewed_at = renewed_at
+        self.fence.arm(renewed_at)
         self.saw_term(won.term)
         log_ = self.store.log
         log_.term = won.term
@@ -770,8 +768,8 @@ class Node:
             payload={"node_id": self.settings.node_id, "address": self.address},
         )
         await self.engine.start()
-        self._spawn(self._keepalive(), "apollo11-keepalive")
-        self._spawn(self._watchdog(), "apollo11-watchdog")
+        self._spawn(self.fence.keepalive(self.demote), "apollo11-keepalive")
+        self._spawn(self.fence.watchdog(self.demote), "apollo11-watchdog")
         spent = time.perf_counter() - t0
         metrics.PROMOTION_SECONDS.observe(spent)
         metrics.LEADER_CHANGES.inc()
@@ -787,51 +785,16 @@ class Node:
             f"scheduling after {spent * 1000:.1f} ms"
         )
 
-    async def _keepalive(self) -> None:
-        """Renew every TTL/3. A renewal that etcd refuses means the lease is gone."""
-        period = self.lease.ttl_s / 3
-        while self.role == "primary":
-            t0 = time.monotonic()
-            try:
-                alive = await self.lease.renew()
-            except LeaseUnavailable as e:
-                metrics.LEASE_RENEWALS.labels("error").inc()
-                log.warning("lease renewal failed (will retry until the fence): %s", e)
-                await asyncio.sleep(min(0.2, period))
-                continue
-            if not alive:
-                metrics.LEASE_RENEWALS.labels("lost").inc()
-                log.error("%s", await self.demote("etcd says the lease is gone"))
-                return
-            metrics.LEASE_RENEWALS.labels("ok").inc()
-            self._renewed_at = t0
-            await asyncio.sleep(max(0.0, period - (time.monotonic() - t0)))
-
-    async def _watchdog(self) -> None:
-        """Fence before the lease can expire: the explicit branch for losing it."""
-        while self.role == "primary":
-            since = time.monotonic() - self._renewed_at
-            if since > self.fence_after_s:
-                log.error(
-                    "%s",
-                    await self.demote(
-                        f"the lease was not renewed for {since:.1f}s (TTL {self.lease.ttl_s:g}s)"
-                    ),
-                )
-                return
-            await asyncio.sleep(0.05)
-
     def lease_valid(self) -> bool:
-        """Sure to hold the lease now? What every acknowledgement and every attempt's
-        start checks: the watchdog polls, and a node resumed from a pause runs what was
-        ready (a step about to begin) before the watchdog's next look."""
-        return self.role == "primary" and time.monotonic() - self._renewed_at <= self.fence_after_s
+        """Sure to hold the lease now? (scheduler/node/fence.py)"""
+        return self.role == "primary" and self.fence.valid()
 
     async def demote(self, why: str, *, role: str = "standby") -> str:
         """Stop acting as primary at once: no more acks, no more steps."""
         if self.role != "primary":
             return f"already not primary ({why})"
         self.role = role
+        self.fence.disarm()
         self.leader = None
         metrics.ROLE.set(0)
         self.hub.fail_all(f"this node stopped being the primary: {why}")
@@ -1084,7 +1047,7 @@ class Node:
         leader = self.leader
         remaining = -1.0
         if self.role == "primary":
-            remaining = max(0.0, self.lease.ttl_s - (time.monotonic() - self._renewed_at))
+            remaining = self.fence.remaining_s()
         durable = store.log.durable_id
         members: dict[str, dict[str, Any]] = {}
         world = self.world
@@ -1149,6 +1112,7 @@ class Node:
             drained = await self.engine.drain(within_s=self.settings.drain_timeout)
             await self.engine.stop()
         self.role = "stopped"
+        self.fence.disarm()
         metrics.ROLE.set(0)
         for t in self._tasks:
             t.cancel()

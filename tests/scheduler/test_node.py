@@ -41,7 +41,7 @@ async def test_a_primary_paused_between_commit_and_start_does_not_begin_the_atte
         await commit(event_id)
         (event,) = node.store.log.read(event_id, event_id)  # type: ignore[union-attr]
         if event.event_type is EventType.STEP_STARTED:
-            node._renewed_at = time.monotonic() - 1000  # as if stopped for 1000 s just now
+            node.fence.renewed_at = time.monotonic() - 1000  # as if stopped for 1000 s just now
 
     node.engine._commit = paused_after_commit
     sub = await node.engine.submit("once")
