@@ -63,6 +63,8 @@ MAX_EVENTS = 10_000
 MAX_SUBMIT_BATCH = 1000
 DEFAULT_EVENTS = 100
 WATCH_PAGE = 256  # events of a task's history read between two turns of the event loop
+# How often a quiet WatchTask stream looks whether its credential was revoked.
+WATCH_RECHECK_S = 2.0
 
 R = TypeVar("R")
 
@@ -346,6 +348,7 @@ class SchedulerService(pbg.SchedulerServicer):
         context.add_done_callback(lambda _: self.watch_slots.give_back())
         queue: asyncio.Queue[Event] = asyncio.Queue()
         self.watchers.add(task.task_id, queue)  # before reading history: no gap
+        caller = current_principal()
         try:
             last = 0
             async for past in self._task_events(task):
@@ -355,8 +358,19 @@ class SchedulerService(pbg.SchedulerServicer):
                 current = self._state.peek(task.task_id)
                 if current is None or current.quiescent:
                     return
-                new = await queue.get()
-                if new.event_id > last:
+                try:
+                    async with asyncio.timeout(WATCH_RECHECK_S):
+                        new = await queue.get()
+                except TimeoutError:
+                    new = None
+                principals = self.node.principals
+                if principals is not None and not principals.in_force(caller):
+                    await context.abort(
+                        grpc.StatusCode.UNAUTHENTICATED,
+                        f"the credential of {caller.name!r} this stream was opened with was "
+                        f"revoked (tokens file reloaded)",
+                    )
+                if new is not None and new.event_id > last:
                     yield codec.event_to_pb(new)
                     last = new.event_id
         finally:

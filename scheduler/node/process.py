@@ -24,21 +24,23 @@ async def serve(settings: NodeSettings) -> int:
     # A fatal error (a crash in C code, an abort) leaves every thread's stack in the
     # log instead of nothing: one primary died silently in a kill loop.
     faulthandler.enable(all_threads=True)
-    asyncio.get_running_loop().set_exception_handler(LoopErrorLog())
-    log.info("%s", raise_open_files_limit())
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(LoopErrorLog())
     node = Node(settings)
+    # The handlers before anything else: a SIGHUP (a tokens reload) sent as the node
+    # came up, before they were installed, killed it (the default action).
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
+    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
+    log.info("%s", raise_open_files_limit())
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
     # (not a Node in a test's process). Commands run under scheduler/guard.py die with
     # the node even by SIGKILL; these orphans do not (README, "Step processes").
     orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
     print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
-    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
     if orphans is not None:

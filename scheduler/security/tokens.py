@@ -93,6 +93,7 @@ class Principals:
         self.path = path
         self._by_hash: dict[str, Principal] = {}
         self._by_cert: dict[str, Principal] = {}
+        self._live: set[int] = set()
         self.load()
 
     def load(self) -> int:
@@ -110,14 +111,28 @@ class Principals:
                 f" that would refuse every caller; to revoke every token, restart the"
                 f" node with the empty file"
             )
-        by_hash, by_cert = {}, {}
+        by_hash: dict[str, Principal] = {}
+        by_cert: dict[str, Principal] = {}
         for entry in entries:
+            # An entry that stays keeps its Principal object: a stream opened with it
+            # stays in force, and one whose entry went is found by in_force().
             if entry.secret == "cert":
-                by_cert[entry.name] = Principal(entry.name, entry.role, "certificate")
+                p = Principal(entry.name, entry.role, "certificate")
+                by_cert[entry.name] = _same(self._by_cert.get(entry.name), p)
             else:
-                by_hash[entry.secret] = Principal(entry.name, entry.role, "token")
+                p = Principal(entry.name, entry.role, "token")
+                by_hash[entry.secret] = _same(self._by_hash.get(entry.secret), p)
         self._by_hash, self._by_cert = by_hash, by_cert
+        self._live = {id(p) for p in (*by_hash.values(), *by_cert.values())}
         return len(entries)
+
+    def in_force(self, principal: Principal) -> bool:
+        """Is the entry a call was authenticated by still in the file? (A long stream
+        checks this: a revoked token ends the streams it opened, not only new calls.)
+        Principals not from this file (peer certificates, anonymous) always are."""
+        if principal.via not in ("token", "certificate"):
+            return True
+        return id(principal) in self._live
 
     def reload(self) -> str:
         """For SIGHUP: the sentence to log."""
@@ -167,3 +182,7 @@ def revoke(path: Path, name: str) -> int:
 
 def list_entries(path: Path) -> list[Entry]:
     return parse(path.read_text(), str(path))
+
+
+def _same(old: Principal | None, new: Principal) -> Principal:
+    return old if old == new else new

@@ -100,3 +100,35 @@ def test_a_node_stopping_leaves_its_own_helper_processes_alone(tmp_path: Path) -
     out = "".join(node.lines) + node.proc.stdout.read()
     assert "left behind" not in out
     assert "resource_tracker" not in out and "Traceback" not in out
+
+
+def test_a_sighup_while_the_node_starts_does_not_kill_it(tmp_path: Path) -> None:
+    """The signal handlers were installed after the ready line: a SIGHUP (a tokens
+    reload) sent while the node came up killed it (a test sending one right after
+    the ready line failed now and then with the node gone)."""
+    import subprocess
+
+    from tests.nodes import APOLLO11, ROOT
+
+    proc = subprocess.Popen(
+        [*APOLLO11, "node", "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "open files limit" in line:  # the node process is in serve(), starting
+                for _ in range(3):
+                    proc.send_signal(signal.SIGHUP)
+            if "serving on port" in line:
+                break
+        time.sleep(0.5)
+        assert proc.poll() is None, "".join(lines)
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -240,3 +240,42 @@ def test_a_replication_port_never_serves_the_log_open(tmp_path: Path) -> None:
     res = _node_cmd(tmp_path, "--peer-listen", "0.0.0.0:0")
     assert res.returncode != 0 and "refusing to start" in res.stderr, res.stderr
     assert "0.0.0.0:0" in res.stderr and "mutual TLS between nodes" in res.stderr
+
+
+def test_a_revoked_tokens_open_watch_stream_is_ended(tmp_path: Path) -> None:
+    """A token revoked (SIGHUP) was refused for new calls, but a WatchTask stream it
+    had opened went on delivering the task's events for as long as the task ran."""
+    import threading
+
+    pki = make_pki(tmp_path)
+    node = start_secure_node(tmp_path, pki)
+    try:
+        dave = create_token(pki.tokens_file, "dave", Role.READER)
+        node.proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        with _client(node, pki, pki.tokens["submitter"]) as c:
+            task_id = c.submit("etl", {"step_seconds": 120}).task_id
+        outcome: list[object] = []
+        opened = threading.Event()
+
+        def watch() -> None:
+            try:
+                with _client(node, pki, dave) as c:
+                    for _ in c.watch(task_id):
+                        opened.set()
+                outcome.append("ended")
+            except ApiError as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        assert opened.wait(20), "the stream delivered nothing"
+        assert revoke(pki.tokens_file, "dave") == 1
+        node.proc.send_signal(signal.SIGHUP)
+        t.join(30)
+        assert outcome, "the revoked token's stream is still open"
+        err = outcome[0]
+        assert isinstance(err, ApiError) and err.code is grpc.StatusCode.UNAUTHENTICATED
+        assert "revoked" in str(err)
+    finally:
+        node.stop()
