@@ -1,0 +1,6 @@
+"""The gRPC API: server.py, codec.py (records -> messages), wire.py (what both ends share).
+
+No imports here on purpose: the client imports `scheduler.api.wire`, and a face
+that loaded the server would load the engine and the store into every
+application that embeds the client (tests/scheduler/client/test_imports.py).
+"""

@@ -27,7 +27,7 @@ keepalive both ways:
 No maximum connection age: it would cut replication and watch streams, which
 live as long as the connection does.
 
-The Python client (CLIENT_OPTIONS) pings every CLIENT_KEEPALIVE_TIME_MS, only
+The Python client (`scheduler.client`'s CLIENT_OPTIONS) pings every 30 s, only
 while it has calls open, so that a watch on a primary that went away fails over
 instead of waiting forever; that is well within what the server permits (a
 test checks). The standby's replication channel needs no keepalive: the primary
@@ -51,16 +51,6 @@ MIN_PING_INTERVAL_MS = 10_000
 MAX_PING_STRIKES = 2
 MAX_CONNECTION_IDLE_MS = 10 * 60_000
 HANDSHAKE_TIMEOUT_MS = 10_000
-
-CLIENT_KEEPALIVE_TIME_MS = 30_000
-CLIENT_KEEPALIVE_TIMEOUT_MS = 10_000
-CLIENT_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.keepalive_time_ms", CLIENT_KEEPALIVE_TIME_MS),
-    ("grpc.keepalive_timeout_ms", CLIENT_KEEPALIVE_TIMEOUT_MS),
-    ("grpc.keepalive_permit_without_calls", 0),  # the server would count those as strikes
-    # gRPC otherwise stops pinging after 2 pings without data: a quiet watch is the case
-    ("grpc.http2.max_pings_without_data", 0),
-]
 
 
 def server_options(settings: NodeSettings) -> list[tuple[str, int]]:

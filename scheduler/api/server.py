@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from scheduler.api import codec
 from scheduler.api.decode import Undecodable, add_service
 from scheduler.api.limits import Admission, WatchSlots, server_options
+from scheduler.api.wire import LEADER_METADATA
 from scheduler.engine import SubmitItem
 from scheduler.errors import (
     ApolloError,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LEADER_METADATA = "apollo11-leader"
 MAX_ID = 256
 MAX_REASON = 1024
 MAX_PAGE = 1000

@@ -5,17 +5,52 @@ tokens.py       the principals file (token hashes, certificate names), SIGHUP re
 interceptor.py  the one interceptor that authenticates and authorizes every RPC
 tls.py          PEM files and gRPC credentials (public port, peer port)
 protect.py      protected mode: what a node refuses to start without
+
+The names below load their module on first use, not with the package: the
+client makes its channel credentials with tls.py (which imports only grpc) and
+must not load the server's interceptor and principals file along with it.
 """
 
-from scheduler.security.interceptor import (
-    Authenticator,
-    AuthInterceptor,
-    Refused,
-    authorize,
-    current_principal,
-)
-from scheduler.security.roles import ANONYMOUS, METHOD_ROLES, OPEN_METHODS, Principal, Role
-from scheduler.security.tokens import Principals, create_token
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_HOME = {
+    "ANONYMOUS": "roles",
+    "METHOD_ROLES": "roles",
+    "OPEN_METHODS": "roles",
+    "Principal": "roles",
+    "Role": "roles",
+    "AuthInterceptor": "interceptor",
+    "Authenticator": "interceptor",
+    "Refused": "interceptor",
+    "authorize": "interceptor",
+    "current_principal": "interceptor",
+    "Principals": "tokens",
+    "create_token": "tokens",
+}
+
+if TYPE_CHECKING:
+    from scheduler.security.interceptor import (
+        Authenticator,
+        AuthInterceptor,
+        Refused,
+        authorize,
+        current_principal,
+    )
+    from scheduler.security.roles import ANONYMOUS, METHOD_ROLES, OPEN_METHODS, Principal, Role
+    from scheduler.security.tokens import Principals, create_token
+else:
+
+    def __getattr__(name: str) -> object:
+        home = _HOME.get(name)
+        if home is None:  # also how `from scheduler.security import tokens` finds a module
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+        globals()[name] = value
+        return value
+
 
 __all__ = [
     "ANONYMOUS",

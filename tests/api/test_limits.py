@@ -15,6 +15,7 @@ from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 from scheduler.api import limits
 from scheduler.client import Client
+from scheduler.client._connection import CLIENT_OPTIONS
 from scheduler.config import NodeSettings
 from scheduler.errors import ResourceExhaustedError
 from scheduler.log import FsyncPolicy
@@ -170,7 +171,7 @@ async def test_a_message_over_max_message_bytes_is_refused_by_grpc(node: Node) -
 
 
 def test_the_client_keepalive_is_within_what_the_server_permits() -> None:
-    client = dict(limits.CLIENT_OPTIONS)
+    client = dict(CLIENT_OPTIONS)
     assert client["grpc.keepalive_time_ms"] >= 2 * limits.MIN_PING_INTERVAL_MS
     assert client["grpc.keepalive_permit_without_calls"] == 0
     server = dict(limits.server_options(NodeSettings(data_dir=Path("/nonexistent"))))

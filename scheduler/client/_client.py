@@ -1,21 +1,8 @@
-"""The Python client: typed, async (`Client`) and sync (`SyncClient`).
-
-    async with Client(["node-1:7411", "node-2:7411", "node-3:7411"]) as c:
-        sub = await c.submit("etl", {"step_seconds": 1})
-        async for event in c.watch(sub.task_id):
-            print(event.event_type, event.step_name)
-
-It follows the primary: a write that lands on a standby comes back
-FAILED_PRECONDITION with the primary's address, and the client retries it
-there. Calls that are safe to repeat (reads, and submissions, which always
-carry an idempotency key: one is generated when you give none) are retried
-with capped backoff on UNAVAILABLE, moving to the next endpoint.
-"""
+"""Client and SyncClient: calls that follow the primary and retry what is safe."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import threading
 import uuid
@@ -27,107 +14,19 @@ import grpc
 import orjson
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
-from scheduler.api import codec
-from scheduler.api.limits import CLIENT_OPTIONS
-from scheduler.api.server import LEADER_METADATA
-from scheduler.api.views import EventView, Page, StatusView, Submission, TaskView
-from scheduler.errors import (
-    ApolloError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-    NotFoundError,
-    NotLeaderError,
-    ResourceExhaustedError,
+from scheduler.client import _convert as convert
+from scheduler.client import _requests as build
+from scheduler.client._connection import (
+    CLIENT_OPTIONS,
+    channel_credentials_for,
+    endpoints_from,
+    token_from_env,
 )
+from scheduler.client._errors import UnavailableError, translate
+from scheduler.client._views import EventView, Page, StatusView, Submission, TaskView
+from scheduler.errors import ApolloError, NotLeaderError
 
 T = TypeVar("T")
-DEFAULT_SERVER = "127.0.0.1:7411"
-
-
-class UnavailableError(ApolloError):
-    """No node could serve the call (after retries)."""
-
-
-class ApiError(ApolloError):
-    """Any other error status from the server."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-
-
-def _read(path: str | Path | None, what: str) -> bytes | None:
-    if path is None or str(path) == "":
-        return None
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise InvalidArgumentError(f"{what} {path}: {e.strerror}") from None
-
-
-def channel_credentials_for(
-    ca: str | Path | None, cert: str | Path | None, key: str | Path | None, tls: bool | None
-) -> grpc.ChannelCredentials | None:
-    ca = ca or os.environ.get("APOLLO11_CA")
-    cert = cert or os.environ.get("APOLLO11_CERT")
-    key = key or os.environ.get("APOLLO11_KEY")
-    if tls is None:
-        tls = os.environ.get("APOLLO11_TLS", "") not in ("", "0", "false")
-    if not (ca or cert or tls):
-        return None
-    if bool(cert) != bool(key):
-        raise InvalidArgumentError("a client certificate needs its key, and a key its certificate")
-    return grpc.ssl_channel_credentials(
-        root_certificates=_read(ca, "--ca"),
-        private_key=_read(key, "--key"),
-        certificate_chain=_read(cert, "--cert"),
-    )
-
-
-def _token_from_env() -> str | None:
-    token = os.environ.get("APOLLO11_TOKEN")
-    if token:
-        return token.strip()
-    path = os.environ.get("APOLLO11_TOKEN_FILE")
-    if path:
-        raw = _read(path, "APOLLO11_TOKEN_FILE")
-        return None if raw is None else raw.decode().strip()
-    return None
-
-
-def endpoints_from(spec: str | Sequence[str] | None) -> list[str]:
-    """`a:1,b:2`, a list, or APOLLO11_SERVER, or the default."""
-    if spec is None:
-        spec = os.environ.get("APOLLO11_SERVER", DEFAULT_SERVER)
-    parts = spec.split(",") if isinstance(spec, str) else list(spec)
-    eps = [p.strip() for p in parts if p.strip()]
-    if not eps:
-        raise InvalidArgumentError("no server given: use --server HOST:PORT or APOLLO11_SERVER")
-    return eps
-
-
-def _leader_from(err: grpc.aio.AioRpcError) -> str | None:
-    for key, value in err.trailing_metadata() or ():
-        if key == LEADER_METADATA:
-            return str(value)
-    return None
-
-
-def _translate(err: grpc.aio.AioRpcError) -> ApolloError:
-    code, msg = err.code(), err.details() or ""
-    if code is grpc.StatusCode.NOT_FOUND:
-        return NotFoundError(msg)
-    if code is grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidArgumentError(msg)
-    if code is grpc.StatusCode.FAILED_PRECONDITION:
-        leader = _leader_from(err)
-        return NotLeaderError(msg, leader=leader) if leader else FailedPreconditionError(msg)
-    if code is grpc.StatusCode.UNAVAILABLE:
-        return UnavailableError(msg)
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        # not retried: a node at its limit (or a message over it) is not helped by more
-        return ResourceExhaustedError(msg)
-    return ApiError(code, msg)
 
 
 class Client:
@@ -152,7 +51,7 @@ class Client:
         a certificate is given, or `tls` (the system's roots then)."""
         self.endpoints = endpoints_from(endpoints)
         self._credentials = channel_credentials_for(ca, cert, key, tls)
-        token = token or _token_from_env()
+        token = token or token_from_env()
         self._metadata = None if not token else (("authorization", f"Bearer {token}"),)
         self.timeout_s = timeout_s
         self.retries = retries
@@ -233,7 +132,7 @@ class Client:
                         self._primary = ep
                     return result
                 except grpc.aio.AioRpcError as err:
-                    last = _translate(err)
+                    last = translate(err)
                     if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
                         redirects += 1
                         self._primary = last.leader
@@ -271,9 +170,9 @@ class Client:
         version: int = 0,
     ) -> Submission:
         key = idempotency_key or f"client-{uuid.uuid4()}"  # makes the retry below safe
-        req = codec.submit_request(workflow, orjson.dumps(input).decode(), key, version)
+        req = build.submit_request(workflow, orjson.dumps(input).decode(), key, version)
         resp = await self._call("scheduler", "SubmitTask", req, write=True, retry=True)
-        return codec.submission_from_pb(resp)
+        return convert.submission_from_pb(resp)
 
     async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Submission]:
         """Submit many tasks in one call (at most 1000): one write, one fsync and one
@@ -284,42 +183,42 @@ class Client:
         for t in tasks:
             key = t.get("idempotency_key") or f"client-{uuid.uuid4()}"
             reqs.append(
-                codec.submit_request(
+                build.submit_request(
                     t["workflow"], orjson.dumps(t.get("input")).decode(), key, t.get("version", 0)
                 )
             )
-        req = codec.submit_many_request(reqs)
+        req = build.submit_many_request(reqs)
         resp = await self._call("scheduler", "SubmitTasks", req, write=True, retry=True)
-        return [codec.submission_from_pb(m) for m in resp.tasks]
+        return [convert.submission_from_pb(m) for m in resp.tasks]
 
     async def submit_shell(self, dag: Any, *, idempotency_key: str | None = None) -> Submission:
         key = idempotency_key or f"client-{uuid.uuid4()}"
-        req = codec.submit_shell_request(orjson.dumps(dag).decode(), key)
+        req = build.submit_shell_request(orjson.dumps(dag).decode(), key)
         resp = await self._call("scheduler", "SubmitShell", req, write=True, retry=True)
-        return codec.submission_from_pb(resp)
+        return convert.submission_from_pb(resp)
 
     # `operator` is a display name kept beside the authenticated principal (the node
     # records who the credential proves; it never takes a typed name instead).
     async def retry_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
-        req = codec.step_action_request(task_id, step, operator, reason)
+        req = build.step_action_request(task_id, step, operator, reason)
         resp = await self._call("scheduler", "RetryStep", req, write=True, retry=False)
         return int(resp.event_id)
 
     async def skip_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
-        req = codec.step_action_request(task_id, step, operator, reason)
+        req = build.step_action_request(task_id, step, operator, reason)
         resp = await self._call("scheduler", "SkipStep", req, write=True, retry=False)
         return int(resp.event_id)
 
     async def cancel(self, task_id: str, *, reason: str, operator: str = "") -> int:
-        req = codec.cancel_request(task_id, operator, reason)
+        req = build.cancel_request(task_id, operator, reason)
         resp = await self._call("scheduler", "CancelTask", req, write=True, retry=False)
         return int(resp.event_id)
 
     # --------------------------------------------------------------- reads
 
     async def task(self, task_id: str, *, as_of: int = 0) -> TaskView:
-        req = codec.get_task_request(task_id, as_of)
-        return codec.task_from_pb(
+        req = build.get_task_request(task_id, as_of)
+        return convert.task_from_pb(
             await self._call("scheduler", "GetTask", req, write=False, retry=True)
         )
 
@@ -331,8 +230,8 @@ class Client:
         page_size: int = 50,
         page_token: str = "",
     ) -> Page:
-        req = codec.list_request(state, workflow, page_size, page_token)
-        return codec.page_from_pb(
+        req = build.list_request(state, workflow, page_size, page_token)
+        return convert.page_from_pb(
             await self._call("scheduler", "ListTasks", req, write=False, retry=True)
         )
 
@@ -340,9 +239,9 @@ class Client:
         self, *, task_id: str = "", from_id: int = 0, to_id: int = 0, limit: int = 100
     ) -> tuple[list[EventView], int]:
         """A page of events and where the next page starts (0: no more)."""
-        req = codec.events_request(task_id, from_id, to_id, limit)
+        req = build.events_request(task_id, from_id, to_id, limit)
         resp = await self._call("scheduler", "GetEvents", req, write=False, retry=True)
-        return [codec.event_from_pb(e) for e in resp.events], int(resp.next_event_id)
+        return [convert.event_from_pb(e) for e in resp.events], int(resp.next_event_id)
 
     async def status(self) -> StatusView:
         """The cluster as the primary sees it (member lag and connections are the
@@ -351,20 +250,20 @@ class Client:
         for ep in self.endpoints:
             try:
                 resp = await self._stub("cluster", ep).GetStatus(
-                    codec.status_request(), timeout=self.timeout_s, metadata=self._metadata
+                    build.status_request(), timeout=self.timeout_s, metadata=self._metadata
                 )
             except grpc.aio.AioRpcError:
                 continue
-            view = codec.status_from_pb(resp)
+            view = convert.status_from_pb(resp)
             if view.role == "primary":
                 return view
             first = first or view
         if first is not None:
             return first
         resp = await self._call(
-            "cluster", "GetStatus", codec.status_request(), write=False, retry=True
+            "cluster", "GetStatus", build.status_request(), write=False, retry=True
         )
-        return codec.status_from_pb(resp)
+        return convert.status_from_pb(resp)
 
     async def watch(self, task_id: str) -> AsyncIterator[EventView]:
         """The task's events, past then live, until it finishes; resumes after a disconnect."""
@@ -376,9 +275,9 @@ class Client:
         while True:
             stub = self._stub("scheduler", eps[i % len(eps)])
             try:
-                watching = stub.WatchTask(codec.watch_request(task_id), metadata=self._metadata)
+                watching = stub.WatchTask(build.watch_request(task_id), metadata=self._metadata)
                 async for m in watching:
-                    ev = codec.event_from_pb(m)
+                    ev = convert.event_from_pb(m)
                     if ev.event_id > last:
                         last = ev.event_id
                         failures = 0
@@ -386,7 +285,7 @@ class Client:
                 return
             except grpc.aio.AioRpcError as err:
                 if err.code() is not grpc.StatusCode.UNAVAILABLE or failures >= self.retries:
-                    raise _translate(err) from None
+                    raise translate(err) from None
                 failures += 1
                 i += 1
                 await asyncio.sleep(delay)

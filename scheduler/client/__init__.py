@@ -1,0 +1,69 @@
+"""The Python client: typed, async (`Client`) and sync (`SyncClient`).
+
+    async with Client(["node-1:7411", "node-2:7411", "node-3:7411"]) as c:
+        sub = await c.submit("etl", {"step_seconds": 1})
+        async for event in c.watch(sub.task_id):
+            print(event.event_type, event.step_name)
+
+It follows the primary: a write that lands on a standby comes back
+FAILED_PRECONDITION with the primary's address, and the client retries it
+there. Calls that are safe to repeat (reads, and submissions, which always
+carry an idempotency key: one is generated when you give none) are retried
+with capped backoff on UNAVAILABLE, moving to the next endpoint.
+
+It imports no server module (`scheduler.api.wire` holds what both sides share)
+and registers no metric: tests/scheduler/client/test_imports.py checks both.
+
+_client.py      Client, SyncClient: follow the primary, retry what is safe
+_connection.py  endpoints, TLS, token and channel options, from arguments or APOLLO11_*
+_errors.py      a gRPC status -> one of the project's errors
+_convert.py     protobuf messages -> views
+_requests.py    the request messages
+_views.py       the typed results, and the JSON shapes the CLI prints
+"""
+
+from scheduler.client._client import Client, SyncClient
+from scheduler.client._connection import DEFAULT_SERVER, channel_credentials_for, endpoints_from
+from scheduler.client._errors import ApiError, UnavailableError
+from scheduler.client._views import (
+    EventView,
+    MemberView,
+    Page,
+    StatusView,
+    StepView,
+    Submission,
+    TaskSummaryView,
+    TaskView,
+)
+from scheduler.errors import (
+    ApolloError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotLeaderError,
+    ResourceExhaustedError,
+)
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "ApiError",
+    "ApolloError",
+    "Client",
+    "EventView",
+    "FailedPreconditionError",
+    "InvalidArgumentError",
+    "MemberView",
+    "NotFoundError",
+    "NotLeaderError",
+    "Page",
+    "ResourceExhaustedError",
+    "StatusView",
+    "StepView",
+    "Submission",
+    "SyncClient",
+    "TaskSummaryView",
+    "TaskView",
+    "UnavailableError",
+    "channel_credentials_for",
+    "endpoints_from",
+]

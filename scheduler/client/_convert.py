@@ -1,0 +1,157 @@
+"""Protobuf messages -> the client's views (frozen records, no generated types).
+
+The client's half of the conversion (`scheduler.api.codec` is the server's): it
+knows the messages and `scheduler.api.wire`'s enum names, not the node's state
+model, so an application that embeds the client loads none of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from apollo11.v1 import scheduler_pb2 as pb
+
+from scheduler.api import wire
+from scheduler.client._views import (
+    EventView,
+    MemberView,
+    Page,
+    StatusView,
+    StepView,
+    Submission,
+    TaskSummaryView,
+    TaskView,
+)
+
+
+def _loads(text: str) -> Any:
+    return orjson.loads(text) if text else None
+
+
+def _override_view(o: pb.Override, present: bool) -> dict[str, Any] | None:
+    if not present:
+        return None
+    view: dict[str, Any] = {
+        "action": o.action,
+        "operator": o.operator,
+        "reason": o.reason,
+        "event_id": o.event_id,
+    }
+    if o.shown_as:
+        view["as"] = o.shown_as
+    return view
+
+
+def task_from_pb(m: pb.Task) -> TaskView:
+    return TaskView(
+        task_id=m.task_id,
+        workflow=m.workflow,
+        version=m.version,
+        state=wire.TASK_STATE_NAME.get(m.state, "UNSPECIFIED"),
+        input=_loads(m.input_json),
+        steps=tuple(
+            StepView(
+                name=s.name,
+                state=wire.STEP_STATE_NAME.get(s.state, "UNSPECIFIED"),
+                attempt=s.attempt,
+                error=s.error or None,
+                result=_loads(s.result_json),
+                started_ms=s.started_ms or None,
+                finished_ms=s.finished_ms or None,
+                after=tuple(s.after),
+                final=s.final,
+                lost=s.lost,
+                compensations=s.compensations,
+                compensation_error=s.compensation_error or None,
+                owed=s.owed,
+                override=_override_view(s.override, s.HasField("override")),
+            )
+            for s in m.steps
+        ),
+        submitted_ms=m.submitted_ms,
+        updated_ms=m.updated_ms,
+        first_event_id=m.first_event_id,
+        last_event_id=m.last_event_id,
+        idempotency_key=m.idempotency_key or None,
+        cancelled=_override_view(m.cancelled, m.HasField("cancelled")),
+        anomalies=tuple(m.anomalies),
+        as_of_event_id=m.as_of_event_id,
+    )
+
+
+def event_from_pb(m: pb.Event) -> EventView:
+    return EventView(
+        event_id=m.event_id,
+        term=m.term,
+        instance_id=m.instance_id,
+        task_id=m.task_id,
+        step_name=m.step_name,
+        event_type=wire.EVENT_TYPE_NAME.get(m.event_type, "UNSPECIFIED"),
+        payload=_loads(m.payload_json),
+        timestamp_ms=m.timestamp_ms,
+        attempt=m.attempt,
+    )
+
+
+def page_from_pb(m: pb.ListTasksResponse) -> Page:
+    return Page(
+        tasks=tuple(
+            TaskSummaryView(
+                task_id=t.task_id,
+                workflow=t.workflow,
+                state=wire.TASK_STATE_NAME.get(t.state, "UNSPECIFIED"),
+                submitted_ms=t.submitted_ms,
+                updated_ms=t.updated_ms,
+                steps_done=t.steps_done,
+                steps_total=t.steps_total,
+            )
+            for t in m.tasks
+        ),
+        next_page_token=m.next_page_token,
+    )
+
+
+def status_from_pb(m: pb.ClusterStatus) -> StatusView:
+    return StatusView(
+        node_id=m.node_id,
+        role=m.role,
+        term=m.term,
+        leader=(
+            {"node_id": m.leader.node_id, "address": m.leader.address, "term": m.leader.term}
+            if m.HasField("leader")
+            else None
+        ),
+        lease=(
+            {"ttl_s": m.lease.ttl_s, "remaining_s": m.lease.remaining_s}
+            if m.HasField("lease")
+            else None
+        ),
+        members=tuple(
+            MemberView(
+                node_id=x.node_id,
+                role=x.role,
+                address=x.address,
+                last_event_id=x.last_event_id,
+                term=x.term,
+                lag_events=x.lag_events,
+                lag_ms=x.lag_ms,
+                connected=x.connected,
+                synchronous=x.synchronous,
+                ack_p50_ms=x.ack_p50_ms,
+                ack_p99_ms=x.ack_p99_ms,
+            )
+            for x in m.members
+        ),
+        last_event_id=m.last_event_id,
+        applied_event_id=m.applied_event_id,
+        recovery=m.recovery,
+        running_steps=m.running_steps,
+        active_tasks=m.active_tasks,
+        security=m.security,
+        notice=m.notice,
+    )
+
+
+def submission_from_pb(m: pb.SubmitTaskResponse) -> Submission:
+    return Submission(task_id=m.task_id, created=m.created, event_id=m.event_id)

@@ -1,0 +1,69 @@
+"""The request messages the client sends, built from plain arguments."""
+
+from __future__ import annotations
+
+from apollo11.v1 import scheduler_pb2 as pb
+
+from scheduler.api import wire
+from scheduler.errors import InvalidArgumentError
+
+
+def _task_state(name: str) -> pb.TaskState:
+    value = wire.TASK_STATE.get(name)
+    if not value:  # UNSPECIFIED is "no filter", said by passing no state
+        known = ", ".join(n for n, v in wire.TASK_STATE.items() if v)
+        raise InvalidArgumentError(f"state {name!r} is not a task state: one of {known}")
+    return value
+
+
+def submit_request(workflow: str, input_json: str, key: str, version: int) -> pb.SubmitTaskRequest:
+    return pb.SubmitTaskRequest(
+        workflow=workflow, input_json=input_json, idempotency_key=key, version=version
+    )
+
+
+def submit_many_request(items: list[pb.SubmitTaskRequest]) -> pb.SubmitTasksRequest:
+    return pb.SubmitTasksRequest(tasks=items)
+
+
+def submit_shell_request(dag_json: str, key: str) -> pb.SubmitShellRequest:
+    return pb.SubmitShellRequest(dag_json=dag_json, idempotency_key=key)
+
+
+def get_task_request(task_id: str, as_of: int) -> pb.GetTaskRequest:
+    return pb.GetTaskRequest(task_id=task_id, as_of_event_id=as_of)
+
+
+def list_request(
+    state: str | None, workflow: str, page_size: int, token: str
+) -> pb.ListTasksRequest:
+    return pb.ListTasksRequest(
+        state=_task_state(state) if state else pb.TASK_STATE_UNSPECIFIED,
+        workflow=workflow,
+        page_size=page_size,
+        page_token=token,
+    )
+
+
+def watch_request(task_id: str) -> pb.WatchTaskRequest:
+    return pb.WatchTaskRequest(task_id=task_id)
+
+
+def events_request(task_id: str, from_id: int, to_id: int, limit: int) -> pb.GetEventsRequest:
+    return pb.GetEventsRequest(
+        task_id=task_id, from_event_id=from_id, to_event_id=to_id, limit=limit
+    )
+
+
+def step_action_request(
+    task_id: str, step: str, operator: str, reason: str
+) -> pb.StepActionRequest:
+    return pb.StepActionRequest(task_id=task_id, step=step, operator=operator, reason=reason)
+
+
+def cancel_request(task_id: str, operator: str, reason: str) -> pb.CancelTaskRequest:
+    return pb.CancelTaskRequest(task_id=task_id, operator=operator, reason=reason)
+
+
+def status_request() -> pb.GetStatusRequest:
+    return pb.GetStatusRequest()
