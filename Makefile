@@ -32,6 +32,7 @@ proto: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check .
 
 format: setup
