@@ -322,9 +322,16 @@ def node(
         code = asyncio.run(serve(settings))
     except ApolloError as e:
         raise _fail(str(e)) from e
-    except Exception:
+    except (Exception, asyncio.CancelledError):
+        # CancelledError is no Exception: a stray cancel of the main task would end the
+        # node with a bare traceback and exit status 1, no line saying it stopped
         logging.getLogger("apollo11.node").critical("the node stopped on an error", exc_info=True)
         raise typer.Exit(70) from None
+    except SystemExit as e:  # sys.exit() from inside the loop: legal, but say who did it
+        logging.getLogger("apollo11.node").critical(
+            "the node stopped: SystemExit(%r) raised inside it", e.code, exc_info=True
+        )
+        raise
     raise typer.Exit(code)
 
 
@@ -994,7 +1001,7 @@ def bench_overload(
 ) -> None:
     """Overload: a node flooded at 2x the submits/s it accepts; its RSS every 10 s, the
     slope over the second half, every answer's code. Exits 1 if the node died or
-    answered anything but RESOURCE_EXHAUSTED / UNAVAILABLE."""
+    answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE."""
     from scheduler.bench import overload_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
 import threading
@@ -73,11 +74,16 @@ def warm() -> Future[int]:
 
 
 def pids() -> set[int]:
-    """The merge processes running now (a node stopping leaves them to end by themselves)."""
+    """The merge processes running now, and multiprocessing's resource tracker, which
+    the pool started (a node stopping leaves them to end by themselves). Killed with
+    the steps' leftovers, the tracker was started again by the pool's shutdown and
+    wrote a traceback for each of its semaphores into the log of every stop."""
     with _lock:
         pool = _pool
     procs = getattr(pool, "_processes", None) or {}
-    return set(procs)
+    # private, and stable since Python 3.8; without it the tracker is killed, as before
+    tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
+    return set(procs) | ({tracker} if pool is not None and tracker else set())
 
 
 def _drop(pool: ProcessPoolExecutor) -> None:

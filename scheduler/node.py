@@ -32,6 +32,7 @@ import os
 import resource
 import shutil
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -67,7 +68,7 @@ from scheduler.log import EventType, LogConfig
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, Position, cut_after, cut_unsynced
 from scheduler.log.manifest import remove as remove_manifest
-from scheduler.loop_errors import LoopErrorLog
+from scheduler.loop_errors import LoopErrorLog, thread_died
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.shell import SHELL_DISABLED
@@ -1165,6 +1166,7 @@ async def serve(settings: NodeSettings) -> int:
     # log instead of nothing: one primary died silently in a kill loop.
     faulthandler.enable(all_threads=True)
     asyncio.get_running_loop().set_exception_handler(LoopErrorLog())
+    threading.excepthook = thread_died
     log.info("%s", raise_open_files_limit())
     node = Node(settings)
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
