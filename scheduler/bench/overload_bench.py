@@ -53,12 +53,13 @@ STEP_SECONDS = 0.05  # the etl default: tasks finish, as they do in production
 CALL_TIMEOUT_S = 30.0  # a submission left waiting this long is a failure, not a refusal
 
 
-def rss_mb(pid: int) -> float:
-    """The resident set of `pid` in MB (VmRSS), or NaN once it is gone."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The resident set of `pid` in MB (VmRSS; VmHWM: its peak so far), or NaN once it
+    is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except (FileNotFoundError, ProcessLookupError):
         pass
@@ -296,6 +297,7 @@ def run(
                 active.append(_active_tasks(address))
                 progress(f"t={samples[-1][0]:g}s RSS {samples[-1][1]:,.0f} MB")
             flood = [p.result() for p in parts]
+        peak = rss_mb(proc.pid, "VmHWM")  # between samples too (a snapshot's buffers)
         alive = proc.poll() is None and _answers(address)
     finally:
         exit_code = proc.poll()
@@ -327,6 +329,7 @@ def run(
         "unexpected_messages": [m for part in flood for m in part["unexpected"]][:5],
         "rss_start_mb": round(rss0, 1),
         "rss_samples": samples,
+        "rss_peak_mb": round(peak, 1),
         "active_tasks": active,
         "rss_slope_second_half_mb_per_min": round(slope_mb_per_min(second_half), 2),
         "node_alive": alive,
@@ -366,5 +369,6 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"{r['rss_start_mb']:,.0f}; {series}",
         ),
         ("RSS slope over the second half", f"{r['rss_slope_second_half_mb_per_min']} MB/min"),
+        ("peak RSS (VmHWM)", f"{r['rss_peak_mb']:,.0f} MB"),
         ("node alive and answering", "yes" if r["node_alive"] else f"NO: {r['node_exit_code']}"),
     ]
