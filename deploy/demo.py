@@ -48,8 +48,7 @@ def main() -> int:
         say(f"submitted {TASKS} etl runs (five steps of {STEP_SECONDS}s each)")
         time.sleep(STEP_SECONDS * 2.5)
         killed_at = time.monotonic()
-        dev.procs[leader].send_signal(signal.SIGKILL)
-        dev.procs[leader].wait()
+        dev.kill(leader, signal.SIGKILL)
         say(f"kill -9 {leader}: the primary is gone mid-run, with steps running")
         new, s2 = dev.primary(exclude=leader)
         took = time.monotonic() - killed_at

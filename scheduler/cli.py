@@ -322,9 +322,16 @@ def node(
         code = asyncio.run(serve(settings))
     except ApolloError as e:
         raise _fail(str(e)) from e
-    except Exception:
+    except (Exception, asyncio.CancelledError):
+        # CancelledError is no Exception: a stray cancel of the main task would end the
+        # node with a bare traceback and exit status 1, no line saying it stopped
         logging.getLogger("apollo11.node").critical("the node stopped on an error", exc_info=True)
         raise typer.Exit(70) from None
+    except SystemExit as e:  # sys.exit() from inside the loop: legal, but say who did it
+        logging.getLogger("apollo11.node").critical(
+            "the node stopped: SystemExit(%r) raised inside it", e.code, exc_info=True
+        )
+        raise
     raise typer.Exit(code)
 
 
@@ -977,21 +984,51 @@ def bench_lag(
     _bench(run, failover_bench.lag_rows, "lag", quick, as_json, workdir)
 
 
-def _bench(
-    run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
+@bench_app.command("overload")
+def bench_overload(
+    duration: Annotated[
+        float | None, typer.Option("--duration", min=1, help="Seconds of flood (default 300).")
+    ] = None,
+    factor: Annotated[
+        float, typer.Option("--factor", min=1, help="The flood, as a multiple of capacity.")
+    ] = 2.0,
+    sample_every: Annotated[
+        float, typer.Option("--sample-every", min=1, help="Seconds between RSS samples.")
+    ] = 10.0,
+    quick: Annotated[bool, typer.Option("--quick", help="60 s of flood.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
+    """Overload: a node flooded at 2x the submits/s it accepts; its RSS every 10 s, the
+    slope over the second half, every answer's code. Exits 1 if the node died or
+    answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE."""
+    from scheduler.bench import overload_bench
+
+    def run(q: bool, w: str | None, progress: Any) -> Any:
+        return overload_bench.run(
+            q, w, progress, duration=duration, factor=factor, sample_every=sample_every
+        )
+
+    result = _bench(run, overload_bench.summary_rows, "overload", quick, as_json, workdir)
+    why = overload_bench.failed(result)
+    if why:
+        raise _fail(f"bench overload failed: {why}")
+
+
+def _bench(run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None) -> Any:
     def progress(msg: str) -> None:
         err.print(f"[dim]… {msg}[/dim]")
 
     result = run(quick, str(workdir) if workdir else None, progress)
     if as_json:
         _print_json(result)
-        return
+        return result
     title = f"apollo11 bench {name}" + (" --quick" if quick else "")
     table = _Grid("measurement", "result", title=title)
     for label, value in rows(result):
         table.add_row(label, value)
     table.show()
+    return result
 
 
 @app.command()

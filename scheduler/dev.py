@@ -58,6 +58,9 @@ class DevCluster:
     env: dict[str, str] = field(default_factory=dict)
     etcd: LocalEtcd | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # pids ended on purpose (kill, stop), and those whose unexpected end was told
+    _meant: set[int] = field(default_factory=set)
+    _told: set[int] = field(default_factory=set)
 
     @property
     def endpoints(self) -> list[str]:
@@ -102,7 +105,39 @@ class DevCluster:
         )
         out.close()
         self.procs[node_id] = proc
+        self._note(node_id, f"started {node_id} (pid {proc.pid})")
         return proc
+
+    def _note(self, node_id: str, sentence: str) -> None:
+        """A line in the node's log from its supervisor: a node that dies by SIGKILL (the
+        OOM killer, a kill loop) cannot write its own last line."""
+        stamp = time.strftime("%H:%M:%S")
+        with open(self.root / f"{node_id}.log", "a") as f:
+            f.write(f"{stamp} apollo11 dev: {sentence}\n")
+
+    def kill(self, node_id: str, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` to a node and wait for it to end (its exit status); its log says
+        this was on purpose."""
+        proc = self.procs[node_id]
+        self._meant.add(proc.pid)
+        proc.send_signal(sig)
+        code = proc.wait()
+        self._note(node_id, f"{node_id} (pid {proc.pid}) {_how(code)}: sent on purpose")
+        return code
+
+    def unexpected_exits(self) -> dict[str, str]:
+        """Nodes that ended although nobody killed or stopped them through this object:
+        node id -> a sentence naming the exit status and the node's last words, once
+        for each process (and a line in its log)."""
+        out = {}
+        for node_id, proc in self.procs.items():
+            code = proc.poll()
+            if code is None or proc.pid in self._meant or proc.pid in self._told:
+                continue
+            self._told.add(proc.pid)
+            out[node_id] = _died(self, node_id, proc.pid, code)
+            self._note(node_id, f"{node_id} (pid {proc.pid}) {_how(code)}, not stopped by anyone")
+        return out
 
     def ports(self) -> list[tuple[int, str]]:
         """Every fixed port this cluster listens on, and what for."""
@@ -180,6 +215,7 @@ class DevCluster:
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
+                self._meant.add(proc.pid)
                 proc.send_signal(signal.SIGCONT)
                 proc.terminate()
         for proc in self.procs.values():
@@ -233,14 +269,18 @@ def run(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    told: set[str] = set()
+    etcd_told = False
     try:
         while not stop:
             time.sleep(0.2)
-            for name, code in dev.exited().items():
-                if name not in told and not stop:
-                    told.add(name)
-                    print(_died(dev, name, pids[name], code), flush=True)
+            if stop:
+                break
+            for line in dev.unexpected_exits().values():
+                print(line, flush=True)
+            code = dev.exited().get("etcd")
+            if code is not None and not etcd_told:
+                etcd_told = True
+                print(_died(dev, "etcd", pids["etcd"], code), flush=True)
     finally:
         print("\nstopping…", flush=True)
         dev.stop()
@@ -250,11 +290,14 @@ def run(
 def _died(dev: DevCluster, name: str, pid: int, code: int) -> str:
     """What to print when something dev started exits: which, how, and its last words."""
     log = dev.root / ("etcd.log" if name == "etcd" else f"{name}.log")
-    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
     last = ""
     try:
         lines = log.read_text(errors="replace").splitlines()
         last = "".join(f"\n    {line}" for line in lines[-3:])
     except OSError:
         pass
-    return f"!! {name} (pid {pid}) exited ({how}); its log: {log}{last}"
+    return f"!! {name} (pid {pid}) {_how(code)}; its log: {log}{last}"
+
+
+def _how(code: int) -> str:
+    return f"exited ({f'killed by signal {-code}' if code < 0 else f'exit status {code}'})"

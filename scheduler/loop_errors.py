@@ -1,5 +1,7 @@
 """The node's asyncio exception handler: what the loop cannot hand to anyone is
-logged, each distinct message at most once a second.
+logged, each distinct message at most once a second. And the same for threads:
+one that ends on an exception says so in the log (`thread_died`), timestamped
+like every other line, not only as a bare traceback on stderr.
 
 A listening socket out of file descriptors makes asyncio report EMFILE from
 accept() up to `backlog` times per wake-up: the red team saw 30 MB of log in
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,3 +62,15 @@ class LoopErrorLog:
         stale = [k for k, (when, _) in self._seen.items() if t - when >= self.interval_s]
         for k in stale or list(self._seen)[: MAX_KEYS // 2]:
             del self._seen[k]
+
+
+def thread_died(args: threading.ExceptHookArgs) -> None:
+    """For `threading.excepthook`: a thread that ended on an exception, logged as an
+    error with its traceback (SystemExit ends a thread quietly, as by default)."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "a thread"
+    exc = args.exc_value if args.exc_value is not None else args.exc_type()
+    log.error(
+        "thread %s ended on an error", name, exc_info=(args.exc_type, exc, args.exc_traceback)
+    )

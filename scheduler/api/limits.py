@@ -90,7 +90,11 @@ class WatchSlots:
 
 class Admission:
     """What a submission must pass on the primary: at most `max_pending` tasks waiting
-    for their commit, at most `max_tasks` tasks in memory. Counting is O(1) a call."""
+    for their commit, at most `max_tasks` tasks in memory. Counting is O(1) a call.
+
+    Tasks waiting for their commit count against `max_tasks` too: they are in memory
+    once committed, and a flood with a thousand calls in flight took a node 1,018
+    tasks past the limit (up to `max_pending` could pass it)."""
 
     RETRY_AFTER_MS = 200  # long enough for a group commit or two to drain
 
@@ -109,10 +113,10 @@ class Admission:
                 f"{self.RETRY_AFTER_MS} ms, with the same idempotency key",
                 retry_after_ms=self.RETRY_AFTER_MS,
             )
-        held = self.tasks_in_memory()
+        held = self.tasks_in_memory() + self.pending
         if held + n > self.max_tasks:
             raise ResourceExhaustedError(
-                f"this node holds {held} tasks in memory (max_tasks_in_memory = "
+                f"this node holds {held} tasks in memory or about to be (max_tasks_in_memory = "
                 f"{self.max_tasks}): new tasks wait until running ones finish; retry "
                 f"after a few seconds, with the same idempotency key",
                 retry_after_ms=10 * self.RETRY_AFTER_MS,

@@ -168,13 +168,14 @@ def _failovers(dev: DevCluster, cycles: int, progress: Callable[[str], None]) ->
     load = _Load(eps)
     load.start()
     times: list[float] = []
+    deaths: list[str] = []
     try:
         time.sleep(1.0)
         for n in range(cycles):
+            deaths += _restart_the_dead(dev, progress)
             old = _primary(dev)
             i = int(old[1:]) - 1
-            dev.procs[old].send_signal(signal.SIGKILL)
-            dev.procs[old].wait()
+            dev.kill(old, signal.SIGKILL)
             t0 = time.monotonic()
             live = ",".join(ep for k, ep in enumerate(dev.endpoints) if k != i)
             with SyncClient(live, retries=0, timeout_s=1) as probe:
@@ -206,7 +207,18 @@ def _failovers(dev: DevCluster, cycles: int, progress: Callable[[str], None]) ->
     with SyncClient(eps, timeout_s=10) as c:
         for t in load.acked:
             c.wait(t)
-    return {"failover_s": times, "acked": load.acked}
+    deaths += _restart_the_dead(dev, progress)
+    return {"failover_s": times, "acked": load.acked, "unexpected_exits": deaths}
+
+
+def _restart_the_dead(dev: DevCluster, progress: Callable[[str], None]) -> list[str]:
+    """Nodes that ended although the bench did not kill them (each a finding: the node's
+    log should say why), started again so that the loop goes on."""
+    found = dev.unexpected_exits()
+    for node_id, line in found.items():
+        progress(f"a node exited on its own: {line}")
+        dev.start_node(int(node_id[1:]) - 1)
+    return list(found.values())
 
 
 def _acked_lost(dev: DevCluster, acked: list[str]) -> int:
@@ -357,6 +369,7 @@ def run(
         try:
             _primary(dev)
             fo = _failovers(dev, cycles, progress)
+            result["unexpected_exits"] = fo["unexpected_exits"]
             result["acked_writes"] = len(fo["acked"])
             result["acked_lost"] = _acked_lost(dev, fo["acked"])
         finally:
@@ -398,7 +411,10 @@ def run(
             dev.stop()
         result["published_defaults_s"] = PUBLISHED
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if result.get("unexpected_exits"):
+            result["logs_kept"] = str(base / "failover")  # the evidence
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     return result
 
 
@@ -483,6 +499,11 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"p50 {fo['p50']} ms, p99 {fo['p99']} ms, max {fo['max']} ms",
         ),
         ("acknowledged writes lost", f"{r['acked_lost']} of {r['acked_writes']}"),
+        (
+            "nodes that exited without being killed",
+            f"{len(r['unexpected_exits'])}"
+            + (f" (logs kept in {r['logs_kept']})" if r["unexpected_exits"] else ""),
+        ),
     ]
     for name, lag in r["lag_ms"].items():
         rows.append(

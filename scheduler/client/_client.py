@@ -139,11 +139,16 @@ class Client:
                         eps.insert(i, last.leader)  # the named primary, next
                         tried.discard(last.leader)
                         continue
-                    transient = err.code() in (
+                    # CANCELLED from the server (a cancel of our own raises CancelledError
+                    # instead): gRPC sheds calls that arrive while over 1000 wait for the
+                    # node's event loop (grpc.server.max_pending_requests); the handler
+                    # never ran. The node is alive: it stays the presumed primary.
+                    shed = err.code() is grpc.StatusCode.CANCELLED
+                    transient = shed or err.code() in (
                         grpc.StatusCode.UNAVAILABLE,
                         grpc.StatusCode.DEADLINE_EXCEEDED,
                     )
-                    if transient and ep == self._primary:
+                    if transient and not shed and ep == self._primary:
                         self._primary = None
                     if not (retry and (transient or isinstance(last, NotLeaderError))):
                         raise last from None

@@ -86,11 +86,13 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """temp file, fsync, rename, fsync the directory: all or nothing."""
+def write_atomic(path: str, data: bytes, *more: bytes) -> None:
+    """temp file, fsync, rename, fsync the directory: all or nothing. `data` and then
+    `more`, written one after the other (not joined first: a copy of a big file)."""
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
-        f.write(data)
+        for part in (data, *more):
+            f.write(part)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -469,6 +469,14 @@ class Node:
 
     async def _cycle(self) -> str:
         """Read the world once and take one decision."""
+        if self.store is None:
+            # Between closing and reopening the store (_reopen): no position to publish
+            # or to campaign with. It was an AssertionError in _me() and a traceback
+            # every cycle while a rejoining standby cut its divergent tail (1.3 s).
+            return (
+                "reshaping the store (a divergent tail cut, or a snapshot installed): "
+                "not publishing or deciding until it is open again"
+            )
         now = time.monotonic()
         # Standbys publish every cycle: an election compares their positions. The
         # primary's own record is for show and keeps its member lease alive, so once

@@ -9,11 +9,12 @@ import faulthandler
 import logging
 import resource
 import signal
+import threading
 import time
 
 from scheduler import guard, merger
 from scheduler.config import NodeSettings
-from scheduler.loop_errors import LoopErrorLog
+from scheduler.loop_errors import LoopErrorLog, thread_died
 from scheduler.node.node import Node
 
 log = logging.getLogger("scheduler.node")
@@ -26,6 +27,7 @@ async def serve(settings: NodeSettings) -> int:
     faulthandler.enable(all_threads=True)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(LoopErrorLog())
+    threading.excepthook = thread_died
     node = Node(settings)
     # The handlers before anything else: a SIGHUP (a tokens reload) sent as the node
     # came up, before they were installed, killed it (the default action).

@@ -112,3 +112,8 @@ def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
+    # ...and its log says so too, below whatever the node wrote: a node killed with
+    # SIGKILL cannot write its own last line
+    log = (tmp_path / "n2.log").read_text()
+    assert f"started n2 (pid {pids['n2']})" in log, log
+    assert f"n2 (pid {pids['n2']}) exited (killed by signal 9), not stopped by anyone" in log

@@ -14,6 +14,7 @@ from scheduler import merger
 from scheduler.archive import Chunk, chunk_name, encode_entry, merge_chunks, write_chunk
 from scheduler.bench.history import etl_history
 from scheduler.replay import replay
+from tests.nodes import start_node
 from tests.scheduler.test_replay import events
 
 
@@ -110,3 +111,15 @@ def test_a_multiprocessing_child_that_used_the_merger_still_exits() -> None:
         child.kill()
     assert not alive, "the child hung at exit, waiting for its merge process"
     assert child.exitcode == 0
+
+
+def test_a_node_stops_without_killing_the_merge_pools_resource_tracker(tmp_path: Path) -> None:
+    """The node killed multiprocessing's resource tracker with what steps leave behind;
+    the pool's shutdown then started another and every stop logged "killed 1
+    process(es) the steps left behind" and five KeyError tracebacks."""
+    node = start_node(tmp_path / "d")
+    assert node.stop() == 0
+    assert node.proc.stdout is not None
+    text = "".join(node.lines) + node.proc.stdout.read()
+    assert "stopped" in text, text
+    assert "Traceback" not in text and "left behind" not in text, text
