@@ -1,7 +1,7 @@
 """The workflow engine: decides, from the replayed state, what runs next, and acts.
 
 * `decide.py`: `decide(task, workflow, busy, now) -> list[Action]`, pure;
-* `retry.py`: will a step run again, and when;
+* `retry.py`: will a step run again, and when (exported as the module `retry`);
 * `engine.py`: the `Engine`: which tasks to decide, when, and acting on the actions;
 * `steps.py`: one attempt under its timeout, its outcome recorded; compensation;
 * `requests.py`: submissions (idempotency keys) and operator requests;
@@ -10,6 +10,7 @@
 Import from here, not from the modules inside.
 """
 
+from scheduler.engine import retry
 from scheduler.engine.decide import (
     Action,
     CancelAttempt,
@@ -62,4 +63,5 @@ __all__ = [
     "WakeAt",
     "decide",
     "new_task_id",
+    "retry",
 ]

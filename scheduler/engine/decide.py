@@ -132,7 +132,7 @@ def _decide(
     steps = task.steps
     deps = task.deps
     specs = workflow.steps
-    starting: set[str] = set()  # started by this decision: about to run
+    starting: set[str] | None = None  # started by this decision: about to run
     for name, step in steps.items():
         status = step.status
         if status in DONE and name not in comp:
@@ -176,6 +176,8 @@ def _decide(
                 due = due_at(task.task_id, step, spec.retry)
                 if due is None or now >= due:
                     actions.append(StartAttempt(name, step.attempt + 1))
+                    if starting is None:
+                        starting = set()
                     starting.add(name)
                 else:
                     actions.append(WakeAt(name, due))
@@ -208,7 +210,7 @@ def _blocked(
     name: str,
     comp: set[str],
     busy: Container[str],
-    starting: set[str],
+    starting: set[str] | None,
 ) -> bool:
     """Must this step's compensation wait? Yes while any step downstream of it (not
     only a direct dependent) runs, is about to run, owes a compensation or is
@@ -227,7 +229,7 @@ def _blocked(
             or step.status is _STARTED
             or step.status is _COMPENSATING
             or d in busy
-            or d in starting
+            or (starting is not None and d in starting)
         ):
             return True
         stack.extend(dependents.get(d, ()))
