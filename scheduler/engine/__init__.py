@@ -1,0 +1,67 @@
+"""The workflow engine: decides, from the replayed state, what runs next, and acts.
+
+* `decide.py`: `decide(task, workflow, busy, now) -> list[Action]`, pure;
+* `retry.py`: will a step run again, and when (exported as the module `retry`);
+* `engine.py`: the `Engine`: which tasks to decide, when, and acting on the actions;
+* `steps.py`: one attempt under its timeout, its outcome recorded; compensation;
+* `requests.py`: submissions (idempotency keys) and operator requests;
+* `executor.py`: the seam where step code runs (`Executor`; in process today).
+
+Import from here, not from the modules inside.
+"""
+
+from scheduler.engine import retry
+from scheduler.engine.decide import (
+    Action,
+    CancelAttempt,
+    Compensate,
+    FailLost,
+    NoWorkflow,
+    StartAttempt,
+    Stuck,
+    WakeAt,
+    decide,
+)
+from scheduler.engine.engine import Engine
+from scheduler.engine.executor import (
+    Attempt,
+    Executor,
+    Failed,
+    InProcessExecutor,
+    NotBegun,
+    Outcome,
+    Succeeded,
+)
+from scheduler.engine.requests import (
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    SubmitItem,
+    Submitted,
+    new_task_id,
+)
+from scheduler.engine.steps import ERROR_TEXT_MAX
+
+__all__ = [
+    "DEFAULT_IDEMPOTENCY_TTL_S",
+    "ERROR_TEXT_MAX",
+    "Action",
+    "Attempt",
+    "CancelAttempt",
+    "Compensate",
+    "Engine",
+    "Executor",
+    "FailLost",
+    "Failed",
+    "InProcessExecutor",
+    "NoWorkflow",
+    "NotBegun",
+    "Outcome",
+    "StartAttempt",
+    "Stuck",
+    "SubmitItem",
+    "Submitted",
+    "Succeeded",
+    "WakeAt",
+    "decide",
+    "new_task_id",
+    "retry",
+]

@@ -1,0 +1,236 @@
+"""What happens next to one task: `decide(task, workflow, busy, now) -> list[Action]`.
+
+A pure function, like Temporal's activation -> completion and raft's `Ready`:
+it reads the task's replayed state, the workflow it runs, which of its steps
+this engine has something running for (`busy`) and the time, and names the
+effects as data. It starts nothing, arms nothing, writes nothing, and never
+raises for one task's fault: a task it cannot decide gets `Stuck(reason)` and
+the others go on. The engine acts on the actions, in order
+(scheduler/engine/engine.py); whether a slot is free to start a step is the
+engine's to know, not the decision's.
+
+The rules, step by step in declaration order:
+
+* a step done (SUCCEEDED or SKIPPED) needs nothing, unless it owes a
+  compensation;
+* a step this engine is running is left alone, unless its task was
+  cancelled: then its attempt is cancelled;
+* a step STARTED that nothing here runs was begun by a node that died (or
+  by this one before it lost the lease): it is failed as lost;
+* a compensation owed is run, or resumed, once nothing downstream of the
+  step runs, is about to, owes one or is compensating (dependents first:
+  reverse topological order);
+* nothing new starts in a task that is cancelled or failed for good;
+* otherwise a step whose dependencies are done runs when `retry` says it may
+  (now, or a wake-up at the time its backoff ends).
+
+Time comes in as `now`, the retry times from the log, so a new primary
+deciding the same task reaches the same actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+
+from scheduler.engine.retry import due_at, final_after_loss, may_run_again
+from scheduler.replay import DONE, StepStatus, TaskState
+from scheduler.workflow import Workflow
+
+_STARTED = StepStatus.STARTED
+_COMPENSATING = StepStatus.COMPENSATING
+_COMPENSATED = StepStatus.COMPENSATED
+_FAILED = StepStatus.FAILED
+
+CANCELLED_BY_OPERATOR = "cancelled by operator"
+
+
+@dataclass(frozen=True, slots=True)
+class StartAttempt:
+    """Begin attempt `attempt` of `step` (its STARTED first, committed before it runs)."""
+
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """`step` may run again at `at` (seconds, the engine's clock): decide the task then."""
+
+    step: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelAttempt:
+    """Give up on the running attempt of `step`; it fails for good with `reason`."""
+
+    step: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailLost:
+    """Record that attempt `attempt` of `step` stopped without an outcome."""
+
+    step: str
+    attempt: int
+    final: bool  # no automatic retry follows
+    compensate: bool  # the step is not idempotent: its compensation is owed
+
+
+@dataclass(frozen=True, slots=True)
+class Compensate:
+    """Run the compensation of `step`; `resume`: it is COMPENSATING already (a former
+    primary's, or this node's before a restart), so no new COMPENSATING is written."""
+
+    step: str
+    resume: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """The task cannot be scheduled here; `reason` says why (shown to operators)."""
+
+    reason: str
+
+
+Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Compensate | Stuck
+
+
+@dataclass(frozen=True, slots=True)
+class NoWorkflow:
+    """In place of a workflow: why the engine has none for the task."""
+
+    reason: str
+
+
+def decide(
+    task: TaskState, workflow: Workflow | NoWorkflow, busy: Container[str], now: float
+) -> list[Action]:
+    """What happens next to `task`. `busy`: its steps this engine has something
+    running for (an attempt, a compensation, a lost step's FAILED being written)."""
+    try:
+        return _decide(task, workflow, busy, now)
+    except Exception as e:  # a state no rule foresaw: this task waits, the others go on
+        return [Stuck(f"deciding it failed: {type(e).__name__}: {e}")]
+
+
+def _decide(
+    task: TaskState, workflow: Workflow | NoWorkflow, busy: Container[str], now: float
+) -> list[Action]:
+    if task.quiescent:
+        return []
+    if task.anomalies:
+        return [Stuck(f"has anomalies, an operator must look: {task.anomalies[0]}")]
+    if isinstance(workflow, NoWorkflow):
+        return [Stuck(workflow.reason)]
+    actions: list[Action] = []
+    cancelled = task.cancelled is not None
+    failed = task.failed_final > 0
+    comp = owed_compensations(task, workflow)
+    steps = task.steps
+    deps = task.deps
+    specs = workflow.steps
+    starting: set[str] | None = None  # started by this decision: about to run
+    for name, step in steps.items():
+        status = step.status
+        if status in DONE and name not in comp:
+            continue  # finished (checked against the workflow when it started)
+        if name in busy:
+            if cancelled and status is _STARTED:
+                actions.append(CancelAttempt(name, CANCELLED_BY_OPERATOR))
+            continue
+        spec = specs.get(name)
+        if spec is None:
+            actions.append(
+                Stuck(f"step {name!r} is not in workflow {workflow.name} v{workflow.version}")
+            )
+            return actions
+        if status is _STARTED:
+            final = cancelled or final_after_loss(step, spec.retry)
+            actions.append(FailLost(name, step.attempt, final, spec.needs_compensation))
+        elif status is _COMPENSATING or name in comp:
+            if status is not _COMPENSATING and _blocked(task, workflow, name, comp, busy, starting):
+                continue  # dependents that must be compensated go first
+            if spec.compensate is None:
+                actions.append(
+                    Stuck(
+                        f"step {name!r} owes a compensation but workflow {workflow.name} "
+                        f"v{workflow.version} declares no compensation action for it"
+                    )
+                )
+                return actions
+            actions.append(Compensate(name, status is _COMPENSATING))
+        elif cancelled or failed:
+            continue  # nothing new starts in a task that is cancelled or has failed
+        elif may_run_again(step):
+            for d in deps[name]:
+                dep = steps.get(d)
+                if dep is None:
+                    actions.append(Stuck(f"step {name!r} depends on {d!r}, which the task lacks"))
+                    return actions
+                if dep.status not in DONE:
+                    break
+            else:
+                due = due_at(task.task_id, step, spec.retry)
+                if due is None or now >= due:
+                    actions.append(StartAttempt(name, step.attempt + 1))
+                    if starting is None:
+                        starting = set()
+                    starting.add(name)
+                else:
+                    actions.append(WakeAt(name, due))
+    return actions
+
+
+def owed_compensations(task: TaskState, workflow: Workflow) -> set[str]:
+    """Steps whose compensation is owed and not started yet.
+
+    The log says what is owed (a failure of a non-idempotent step, or a
+    cancel, records it), so the answer survives a failover and a task that
+    still owes a compensation is never archived as finished.
+    """
+    out: set[str] = set()
+    if not task.owed and not workflow.compensating_steps:
+        return out  # the common case, decided without looking at any step
+    compensating = workflow.compensating_steps
+    for name, step in task.steps.items():
+        status = step.status
+        if status is _COMPENSATING or status is _COMPENSATED:
+            continue
+        if step.owed or (name in compensating and status is _FAILED):
+            out.add(name)
+    return out
+
+
+def _blocked(
+    task: TaskState,
+    workflow: Workflow,
+    name: str,
+    comp: set[str],
+    busy: Container[str],
+    starting: set[str] | None,
+) -> bool:
+    """Must this step's compensation wait? Yes while any step downstream of it (not
+    only a direct dependent) runs, is about to run, owes a compensation or is
+    compensating: dependents are compensated first."""
+    dependents = workflow.dependents
+    seen: set[str] = set()
+    stack = list(dependents.get(name, ()))
+    while stack:
+        d = stack.pop()
+        if d in seen:
+            continue
+        seen.add(d)
+        step = task.steps.get(d)
+        if step is not None and (
+            d in comp
+            or step.status is _STARTED
+            or step.status is _COMPENSATING
+            or d in busy
+            or (starting is not None and d in starting)
+        ):
+            return True
+        stack.extend(dependents.get(d, ()))
+    return False

@@ -1,0 +1,550 @@
+"""The engine: which tasks to decide, when, and acting on the decisions.
+
+It runs on the primary. Every transition is written to the log before it is
+acted on (STARTED is durable before a step runs; SUCCEEDED or FAILED after),
+so after a crash or a failover the next leader resumes from the log and a
+step that SUCCEEDED never runs again.
+
+The loop is event-driven and incremental: the store tells the engine which
+tasks a durable batch touched, and only those tasks are decided again. A
+decision (`decide`, a pure function) reads one task's in-memory state, so its
+cost does not grow with the number of finished tasks (which live in the
+archive, untouched). The engine then acts on the actions it names: it starts
+attempts in the slots it has (`steps.StepRunner` runs them), arms wake-ups for
+retries, and records lost steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, assert_never
+
+from scheduler import metrics
+from scheduler.clock import Clock
+from scheduler.engine.decide import (
+    Action,
+    CancelAttempt,
+    Compensate,
+    FailLost,
+    NoWorkflow,
+    StartAttempt,
+    Stuck,
+    WakeAt,
+    decide,
+)
+from scheduler.engine.executor import Executor, InProcessExecutor
+from scheduler.engine.requests import (
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    Requests,
+    SubmitItem,
+    Submitted,
+)
+from scheduler.engine.steps import Key, StepRunner, lost_payload
+from scheduler.errors import (
+    ApolloError,
+    LeaseLostError,
+    NotFoundError,
+    NotLeaderError,
+    OutcomeUnknownError,
+)
+from scheduler.log import Draft, Event, EventType
+from scheduler.replay import TaskState
+from scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
+from scheduler.store import Store
+from scheduler.workflow import Registry, Step, Workflow
+
+log = logging.getLogger(__name__)
+
+_STARTED = EventType.STEP_STARTED
+_NOTHING: frozenset[str] = frozenset()
+
+
+def _always() -> bool:
+    return True
+
+
+class Engine:
+    """Schedules and runs the steps of every active task on this node."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        node_id: str,
+        executor: Executor | None = None,
+        clock: Clock | None = None,
+        concurrency: int = 32,
+        default_timeout_s: float = 3600.0,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+        commit: Callable[[int], Awaitable[None]] | None = None,
+        shell_refusal: Callable[[], str | None] | None = None,
+        lease_valid: Callable[[], bool] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.store = store
+        self.registry = registry
+        self.node_id = node_id
+        self.executor: Executor = executor or InProcessExecutor(threads=concurrency)
+        self.clock = clock or Clock()
+        self.concurrency = concurrency
+        self.default_timeout_s = default_timeout_s
+        self.idempotency_ttl_s = idempotency_ttl_s
+        # What an acknowledgement waits for beyond local durability: the lease still
+        # held and, in synchronous mode, enough standbys (the node supplies it).
+        self._commit = commit or _durable_is_enough
+        # Is this node still sure it holds the lease? Asked right before a STARTED is
+        # written and again right before the attempt begins: a commit check alone leaves
+        # loop turns between it and the start, where a paused primary resumes unfenced.
+        self._lease_valid = lease_valid or _always
+        self._leading = False
+        self._draining = False
+        self._idle = asyncio.Event()  # set when no step runs (for drain)
+        # task id -> step -> what runs for it here (an attempt, a lost step's FAILED
+        # being written, a compensation); a task with nothing running has no entry
+        self._busy: dict[str, dict[str, asyncio.Task[None]]] = {}
+        self._timers: dict[Key, asyncio.Task[None]] = {}
+        self._slots_used = 0
+        self._queued: deque[str] = deque()
+        self._ready: list[str] = []  # left the queue for a freed slot; decided first
+        self._queued_set: set[str] = set()
+        self._starting: list[Draft] = []  # STARTED of the steps this pass starts
+        self._start_gate: asyncio.Future[bool] | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._shell: dict[str, Workflow] = {}
+        # Why shell tasks may not be submitted or run here now (None: they may).
+        self.shell_refusal: Callable[[], str | None] = shell_refusal or _shell_off
+        self._waiters: dict[str, list[asyncio.Future[TaskState]]] = {}
+        self.problems: dict[str, str] = {}  # task -> why it cannot be scheduled
+        self.decisions = 0  # tasks decided, and the time it took (the bench reads these)
+        self.decide_seconds = 0.0
+        self.steps = StepRunner(
+            store=store,
+            executor=self.executor,
+            clock=self.clock,
+            node_id=node_id,
+            default_timeout_s=default_timeout_s,
+            lease_valid=self._lease_valid,
+            committed=self._committed,
+            lapsed=self._lease_lapsed,
+            ended=self._free_slot,
+        )
+        self._requests = Requests(self)
+        store.add_observer(self._on_events)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def leading(self) -> bool:
+        return self._leading
+
+    async def start(self) -> None:
+        """Begin scheduling (this node just became primary)."""
+        if self._leading:
+            return
+        self._leading = True
+        self._draining = False
+        self._loop_task = asyncio.create_task(self._loop(), name="apollo11-engine")
+        # Every unfinished task needs a decision: steps STARTED by an earlier
+        # term (or by this node before it crashed) are lost and get failed.
+        self._dirty.update(t.task_id for t in self.store.state.tasks.values() if not t.quiescent)
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop starting steps and cancel the running ones without writing anything.
+
+        Used when leadership is lost: the next leader finds those steps
+        STARTED without an end and fails them as lost, by the same rules.
+        """
+        self._leading = False
+        tasks = [
+            *(t for steps in self._busy.values() for t in steps.values()),
+            *self._timers.values(),
+            *self._flushes,
+        ]
+        if self._loop_task is not None:
+            tasks.append(self._loop_task)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._busy.clear()
+        self._timers.clear()
+        self._slots_used = 0
+        self._queued.clear()
+        self._queued_set.clear()
+        self._ready.clear()
+        self._loop_task = None
+
+    async def drain(self, within_s: float) -> bool:
+        """Start nothing new; wait up to `within_s` for running steps. True if all finished."""
+        self._draining = True
+        self._idle.clear()
+        if self._slots_used:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within_s):
+                    await self._idle.wait()
+        return self._slots_used == 0
+
+    def check_leading(self) -> None:
+        if not self._leading or self._draining:
+            raise NotLeaderError("this node is not the primary (or is shutting down)")
+
+    # ---------------------------------------------------------- observing
+
+    def _on_events(self, events: Sequence[Event]) -> None:
+        dirty = self._dirty
+        busy = self._busy
+        for e in events:
+            if not e.task_id:
+                continue
+            # The STARTED of a step this engine is running changes nothing to decide:
+            # the step is busy, and no other step waits on a start (a large share of
+            # all decisions, docs/benchmarks.md). One it is not running (a former
+            # primary's) is decided.
+            if e.event_type is _STARTED:
+                running = busy.get(e.task_id)
+                if running is not None and e.step_name in running:
+                    continue
+            dirty.add(e.task_id)
+        if self._waiters:
+            for task_id in {e.task_id for e in events} & self._waiters.keys():
+                self._check_waiters(task_id)
+        self._wake.set()
+
+    def _check_waiters(self, task_id: str) -> None:
+        if task_id not in self._waiters:
+            return
+        task = self.store.state.peek(task_id)
+        if task is not None and task.quiescent and task_id not in self._busy:
+            for fut in self._waiters.pop(task_id):
+                if not fut.done():
+                    fut.set_result(task)
+
+    def is_busy(self, task_id: str, step: str) -> bool:
+        running = self._busy.get(task_id)
+        return running is not None and step in running
+
+    async def wait(self, task_id: str) -> TaskState:
+        """Wait until a task is finished and nothing of it is running (use asyncio.timeout)."""
+        task = self.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        if task.quiescent:
+            return task
+        fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task_id, []).append(fut)
+        return await fut
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.store.log.failure is not None:
+                # A failed log takes no event: deciding now would only spin on appends
+                # that fail (each lost step written again and again, and counted). The
+                # node steps down within moments and stops this engine.
+                continue
+            t0 = time.perf_counter()
+            dirty, self._dirty = self._dirty, set()
+            # Tasks that waited for a slot go first, oldest first: they get the slots
+            # just freed. Otherwise a task made dirty by its own events could take the
+            # slot, and the waiting task, finding none, would queue again at the back
+            # (many more decisions per task when slots are short, docs/benchmarks.md).
+            ready, self._ready = self._ready, []
+            dirty.difference_update(ready)
+            for task_id in itertools.chain(ready, dirty):
+                try:
+                    self._decide(task_id)
+                except Exception:  # a bug in acting on one task must not stop the others
+                    log.exception("scheduling task %s failed", task_id)
+            spent = time.perf_counter() - t0
+            self.decisions += len(ready) + len(dirty)
+            # A task taken from the queue may not have used its slot (cancelled since,
+            # say): hand what is still free to the next ones.
+            self._refill_ready()
+            if self._ready:
+                self._wake.set()
+            self.decide_seconds += spent
+            metrics.SCHEDULER_LOOP_SECONDS.observe(spent)
+
+    # ----------------------------------------------------------- deciding
+
+    def workflow_for(self, task: TaskState) -> Workflow | None:
+        if task.workflow == SHELL_WORKFLOW:
+            wf = self._shell.get(task.task_id)
+            if wf is None:
+                wf = self._shell[task.task_id] = shell_workflow(task.input)
+            return wf
+        return self.registry.get(task.workflow, task.version)
+
+    def _resolve(self, task: TaskState) -> Workflow | NoWorkflow:
+        """The workflow a task runs here, or why there is none."""
+        if task.workflow == SHELL_WORKFLOW and (why := self.shell_refusal()):
+            return NoWorkflow(why)  # waits, never runs, until a node that allows it leads
+        try:
+            wf = self.workflow_for(task)
+        except ApolloError as e:
+            return NoWorkflow(f"its shell workflow is invalid: {e}")
+        if wf is None:
+            return NoWorkflow(f"workflow {task.workflow!r} v{task.version} is not loaded here")
+        return wf
+
+    def _decide(self, task_id: str) -> None:
+        if not self._leading:
+            return
+        task = self.store.state.tasks.get(task_id)
+        if task is None:
+            return
+        if task.quiescent:
+            self._shell.pop(task_id, None)
+            self.problems.pop(task_id, None)
+            return
+        wf = self._resolve(task)
+        now = self.clock.now()
+        actions = decide(task, wf, self._busy.get(task_id, _NOTHING), now)
+        self._act(task, wf, actions, now)
+
+    def _act(
+        self, task: TaskState, wf: Workflow | NoWorkflow, actions: list[Action], now: float
+    ) -> None:
+        """Carry out one decision's actions, in order."""
+        task_id = task.task_id
+        stuck = False
+        for a in actions:
+            match a:
+                case StartAttempt():
+                    assert isinstance(wf, Workflow)
+                    self._start_step(task_id, wf.steps[a.step], a.attempt)
+                case WakeAt():
+                    key = (task_id, a.step)
+                    if key not in self._timers:
+                        self._timers[key] = asyncio.create_task(
+                            self._wake_at(key, task_id, a.at - now)
+                        )
+                case CancelAttempt():
+                    run = self._busy.get(task_id, {}).get(a.step)
+                    self.steps.cancel((task_id, a.step), a.reason, run)
+                case FailLost():
+                    self._spawn(
+                        (task_id, a.step),
+                        self.steps.fail(task_id, a.step, a.attempt, lost_payload(a)),
+                        f"lost {(task_id, a.step)}",
+                    )
+                    metrics.STEP_OUTCOMES.labels(task.workflow, a.step, "lost").inc()
+                case Compensate():
+                    assert isinstance(wf, Workflow)
+                    key = (task_id, a.step)
+                    self._spawn(
+                        key,
+                        self.steps.compensate(task_id, a.step, wf.steps[a.step], resume=a.resume),
+                        f"compensate {key}",
+                    )
+                case Stuck():
+                    stuck = True
+                    self._problem(task_id, a.reason)
+                case _:
+                    assert_never(a)
+        if not stuck:
+            self.problems.pop(task_id, None)
+
+    async def _wake_at(self, key: Key, task_id: str, delay: float) -> None:
+        try:
+            await self.clock.sleep(delay)
+        finally:
+            self._timers.pop(key, None)
+        self._dirty.add(task_id)
+        self._wake.set()
+
+    def _problem(self, task_id: str, why: str) -> None:
+        if self.problems.get(task_id) != why:
+            log.warning("task %s cannot be scheduled: %s", task_id, why)
+        self.problems[task_id] = why
+
+    # ---------------------------------------------------------- running
+
+    def _spawn(self, key: Key, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        task_id, step = key
+        running = self._busy.get(task_id)
+        if running is None:
+            running = self._busy[task_id] = {}
+        running[step] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            now_running = self._busy.get(task_id)
+            if now_running is not None and now_running.get(step) is t:
+                del now_running[step]
+                if not now_running:
+                    del self._busy[task_id]
+            self._dirty.add(task_id)
+            self._wake.set()
+            self._check_waiters(task_id)
+
+        task.add_done_callback(done)
+
+    def _start_step(self, task_id: str, spec: Step, attempt: int) -> None:
+        if self._draining:
+            return
+        if self._slots_used >= self.concurrency:
+            if task_id not in self._queued_set:
+                self._queued.append(task_id)
+                self._queued_set.add(task_id)
+            return
+        self._slots_used += 1
+        gate = self._start_gate
+        if gate is None:
+            # The first start of this pass: the STARTED events of every step this
+            # pass starts are appended together, and committed with one wait.
+            gate = self._start_gate = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(self._flush_starts)
+        self._starting.append(Draft(EventType.STEP_STARTED, task_id, spec.name, None, attempt))
+        key = (task_id, spec.name)
+        self._spawn(key, self.steps.run(task_id, spec.name, spec, attempt, gate), f"step {key}")
+
+    def _flush_starts(self) -> None:
+        gate, drafts = self._start_gate, self._starting
+        self._start_gate, self._starting = None, []
+        assert gate is not None
+        task = asyncio.ensure_future(self._commit_starts(drafts, gate))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _commit_starts(self, drafts: list[Draft], gate: asyncio.Future[bool]) -> None:
+        """Append STARTED for a pass's steps; the gate says whether they may run."""
+        try:
+            if not self._lease_valid():
+                # Never begin an attempt after the lease lapsed, nor record one.
+                self._lease_lapsed(f"{len(drafts)} step(s) not started")
+                gate.set_result(False)
+                return
+            events = await self.store.log.append_many(drafts)
+            ok = await self._committed(events[-1].event_id)
+        except asyncio.CancelledError:
+            gate.cancel()
+            raise
+        except Exception as e:  # each step waiting on the gate reports it
+            if not gate.done():
+                gate.set_exception(e)
+                gate.exception()  # retrieved: no "never retrieved" warning if none waits
+            return
+        if not gate.done():
+            gate.set_result(ok)
+
+    def _lease_lapsed(self, what: str) -> None:
+        if self._leading:
+            log.warning("%s: this node is no longer sure it holds the lease", what)
+        self._leading = False  # decide nothing more; the node demotes us
+
+    def _free_slot(self) -> None:
+        self._slots_used -= 1
+        if not self._slots_used:
+            self._idle.set()
+        self._refill_ready()
+        self._wake.set()
+
+    def _refill_ready(self) -> None:
+        """Move waiting tasks, oldest first, to be decided first: one per free slot."""
+        free = self.concurrency - self._slots_used
+        while self._queued and len(self._ready) < free:
+            task_id = self._queued.popleft()
+            self._queued_set.discard(task_id)
+            self._ready.append(task_id)
+
+    async def _committed(self, event_id: int) -> bool:
+        """Wait for a commit; False when leadership is lost on the way."""
+        while True:
+            try:
+                await self._commit(event_id)
+                return True
+            except LeaseLostError:
+                self._leading = False  # decide nothing more; the node demotes us
+                return False
+            except OutcomeUnknownError as e:
+                if not self._leading:
+                    return False
+                log.warning("waiting for replication before running a step: %s", e)
+
+    async def wait_commit(self, event_id: int) -> None:
+        """Until a write up to `event_id` may be acknowledged (what `commit` says)."""
+        await self._commit(event_id)
+
+    def compensation_backlog(self) -> int:
+        return sum(
+            1
+            for steps in self._busy.values()
+            for t in steps.values()
+            if t.get_name().startswith("compensate")
+        )
+
+    def running(self) -> int:
+        return self._slots_used
+
+    # ---------------------------------------------------------- requests
+
+    async def submit(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int | None = None,
+    ) -> Submitted:
+        """Submit a task; the same idempotency key (within its TTL) returns the same task."""
+        return await self._requests.submit(
+            workflow, input, idempotency_key=idempotency_key, version=version
+        )
+
+    async def submit_many(self, items: Sequence[SubmitItem]) -> list[Submitted]:
+        """Submit many tasks with one append (one fsync) and one replication wait.
+
+        All or nothing: an unknown workflow or a bad key anywhere refuses the
+        whole batch (the error names the item) and writes nothing. Idempotency
+        keys work as for `submit`, within the batch too: a key given twice
+        creates one task.
+        """
+        return await self._requests.submit_many(items)
+
+    async def retry_step(
+        self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        """Run a failed (or compensated) step again, with a fresh retry budget."""
+        return await self._requests.retry_step(
+            task_id, step, operator=operator, reason=reason, display=display
+        )
+
+    async def skip_step(
+        self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        """Mark a step as done without running it; its dependents may run."""
+        return await self._requests.skip_step(
+            task_id, step, operator=operator, reason=reason, display=display
+        )
+
+    async def cancel_task(
+        self, task_id: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        """Cancel a task: running steps are cancelled, compensation follows by policy."""
+        return await self._requests.cancel_task(
+            task_id, operator=operator, reason=reason, display=display
+        )
+
+
+async def _durable_is_enough(event_id: int) -> None:
+    return None
+
+
+def _shell_off() -> str:
+    return SHELL_DISABLED

@@ -1,0 +1,159 @@
+"""The executor seam: where step code runs, and what crosses the boundary.
+
+The engine hands an executor an `Attempt`: the step's code, the `StepContext`
+it is told (task, step, attempt number, input, its dependencies' results,
+workflow and version, the fencing token) and `may_begin`, a check to make
+immediately before the code begins. It gets back an `Outcome`, as data:
+
+* `Succeeded(result)`: the code returned `result` (the engine records it; a
+  result too big for an event fails the step, by the engine's rule);
+* `Failed(...)`: the code raised; the exception's type name, its message and,
+  for a `StepError`, the details the step chose to report;
+* `NotBegun()`: `may_begin` said no, so the code never began (this node is no
+  longer sure it holds the lease).
+
+Giving up on an attempt (a timeout, an operator's cancel) is the engine
+cancelling the `run` coroutine; `settle` then says what to wait for before
+the step may run again. Nothing else crosses: an executor writes no events
+and decides no retries, so a remote executor (workers over gRPC, the next
+issue) implements the same two methods and finds the code by
+(`ctx.workflow`, `ctx.version`, `ctx.step`) on its side instead of `fn`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from scheduler.errors import LeaseLostError
+from scheduler.workflow import StepContext, StepError, StepFn
+
+log = logging.getLogger(__name__)
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What the engine hands an executor: run `fn(ctx)` if `may_begin()` still says yes."""
+
+    fn: StepFn
+    ctx: StepContext
+    may_begin: Callable[[], bool] = _always
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The code raised. `declared`: it raised a StepError, which chose its message
+    and `details` for the FAILED event; otherwise the message is the exception's."""
+
+    error_type: str
+    message: str
+    details: dict[str, Any]
+    declared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NotBegun:
+    """`may_begin` said no: the code never began."""
+
+
+Outcome = Succeeded | Failed | NotBegun
+NOT_BEGUN = NotBegun()
+
+
+def failure(e: BaseException) -> Failed:
+    """An exception as the data that crosses the seam."""
+    if isinstance(e, StepError):
+        return Failed(type(e).__name__, str(e), e.details, declared=True)
+    return Failed(type(e).__name__, str(e), {})
+
+
+class Executor(Protocol):
+    """Where step code runs. In process today (`InProcessExecutor`); remote workers
+    implement the same protocol."""
+
+    async def run(self, attempt: Attempt) -> Outcome:
+        """Run the attempt and say how it ended. Never raises for the step's fault;
+        cancelling the call gives up on the attempt (see `settle`)."""
+
+    def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
+        """Something to await until nothing of this step is still executing (after a
+        timeout or a cancel the engine waits on it before the step may run again), or
+        None when nothing is (the common case, decided without a coroutine)."""
+
+
+class InProcessExecutor:
+    """Coroutines on the loop; plain functions on a pool of threads of our own.
+
+    A thread cannot be interrupted: when a timeout or a cancel gives up on one,
+    it is remembered, and `settle` waits for it to end, so a retry never runs
+    beside an attempt that is still going.
+    """
+
+    def __init__(self, threads: int = 32) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="apollo11-step")
+        self._lingering: dict[tuple[str, str], concurrent.futures.Future[Any]] = {}
+        # inspect's answer is dear next to a dict lookup, and asked at every attempt
+        self._is_async: dict[StepFn, bool] = {}
+
+    async def run(self, attempt: Attempt) -> Outcome:
+        fn, ctx, may_begin = attempt.fn, attempt.ctx, attempt.may_begin
+        is_async = self._is_async.get(fn)
+        if is_async is None:
+            is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        try:
+            if is_async:
+                if not may_begin():  # nothing awaits between this check and the step's start
+                    return NOT_BEGUN
+                return Succeeded(await fn(ctx))
+            # Checked in the thread: a thread of the pool may begin it well after this line.
+            cf = self._pool.submit(_begun, may_begin, fn, ctx)
+            try:
+                result = await asyncio.wrap_future(cf)
+            except asyncio.CancelledError:
+                if not cf.done():
+                    self._lingering[(ctx.task_id, ctx.step)] = cf
+                raise
+            if inspect.isawaitable(result):
+                result = await result
+            return Succeeded(result)
+        except LeaseLostError:
+            return NOT_BEGUN
+        except Exception as e:
+            return failure(e)
+
+    def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
+        cf = self._lingering.pop((task_id, step), None)
+        if cf is None or cf.done():
+            return None
+        log.warning("step %s/%s: waiting for its abandoned thread to end", task_id, step)
+        return _quietly(asyncio.wrap_future(cf))
+
+
+def _begun(may_begin: Callable[[], bool], fn: StepFn, ctx: StepContext) -> Any:
+    if not may_begin():
+        raise LeaseLostError(
+            f"attempt {ctx.attempt} of {ctx.task_id}/{ctx.step} not begun: this node is no "
+            f"longer sure it holds the lease"
+        )
+    return fn(ctx)
+
+
+async def _quietly(fut: Awaitable[Any]) -> None:
+    with contextlib.suppress(BaseException):
+        await fut

@@ -1,0 +1,376 @@
+"""What clients and operators ask of the primary: submit (with idempotency keys),
+retry a step, skip a step, cancel a task.
+
+Each request is checked against the state, written as one event (or one
+batch), and answered only once that is committed. The checks are pure
+functions of the task (`refuse_retry`, `refuse_skip`, `refuse_cancel`,
+`owed_by_cancel`); what a request needs of the engine it runs on is the
+`Primary` port below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from scheduler import metrics
+from scheduler.clock import Clock
+from scheduler.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    WorkflowDefinitionError,
+)
+from scheduler.log import Draft, Event, EventType
+from scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from scheduler.shell import SHELL_WORKFLOW, shell_workflow
+from scheduler.store import Store
+from scheduler.workflow import Registry, Workflow
+
+DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600.0
+KEY_MAX = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    task_id: str
+    created: bool  # False when an idempotency key returned an existing task
+    event_id: int = 0  # the TASK_SUBMITTED event, when created
+
+
+class SubmitItem(NamedTuple):
+    """One task of a `submit_many` batch."""
+
+    workflow: str
+    input: Any = None
+    idempotency_key: str | None = None
+    version: int | None = None
+
+
+_ids = random.Random()  # seeded from os.urandom: nodes and restarts differ
+
+
+def new_task_id() -> str:
+    """Sortable by submission time, unique without coordination (40 random bits per
+    millisecond; not a system call per task, which os.urandom was)."""
+    return f"{time.time_ns() // 1_000_000:012x}-{_ids.getrandbits(40):010x}"
+
+
+class Primary(Protocol):
+    """What requests need of the engine they run on."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def idempotency_ttl_s(self) -> float: ...
+
+    def shell_refusal(self) -> str | None:
+        """Why shell tasks may not be submitted here now (None: they may)."""
+
+    def workflow_for(self, task: TaskState) -> Workflow | None: ...
+
+    def check_leading(self) -> None:
+        """Raise NotLeaderError unless this engine leads and is not draining."""
+
+    async def wait_commit(self, event_id: int) -> None:
+        """Until a write up to `event_id` may be acknowledged (lease, standbys)."""
+
+    def is_busy(self, task_id: str, step: str) -> bool:
+        """Does the engine run something of this step (an attempt, a compensation)?"""
+
+
+class Requests:
+    """Submissions and operator requests, on one engine."""
+
+    def __init__(self, primary: Primary) -> None:
+        self._p = primary
+        # Idempotency keys being written right now: a second submission with one
+        # waits for the first instead of creating a second task.
+        self._inflight: dict[str, asyncio.Future[Submitted]] = {}
+
+    async def submit(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int | None = None,
+    ) -> Submitted:
+        p = self._p
+        p.check_leading()
+        wf = self._workflow(workflow, input, version)
+        if idempotency_key is not None:
+            check_key(idempotency_key)
+            existing = self._existing(idempotency_key)
+            if existing is not None:
+                return Submitted(existing, False)
+            pending = self._inflight.get(idempotency_key)
+            if pending is not None:
+                return Submitted((await asyncio.shield(pending)).task_id, False)
+        task_id = new_task_id()
+        payload = submission(wf, input, idempotency_key)
+        if idempotency_key is not None:
+            fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
+            self._inflight[idempotency_key] = fut
+        started = time.perf_counter()
+        try:
+            event = await p.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
+        except BaseException as e:
+            if idempotency_key is not None:
+                self._inflight.pop(idempotency_key).set_exception(e)
+            raise
+        result = Submitted(task_id, True, event.event_id)
+        if idempotency_key is not None:
+            self._inflight.pop(idempotency_key).set_result(result)
+        await p.wait_commit(event.event_id)
+        metrics.SUBMIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
+        return result
+
+    async def submit_many(self, items: Sequence[SubmitItem]) -> list[Submitted]:
+        p = self._p
+        p.check_leading()
+        plans: list[tuple[Workflow, SubmitItem]] = []
+        for i, item in enumerate(items):
+            try:
+                wf = self._workflow(item.workflow, item.input, item.version)
+                if item.idempotency_key is not None:
+                    check_key(item.idempotency_key)
+            except (NotFoundError, InvalidArgumentError, WorkflowDefinitionError) as e:
+                raise type(e)(f"tasks[{i}]: {e}") from None
+            plans.append((wf, item))
+        out: list[Submitted | None] = [None] * len(plans)
+        drafts: list[Draft] = []
+        owners: list[int] = []  # the item each draft is for
+        same_as: dict[int, int] = {}  # item -> the earlier item with its key
+        pending: list[tuple[int, asyncio.Future[Submitted]]] = []
+        mine: dict[str, int] = {}  # keys this batch creates -> item
+        loop = asyncio.get_running_loop()
+        for i, (wf, item) in enumerate(plans):
+            key = item.idempotency_key
+            if key is not None:
+                existing = self._existing(key)
+                if existing is not None:
+                    out[i] = Submitted(existing, False)
+                    continue
+                if key in mine:
+                    same_as[i] = mine[key]
+                    continue
+                if key in self._inflight:
+                    pending.append((i, self._inflight[key]))
+                    continue
+                mine[key] = i
+                self._inflight[key] = loop.create_future()
+            payload = submission(wf, item.input, key)
+            drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
+            owners.append(i)
+        started = time.perf_counter()
+        try:
+            events = await p.store.log.append_many(drafts) if drafts else []
+        except BaseException as e:
+            for key in mine:
+                self._inflight.pop(key).set_exception(e)
+            raise
+        for i, event in zip(owners, events, strict=True):
+            out[i] = Submitted(event.task_id, True, event.event_id)
+        for key, i in mine.items():
+            self._inflight.pop(key).set_result(out[i])  # type: ignore[arg-type]
+        for i, j in same_as.items():
+            out[i] = Submitted(out[j].task_id, False)  # type: ignore[union-attr]
+        if events:
+            await p.wait_commit(events[-1].event_id)
+            metrics.SUBMIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
+        # Keys another submission is writing right now: theirs (if that one fails,
+        # so does this call; this batch's own tasks are committed, and a retry with
+        # the same keys returns them).
+        for i, fut in pending:
+            out[i] = Submitted((await asyncio.shield(fut)).task_id, False)
+        return out  # type: ignore[return-value]
+
+    def _workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
+        """The workflow a submission names, or the error that refuses it."""
+        p = self._p
+        if workflow == SHELL_WORKFLOW:
+            why = p.shell_refusal()
+            if why:
+                raise FailedPreconditionError(why)
+            return shell_workflow(input)
+        found = p.registry.get(workflow, version)
+        if found is None:
+            known = ", ".join(p.registry.names()) or "none"
+            raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
+        return found
+
+    def _existing(self, key: str) -> str | None:
+        p = self._p
+        task = p.store.state.task_for_key(key)
+        if task is None or p.clock.now() - task.submitted_ms / 1000 > p.idempotency_ttl_s:
+            return None
+        return task.task_id
+
+    # ------------------------------------------------------------ operators
+
+    async def retry_step(
+        self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        p = self._p
+        p.check_leading()
+        task, s = self._task_and_step(task_id, step)
+        require_reason(operator, reason)
+        refuse_retry(task, s, p.workflow_for(task), busy=p.is_busy(task_id, step))
+        return await self._override(task_id, step, "retry", operator, reason, display)
+
+    async def skip_step(
+        self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        p = self._p
+        p.check_leading()
+        task, s = self._task_and_step(task_id, step)
+        require_reason(operator, reason)
+        refuse_skip(task, s, busy=p.is_busy(task_id, step))
+        return await self._override(task_id, step, "skip", operator, reason, display)
+
+    async def cancel_task(
+        self, task_id: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        p = self._p
+        p.check_leading()
+        task = p.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        require_reason(operator, reason)
+        refuse_cancel(task)
+        payload = shown_as({"operator": operator, "reason": reason}, display)
+        owed = owed_by_cancel(task, p.workflow_for(task))
+        if owed:
+            payload["compensate"] = owed
+        event = await p.store.log.append(EventType.TASK_CANCELLED, task_id, payload=payload)
+        await p.wait_commit(event.event_id)
+        return event
+
+    def _task_and_step(self, task_id: str, step: str) -> tuple[TaskState, StepState]:
+        task = self._p.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        s = task.steps.get(step)
+        if s is None:
+            raise NotFoundError(
+                f"task {task_id!r} has no step {step!r} (steps: {', '.join(task.steps)})"
+            )
+        return task, s
+
+    async def _override(
+        self,
+        task_id: str,
+        step: str,
+        action: str,
+        operator: str,
+        reason: str,
+        display: str | None,
+    ) -> Event:
+        p = self._p
+        event = await p.store.log.append(
+            EventType.MANUAL_OVERRIDE,
+            task_id,
+            step,
+            shown_as({"action": action, "operator": operator, "reason": reason}, display),
+        )
+        await p.wait_commit(event.event_id)
+        return event
+
+
+# ------------------------------------------------------------------ checks
+
+
+def submission(wf: Workflow, input: Any, key: str | None) -> dict[str, Any]:
+    """The payload of a TASK_SUBMITTED event."""
+    payload: dict[str, Any] = {
+        "workflow": wf.name,
+        "version": wf.version,
+        "input": input,
+        "steps": wf.deps,
+    }
+    if key is not None:
+        payload["idempotency_key"] = key
+    return payload
+
+
+def check_key(key: str) -> None:
+    if not key or len(key) > KEY_MAX:
+        raise InvalidArgumentError(f"idempotency_key must be 1 to {KEY_MAX} characters")
+
+
+def require_reason(operator: str, reason: str) -> None:
+    if not operator.strip():
+        raise InvalidArgumentError("operator must name who is acting")
+    if not reason.strip():
+        raise InvalidArgumentError("reason must say why (it is kept in the audit log)")
+
+
+def refuse_retry(task: TaskState, s: StepState, wf: Workflow | None, *, busy: bool) -> None:
+    """Raise unless an operator may run this step again, with a fresh retry budget."""
+    if task.cancelled is not None:
+        raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    if s.status not in (StepStatus.FAILED, StepStatus.COMPENSATED) or busy:
+        raise FailedPreconditionError(
+            f"step {s.name} is {s.status.value}; only a FAILED or COMPENSATED step that is "
+            f"not running or compensating can be retried"
+        )
+    spec = wf.steps.get(s.name) if wf is not None else None
+    if spec is not None and spec.needs_compensation and s.status is StepStatus.FAILED:
+        raise FailedPreconditionError(
+            f"step {s.name} is not idempotent and its compensation has not completed yet; "
+            f"retry it once it is COMPENSATED"
+        )
+
+
+_UNSKIPPABLE = (
+    StepStatus.STARTED,
+    StepStatus.COMPENSATING,
+    StepStatus.SUCCEEDED,
+    StepStatus.SKIPPED,
+)
+
+
+def refuse_skip(task: TaskState, s: StepState, *, busy: bool) -> None:
+    """Raise unless an operator may mark this step done without running it."""
+    if task.cancelled is not None:
+        raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    if s.status in _UNSKIPPABLE or busy:
+        raise FailedPreconditionError(f"step {s.name} is {s.status.value} and cannot be skipped")
+
+
+def refuse_cancel(task: TaskState) -> None:
+    if task.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
+        raise FailedPreconditionError(f"task {task.task_id} is already {task.status.value}")
+
+
+def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:
+    """What a cancel owes, recorded in its event: the succeeded steps that declared a
+    compensation (when the workflow compensates on cancel)."""
+    if wf is None or not wf.compensate_on_cancel:
+        return []
+    return [
+        n
+        for n, st in task.steps.items()
+        if st.status is StepStatus.SUCCEEDED and n in wf.steps and wf.steps[n].needs_compensation
+    ]
+
+
+def shown_as(payload: dict[str, Any], display: str | None) -> dict[str, Any]:
+    """The payload's "operator" is the authenticated principal; a display name the
+    caller typed goes beside it (as "as"), never in its place."""
+    name = (display or "").strip()
+    if name and name != payload["operator"]:
+        payload["as"] = name[:128]
+    return payload

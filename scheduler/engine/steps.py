@@ -1,0 +1,338 @@
+"""Acting on a step: run one attempt under its timeout, record its outcome, compensate.
+
+Every transition is written before it is acted on: an attempt runs only once
+its STARTED is committed (a new primary that did not know it started could
+run it a second time), a compensation only once its COMPENSATING is; the
+outcome is recorded after. What to run is decided elsewhere (decide.py,
+retry.py); the code runs in an executor (executor.py), which reports how it
+ended as data. This module turns that into events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from scheduler import metrics
+from scheduler.clock import Clock
+from scheduler.engine.decide import FailLost
+from scheduler.engine.executor import (
+    Attempt,
+    Executor,
+    Failed,
+    NotBegun,
+    Outcome,
+    Succeeded,
+    failure,
+)
+from scheduler.engine.retry import compensation_delay, final_after_failure
+from scheduler.errors import ApolloError, InvalidEventError
+from scheduler.log import EventType
+from scheduler.replay import TaskState
+from scheduler.store import Store
+from scheduler.workflow import AUTO, FencingToken, Step, StepContext
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (task_id, step)
+ERROR_TEXT_MAX = 1024  # our own error strings are cut (visibly) to stay under the payload cap
+AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this many
+SLIM_KEYS = ("error", "final", "lost", "timeout", "compensate")  # kept when details are too big
+
+
+def cut(text: str) -> str:
+    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 14] + " …(truncated)"
+
+
+def failure_payload(outcome: Failed) -> dict[str, Any]:
+    """The FAILED payload of an attempt whose code raised."""
+    if outcome.declared:  # a StepError: its message, and the details it chose
+        return {"error": cut(outcome.message) or "failed", **outcome.details}
+    return {"error": cut(f"{outcome.error_type}: {outcome.message}")}
+
+
+def lost_payload(action: FailLost) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "error": f"lost: attempt {action.attempt} stopped without an outcome (its node died "
+        f"or lost the lease)",
+        "lost": True,
+        "final": action.final,
+    }
+    if action.compensate:
+        payload["compensate"] = True
+    return payload
+
+
+class StepRunner:
+    """Runs attempts and compensations for one engine, and records how they ended.
+
+    What it needs from the engine is passed in: `committed(event_id)` waits for
+    a commit (False: leadership was lost on the way), `lapsed(what)` reports a
+    lease that lapsed before an attempt could begin, `ended()` frees the slot of
+    an attempt once nothing of it is still executing.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        executor: Executor,
+        clock: Clock,
+        node_id: str,
+        default_timeout_s: float,
+        lease_valid: Callable[[], bool],
+        committed: Callable[[int], Awaitable[bool]],
+        lapsed: Callable[[str], None],
+        ended: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.node_id = node_id
+        self.default_timeout_s = default_timeout_s
+        self._lease_valid = lease_valid
+        self._committed = committed
+        self._lapsed = lapsed
+        self._ended = ended
+        # why a running attempt was given up on by us: the payload of its FAILED event
+        self._cancel_why: dict[Key, dict[str, Any]] = {}
+        self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
+        self._metric_children: dict[Key, tuple[Any, Any, Any, Any]] = {}
+
+    # ------------------------------------------------------------ attempts
+
+    async def run(
+        self, task_id: str, name: str, spec: Step, attempt: int, started: asyncio.Future[bool]
+    ) -> None:
+        """Run attempt `attempt` once `started` (its STARTED committed) says it may."""
+        key = (task_id, name)
+        logw = self.store.log
+        try:
+            # The future is shared by the steps started together: shielded, so
+            # cancelling one spares the rest.
+            if not await asyncio.shield(started):
+                return
+            task = self.store.state.tasks[task_id]
+            if task.cancelled is not None or task.failed_final:
+                # Cancelled (or failed for good) while STARTED was being committed: do
+                # not run it; record that, so its compensation (if any) follows.
+                stopped: dict[str, Any] = {
+                    "error": "cancelled by operator" if task.cancelled else "task failed",
+                    "final": True,
+                }
+                if spec.needs_compensation:
+                    stopped["compensate"] = True
+                await self.fail(task_id, name, attempt, stopped)
+                return
+            ctx = self.context(task, name, attempt, spec.after)
+            timeout = self.timeout_for(task.workflow, name, spec)
+            t0 = time.perf_counter()
+            outcome: Outcome | None = None
+            error: dict[str, Any] | None = None
+            run = asyncio.current_task()
+            # A bare timer, not asyncio.timeout: cheaper bookkeeping, at thousands of
+            # steps a second (docs/benchmarks.md).
+            timer = asyncio.get_running_loop().call_later(
+                timeout, self._time_out, key, timeout, run
+            )
+            try:
+                # may_begin is asked again right before the attempt begins: turns of the
+                # loop (or a SIGSTOP) may separate the commit's lease check from it.
+                outcome = await self.executor.run(Attempt(spec.fn, ctx, self._lease_valid))
+            except asyncio.CancelledError:
+                error = self._cancel_why.pop(key, None)
+                if error is None:
+                    raise  # leadership lost: leave it STARTED for the next leader
+                if run is not None:
+                    run.uncancel()  # our own cancel, handled here
+            except Exception as e:  # an executor's own fault fails the attempt, like the step's
+                outcome = failure(e)
+            finally:
+                timer.cancel()
+            if isinstance(outcome, NotBegun):
+                # Its STARTED is committed: the next leader fails it as lost.
+                self._lapsed(f"step {task_id}/{name} attempt {attempt} not begun")
+                return
+            seconds, succeeded, failed, retries = self._step_metrics(task.workflow, name)
+            seconds.observe(time.perf_counter() - t0)
+            if isinstance(outcome, Succeeded):
+                try:
+                    await logw.append(
+                        EventType.STEP_SUCCEEDED,
+                        task_id,
+                        name,
+                        {"result": outcome.result},
+                        attempt=attempt,
+                    )
+                    succeeded.inc()
+                    return
+                except InvalidEventError as e:
+                    error = {
+                        "error": cut(
+                            f"result rejected: {e}. Return a small JSON summary (counts, "
+                            f"checksums, a path or URL) and store bulk output elsewhere"
+                        ),
+                        "final": True,
+                    }
+            elif isinstance(outcome, Failed):
+                error = failure_payload(outcome)
+            assert error is not None
+            final = error.get("final") or final_after_failure(
+                self.store.state.tasks[task_id].steps[name], spec.retry
+            )
+            error["final"] = bool(final)
+            if spec.needs_compensation:
+                error["compensate"] = True
+            await self.fail(task_id, name, attempt, error)
+            failed.inc()
+            if not final:
+                retries.inc()
+        except ApolloError as e:
+            log.error(
+                "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
+            )
+        finally:
+            self._cancel_why.pop(key, None)
+            # The slot (and the step's place among the busy) stay taken while an
+            # abandoned thread of this attempt still runs: no retry beside it.
+            lingering = self.executor.settle(task_id, name)
+            if lingering is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(lingering)
+            self._ended()
+
+    def cancel(self, key: Key, why: str | dict[str, Any], run: asyncio.Task[None] | None) -> None:
+        """Give up on the attempt `run` is running; `why` becomes its FAILED payload
+        (a reason alone fails it for good)."""
+        if run is not None and key not in self._cancel_why:
+            self._cancel_why[key] = {"error": why, "final": True} if isinstance(why, str) else why
+            run.cancel()
+
+    def _time_out(self, key: Key, timeout: float, run: asyncio.Task[Any] | None) -> None:
+        self.cancel(key, {"error": f"timed out after {timeout:g}s", "timeout": True}, run)
+
+    async def fail(self, task_id: str, name: str, attempt: int, payload: dict[str, Any]) -> None:
+        """Append the FAILED of an attempt (a lost one too)."""
+        try:
+            await self.store.log.append(
+                EventType.STEP_FAILED, task_id, name, payload, attempt=attempt
+            )
+        except InvalidEventError:
+            # Details too big for the cap: keep the essentials.
+            slim = {k: payload[k] for k in SLIM_KEYS if k in payload}
+            await self.store.log.append(EventType.STEP_FAILED, task_id, name, slim, attempt=attempt)
+
+    def timeout_for(self, workflow: str, name: str, spec: Step) -> float:
+        """The step's timeout; an `auto` one is recomputed every few new samples, not
+        sorted afresh for every start."""
+        if spec.timeout != AUTO:
+            return float(spec.timeout)
+        history = self.store.state.durations.get(workflow, {}).get(name)
+        n = len(history) if history else 0
+        key = (workflow, name)
+        cached = self._timeouts.get(key)
+        if cached is not None and 0 <= n - cached[0] < AUTO_REFRESH_SAMPLES:
+            return cached[1]
+        value = spec.timeout_s(history, self.default_timeout_s)
+        self._timeouts[key] = (n, value)
+        return value
+
+    def context(
+        self, task: TaskState, name: str, attempt: int, wf_deps: Sequence[str]
+    ) -> StepContext:
+        return StepContext(
+            task_id=task.task_id,
+            step=name,
+            attempt=attempt,
+            input=task.input,
+            results={d: task.steps[d].result for d in wf_deps},
+            node_id=self.node_id,
+            workflow=task.workflow,
+            version=task.version,
+            fencing_token=FencingToken(self.store.log.term, attempt),
+        )
+
+    def _step_metrics(self, workflow: str, name: str) -> tuple[Any, Any, Any, Any]:
+        """The step's labelled metric children (looking them up costs more than using them)."""
+        key = (workflow, name)
+        found = self._metric_children.get(key)
+        if found is None:
+            found = self._metric_children[key] = (
+                metrics.STEP_SECONDS.labels(workflow, name),
+                metrics.STEP_OUTCOMES.labels(workflow, name, "succeeded"),
+                metrics.STEP_OUTCOMES.labels(workflow, name, "failed"),
+                metrics.STEP_RETRIES.labels(workflow, name),
+            )
+        return found
+
+    # -------------------------------------------------------- compensation
+
+    async def compensate(self, task_id: str, name: str, spec: Step, *, resume: bool) -> None:
+        """COMPENSATING, the action (retried with backoff, failures visible), COMPENSATED.
+        `resume`: the step is COMPENSATING already."""
+        logw = self.store.log
+        action = spec.compensate
+        assert action is not None  # decide() names a compensation only when one is declared
+        try:
+            task = self.store.state.tasks[task_id]
+            step = task.steps[name]
+            if not resume:
+                await logw.append(EventType.STEP_COMPENSATING, task_id, name, attempt=step.attempt)
+                metrics.COMPENSATIONS.labels(task.workflow, name).inc()
+            # Like a step, the action runs only once COMPENSATING is committed (also when
+            # resuming one: it may be this node's own uncommitted record).
+            if not await self._committed(task.last_event_id):
+                return
+            n = 0
+            while True:
+                n += 1
+                # A compensation sees the step's own result beside its inputs.
+                ctx = _with_own_result(
+                    self.context(task, name, step.attempt, spec.after), name, step.result
+                )
+                try:
+                    outcome = await self.executor.run(Attempt(action, ctx, self._lease_valid))
+                except Exception as e:
+                    outcome = failure(e)
+                if isinstance(outcome, NotBegun):
+                    self._lapsed(f"compensation of {task_id}/{name} not begun")
+                    return
+                if isinstance(outcome, Succeeded):
+                    break
+                await logw.append(
+                    EventType.STEP_FAILED,
+                    task_id,
+                    name,
+                    {
+                        "error": cut(
+                            f"compensation failed: {outcome.error_type}: {outcome.message}"
+                        ),
+                        "compensation": True,
+                    },
+                    attempt=step.attempt,
+                )
+                await self.clock.sleep(
+                    compensation_delay(spec.compensation_retry, n, task_id, name)
+                )
+                await logw.append(EventType.STEP_COMPENSATING, task_id, name, attempt=step.attempt)
+            await logw.append(EventType.STEP_COMPENSATED, task_id, name, attempt=step.attempt)
+        except ApolloError as e:
+            log.error("compensation of %s/%s: cannot record its outcome: %s", task_id, name, e)
+
+
+def _with_own_result(ctx: StepContext, name: str, result: Any) -> StepContext:
+    return StepContext(
+        task_id=ctx.task_id,
+        step=ctx.step,
+        attempt=ctx.attempt,
+        input=ctx.input,
+        results={**ctx.results, name: result},
+        node_id=ctx.node_id,
+        workflow=ctx.workflow,
+        version=ctx.version,
+        fencing_token=ctx.fencing_token,
+    )
