@@ -1182,13 +1182,17 @@ async def serve(settings: NodeSettings) -> int:
     # (not a Node in a test's process). Commands run under scheduler/guard.py die with
     # the node even by SIGKILL; these orphans do not (README, "Step processes").
     orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
-    print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
+    started = await node.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
     loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
+    # The ready line only once the handlers are in place: a SIGHUP sent on seeing it
+    # (a test reloading tokens, under load) found the default action and killed the
+    # node by signal 1, without a line.
+    print(f"apollo11 node {settings.node_id}: {started}", flush=True)
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
     if orphans is not None:
