@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,14 @@ def test_a_thread_that_dies_says_so_in_the_log(caplog: pytest.LogCaptureFixture)
         threading.excepthook = old
     assert "thread snapshot-writer ended on an error" in caplog.text
     assert "OSError: disk gone" in caplog.text
+
+
+def test_signals_sent_on_the_ready_line_are_handled(tmp_path: Path) -> None:
+    """The ready line came before the SIGHUP and SIGTERM handlers: a SIGHUP sent on
+    seeing it could find the default action and kill the node by signal 1, silently
+    (a token-reload test, under load)."""
+    node = start_node(tmp_path / "d")
+    node.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert node.alive()
+    assert node.stop() == 0
