@@ -18,7 +18,7 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiofiles
 import aiofiles.os
@@ -35,6 +35,8 @@ from scheduler.security import current_principal
 
 if TYPE_CHECKING:
     from replicator.ports import PrimarySide
+    from scheduler.snapshot import SnapshotInfo
+    from scheduler.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +124,53 @@ class ReplicationService(rpbg.ReplicationServicer):
         request_iterator: AsyncIterator[rpb.StandbyMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[rpb.PrimaryMessage]:
-        """Catch-up, then streaming, for a stream whose Hello was accepted."""
-        node = self.node
-        store = node.store
+        """Handshake, catch-up, stream (Litestream's syncOnce: the position first, then
+        ship from position + 1), for a stream whose Hello was accepted."""
+        store = self.node.store
         assert store is not None
-        hub = node.hub
+        found = await self._handshake(hello, store, context)
+        if found is None:
+            return
+        if isinstance(found, rpb.Diverged):
+            yield rpb.PrimaryMessage(diverged=found)
+            return
+        start, snapshot = found
+        self._track(view, hello, start)
+        acks = asyncio.create_task(self._acks(request_iterator, view))
+        try:
+            yield rpb.PrimaryMessage(
+                welcome=rpb.Welcome(
+                    node_id=self.node.settings.node_id,
+                    term=term,
+                    from_event_id=start,
+                    segment_max_bytes=store.log.config.segment_max_bytes,
+                    cluster_id=self.node.cluster_id,
+                )
+            )
+            if snapshot is not None:
+                async for msg in self._snapshot(store, snapshot):
+                    yield msg
+                store.snapshots.unpin(snapshot.watermark)  # sent: it may be pruned again
+                snapshot = None
+                log.info("sent snapshot %d to %s", start - 1, hello.node_id)
+            async for msg in self._stream(view, store, term, start, hello.node_id):
+                yield msg
+        except ApolloError as e:
+            log.error("replication to %s stopped: %s", hello.node_id, e)
+        finally:
+            if snapshot is not None:  # the stream ended while sending it
+                store.snapshots.unpin(snapshot.watermark)
+            view.connected = False
+            acks.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acks
+
+    async def _handshake(
+        self, hello: rpb.Hello, store: Store, context: grpc.aio.ServicerContext
+    ) -> tuple[int, SnapshotInfo | None] | rpb.Diverged | None:
+        """Where this standby's stream starts (and the snapshot it needs first), or how
+        its log diverged from ours; None when the call was aborted."""
+        node_id = self.node.settings.node_id
         if store.log.durable_id < hello.last_event_id <= store.log.written_id:
             # It stored records shipped ahead that are still being written here: not
             # a divergence, once they land. Not longer than the standby waits for a
@@ -139,9 +183,9 @@ class ReplicationService(rpbg.ReplicationServicer):
                 await context.abort(
                     grpc.StatusCode.UNAVAILABLE,
                     f"events up to {hello.last_event_id} are still being written on "
-                    f"{node.settings.node_id} ({type(e).__name__}); retry",
+                    f"{node_id} ({type(e).__name__}); retry",
                 )
-                return
+                return None
         # Where does this standby's log stop agreeing with ours?
         standby_terms = [(t.term, t.first_event_id) for t in hello.terms]
         agree = common_prefix(
@@ -153,10 +197,7 @@ class ReplicationService(rpbg.ReplicationServicer):
                 f"the primary's history"
             )
             log.warning("standby %s diverged: %s", hello.node_id, reason)
-            yield rpb.PrimaryMessage(
-                diverged=rpb.Diverged(keep_through_event_id=agree, reason=reason)
-            )
-            return
+            return rpb.Diverged(keep_through_event_id=agree, reason=reason)
         start = hello.last_event_id + 1
         empty = hello.last_event_id == 0
         snapshot = None
@@ -167,94 +208,79 @@ class ReplicationService(rpbg.ReplicationServicer):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"event {start} is no longer kept here and no snapshot is available",
             )
-            return
+            return None
         if snapshot is not None:
             start = snapshot.watermark + 1
+        return start, snapshot
+
+    def _track(self, view: StandbyView, hello: rpb.Hello, start: int) -> None:
+        """The sync gate's view of a stream about to start at `start`."""
         view.connected = True
         view.acked_at = time.monotonic()  # heard from: its hello
         view.silent_ticks = 0
         # What it holds for sure, not where streaming starts: a standby being sent a
         # snapshot holds nothing of it until it acknowledges.
         view.acked_id = hello.last_event_id
-        view.next_batch = hub.index_after(start - 1)
+        view.next_batch = self.node.hub.index_after(start - 1)
         view.sent_id = start - 1
-        acks = asyncio.create_task(self._acks(request_iterator, view))
-        try:
-            yield rpb.PrimaryMessage(
-                welcome=rpb.Welcome(
-                    node_id=node.settings.node_id,
-                    term=term,
-                    from_event_id=start,
-                    segment_max_bytes=store.log.config.segment_max_bytes,
-                    cluster_id=node.cluster_id,
-                )
-            )
-            if snapshot is not None:
-                try:
-                    async for msg in self._snapshot(store, snapshot):
-                        yield msg
-                finally:
-                    store.snapshots.unpin(snapshot.watermark)
-                log.info("sent snapshot %d to %s", snapshot.watermark, hello.node_id)
-            nxt = start
-            at: tuple[int, int] | None = None
-            unacked: deque[tuple[int, float]] = deque()  # (last id, monotonic time) sent
-            shipped = metrics.REPLICATION_BATCH_EVENTS.labels(hello.node_id)
-            while node.role == "primary" and store.log.term == term:
-                while unacked and unacked[0][0] <= view.acked_id:
-                    unacked.popleft()
-                if len(unacked) >= SEND_WINDOW:
-                    full = len(unacked) >= MAX_IN_FLIGHT
-                    wait = HEARTBEAT_S if full else unacked[-1][1] + HOLD_S - time.monotonic()
-                    if wait > 0:
-                        view.acked.clear()
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(wait):
-                                await view.acked.wait()
-                                continue
-                        if full:  # a slow disk there, not a dead link: tell it we are here
-                            if not store.log.writable:
-                                break  # this log failed or closed: nothing more will come
-                            yield self._heartbeat(store, term)
+
+    async def _stream(
+        self, view: StandbyView, store: Store, term: int, start: int, standby: str
+    ) -> AsyncIterator[rpb.PrimaryMessage]:
+        """Batches from `start` as they are written, one in flight (SEND_WINDOW), more
+        while acks are late (up to MAX_IN_FLIGHT), heartbeats when there is nothing."""
+        nxt = start
+        at: tuple[int, int] | None = None
+        unacked: deque[tuple[int, float]] = deque()  # (last id, monotonic time) sent
+        shipped = metrics.REPLICATION_BATCH_EVENTS.labels(standby)
+        while self.node.role == "primary" and store.log.term == term:
+            while unacked and unacked[0][0] <= view.acked_id:
+                unacked.popleft()
+            if len(unacked) >= SEND_WINDOW:
+                full = len(unacked) >= MAX_IN_FLIGHT
+                wait = HEARTBEAT_S if full else unacked[-1][1] + HOLD_S - time.monotonic()
+                if wait > 0:
+                    view.acked.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await view.acked.wait()
                             continue
-                batch = store.log.read_raw(nxt, BATCH_BYTES, at, ahead=True)
-                at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
-                if batch.data:
-                    # Before the yield: the standby's ack of this batch can be read
-                    # before this generator resumes, and must not be cut short.
-                    view.sent_id = batch.last_id
-                    yield rpb.PrimaryMessage(
-                        batch=rpb.Batch(
-                            first_event_id=batch.first_id,
-                            last_event_id=batch.last_id,
-                            term=term,
-                            records=batch.data,
-                            primary_durable_id=store.log.durable_id,
-                            sent_ms=time.time_ns() // 1_000_000,
-                        )
-                    )
-                    unacked.append((batch.last_id, time.monotonic()))
-                    shipped.observe(batch.last_id - batch.first_id + 1)
-                    nxt = batch.last_id + 1
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(HEARTBEAT_S):
-                        if store.log.written_id < nxt:
-                            await store.log.wait_written(nxt - 1)
-                        else:  # being written, but no longer in memory: from disk, then
-                            await store.log.wait_durable(nxt - 1)
+                    if full:  # a slow disk there, not a dead link: tell it we are here
+                        if not store.log.writable:
+                            return  # this log failed or closed: nothing more will come
+                        yield self._heartbeat(store, term)
                         continue
-                yield self._heartbeat(store, term)
-        except ApolloError as e:
-            log.error("replication to %s stopped: %s", hello.node_id, e)
-        finally:
-            view.connected = False
-            acks.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await acks
+            batch = store.log.read_raw(nxt, BATCH_BYTES, at, ahead=True)
+            at = (batch.segment_id, batch.end_offset) if batch.segment_id else None
+            if batch.data:
+                # Before the yield: the standby's ack of this batch can be read
+                # before this generator resumes, and must not be cut short.
+                view.sent_id = batch.last_id
+                yield rpb.PrimaryMessage(
+                    batch=rpb.Batch(
+                        first_event_id=batch.first_id,
+                        last_event_id=batch.last_id,
+                        term=term,
+                        records=batch.data,
+                        primary_durable_id=store.log.durable_id,
+                        sent_ms=time.time_ns() // 1_000_000,
+                    )
+                )
+                unacked.append((batch.last_id, time.monotonic()))
+                shipped.observe(batch.last_id - batch.first_id + 1)
+                nxt = batch.last_id + 1
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HEARTBEAT_S):
+                    if store.log.written_id < nxt:
+                        await store.log.wait_written(nxt - 1)
+                    else:  # being written, but no longer in memory: from disk, then
+                        await store.log.wait_durable(nxt - 1)
+                    continue
+            yield self._heartbeat(store, term)
 
     @staticmethod
-    def _heartbeat(store: Any, term: int) -> rpb.PrimaryMessage:
+    def _heartbeat(store: Store, term: int) -> rpb.PrimaryMessage:
         return rpb.PrimaryMessage(
             heartbeat=rpb.Heartbeat(
                 term=term,
@@ -276,7 +302,9 @@ class ReplicationService(rpbg.ReplicationServicer):
                     max(0, store.log.durable_id - view.acked_id)
                 )
 
-    async def _snapshot(self, store: Any, info: Any) -> AsyncIterator[rpb.PrimaryMessage]:
+    async def _snapshot(
+        self, store: Store, info: SnapshotInfo
+    ) -> AsyncIterator[rpb.PrimaryMessage]:
         directory = store.snapshots.directory
         files = [*info.chunks, os.path.basename(info.path)]  # the snapshot file last
         for i, name in enumerate(files):
