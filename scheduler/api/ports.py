@@ -7,12 +7,13 @@ shape in a test. Replication's needs are replicator/ports.py's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from replicator.ports import PrimarySide
 
 if TYPE_CHECKING:
     from lease import LeaderInfo
+    from scheduler.api.status import ClusterStatus
     from scheduler.engine import Engine
     from scheduler.errors import ApolloError
     from scheduler.replay import TaskState
@@ -38,4 +39,4 @@ class NodeView(PrimarySide, Protocol):
     async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
         """Time travel for one task."""
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> ClusterStatus: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -74,6 +75,10 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.NOT_FOUND
     if isinstance(e, InvalidArgumentError | InvalidEventError):
         return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(e, NotLeaderError) and not e.leader:
+        # No primary to send the caller to yet (an election, a promotion under way):
+        # "try again", which clients retry; FAILED_PRECONDITION they do not.
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, FailedPreconditionError | StaleTermError):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(
@@ -450,22 +455,25 @@ class ClusterService(pbg.ClusterServicer):
     ) -> pb.ClusterStatus:
         s = self.node.status()
         msg = pb.ClusterStatus(
-            node_id=s["node_id"],
-            role=s["role"],
-            term=s["term"],
-            last_event_id=s["last_event_id"],
-            applied_event_id=s["applied_event_id"],
-            recovery=s["recovery"],
-            running_steps=s["running_steps"],
-            active_tasks=s["active_tasks"],
-            security=s["security"],
-            notice=s["notice"],
-            members=[pb.Member(**m) for m in s["members"]],
+            node_id=s.node_id,
+            role=s.role,
+            term=s.term,
+            last_event_id=s.last_event_id,
+            applied_event_id=s.applied_event_id,
+            recovery=s.recovery,
+            running_steps=s.running_steps,
+            active_tasks=s.active_tasks,
+            security=s.security,
+            notice=s.notice,
+            members=[pb.Member(**dataclasses.asdict(m)) for m in s.members],
         )
-        if s["leader"] is not None:
-            msg.leader.CopyFrom(pb.LeaderInfo(**s["leader"]))
-        if s["lease"] is not None:
-            msg.lease.CopyFrom(pb.LeaseInfo(**s["lease"]))
+        if s.leader is not None:
+            leader = s.leader
+            msg.leader.CopyFrom(
+                pb.LeaderInfo(node_id=leader.node_id, address=leader.address, term=leader.term)
+            )
+        if s.lease is not None:
+            msg.lease.CopyFrom(pb.LeaseInfo(ttl_s=s.lease.ttl_s, remaining_s=s.lease.remaining_s))
         return msg
 
 

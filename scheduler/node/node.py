@@ -51,6 +51,7 @@ from replicator.hub import ReplicationHub, ReplicationTimeout
 from replicator.receiver import Follower
 from scheduler import identity, merger, metrics, repair, scrub
 from scheduler.api.server import ApiServer
+from scheduler.api.status import ClusterStatus, LeaseStatus, MemberStatus, members
 from scheduler.archive import Archive
 from scheduler.clock import Clock
 from scheduler.config import NodeSettings
@@ -866,26 +867,26 @@ class Node:
         self._log_failed_at = time.monotonic()
         self._log_retry_at = self._log_failed_at + LOG_RETRY_S
         metrics.LOG_WRITABLE.set(0)
-        was = self.role
-        if was == "primary":
-            # FAILED before the lease goes, so that no cycle offers this node as a candidate.
-            said = await self.demote(f"its event log failed ({why})", role=FAILED)
-            done = (
-                "stopped leading (no standby to hand over to)"
-                if self.settings.standalone
-                else "resigned the lease for a standby to take over"
-            )
-        else:
-            # The role loop stops the follower (this may run in the follower's own task).
-            self.role = FAILED
-            said = f"stopped following: the event log failed ({why})"
+        primary = self.role == "primary"
+        if not primary:
             done = "stopped following"
+        elif self.settings.standalone:
+            done = "stopped leading (no standby to hand over to)"
+        else:
+            done = "resigned the lease for a standby to take over"
+        # The notice first: the step-down awaits (the engine, the lease), and a status
+        # read meanwhile showed role `failed` with no reason (a flaky test, on main).
         self._notice(
             f"the event log failed ({why}): {done}; refusing writes until it can be "
             f"reopened (free space in {self.settings.data_dir}?), retrying every "
             f"{LOG_RETRY_S:g}s"
         )
-        return said
+        if primary:
+            # FAILED before the lease goes, so that no cycle offers this node as a candidate.
+            return await self.demote(f"its event log failed ({why})", role=FAILED)
+        # The role loop stops the follower (this may run in the follower's own task).
+        self.role = FAILED
+        return f"stopped following: the event log failed ({why})"
 
     async def _reopen_failed_log(self) -> str:
         data_dir = str(self.settings.data_dir)
@@ -1049,62 +1050,54 @@ class Node:
             log.info("time travel for %s replays the log: %s", task_id, e)
             return (await self.state_at(event_id)).peek(task_id)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ClusterStatus:
         assert self.store is not None
         store = self.store
-        leader = self.leader
-        remaining = -1.0
-        if self.role == "primary":
-            remaining = self.fence.remaining_s()
         durable = store.log.durable_id
-        members: dict[str, dict[str, Any]] = {}
-        world = self.world
-        if world is not None:
-            for info in world.members.values():
-                members[info.node_id] = _member(
-                    info.node_id, info.role, info.address, info.last_event_id, info.last_term
-                )
-        me = _member(self.settings.node_id, self.role, self.address, durable, store.log.last_term)
-        members[self.settings.node_id] = me
+        primary = self.role == "primary"
+        follower = self.follower
         head = durable
-        if self.role != "primary" and self.follower is not None:
-            head = max(durable, self.follower.primary_durable_id)
-        if self.role == "primary":
-            now = time.monotonic()
-            live = {v.node_id for v in self.hub.connected()}
-            for v in self.hub.by_node().values():
-                m = members.setdefault(v.node_id, _member(v.node_id, "standby", v.address, 0, 0))
-                m["last_event_id"] = max(m["last_event_id"], v.acked_id)
-                m["connected"] = v.node_id in live
-                m["synchronous"] = v.node_id in live and self.settings.sync_replicas > 0
-                m["ack_p50_ms"] = v.lag_ms(0.50)
-                m["ack_p99_ms"] = v.lag_ms(0.99)
-                caught = v.caught_up_at or now
-                m["lag_ms"] = 0.0 if v.acked_id >= durable else round((now - caught) * 1000, 1)
-                metrics.REPLICATION_LAG_SECONDS.labels(v.node_id).set(m["lag_ms"] / 1000)
-        for m in members.values():
-            m["lag_events"] = max(0, head - m["last_event_id"])
-        if self.role != "primary" and self.follower is not None:
-            me["connected"] = self.follower.connected
-        return {
-            "node_id": self.settings.node_id,
-            "role": self.shown_role,
-            "term": max(self.known_term, store.state.term),
-            "leader": None
-            if leader is None
-            else {"node_id": leader.node_id, "address": leader.address, "term": leader.term},
-            "lease": None
+        if not primary and follower is not None:
+            head = max(durable, follower.primary_durable_id)
+        me = MemberStatus(
+            self.settings.node_id,
+            self.role,
+            self.address,
+            durable,
+            store.log.last_term,
+            connected=primary or (follower is not None and follower.connected),
+        )
+        views = list(self.hub.by_node().values()) if primary else []
+        listed = members(
+            me,
+            self.world.members.values() if self.world is not None else (),
+            standbys=views,
+            live={v.node_id for v in self.hub.connected()} if primary else set(),
+            synchronous=self.settings.sync_replicas > 0,
+            head=head,
+            durable=durable,
+        )
+        streaming = {v.node_id for v in views}
+        for m in listed:
+            if m.node_id in streaming:
+                metrics.REPLICATION_LAG_SECONDS.labels(m.node_id).set(m.lag_ms / 1000)
+        return ClusterStatus(
+            node_id=self.settings.node_id,
+            role=self.shown_role,
+            term=max(self.known_term, store.state.term),
+            leader=self.leader,
+            lease=None
             if self._lease is None
-            else {"ttl_s": self.lease.ttl_s, "remaining_s": round(remaining, 3)},
-            "members": sorted(members.values(), key=lambda m: m["node_id"]),
-            "last_event_id": durable,
-            "applied_event_id": store.state.last_event_id,
-            "recovery": str(store.recovery),
-            "running_steps": self.engine.running() if self.engine else 0,
-            "active_tasks": sum(1 for t in store.state.tasks.values() if not t.quiescent),
-            "security": protect.describe(self.settings),
-            "notice": self.notice,
-        }
+            else LeaseStatus(self.lease.ttl_s, round(self.fence.remaining_s(), 3)),
+            members=listed,
+            last_event_id=durable,
+            applied_event_id=store.state.last_event_id,
+            recovery=str(store.recovery),
+            running_steps=self.engine.running() if self.engine else 0,
+            active_tasks=sum(1 for t in store.state.tasks.values() if not t.quiescent),
+            security=protect.describe(self.settings),
+            notice=self.notice,
+        )
 
     # ------------------------------------------------------------- stop
 
@@ -1151,22 +1144,6 @@ _DUPLICATE_HINT = (
     "the other one (is a second `apollo11 dev` or another deployment using this etcd "
     "and --cluster?)"
 )
-
-
-def _member(node_id: str, role: str, address: str, last: int, term: int) -> dict[str, Any]:
-    return {
-        "node_id": node_id,
-        "role": role,
-        "address": address,
-        "last_event_id": last,
-        "term": term,
-        "lag_events": 0,
-        "lag_ms": 0.0,
-        "connected": role == "primary",
-        "synchronous": False,
-        "ack_p50_ms": 0.0,
-        "ack_p99_ms": 0.0,
-    }
 
 
 def _probe_writes(data_dir: str) -> None:

@@ -59,7 +59,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
             await node.engine.submit("etl", {"step_seconds": 0})
         await _until(lambda: node.role == "failed")
         assert node.log_trouble is not None and "No space left" in node.log_trouble
-        assert "No space left on device" in node.status()["notice"]
+        assert "No space left on device" in node.status().notice
         metrics.refresh(node)
         assert metrics.LOG_WRITABLE._value.get() == 0
         refusal = node.not_leader()
@@ -70,12 +70,14 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
 
         monkeypatch.setattr(eventlog, "_write_all", write_all)
         monkeypatch.setattr(node_module, "_probe_writes", probe)
-        await _until(lambda: node.role == "primary")
+        # the role is primary a moment before the engine takes writes (the term's
+        # first record is written in between)
+        await _until(lambda: node.role == "primary" and bool(node.engine and node.engine.leading))
         assert node.engine is not None
         await node.engine.submit("etl", {"step_seconds": 0})
         status = node.status()
-        assert "reopened" in status["notice"], status
-        assert status["term"] == 2, "it leads again in a new term"
+        assert "reopened" in status.notice, status
+        assert status.term == 2, "it leads again in a new term"
         metrics.refresh(node)
         assert metrics.LOG_WRITABLE._value.get() == 1
     finally:

@@ -212,11 +212,11 @@ async def test_a_node_scrubs_and_says_so_in_its_status(
             await node.engine.submit("etl", {"step_seconds": 0})
         seg = store.log.segments[0]
         await _until(lambda: node.scrubber.passes >= 1)
-        assert node.status()["notice"] == ""
+        assert node.status().notice == ""
         before = _found("segment")
         _flip(seg.path, seg.size // 2)
-        await _until(lambda: seg.path in node.status()["notice"])
-        assert "offset" in node.status()["notice"]
+        await _until(lambda: seg.path in node.status().notice)
+        assert "offset" in node.status().notice
         assert _found("segment") > before
     finally:
         await node.stop()

@@ -1,0 +1,100 @@
+"""What `apollo11 status`, GetStatus and the cluster page show: one typed shape.
+
+It lives beside the API that shows it: the node builds it, and the servers see
+the node only through their ports. The node fills it from what it knows
+(`Node.status()`): its own log and role, the member records etcd holds, and, on
+the primary, what each standby's stream acknowledged (replicator/hub.py). Lag is
+counted against the furthest log anyone knows of: the primary's durable end, or,
+on a standby, the primary's end as its last heartbeat said.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lease import LeaderInfo, MemberInfo
+from replicator.hub import StandbyView
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    node_id: str
+    role: str
+    address: str
+    last_event_id: int
+    term: int
+    lag_events: int = 0
+    lag_ms: float = 0.0
+    connected: bool = False
+    synchronous: bool = False
+    ack_p50_ms: float = 0.0
+    ack_p99_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatus:
+    ttl_s: float
+    remaining_s: float  # -1: unknown on this node (it does not hold the lease)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    node_id: str
+    role: str
+    term: int
+    leader: LeaderInfo | None
+    lease: LeaseStatus | None
+    members: tuple[MemberStatus, ...]
+    last_event_id: int
+    applied_event_id: int
+    recovery: str
+    running_steps: int
+    active_tasks: int
+    security: str
+    notice: str
+
+
+def members(
+    me: MemberStatus,
+    records: Iterable[MemberInfo],
+    *,
+    standbys: Iterable[StandbyView] = (),
+    live: set[str] | frozenset[str] = frozenset(),
+    synchronous: bool = False,
+    head: int,
+    durable: int,
+) -> tuple[MemberStatus, ...]:
+    """Every member, sorted by node id: etcd's records, this node as it knows itself,
+    and (on the primary) each standby stream's acknowledgements."""
+    by_id = {
+        r.node_id: MemberStatus(
+            r.node_id,
+            r.role,
+            r.address,
+            r.last_event_id,
+            r.last_term,
+            connected=r.role == "primary",
+        )
+        for r in records
+    }
+    by_id[me.node_id] = me
+    now = time.monotonic()
+    for v in standbys:
+        m = by_id.get(v.node_id) or MemberStatus(v.node_id, "standby", v.address, 0, 0)
+        caught = v.caught_up_at or now
+        by_id[v.node_id] = dataclasses.replace(
+            m,
+            last_event_id=max(m.last_event_id, v.acked_id),
+            connected=v.node_id in live,
+            synchronous=v.node_id in live and synchronous,
+            ack_p50_ms=v.lag_ms(0.50),
+            ack_p99_ms=v.lag_ms(0.99),
+            lag_ms=0.0 if v.acked_id >= durable else round((now - caught) * 1000, 1),
+        )
+    return tuple(
+        dataclasses.replace(m, lag_events=max(0, head - m.last_event_id))
+        for _, m in sorted(by_id.items())
+    )
