@@ -192,7 +192,7 @@ class Writer:
 
     async def durable(self, batch: Batch) -> None:
         # Each appender awaits its own future: cancelling one appender must not
-        # cancel a future the whole batch shares.
+        # cancel a future the whole batch shares. (waiter() inlined: once per append.)
         fut = self._loop.create_future()
         batch.waiters.append(fut)
         await fut
@@ -401,8 +401,7 @@ class Writer:
         self._io.shutdown(wait=True)
         await self.manifest.wait()
         self.manifest.close(exact=self.failed is None)
-        os.close(self._fd)
-        os.close(self._idx_fd)
+        self._close_fds()
 
     def close_sync(self) -> None:
         """Close a log that never started writing (offline tools)."""
@@ -411,6 +410,11 @@ class Writer:
         self.closed = True
         self._io.shutdown(wait=True)
         self.manifest.close(exact=self.failed is None)
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        # -1 after a rotation that could not open the new segment (a full disk): the
+        # close must still succeed, or the node's reopen of the failed log fails once.
         for fd in (self._fd, self._idx_fd):
             if fd >= 0:
                 os.close(fd)

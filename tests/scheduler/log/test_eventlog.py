@@ -688,3 +688,35 @@ async def test_a_failed_fsync_is_cut_back_to_the_durable_position_before_reopeni
     assert [e.task_id for e in again.read() if e.task_id.startswith("lost")] == []
     assert (await _fill(again, 1)) == [durable.event_id + 1]
     await again.close()
+
+
+async def test_a_log_whose_rotation_could_not_create_the_segment_still_closes(
+    tmp_path, clock, monkeypatch
+) -> None:
+    """A full disk can refuse the new segment's file itself: the write fails, and
+    close() must not then raise EBADF for the descriptors the rotation had let go."""
+    import errno
+
+    from scheduler.log import writer
+
+    config = LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.UNSAFE_NEVER)
+    log = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
+    await _fill(log, 3)
+    durable = log.position()
+    real = writer.open_append
+
+    def no_space(path: str, create: bool = False) -> int:
+        if create:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, create)
+
+    monkeypatch.setattr(writer, "open_append", no_space)
+    with pytest.raises(LogFailedError, match="No space left"):
+        for _ in range(100):
+            await _fill(log, 5)
+    monkeypatch.undo()
+    await log.close()
+    assert log.position().event_id >= durable.event_id
+    again = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
+    assert again.durable_id == log.durable_id
+    await again.close()
