@@ -231,8 +231,8 @@ class Writer:
                     and not any(p.new_segment for p in batch.parts)
                 ):
                     # A standby's loop has nothing better to do meanwhile; two thread
-                    # hops cost more than the write (0.2-0.5 ms here), and on a busy
-                    # machine each hop waits for a CPU. A slow write sends the next
+                    # hops cost more than a small write (docs/benchmarks.md), and on a
+                    # busy machine each hop waits for a CPU. A slow write sends the next
                     # one back to the thread until writes are fast again; so do a big
                     # batch (catching up) and a segment rotation (two more fsyncs).
                     self._write_batch(batch.parts)
