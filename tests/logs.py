@@ -15,7 +15,8 @@ def hold_writes(
 ) -> threading.Event:
     """The log's next writes wait until the returned event is set (then fail if asked)."""
     gate = threading.Event()
-    write = log._write_batch
+    writer = log._writer  # the group commit: its _write_batch is the one write + fsync
+    write = writer._write_batch
 
     def held(parts: Any) -> None:
         gate.wait(10)
@@ -23,5 +24,5 @@ def hold_writes(
             raise OSError(5, "Input/output error")
         write(parts)
 
-    monkeypatch.setattr(log, "_write_batch", held)
+    monkeypatch.setattr(writer, "_write_batch", held)
     return gate

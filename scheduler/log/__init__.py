@@ -1,17 +1,23 @@
-"""The event log: Apollo-11's single source of truth."""
+"""The event log: Apollo-11's single source of truth.
 
+`EventLog` (eventlog.py) is the face; behind it recovery.py opens and checks,
+writer.py is the only place log bytes are written and fsynced, ship.py serves
+standbys ahead of durability, reader.py reads segments, cut.py shortens a log
+(retention, a failed write's leftovers, a divergent tail), mend.py rewrites a
+damaged segment from a peer's copy. Formats: record.py, segment.py,
+manifest.py, datadir.py.
+"""
+
+from scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy, LogConfig
+from scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
 from scheduler.log.datadir import DataDir
-from scheduler.log.eventlog import (
-    Draft,
-    EventLog,
-    FsyncPolicy,
-    LogConfig,
-    Position,
-    RawBatch,
-)
+from scheduler.log.eventlog import Draft, EventLog
 from scheduler.log.record import Event, EventType
+from scheduler.log.segment import Position, Segment
+from scheduler.log.ship import RawBatch
 
 __all__ = [
+    "DEFAULT_SEGMENT_MAX_BYTES",
     "DataDir",
     "Draft",
     "Event",
@@ -19,6 +25,10 @@ __all__ = [
     "EventType",
     "FsyncPolicy",
     "LogConfig",
+    "NothingInCommonError",
     "Position",
     "RawBatch",
+    "Segment",
+    "cut_after",
+    "cut_unsynced",
 ]

@@ -48,17 +48,25 @@ its manifest, which is fine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
+import logging
 import os
+import time
 import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from struct import Struct
 
 import orjson
 
+from scheduler import metrics
 from scheduler.errors import CorruptLogError
 from scheduler.log.datadir import fsync_dir
+
+log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "MANIFEST"
 MAGIC = b"A11MANI1"
@@ -166,3 +174,98 @@ def remove(log_dir: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(manifest_path(log_dir))
     fsync_dir(log_dir)
+
+
+class Keeper:
+    """Keeps one log's manifest up to date, on a thread of its own: the append path
+    never waits for it (nor for its two fsyncs).
+
+    `end(reason)` gives the durable end now (loop thread: sizes are those of landed
+    batches); `live()` says whether the log still writes (not closed, not failed).
+    A keeper opened with `writing=False` (a read-only log) never writes.
+    """
+
+    def __init__(
+        self,
+        log_dir: str,
+        last: Manifest | None,
+        *,
+        sync: bool,
+        writing: bool,
+        end: Callable[[str], Manifest],
+        live: Callable[[], bool],
+    ) -> None:
+        self.manifest = last  # the last one read or written
+        self._log_dir = log_dir
+        self._sync = sync
+        self._end = end
+        self._live = live
+        self._io = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-manifest")
+            if writing
+            else None
+        )
+        self.at = time.perf_counter()  # when the end was last marked
+        self._busy: asyncio.Future[None] | None = None
+        self._again: str | None = None  # asked for while one was being written
+
+    def mark(self, reason: str) -> None:
+        """Record the durable end, on the manifest's thread (no wait).
+
+        While one write is under way, the next waits for it and takes the end as it
+        is then: writes never pile up, and a newer end never loses to an older one.
+        """
+        if self._io is None or not self._live():
+            return
+        self.at = time.perf_counter()
+        if self._busy is not None:
+            self._again = reason
+            return
+        m = self._end(reason)
+        if self.manifest is not None and m.segments == self.manifest.segments:
+            return  # nothing new since the last one
+        fut = asyncio.get_running_loop().run_in_executor(self._io, self._write, m)
+        self._busy = fut
+        fut.add_done_callback(self._written)
+
+    def _write(self, m: Manifest) -> None:
+        """Runs on the manifest thread (or at close)."""
+        write(self._log_dir, m, sync=self._sync)
+        self.manifest = m
+        metrics.LOG_MANIFEST_WRITES.inc()
+
+    def _written(self, fut: asyncio.Future[None]) -> None:
+        self._busy = None
+        if not fut.cancelled() and (exc := fut.exception()) is not None:
+            metrics.LOG_MANIFEST_FAILURES.inc()
+            log.error(
+                "event log: could not write the manifest (appends go on; a lost tail "
+                "would be detected only up to the last manifest written): %s",
+                exc,
+            )
+        again, self._again = self._again, None
+        if again is not None:
+            self.mark(again)
+
+    async def wait(self) -> None:
+        """Wait until no manifest write is under way (tests, and close)."""
+        while self._busy is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._busy)
+            await asyncio.sleep(0)  # let its done-callback start the next one
+
+    def close(self, *, exact: bool) -> None:
+        """At a close: with `exact` (a clean one), the exact end, synchronously; then
+        no more writes. Without (the log failed), the last manifest stays: it lags,
+        which is always safe."""
+        io, self._io = self._io, None
+        if io is None:
+            return
+        io.shutdown(wait=True)
+        if not exact:
+            return
+        try:
+            self._write(self._end("a clean shutdown"))
+        except OSError as e:
+            metrics.LOG_MANIFEST_FAILURES.inc()
+            log.error("event log: could not write the manifest at close: %s", e)

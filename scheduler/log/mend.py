@@ -15,9 +15,8 @@ crash part way a file damaged at most where it was before.
 
 from __future__ import annotations
 
-import os
-
 from scheduler.errors import ApolloError, CorruptLogError
+from scheduler.log import writer
 from scheduler.log.record import check_record
 from scheduler.log.segment import Segment
 
@@ -57,11 +56,4 @@ def rewrite(seg: Segment, records: bytes) -> None:
     sync. `seg` is a copy of what was durable when the records were asked for: the
     segment may have grown since (the one being written) and what follows stays."""
     check(seg, records)
-    fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        view, off = memoryview(records), 0
-        while off < len(view):
-            off += os.pwrite(fd, view[off:], off)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
+    writer.overwrite(seg.path, records)

@@ -67,8 +67,8 @@ class Event(NamedTuple):
     """An immutable fact in the log.
 
     A NamedTuple rather than a frozen dataclass: it is just as immutable and
-    about 3.7x cheaper to build (0.19 vs 0.71 us measured here), which matters
-    when replay decodes hundreds of thousands of events per second.
+    several times cheaper to build (docs/benchmarks.md), which matters when
+    replay decodes hundreds of thousands of events per second.
     """
 
     event_id: int

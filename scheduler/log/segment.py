@@ -1,4 +1,4 @@
-"""Segment files: naming, the sparse index, positioned reads.
+"""Segment files: naming, listing, positions, the sparse index, positioned reads.
 
 A segment is named by the id of its first event (20 digits, so names sort
 numerically). Its sparse index (`.idx`, 16-byte entries `u64 event_id, u64
@@ -13,6 +13,7 @@ import bisect
 import os
 from dataclasses import dataclass, field
 from struct import Struct
+from typing import NamedTuple
 
 from scheduler.errors import CorruptLogError
 from scheduler.log.record import HEADER, HEADER_SIZE, MAX_RECORD_BYTES
@@ -33,6 +34,43 @@ def parse_segment_name(name: str) -> int | None:
     if dot and "." + suffix == SEGMENT_SUFFIX and len(stem) == 20 and stem.isdigit():
         return int(stem)
     return None
+
+
+class Position(NamedTuple):
+    """Where the record after `event_id` starts: segment `segment_id`, byte `offset`."""
+
+    event_id: int
+    segment_id: int
+    offset: int
+
+
+def list_segments(log_dir: str) -> list[Segment]:
+    """The segment files in `log_dir`, oldest first, sized as found on disk.
+
+    A sealed segment ends where the next begins; the last one's end is found
+    by scanning it (scheduler/log/recovery.py), so its last id is left unknown.
+    """
+    found: list[tuple[int, str]] = []
+    try:
+        names = os.listdir(log_dir)
+    except OSError as e:
+        raise CorruptLogError(f"cannot list the log: {e.strerror}", path=log_dir, offset=0) from e
+    for name in names:
+        first = parse_segment_name(name)
+        if first is not None:
+            found.append((first, os.path.join(log_dir, name)))
+    found.sort()
+    segments = []
+    for i, (first, path) in enumerate(found):
+        try:
+            size = os.path.getsize(path)
+        except OSError as e:
+            raise CorruptLogError(
+                f"cannot read a segment: {e.strerror}", path=path, offset=0
+            ) from e
+        last = found[i + 1][0] - 1 if i + 1 < len(found) else first - 1
+        segments.append(Segment(first, path, size, last))
+    return segments
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ import pytest
 from scheduler import metrics
 from scheduler.config import NodeSettings
 from scheduler.errors import LogFailedError
-from scheduler.log import FsyncPolicy, eventlog
+from scheduler.log import FsyncPolicy, writer
 from scheduler.node import Node
 from scheduler.node import node as node_module
 
@@ -46,14 +46,14 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
     try:
         assert node.engine is not None
         await node.engine.submit("etl", {"step_seconds": 0})
-        write_all, probe = eventlog._write_all, node_module._probe_writes
+        write_all, probe = writer._write_all, node_module._probe_writes
         probes = []
 
         def no_space(*args: object) -> None:
             probes.append(args)
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(eventlog, "_write_all", no_space)
+        monkeypatch.setattr(writer, "_write_all", no_space)
         monkeypatch.setattr(node_module, "_probe_writes", no_space)
         with pytest.raises(LogFailedError, match="No space left on device"):
             await node.engine.submit("etl", {"step_seconds": 0})
@@ -68,7 +68,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
         await _until(lambda: len(probes) >= 3)  # the disk is still full: still failed
         assert node.role == "failed"
 
-        monkeypatch.setattr(eventlog, "_write_all", write_all)
+        monkeypatch.setattr(writer, "_write_all", write_all)
         monkeypatch.setattr(node_module, "_probe_writes", probe)
         # the role is primary a moment before the engine takes writes (the term's
         # first record is written in between)

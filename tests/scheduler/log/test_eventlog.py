@@ -432,7 +432,7 @@ async def test_shipping_from_memory_gives_the_bytes_on_disk(open_log, tmp_path) 
     for n in (3, 1, 7, 2, 40, 5, 1, 12):  # batches of several sizes, across rotations
         await _fill(log, n)
         await asyncio.gather(*(log.append(S, f"c{i}", "s") for i in range(4)))
-    assert len(log.segments) > 2 and log._recent, "the newest runs are kept in memory"
+    assert len(log.segments) > 2 and log._ship, "the newest runs are kept in memory"
     disk = EventLog.open(tmp_path / "data", read_only=True)  # nothing cached: reads files
 
     def follow(source: EventLog, max_bytes: int) -> list[tuple[int, int, bytes]]:
@@ -448,7 +448,7 @@ async def test_shipping_from_memory_gives_the_bytes_on_disk(open_log, tmp_path) 
         mem, files = follow(log, max_bytes), follow(disk, max_bytes)
         assert b"".join(d for *_, d in mem) == b"".join(d for *_, d in files)
         assert all(len(d) <= max(max_bytes, 200) for *_, d in mem if max_bytes == 1)
-    for first in list(log._recent):  # every run, and everything after it, byte for byte
+    for first in list(log._ship):  # every run, and everything after it, byte for byte
         assert log.read_raw(first).data == disk.read_raw(first).data
     disk.close_sync()
 
@@ -517,13 +517,13 @@ def _on_loop(log: EventLog, monkeypatch) -> list[bool]:  # type: ignore[no-untyp
     """Per write of `log` from now on: was it on the event loop's thread?"""
     loop_thread = threading.get_ident()
     where: list[bool] = []
-    write = log._write_batch
+    write = log._writer._write_batch
 
     def spy(parts):  # type: ignore[no-untyped-def]
         where.append(threading.get_ident() == loop_thread)
         write(parts)
 
-    monkeypatch.setattr(log, "_write_batch", spy)
+    monkeypatch.setattr(log._writer, "_write_batch", spy)
     return where
 
 
@@ -687,4 +687,36 @@ async def test_a_failed_fsync_is_cut_back_to_the_durable_position_before_reopeni
     assert again.failure is None
     assert [e.task_id for e in again.read() if e.task_id.startswith("lost")] == []
     assert (await _fill(again, 1)) == [durable.event_id + 1]
+    await again.close()
+
+
+async def test_a_log_whose_rotation_could_not_create_the_segment_still_closes(
+    tmp_path, clock, monkeypatch
+) -> None:
+    """A full disk can refuse the new segment's file itself: the write fails, and
+    close() must not then raise EBADF for the descriptors the rotation had let go."""
+    import errno
+
+    from scheduler.log import writer
+
+    config = LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.UNSAFE_NEVER)
+    log = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
+    await _fill(log, 3)
+    durable = log.position()
+    real = writer.open_append
+
+    def no_space(path: str, create: bool = False) -> int:
+        if create:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, create)
+
+    monkeypatch.setattr(writer, "open_append", no_space)
+    with pytest.raises(LogFailedError, match="No space left"):
+        for _ in range(100):
+            await _fill(log, 5)
+    monkeypatch.undo()
+    await log.close()
+    assert log.position().event_id >= durable.event_id
+    again = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
+    assert again.durable_id == log.durable_id
     await again.close()

@@ -1,0 +1,51 @@
+"""The event log's options: how big a segment, a payload, a batch; whether to fsync."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
+
+DEFAULT_SEGMENT_MAX_BYTES = 100 * 1024 * 1024
+
+
+class FsyncPolicy(enum.StrEnum):
+    ALWAYS = "always"
+    # Acknowledges before data is on disk. For tests and benchmarks only.
+    UNSAFE_NEVER = "unsafe-never"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
+    payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES
+    # A submission carries the task's input and its DAG (a runbook of a hundred
+    # shell steps does not fit in 4 KiB); every other event keeps the small cap.
+    submit_max_bytes: int = 64 * 1024
+    fsync: FsyncPolicy = FsyncPolicy.ALWAYS
+    max_batch_bytes: int = 8 * 1024 * 1024
+    # newest records kept in memory for followers that keep up (0: always read disk)
+    recent_bytes: int = 4 * 1024 * 1024
+    # The manifest (see scheduler/log/manifest.py) records the durable end at most this
+    # often while events arrive, and at every rotation, snapshot and clean close.
+    manifest_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.segment_max_bytes < 4096:
+            raise ValueError(
+                f"segment_max_bytes must be at least 4096, got {self.segment_max_bytes}"
+            )
+        if not 64 <= self.payload_max_bytes <= 1024 * 1024:
+            raise ValueError(
+                f"payload_max_bytes must be between 64 and 1048576, got {self.payload_max_bytes}"
+            )
+        if not self.payload_max_bytes <= self.submit_max_bytes <= 8 * 1024 * 1024:
+            raise ValueError(
+                f"submit_max_bytes must be between payload_max_bytes and 8388608, "
+                f"got {self.submit_max_bytes}"
+            )
+        if not self.manifest_interval_s > 0:
+            raise ValueError(
+                f"manifest_interval_s must be more than 0, got {self.manifest_interval_s}"
+            )
