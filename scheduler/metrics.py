@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import os
 import time
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -223,30 +222,6 @@ RECOVERY_SECONDS = Gauge(
     "apollo11_recovery_seconds", "How long the last open of the store took (snapshot + tail)"
 )
 DURABLE_EVENT_ID = Gauge("apollo11_durable_event_id", "The last durable event id on this node")
-
-
-def refresh(node: Any) -> None:
-    """Gauges that are cheaper to read at scrape time than to keep updated."""
-    refresh_disk(str(node.settings.data_dir))
-    store = node.store
-    if store is None:
-        return
-    LOG_WRITABLE.set(1 if node.log_trouble is None and store.log.failure is None else 0)
-    primary = node.role == "primary"
-    ROLE.set(1 if primary else 0)
-    s = node.settings
-    STANDBYS_CONNECTED.set(len(node.hub.connected()) if primary else 0)
-    strict = primary and not s.standalone and s.sync_mode == "strict"
-    STANDBYS_REQUIRED.set(s.sync_replicas if strict else 0)
-    TERM.set(max(node.known_term, store.state.term))
-    DURABLE_EVENT_ID.set(store.log.durable_id)
-    RECOVERY_SECONDS.set(store.recovery.seconds)
-    tasks = store.state.tasks.values()
-    ACTIVE_TASKS.set(sum(1 for t in tasks if not t.quiescent))
-    owed = sum(t.owed for t in tasks)
-    RUNNING_STEPS.set(node.engine.running() if node.engine else 0)
-    backlog = node.engine.compensation_backlog() if node.engine else 0
-    COMPENSATION_BACKLOG.set(max(owed, backlog))
 
 
 def refresh_disk(path: str) -> None:

@@ -31,6 +31,13 @@ class NodeView(PrimarySide, Protocol):
     @property
     def principals(self) -> Principals | None: ...
 
+    @property
+    def known_term(self) -> int: ...
+
+    @property
+    def log_trouble(self) -> str | None:
+        """Why this node's log refuses writes; None while it takes them."""
+
     def not_leader(self) -> ApolloError:
         """The error for a write this node cannot take now (where to go instead)."""
 

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scheduler import metrics
+from scheduler.web import scrape
 from scheduler.web.guard import Gate, Refused, allowed_hosts
 from scheduler.web.pages import add_pages
 
@@ -87,7 +87,7 @@ def make_app(node: NodeView) -> FastAPI:
         except Refused as e:
             headers = {"WWW-Authenticate": 'Bearer realm="apollo11"'} if e.status == 401 else None
             return PlainTextResponse(e.message + "\n", status_code=e.status, headers=headers)
-        metrics.refresh(node)
+        scrape.refresh(node)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     # Open: container probes need it, and it tells only the node id and its role.

@@ -19,6 +19,7 @@ from scheduler.errors import LogFailedError
 from scheduler.log import FsyncPolicy, writer
 from scheduler.node import Node
 from scheduler.node import node as node_module
+from scheduler.web import scrape
 
 
 async def _until(ok: Callable[[], bool], timeout: float = 5) -> None:
@@ -60,7 +61,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
         await _until(lambda: node.role == "failed")
         assert node.log_trouble is not None and "No space left" in node.log_trouble
         assert "No space left on device" in node.status().notice
-        metrics.refresh(node)
+        scrape.refresh(node)
         assert metrics.LOG_WRITABLE._value.get() == 0
         refusal = node.not_leader()
         assert isinstance(refusal, LogFailedError), refusal
@@ -78,7 +79,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
         status = node.status()
         assert "reopened" in status.notice, status
         assert status.term == 2, "it leads again in a new term"
-        metrics.refresh(node)
+        scrape.refresh(node)
         assert metrics.LOG_WRITABLE._value.get() == 1
     finally:
         await node.stop()

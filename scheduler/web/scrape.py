@@ -1,0 +1,35 @@
+"""The gauges /metrics reads at scrape time: cheaper to read from the node when
+asked than to keep updated on every change."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler import metrics
+
+if TYPE_CHECKING:
+    from scheduler.api.ports import NodeView
+
+
+def refresh(node: NodeView) -> None:
+    """Gauges that are cheaper to read at scrape time than to keep updated."""
+    metrics.refresh_disk(str(node.settings.data_dir))
+    store = node.store
+    if store is None:
+        return
+    metrics.LOG_WRITABLE.set(1 if node.log_trouble is None and store.log.failure is None else 0)
+    primary = node.role == "primary"
+    metrics.ROLE.set(1 if primary else 0)
+    s = node.settings
+    metrics.STANDBYS_CONNECTED.set(len(node.hub.connected()) if primary else 0)
+    strict = primary and not s.standalone and s.sync_mode == "strict"
+    metrics.STANDBYS_REQUIRED.set(s.sync_replicas if strict else 0)
+    metrics.TERM.set(max(node.known_term, store.state.term))
+    metrics.DURABLE_EVENT_ID.set(store.log.durable_id)
+    metrics.RECOVERY_SECONDS.set(store.recovery.seconds)
+    tasks = store.state.tasks.values()
+    metrics.ACTIVE_TASKS.set(sum(1 for t in tasks if not t.quiescent))
+    owed = sum(t.owed for t in tasks)
+    metrics.RUNNING_STEPS.set(node.engine.running() if node.engine else 0)
+    backlog = node.engine.compensation_backlog() if node.engine else 0
+    metrics.COMPENSATION_BACKLOG.set(max(owed, backlog))
