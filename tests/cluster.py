@@ -219,6 +219,23 @@ class Cluster:
         )
 
 
+# Small segments and frequent snapshots: a few dozen tasks make many of both.
+SMALL = {
+    "APOLLO11_SNAPSHOT_INTERVAL": "50",
+    "APOLLO11_SNAPSHOT_MIN_INTERVAL": "0",
+    "APOLLO11_SEGMENT_MAX_BYTES": "4096",
+}
+
+
+def submit_and_wait(c: Cluster, n: int) -> list[str]:
+    """`n` etl tasks through any member; each waited for until SUCCEEDED."""
+    with SyncClient(c.endpoints) as client:
+        ids = [client.submit("etl", {"step_seconds": 0}).task_id for _ in range(n)]
+        for t in ids:
+            assert client.wait(t).state == "SUCCEEDED"
+    return ids
+
+
 def segment_digest(data_dir: Path, through: int | None = None, since: int = 0) -> str:
     """A checksum of the records of a node's log (from `since`, up to `through`),
     whatever the file split."""

@@ -15,23 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from lease.local_etcd import LocalEtcd
 from replicator.sender import MAX_IN_FLIGHT
 from scheduler.client import SyncClient
-from tests.cluster import Cluster, Member, segment_digest, segment_files
+from tests.cluster import SMALL, Cluster, Member, segment_digest, segment_files, submit_and_wait
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
-
-SMALL = {
-    "APOLLO11_SNAPSHOT_INTERVAL": "50",
-    "APOLLO11_SNAPSHOT_MIN_INTERVAL": "0",
-    "APOLLO11_SEGMENT_MAX_BYTES": "4096",
-}
-
-
-def _submit(c: Cluster, n: int) -> list[str]:
-    with SyncClient(c.endpoints) as client:
-        ids = [client.submit("etl", {"step_seconds": 0}).task_id for _ in range(n)]
-        for t in ids:
-            assert client.wait(t).state == "SUCCEEDED"
-    return ids
 
 
 @pytest.fixture
@@ -51,7 +37,7 @@ def test_a_standby_stopped_through_rotations_catches_up_byte_identical(small: Cl
     small.wait_converged()
     standby = next(m for m in small.members if m.node_id != primary.node_id)
     assert standby.stop() == 0
-    _submit(small, 30)  # ~330 events: many segments, several snapshots
+    submit_and_wait(small, 30)  # ~330 events: many segments, several snapshots
     standby.start()
     last = small.wait_converged()
     assert len(list((primary.data_dir / "log").glob("*.seg"))) > 5
@@ -60,7 +46,7 @@ def test_a_standby_stopped_through_rotations_catches_up_byte_identical(small: Cl
 
 
 def test_an_empty_standby_catches_up_by_snapshot_and_tail(small: Cluster) -> None:
-    ids = _submit(small, 20)
+    ids = submit_and_wait(small, 20)
     primary = small.primary()
     small.wait_converged()
     standby = next(m for m in small.members if m.node_id != primary.node_id)
@@ -75,7 +61,7 @@ def test_an_empty_standby_catches_up_by_snapshot_and_tail(small: Cluster) -> Non
     with SyncClient(standby.address) as c:  # reads on a standby come from its live state
         for t in ids:
             assert c.task(t).state == "SUCCEEDED"
-    more = _submit(small, 5)
+    more = submit_and_wait(small, 5)
     small.wait_converged()
     with SyncClient(standby.address) as c:
         assert all(c.task(t).state == "SUCCEEDED" for t in more)
@@ -87,7 +73,7 @@ def test_a_standby_behind_the_retained_log_gets_a_snapshot(small: Cluster) -> No
     small.wait_converged()
     standby = next(m for m in small.members if m.node_id != primary.node_id)
     assert standby.stop() == 0
-    _submit(small, 40)
+    submit_and_wait(small, 40)
     first_kept = int(sorted((primary.data_dir / "log").glob("*.seg"))[0].name[:20])
     assert first_kept > 10, "the primary dropped the segments its snapshots cover"
     standby.start()
@@ -118,7 +104,7 @@ def test_a_stopped_standby_gets_a_few_batches_in_flight_then_all_at_once(
     before = _shipped(primary, slow.node_id)
     slow.signal(signal.SIGSTOP)
     try:
-        _submit(c, 20)  # acknowledged through the other standby meanwhile
+        submit_and_wait(c, 20)  # acknowledged through the other standby meanwhile
         during = _shipped(primary, slow.node_id)
     finally:
         slow.signal(signal.SIGCONT)

@@ -16,17 +16,11 @@ import pytest
 
 from lease.local_etcd import LocalEtcd
 from scheduler.client import SyncClient
-from tests.cluster import Cluster, Member, segment_files
+from tests.cluster import SMALL, Cluster, Member, segment_files, submit_and_wait
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
-ENV = {
-    "APOLLO11_SNAPSHOT_INTERVAL": "50",
-    "APOLLO11_SNAPSHOT_MIN_INTERVAL": "0",
-    "APOLLO11_SEGMENT_MAX_BYTES": "4096",
-    "APOLLO11_SCRUB_INTERVAL": "1",
-    "APOLLO11_SCRUB_MB_PER_S": "50",
-}
+ENV = {**SMALL, "APOLLO11_SCRUB_INTERVAL": "1", "APOLLO11_SCRUB_MB_PER_S": "50"}
 
 
 @pytest.fixture
@@ -54,10 +48,7 @@ def test_a_damaged_segment_is_mended_from_another_member(
 ) -> None:
     """index 1: a sealed segment; -1: the one being written (its durable part)."""
     c = scrubbing
-    with SyncClient(c.endpoints) as client:
-        ids = [client.submit("etl", {"step_seconds": 0}).task_id for _ in range(30)]
-        for t in ids:
-            assert client.wait(t).state == "SUCCEEDED"
+    submit_and_wait(c, 30)
     primary = c.primary()
     c.wait_converged()
     damaged = primary if who == "primary" else next(m for m in c.members if m is not primary)
