@@ -2,7 +2,7 @@
 
 The replicator is handed a node that satisfies these (scheduler/node.py's
 `Node` does, structurally); it never imports the node. A test drives either
-side with a small object of its own (tests/test_follow.py's primary is one).
+side with a small object of its own (tests/replicator/test_follow.py's primary is one).
 """
 
 from __future__ import annotations

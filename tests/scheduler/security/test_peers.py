@@ -18,8 +18,8 @@ from apollo11.v1 import replication_pb2_grpc as rpbg
 from replicator.receiver import Follower
 from scheduler.client import SyncClient
 from scheduler.security.tls import KeyPair, server_credentials
+from tests.replicator.test_receiver import FakePrimary, _batch, _source, _standby
 from tests.secure import Pki, make_pki, start_secure_node
-from tests.test_receiver import FakePrimary, _batch, _source, _standby
 
 
 async def _serve_tls(primary: FakePrimary, key: bytes, cert: bytes, ca: bytes) -> tuple[Any, str]:
