@@ -1,5 +1,10 @@
 """Node configuration: flags, then APOLLO11_* environment variables, then a TOML file.
 
+Defaults that a part of the node also has live once, in scheduler/defaults.py (the
+log's segment and payload sizes, the engine's concurrency and idempotency TTL, the
+snapshot interval). The one mapping from these settings into the log's, the store's
+and the engine's options is scheduler/node/options.py.
+
 Every `apollo11 node` flag has an environment variable (`--data-dir` is
 `APOLLO11_DATA_DIR`) and a key in the config file (`data_dir = "..."`).
 Invalid values are refused at start with a message naming the setting.
@@ -28,9 +33,8 @@ from pydantic_settings import (
 )
 
 from lease.base import MIN_TTL_S
-from scheduler.log.eventlog import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy
-from scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
-from scheduler.snapshot import DEFAULT_INTERVAL
+from scheduler import defaults
+from scheduler.log.config import FsyncPolicy
 
 # a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
 MESSAGE_ENVELOPE_BYTES = 64 * 1024
@@ -75,16 +79,16 @@ class NodeSettings(BaseSettings):
     # waits for those there are (async when none): available, can lose the tail.
     sync_mode: Literal["strict", "relaxed"] = "strict"
     sync_timeout: float = Field(default=5.0, gt=0)
-    concurrency: int = Field(default=32, ge=1, le=10_000)
-    snapshot_interval: int = Field(default=DEFAULT_INTERVAL, ge=1)
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1, le=10_000)
+    snapshot_interval: int = Field(default=defaults.SNAPSHOT_INTERVAL, ge=1)
     # ...but not more often than this (a busy primary would snapshot a dozen times a
     # second; recovery then replays at most about this long's worth of events)
     snapshot_min_interval: float = Field(default=1.0, ge=0)
-    segment_max_bytes: int = Field(default=DEFAULT_SEGMENT_MAX_BYTES, ge=4096)
-    payload_max_bytes: int = Field(default=DEFAULT_PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
-    submit_max_bytes: int = Field(default=64 * 1024, ge=64, le=8 * 1024 * 1024)
+    segment_max_bytes: int = Field(default=defaults.SEGMENT_MAX_BYTES, ge=4096)
+    payload_max_bytes: int = Field(default=defaults.PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
+    submit_max_bytes: int = Field(default=defaults.SUBMIT_MAX_BYTES, ge=64, le=8 * 1024 * 1024)
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
-    idempotency_ttl: float = Field(default=24 * 3600.0, gt=0)
+    idempotency_ttl: float = Field(default=defaults.IDEMPOTENCY_TTL_S, gt=0)
     # all: keep every segment (full audit history and time travel); snapshots: delete
     # what the oldest kept snapshot covers.
     log_retention: Literal["all", "snapshots"] = "all"

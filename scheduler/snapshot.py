@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from scheduler import merger, metrics
+from scheduler import defaults, merger, metrics
 from scheduler.archive import (
     SUFFIX as CHUNK_SUFFIX,
 )
@@ -56,7 +56,7 @@ HEADER = Struct("<8sIQ")
 PREFIX = "snapshot-"
 SUFFIX = ".snap"
 SNAPSHOT_FORMAT = 1
-DEFAULT_INTERVAL = 1000
+DEFAULT_INTERVAL = defaults.SNAPSHOT_INTERVAL
 DEFAULT_KEEP = 3
 ENCODE_SLICE = 64  # quiet tasks encoded between the writer's pauses (see `_encode_paced`)
 ENCODE_PAUSES_MAX_S = 0.5  # the pauses of one snapshot add up to this at most

@@ -22,7 +22,7 @@ from scheduler.engine.decide import (
     WakeAt,
     decide,
 )
-from scheduler.engine.engine import Engine
+from scheduler.engine.engine import DEFAULT_CONCURRENCY, Engine
 from scheduler.engine.executor import (
     Attempt,
     Executor,
@@ -41,6 +41,7 @@ from scheduler.engine.requests import (
 from scheduler.engine.steps import ERROR_TEXT_MAX
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "DEFAULT_IDEMPOTENCY_TTL_S",
     "ERROR_TEXT_MAX",
     "Action",

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, assert_never
 
-from scheduler import metrics
+from scheduler import defaults, metrics
 from scheduler.clock import Clock
 from scheduler.engine.decide import (
     Action,
@@ -61,6 +61,8 @@ from scheduler.workflow import Registry, Step, Workflow
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CONCURRENCY = defaults.CONCURRENCY
+
 _STARTED = EventType.STEP_STARTED
 _NOTHING: frozenset[str] = frozenset()
 
@@ -80,7 +82,7 @@ class Engine:
         node_id: str,
         executor: Executor | None = None,
         clock: Clock | None = None,
-        concurrency: int = 32,
+        concurrency: int = DEFAULT_CONCURRENCY,
         default_timeout_s: float = 3600.0,
         idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         commit: Callable[[int], Awaitable[None]] | None = None,

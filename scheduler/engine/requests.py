@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from scheduler import metrics
+from scheduler import defaults, metrics
 from scheduler.clock import Clock
 from scheduler.errors import (
     FailedPreconditionError,
@@ -31,7 +31,7 @@ from scheduler.shell import SHELL_WORKFLOW, shell_workflow
 from scheduler.store import Store
 from scheduler.workflow import Registry, Workflow
 
-DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600.0
+DEFAULT_IDEMPOTENCY_TTL_S = defaults.IDEMPOTENCY_TTL_S
 KEY_MAX = 256
 
 

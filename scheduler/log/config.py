@@ -5,9 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from scheduler import defaults
 from scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
 
-DEFAULT_SEGMENT_MAX_BYTES = 100 * 1024 * 1024
+DEFAULT_SEGMENT_MAX_BYTES = defaults.SEGMENT_MAX_BYTES
+DEFAULT_SUBMIT_MAX_BYTES = defaults.SUBMIT_MAX_BYTES
 
 
 class FsyncPolicy(enum.StrEnum):
@@ -20,9 +22,7 @@ class FsyncPolicy(enum.StrEnum):
 class LogConfig:
     segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
     payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES
-    # A submission carries the task's input and its DAG (a runbook of a hundred
-    # shell steps does not fit in 4 KiB); every other event keeps the small cap.
-    submit_max_bytes: int = 64 * 1024
+    submit_max_bytes: int = DEFAULT_SUBMIT_MAX_BYTES
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     max_batch_bytes: int = 8 * 1024 * 1024
     # newest records kept in memory for followers that keep up (0: always read disk)

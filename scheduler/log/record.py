@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from scheduler import defaults
 from scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
 
 HEADER = Struct("<IIQQQIBBHH")
@@ -37,7 +38,7 @@ HEADER_SIZE = HEADER.size  # 42
 _FIXED_BODY = HEADER_SIZE - 8  # body bytes before the strings
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # framing sanity bound, far above any payload cap
 
-DEFAULT_PAYLOAD_MAX_BYTES = 4096
+DEFAULT_PAYLOAD_MAX_BYTES = defaults.PAYLOAD_MAX_BYTES
 MAX_INSTANCE_ID_BYTES = 255
 MAX_TASK_ID_BYTES = 256
 MAX_STEP_NAME_BYTES = 256

@@ -68,17 +68,17 @@ from scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from scheduler.log import EventType, LogConfig, mend
+from scheduler.log import EventType, mend
 from scheduler.log.datadir import DataDir
 from scheduler.log.eventlog import Position, cut_unsynced
 from scheduler.log.segment import Segment
-from scheduler.node import reshape, role
+from scheduler.node import options, reshape, role
 from scheduler.node.fence import Fence
 from scheduler.node.role import FAILED
 from scheduler.replay import State, TaskState
 from scheduler.security import Principals, protect
 from scheduler.shell import SHELL_DISABLED
-from scheduler.store import NeedsFullReplay, Store, StoreConfig, state_at
+from scheduler.store import NeedsFullReplay, Store, state_at
 from scheduler.workflow import Registry
 
 # the node's log lines keep the name they had before the node became a package
@@ -199,25 +199,14 @@ class Node:
 
     def _open_store(self) -> Store:
         s = self.settings
-        cfg = StoreConfig(
-            log=LogConfig(
-                segment_max_bytes=self._segment_bytes,
-                payload_max_bytes=s.payload_max_bytes,
-                submit_max_bytes=max(s.submit_max_bytes, s.payload_max_bytes),
-                fsync=s.fsync,
-            ),
-            snapshot_interval=s.snapshot_interval,
-            snapshot_min_interval_s=s.snapshot_min_interval,
-            keep_all_segments=s.log_retention == "all",
-        )
+        cfg = options.store_config(s, segment_max_bytes=self._segment_bytes)
         store = Store.open(s.data_dir, config=cfg, instance_id=s.node_id, clock=self.clock.now_ms)
         self.engine = Engine(
             store,
             self.registry,
             node_id=s.node_id,
             clock=self.clock,
-            concurrency=s.concurrency,
-            idempotency_ttl_s=s.idempotency_ttl,
+            **options.engine_options(s),
             commit=self.commit,
             shell_refusal=self.shell_refusal,
             lease_valid=self.lease_valid,

@@ -1,0 +1,12 @@
+"""Defaults that a node's settings (scheduler/config.py) and a part of the node both
+have: one value, here, imported by both. Imports nothing, so that reading the
+settings loads no engine or log."""
+
+CONCURRENCY = 32  # steps running at once on the primary
+IDEMPOTENCY_TTL_S = 24 * 3600.0  # how long a submission's idempotency key is remembered
+SEGMENT_MAX_BYTES = 100 * 1024 * 1024  # a log segment rotates past this
+PAYLOAD_MAX_BYTES = 4096  # an event's payload, but a submission's
+# A submission carries the task's input and its DAG (a runbook of a hundred shell
+# steps does not fit in 4 KiB); every other event keeps the small cap.
+SUBMIT_MAX_BYTES = 64 * 1024
+SNAPSHOT_INTERVAL = 1000  # events between two snapshots

@@ -1,0 +1,35 @@
+"""The one mapping from a node's settings into its parts' options: the log's, the
+store's and the engine's. Anything a setting changes in them changes here only."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from scheduler.config import NodeSettings
+from scheduler.log import LogConfig
+from scheduler.store import StoreConfig
+
+
+class EngineOptions(TypedDict):
+    concurrency: int
+    idempotency_ttl_s: float
+
+
+def store_config(s: NodeSettings, *, segment_max_bytes: int) -> StoreConfig:
+    """`segment_max_bytes`: the node's current size (a standby adopts its primary's)."""
+    return StoreConfig(
+        log=LogConfig(
+            segment_max_bytes=segment_max_bytes,
+            payload_max_bytes=s.payload_max_bytes,
+            # a submission may always carry what any event may
+            submit_max_bytes=max(s.submit_max_bytes, s.payload_max_bytes),
+            fsync=s.fsync,
+        ),
+        snapshot_interval=s.snapshot_interval,
+        snapshot_min_interval_s=s.snapshot_min_interval,
+        keep_all_segments=s.log_retention == "all",
+    )
+
+
+def engine_options(s: NodeSettings) -> EngineOptions:
+    return {"concurrency": s.concurrency, "idempotency_ttl_s": s.idempotency_ttl}
