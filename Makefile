@@ -56,9 +56,11 @@ netns-tools:
 
 # Each checkout's own temporary directory: pytest's default (/tmp/pytest-of-$USER) keeps
 # the last three runs of anyone's, so a run in another checkout deleted the data
-# directories of this run's live nodes.
+# directories of this run's live nodes. In the system temp dir (named after the
+# checkout): the examples' ledger writes only there, and tests hand it tmp_path.
+PYTEST_TMP := $(or $(TMPDIR),/tmp)/apollo11-pytest-$(shell printf %s "$(CURDIR)" | cksum | cut -d' ' -f1)
 unit: setup chromium netns-tools
-	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp
+	$(BIN)/pytest -q --basetemp=$(PYTEST_TMP)
 
 # The Prometheus alert rules and their unit tests (promtool comes from Debian's prometheus).
 alerts-test:

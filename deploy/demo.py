@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lease.local_etcd import free_port
 from scheduler.client import SyncClient
-from scheduler.dev import DevCluster
 from scheduler.log import EventLog, EventType
+from scheduler.tools.dev import DevCluster
 
 TTL = 3.0
 TASKS = 6

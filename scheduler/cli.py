@@ -352,7 +352,7 @@ def dev(
     etcd_port: Annotated[int, typer.Option("--etcd-port", help="The bundled etcd's port.")] = 23790,
 ) -> None:
     """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
-    from scheduler.dev import run
+    from scheduler.tools.dev import run
 
     if lease_ttl < 2:
         raise _fail("--lease-ttl must be at least 2 seconds", 2)
@@ -921,7 +921,7 @@ def bench_log(
     workdir: BenchDir = None,
 ) -> None:
     """Event log: durable appends, commit latency, replay and recovery, beside baselines."""
-    from scheduler.bench.log_bench import run, summary_rows
+    from scheduler.tools.bench.log_bench import run, summary_rows
 
     _bench(run, summary_rows, "log", quick, as_json, workdir)
 
@@ -933,7 +933,7 @@ def bench_engine(
     workdir: BenchDir = None,
 ) -> None:
     """Engine: five-step no-op tasks/s (fsync on) and scheduler cost per decision vs history."""
-    from scheduler.bench.engine_bench import run, summary_rows
+    from scheduler.tools.bench.engine_bench import run, summary_rows
 
     _bench(run, summary_rows, "engine", quick, as_json, workdir)
 
@@ -945,7 +945,7 @@ def bench_grpc(
     workdir: BenchDir = None,
 ) -> None:
     """gRPC: submits/s against one node from many clients, and submit-to-ack latency."""
-    from scheduler.bench.grpc_bench import run, summary_rows
+    from scheduler.tools.bench.grpc_bench import run, summary_rows
 
     _bench(run, summary_rows, "grpc", quick, as_json, workdir)
 
@@ -959,7 +959,7 @@ def bench_failover(
     workdir: BenchDir = None,
 ) -> None:
     """Cluster: failover time over N kills, acked writes lost, replication lag, e2e tasks/s."""
-    from scheduler.bench import failover_bench
+    from scheduler.tools.bench import failover_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
         return failover_bench.run(q, w, progress, cycles=cycles, ttl=lease_ttl)
@@ -976,7 +976,7 @@ def bench_lag(
 ) -> None:
     """Replication ack latency at 10k events/s (the failover bench's window) on N fresh
     clusters: p99 per round, and its spread."""
-    from scheduler.bench import failover_bench
+    from scheduler.tools.bench import failover_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
         return failover_bench.run_lag(q, w, progress, rounds=rounds)
@@ -1002,7 +1002,7 @@ def bench_overload(
     """Overload: a node flooded at 2x the submits/s it accepts; its RSS every 10 s, the
     slope over the second half, every answer's code. Exits 1 if the node died or
     answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE."""
-    from scheduler.bench import overload_bench
+    from scheduler.tools.bench import overload_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
         return overload_bench.run(

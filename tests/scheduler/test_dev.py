@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lease.local_etcd import free_port
-from scheduler.dev import port_taken
+from scheduler.tools.dev import port_taken
 from tests.nodes import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]

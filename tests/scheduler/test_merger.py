@@ -12,8 +12,8 @@ from pathlib import Path
 
 from scheduler import merger
 from scheduler.archive import Chunk, chunk_name, encode_entry, merge_chunks, write_chunk
-from scheduler.bench.history import etl_history
 from scheduler.replay import replay
+from scheduler.testing.history import etl_history
 from tests.nodes import start_node
 from tests.scheduler.test_replay import events
 

@@ -17,13 +17,13 @@ from prometheus_client import REGISTRY
 
 from scheduler import scrub
 from scheduler.archive import Chunk
-from scheduler.bench.history import etl_history
 from scheduler.client import Client
 from scheduler.config import NodeSettings
 from scheduler.errors import ArchiveLostError
 from scheduler.log import FsyncPolicy, LogConfig
 from scheduler.node import Node
 from scheduler.store import Store, StoreConfig
+from scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 

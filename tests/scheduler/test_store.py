@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from scheduler import metrics
 from scheduler.archive import encode_entry
-from scheduler.bench.history import etl_history
 from scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
 from scheduler.replay import State, TaskStatus, apply_all, replay
 from scheduler.snapshot import (
@@ -27,6 +26,7 @@ from scheduler.snapshot import (
     capture,
 )
 from scheduler.store import EVICT_PAUSE_S, EVICT_SLICE, Store, StoreConfig
+from scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.bench.history import etl_history
 from scheduler.log import EventLog, FsyncPolicy, LogConfig
 from scheduler.log.mend import MendRefused, check, rewrite
 from scheduler.log.segment import Segment
+from scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=8 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 

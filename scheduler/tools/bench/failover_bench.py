@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lease.local_etcd import free_port
-from scheduler.dev import DevCluster
+from scheduler.tools.dev import DevCluster
 
 CLIENTS = int(os.environ.get("E2E_CLIENTS", "32"))
 # The load generators share two cores with the three nodes and etcd; in a deployment

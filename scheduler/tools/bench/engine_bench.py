@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.bench.history import etl_history
-from scheduler.bench.log_bench import _in_child
 from scheduler.engine import Engine
 from scheduler.log import EventType, FsyncPolicy, LogConfig
 from scheduler.store import Store, StoreConfig
+from scheduler.testing.history import etl_history
+from scheduler.tools.bench.log_bench import _in_child
 from scheduler.workflow import Idempotent, Registry, Retry, StepContext, Workflow
 
 

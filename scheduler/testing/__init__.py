@@ -1,0 +1,1 @@
+"""Synthetic histories for tests and benchmarks (nothing a node runs imports this)."""
