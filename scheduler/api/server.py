@@ -369,7 +369,11 @@ class SchedulerService(pbg.SchedulerServicer):
             durable_event_id=page.durable,
         )
 
-    async def _act(self, act: actions.Action) -> pb.ActionResponse:
+    async def _act(
+        self, kind: actions.Kind, r: pb.StepActionRequest | pb.CancelTaskRequest
+    ) -> pb.ActionResponse:
+        step = r.step if isinstance(r, pb.StepActionRequest) else ""
+        act = actions.action(kind, r.task_id, step=step, reason=r.reason, display=r.operator)
         event = await actions.on_engine(self._engine(), act, operator=current_principal().name)
         return pb.ActionResponse(event_id=event.event_id)
 
@@ -377,28 +381,19 @@ class SchedulerService(pbg.SchedulerServicer):
     async def RetryStep(
         self, request: pb.StepActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
-        r = request
-        return await self._act(
-            actions.action("retry", r.task_id, step=r.step, reason=r.reason, display=r.operator)
-        )
+        return await self._act("retry", request)
 
     @rpc
     async def SkipStep(
         self, request: pb.StepActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
-        r = request
-        return await self._act(
-            actions.action("skip", r.task_id, step=r.step, reason=r.reason, display=r.operator)
-        )
+        return await self._act("skip", request)
 
     @rpc
     async def CancelTask(
         self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
-        r = request
-        return await self._act(
-            actions.action("cancel", r.task_id, reason=r.reason, display=r.operator)
-        )
+        return await self._act("cancel", request)
 
 
 class ClusterService(pbg.ClusterServicer):
