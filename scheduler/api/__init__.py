@@ -1,4 +1,6 @@
-"""The gRPC API: server.py, codec.py (records -> messages), wire.py (what both ends share).
+"""The gRPC API: server.py, codec.py (records -> messages), wire.py (what both ends share);
+actions.py (operator actions) and listing.py (tasks, as-of, event pages), which the
+web pages use too.
 
 No imports here on purpose: the client imports `scheduler.api.wire`, and a face
 that loaded the server would load the engine and the store into every

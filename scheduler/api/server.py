@@ -23,11 +23,12 @@ from apollo11.v1 import scheduler_pb2_grpc as pbg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from scheduler.api import codec
+from scheduler.api import actions, codec, listing
+from scheduler.api.checks import optional, required
 from scheduler.api.decode import Undecodable, add_service
 from scheduler.api.limits import Admission, WatchSlots, server_options
 from scheduler.api.wire import LEADER_METADATA
-from scheduler.engine import SubmitItem
+from scheduler.engine import Engine, SubmitItem
 from scheduler.errors import (
     ApolloError,
     FailedPreconditionError,
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_ID = 256
-MAX_REASON = 1024
 MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 MAX_EVENTS = 10_000
@@ -133,20 +132,6 @@ def rpc(
     return wrapper
 
 
-def _required(value: str, name: str, limit: int = MAX_ID) -> str:
-    if not value:
-        raise InvalidArgumentError(f"{name} is required")
-    if len(value) > limit:
-        raise InvalidArgumentError(f"{name} is {len(value)} characters, over the limit of {limit}")
-    return value
-
-
-def _optional(value: str, name: str, limit: int = MAX_ID) -> str | None:
-    if not value:
-        return None
-    return _required(value, name, limit)
-
-
 def _not_shell(workflow: str, name: str) -> str:
     if workflow == SHELL_WORKFLOW:
         raise InvalidArgumentError(
@@ -198,11 +183,8 @@ class SchedulerService(pbg.SchedulerServicer):
     def _state(self) -> Any:
         return self._store().state
 
-    def _engine(self) -> Any:
-        engine = self.node.engine
-        if engine is None or not engine.leading:
-            raise self.node.not_leader()
-        return engine
+    def _engine(self) -> Engine:
+        return actions.leading_engine(self.node)
 
     def _submit_cap(self) -> int:
         return self._store().log.config.submit_max_bytes
@@ -211,9 +193,9 @@ class SchedulerService(pbg.SchedulerServicer):
     async def SubmitTask(
         self, request: pb.SubmitTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitTaskResponse:
-        workflow = _not_shell(_required(request.workflow, "workflow"), "workflow")
+        workflow = _not_shell(required(request.workflow, "workflow"), "workflow")
         data = _json(request.input_json, "input_json", self._submit_cap())
-        key = _optional(request.idempotency_key, "idempotency_key")
+        key = optional(request.idempotency_key, "idempotency_key")
         engine = self._engine()
         with self.admission.admit(1):
             sub = await engine.submit(
@@ -236,10 +218,10 @@ class SchedulerService(pbg.SchedulerServicer):
             items.append(
                 SubmitItem(
                     _not_shell(
-                        _required(t.workflow, f"tasks[{i}].workflow"), f"tasks[{i}].workflow"
+                        required(t.workflow, f"tasks[{i}].workflow"), f"tasks[{i}].workflow"
                     ),
                     _json(t.input_json, f"tasks[{i}].input_json", cap),
-                    _optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
+                    optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
                     t.version or None,
                 )
             )
@@ -261,8 +243,8 @@ class SchedulerService(pbg.SchedulerServicer):
         why = engine.shell_refusal()
         if why:  # before the document is even read: nothing of it is looked at
             raise FailedPreconditionError(why)
-        dag = _json(_required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
-        key = _optional(request.idempotency_key, "idempotency_key")
+        dag = _json(required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
+        key = optional(request.idempotency_key, "idempotency_key")
         with self.admission.admit(1):
             sub = await engine.submit("shell", dag, idempotency_key=key)
         return pb.SubmitTaskResponse(
@@ -270,11 +252,7 @@ class SchedulerService(pbg.SchedulerServicer):
         )
 
     async def _task(self, task_id: str) -> TaskState:
-        # the store's lookup: a damaged archive chunk is rebuilt from the log first
-        task: TaskState | None = await self._store().lookup(_required(task_id, "task_id"))
-        if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
-        return task
+        return await listing.task_now(self._store(), required(task_id, "task_id"))
 
     @rpc
     async def GetTask(
@@ -282,17 +260,9 @@ class SchedulerService(pbg.SchedulerServicer):
     ) -> pb.Task:
         if not request.as_of_event_id:
             return codec.task_to_pb(await self._task(request.task_id), self._state.last_event_id)
-        _required(request.task_id, "task_id")
         at = request.as_of_event_id
-        durable = self.node.durable_id()
-        if at > durable:
-            raise InvalidArgumentError(
-                f"as_of_event_id {at} is beyond the last durable event {durable}"
-            )
-        task = await self.node.task_at(request.task_id, at)
-        if task is None:
-            raise NotFoundError(f"no task {request.task_id!r} as of event {at}")
-        return codec.task_to_pb(task, at)
+        task_id = required(request.task_id, "task_id")
+        return codec.task_to_pb(await listing.task_as_of(self.node, task_id, at), at)
 
     @rpc
     async def ListTasks(
@@ -386,63 +356,44 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.GetEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetEventsResponse:
         store = self._store()
-        logr = store.log
         limit = request.limit or DEFAULT_EVENTS
         if limit > MAX_EVENTS:
             raise InvalidArgumentError(f"limit is {limit}, over the limit of {MAX_EVENTS}")
-        durable = logr.durable_id
         if request.to_event_id and request.to_event_id < request.from_event_id:
             raise InvalidArgumentError("to_event_id must not be below from_event_id")
-        out: list[pb.Event] = []
-        nxt = 0
-        if request.task_id:
-            task = await self._task(request.task_id)
-            events, nxt = store.task_events(
-                task, request.from_event_id, request.to_event_id or durable, limit
-            )
-            out = [codec.event_to_pb(e) for e in events]
-        else:
-            start = max(request.from_event_id, logr.first_id, 1)
-            end = min(request.to_event_id or durable, start + limit - 1)
-            out = [codec.event_to_pb(e) for e in logr.read(start, end)]
-            limit_end = request.to_event_id or durable
-            nxt = end + 1 if end < limit_end else 0
-        return pb.GetEventsResponse(events=out, next_event_id=nxt, durable_event_id=durable)
+        task = await self._task(request.task_id) if request.task_id else None
+        page = listing.events_page(store, task, request.from_event_id, request.to_event_id, limit)
+        return pb.GetEventsResponse(
+            events=[codec.event_to_pb(e) for e in page.events],
+            next_event_id=page.next_id,
+            durable_event_id=page.durable,
+        )
 
-    async def _step_action(self, request: pb.StepActionRequest, action: str) -> pb.ActionResponse:
-        task_id = _required(request.task_id, "task_id")
-        step = _required(request.step, "step")
-        shown = _optional(request.operator, "operator")
-        reason = _required(request.reason, "reason", MAX_REASON)
-        engine = self._engine()
-        fn = engine.retry_step if action == "retry" else engine.skip_step
-        who = current_principal().name
-        event = await fn(task_id, step, operator=who, reason=reason, display=shown)
+    async def _act(
+        self, kind: actions.Kind, r: pb.StepActionRequest | pb.CancelTaskRequest
+    ) -> pb.ActionResponse:
+        step = r.step if isinstance(r, pb.StepActionRequest) else ""
+        act = actions.action(kind, r.task_id, step=step, reason=r.reason, display=r.operator)
+        event = await actions.on_engine(self._engine(), act, operator=current_principal().name)
         return pb.ActionResponse(event_id=event.event_id)
 
     @rpc
     async def RetryStep(
         self, request: pb.StepActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
-        return await self._step_action(request, "retry")
+        return await self._act("retry", request)
 
     @rpc
     async def SkipStep(
         self, request: pb.StepActionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
-        return await self._step_action(request, "skip")
+        return await self._act("skip", request)
 
     @rpc
     async def CancelTask(
         self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
-        task_id = _required(request.task_id, "task_id")
-        shown = _optional(request.operator, "operator")
-        reason = _required(request.reason, "reason", MAX_REASON)
-        event = await self._engine().cancel_task(
-            task_id, operator=current_principal().name, reason=reason, display=shown
-        )
-        return pb.ActionResponse(event_id=event.event_id)
+        return await self._act("cancel", request)
 
 
 class ClusterService(pbg.ClusterServicer):

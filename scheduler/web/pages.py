@@ -5,7 +5,9 @@ applied position). Actions (retry, skip, cancel) ask for a reason and a
 confirmation and produce the same audited events as the CLI: on the primary
 through its engine, on a standby forwarded to the primary over gRPC with the
 session's token, so either way the event names the signed-in principal (and
-the display name typed beside it). guard.py decides who may read and act.
+the display name typed beside it). guard.py decides who may read and act;
+scheduler/api/actions.py checks and does the action, as for gRPC, and
+scheduler/api/listing.py reads tasks and pages of events for both.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from scheduler.errors import ApolloError, FailedPreconditionError, NotFoundError
+from scheduler.api import actions, listing
+from scheduler.errors import ApolloError, NotFoundError
 from scheduler.replay import TaskStatus
 from scheduler.security import Role
 from scheduler.web import timeline
 from scheduler.web.flash import Notice
-from scheduler.web.guard import Gate, LoginRequired, Refused, Viewer
+from scheduler.web.guard import Gate, LoginRequired, Refused
 from scheduler.web.login import add_login
 
 if TYPE_CHECKING:
     from scheduler.api.ports import NodeView
+    from scheduler.store import Store
 
 HERE = os.path.dirname(__file__)
 LIST_LIMIT = 200
@@ -76,9 +80,12 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
 
     add_login(app, gate, render)
 
-    def state() -> Any:
+    def store() -> Store:
         assert node.store is not None
-        return node.store.state
+        return node.store
+
+    def state() -> Any:
+        return store().state
 
     def recent(status: str | None = None, workflow: str = "") -> list[Any]:
         rows: list[Any] = state().list_filtered(status, workflow, None, LIST_LIMIT)[0]
@@ -124,29 +131,23 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     async def task(task_id: str, request: Request, as_of: str = "") -> HTMLResponse:
         viewer = gate.reader(request)
         at: int | None = None
-        if as_of.strip():
-            if not as_of.strip().isdigit():
-                return render(
-                    "base.html", 400, viewer=viewer, error="as_of must be an event id (a number)"
-                )
-            at = int(as_of)
-            durable = node.durable_id()
-            if at > durable:
-                return render(
-                    "base.html",
-                    400,
-                    viewer=viewer,
-                    error=f"as of event {at}: the log ends at {durable}",
-                )
-            t = await node.task_at(task_id, at)
-        else:
-            t = state().peek(task_id)
-        if t is None:
-            where = f" as of event {at}" if at else ""
-            return render("base.html", 404, viewer=viewer, error=f"no task {task_id!r}{where}")
-        assert node.store is not None
+        if as_of.strip() and not as_of.strip().isdigit():
+            return render(
+                "base.html", 400, viewer=viewer, error="as_of must be an event id (a number)"
+            )
+        try:
+            if as_of.strip():
+                at = int(as_of)
+                t = await listing.task_as_of(node, task_id, at)
+            else:
+                t = await listing.task_now(store(), task_id)
+        except listing.BeyondTheLog as e:
+            error = f"as of event {e.at}: the log ends at {e.durable}"
+            return render("base.html", 400, viewer=viewer, error=error)
+        except NotFoundError as e:
+            return render("base.html", 404, viewer=viewer, error=str(e))
         # the timeline of the first TIMELINE_EVENTS events (the page stays cheap)
-        events = node.store.task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)[0]
+        events = store().task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)[0]
         bars = timeline.bars(events)
         acts = timeline.actions(events)
         svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000), acts)
@@ -171,8 +172,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     @app.get("/events", response_class=HTMLResponse)
     async def events(request: Request) -> HTMLResponse:
         viewer = gate.reader(request)
-        assert node.store is not None
-        log = node.store.log
+        log = store().log
         q = request.query_params
         task_id = q.get("task", "")
         raw_from = q.get("from", "")
@@ -180,34 +180,34 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             return render(
                 "base.html", 400, viewer=viewer, error="from must be an event id (a number)"
             )
-        durable = log.durable_id
+        prev = None
         if task_id:
-            t = state().peek(task_id)
-            if t is None:
-                return render("base.html", 404, viewer=viewer, error=f"no task {task_id!r}")
-            rows, nxt = node.store.task_events(t, int(raw_from or 0), durable, EVENTS_PAGE)
-            prev = None
+            try:
+                t = await listing.task_now(store(), task_id)
+            except NotFoundError as e:
+                return render("base.html", 404, viewer=viewer, error=str(e))
+            page = listing.events_page(store(), t, int(raw_from or 0), 0, EVENTS_PAGE)
         else:
-            start = int(raw_from) if raw_from else max(log.first_id, durable - EVENTS_PAGE + 1)
-            start = max(start, log.first_id, 1)
-            end = min(durable, start + EVENTS_PAGE - 1)
-            rows = list(log.read(start, end)) if start <= durable else []
-            nxt = end + 1 if end < durable else 0
-            prev = max(log.first_id, start - EVENTS_PAGE) if start > log.first_id else None
+            # without a start, the log's last page
+            tail = max(log.first_id, log.durable_id - EVENTS_PAGE + 1)
+            start = max(int(raw_from) if raw_from else tail, log.first_id, 1)
+            page = listing.events_page(store(), None, start, 0, EVENTS_PAGE)
+            if start > log.first_id:
+                prev = max(log.first_id, start - EVENTS_PAGE)
         return render(
             "events.html",
             viewer=viewer,
-            events=rows,
-            durable=durable,
+            events=page.events,
+            durable=page.durable,
             task=task_id,
-            nxt=nxt,
+            nxt=page.next_id,
             prev=prev,
         )
 
     async def act(
         request: Request,
         task_id: str,
-        action: str,
+        kind: actions.Kind,
         step: str,
         display: str,
         reason: str,
@@ -224,12 +224,18 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         if shown == viewer.principal.name:
             shown = None  # the engine keeps no "as" that repeats the principal
         try:
-            event_id = await _perform(node, viewer, task_id, action, step, shown, reason.strip())
-        except (NotFoundError, FailedPreconditionError, ApolloError) as e:
-            return _back(gate, task_id, error=f"{action} refused: {e}")
-        what = f"{action} of {step}" if step else action
+            op = actions.action(
+                kind, task_id, step=step, reason=reason.strip(), display=shown or ""
+            )
+            event_id = await actions.perform(
+                node, op, operator=viewer.principal.name, token=viewer.token
+            )
+        except ApolloError as e:
+            return _back(gate, task_id, error=f"{kind} refused: {e}")
         who = timeline.who({"operator": viewer.principal.name, "as": shown})
-        return _back(gate, task_id, message=f"{what} recorded as event {event_id} by {who}")
+        return _back(
+            gate, task_id, message=f"{op.describe()} recorded as event {event_id} by {who}"
+        )
 
     @app.post("/tasks/{task_id}/retry")
     async def retry(
@@ -282,55 +288,3 @@ def _default_display() -> str:
         return getpass.getuser()
     except Exception:
         return ""
-
-
-async def _perform(
-    node: NodeView,
-    viewer: Viewer,
-    task_id: str,
-    action: str,
-    step: str,
-    display: str | None,
-    reason: str,
-) -> int:
-    """The same audited events as the CLI: the engine on the primary, else gRPC to it."""
-    engine = node.engine
-    operator = viewer.principal.name
-    if node.role == "primary" and engine is not None and engine.leading:
-        if action == "retry":
-            return (
-                await engine.retry_step(
-                    task_id, step, operator=operator, reason=reason, display=display
-                )
-            ).event_id
-        if action == "skip":
-            return (
-                await engine.skip_step(
-                    task_id, step, operator=operator, reason=reason, display=display
-                )
-            ).event_id
-        return (
-            await engine.cancel_task(task_id, operator=operator, reason=reason, display=display)
-        ).event_id
-    leader = node.leader
-    if leader is None:
-        raise FailedPreconditionError("no primary is known right now; try again shortly")
-    from scheduler.client import Client
-
-    s = node.settings
-    # The session's own token, so the primary authenticates and records the same
-    # principal; the display name travels as the request's operator field, as from
-    # the CLI. The primary's public port presents a certificate of the cluster CA.
-    async with Client(
-        leader.address,
-        retries=1,
-        token=viewer.token,
-        ca=s.peer_ca if s.tls_cert is not None else None,
-        tls=s.tls_cert is not None,
-    ) as c:
-        shown = display or ""
-        if action == "retry":
-            return await c.retry_step(task_id, step, operator=shown, reason=reason)
-        if action == "skip":
-            return await c.skip_step(task_id, step, operator=shown, reason=reason)
-        return await c.cancel(task_id, operator=shown, reason=reason)

@@ -1,0 +1,112 @@
+"""Operator actions, once: retry a step, skip a step, cancel a task.
+
+The gRPC servicer (RetryStep, SkipStep, CancelTask) and the web pages' forms
+both build an `Action` with `action()` (the fields checked: task id and step
+required, the reason required, the limits of checks.py) and do it with
+`on_engine` on the primary; the web, on a standby, `forward`s it to the primary
+over gRPC with the session's own token (`perform` chooses).
+
+Who may act is decided before an action is built (the gRPC interceptor's
+method roles, the web's guard.py). The recorded operator is always the
+authenticated principal, passed by the caller; the optional display name
+travels beside it and the engine keeps it as "as", never in its place.
+Whether the task's state allows the action is the engine's to say
+(engine/requests.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from scheduler.api.checks import MAX_REASON, optional, required
+from scheduler.errors import FailedPreconditionError
+
+if TYPE_CHECKING:
+    from scheduler.api.ports import NodeView
+    from scheduler.client import Client
+    from scheduler.engine import Engine
+    from scheduler.log import Event
+
+Kind = Literal["retry", "skip", "cancel"]
+KINDS: tuple[Kind, ...] = ("retry", "skip", "cancel")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: Kind
+    task_id: str
+    reason: str
+    step: str = ""  # "" for a cancel, which is of the whole task
+    display: str | None = None  # the name typed beside the principal, if any
+
+    def describe(self) -> str:
+        """ "retry of infer", "cancel": what the web's notice says was recorded."""
+        return f"{self.kind} of {self.step}" if self.step else self.kind
+
+
+def action(kind: Kind, task_id: str, *, reason: str, step: str = "", display: str = "") -> Action:
+    """The action, its fields checked (InvalidArgumentError names the field)."""
+    task_id = required(task_id, "task_id")
+    if kind != "cancel":
+        step = required(step, "step")
+    shown = optional(display, "operator")
+    return Action(kind, task_id, required(reason, "reason", MAX_REASON), step, shown)
+
+
+def leading_engine(node: NodeView) -> Engine:
+    """The engine every write goes through, or the error that says where to go."""
+    engine = node.engine
+    if engine is None or not engine.leading:
+        raise node.not_leader()
+    return engine
+
+
+async def on_engine(engine: Engine, act: Action, *, operator: str) -> Event:
+    """Do it here, on the primary's engine; the committed event."""
+    if act.kind == "retry":
+        return await engine.retry_step(
+            act.task_id, act.step, operator=operator, reason=act.reason, display=act.display
+        )
+    if act.kind == "skip":
+        return await engine.skip_step(
+            act.task_id, act.step, operator=operator, reason=act.reason, display=act.display
+        )
+    return await engine.cancel_task(
+        act.task_id, operator=operator, reason=act.reason, display=act.display
+    )
+
+
+async def forward(client: Client, act: Action) -> int:
+    """Ask the primary (the client's principal is the operator it records); its event id."""
+    shown = act.display or ""
+    if act.kind == "retry":
+        return await client.retry_step(act.task_id, act.step, operator=shown, reason=act.reason)
+    if act.kind == "skip":
+        return await client.skip_step(act.task_id, act.step, operator=shown, reason=act.reason)
+    return await client.cancel(act.task_id, operator=shown, reason=act.reason)
+
+
+async def perform(node: NodeView, act: Action, *, operator: str, token: str | None) -> int:
+    """On the primary through its engine, else forwarded to the primary with `token`
+    (whose principal is `operator`): either way the same audited event; its id."""
+    engine = node.engine
+    if node.role == "primary" and engine is not None and engine.leading:
+        return (await on_engine(engine, act, operator=operator)).event_id
+    leader = node.leader
+    if leader is None:
+        raise FailedPreconditionError("no primary is known right now; try again shortly")
+    from scheduler.client import Client  # only a standby's web pages need it
+
+    s = node.settings
+    # The session's own token, so the primary authenticates and records the same
+    # principal; the display name travels as the request's operator field, as from
+    # the CLI. The primary's public port presents a certificate of the cluster CA.
+    async with Client(
+        leader.address,
+        retries=1,
+        token=token,
+        ca=s.peer_ca if s.tls_cert is not None else None,
+        tls=s.tls_cert is not None,
+    ) as c:
+        return await forward(c, act)

@@ -1,0 +1,84 @@
+"""scheduler/api/listing.py: the reads GetTask/GetEvents and the web pages share."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from scheduler.api import listing
+from scheduler.errors import InvalidArgumentError, NotFoundError
+
+
+class FakeLog:
+    def __init__(self, first_id: int, durable_id: int) -> None:
+        self.first_id = first_id
+        self.durable_id = durable_id
+        self.reads: list[tuple[int, int]] = []
+
+    def read(self, start: int, end: int) -> Any:
+        self.reads.append((start, end))
+        return iter(range(start, end + 1))
+
+
+def _store(first: int = 1, durable: int = 10, tasks: dict[str, Any] | None = None) -> Any:
+    tasks = tasks or {}
+
+    async def lookup(task_id: str) -> Any:
+        return tasks.get(task_id)
+
+    def task_events(task: Any, start: int, to: int, limit: int) -> Any:
+        return [("of", task, start, to, limit)], 0
+
+    return SimpleNamespace(log=FakeLog(first, durable), lookup=lookup, task_events=task_events)
+
+
+@pytest.mark.parametrize(
+    ("start", "to", "limit", "events", "next_id"),
+    [
+        (0, 0, 4, [1, 2, 3, 4], 5),  # from the start of the log
+        (8, 0, 4, [8, 9, 10], 0),  # the last page: nothing after it
+        (3, 5, 10, [3, 4, 5], 0),  # up to `to`
+        (3, 6, 2, [3, 4], 5),
+        (11, 0, 4, [], 0),  # past the end: empty, not an error
+    ],
+)
+def test_a_page_of_the_log(
+    start: int, to: int, limit: int, events: list[int], next_id: int
+) -> None:
+    page = listing.events_page(_store(), None, start, to, limit)
+    assert (page.events, page.next_id, page.durable) == (events, next_id, 10)
+
+
+def test_a_page_starts_no_earlier_than_the_log_keeps() -> None:
+    store = _store(first=6)
+    page = listing.events_page(store, None, 2, 0, 3)
+    assert page.events == [6, 7, 8] and page.next_id == 9
+
+
+def test_a_page_of_one_task_is_the_stores_up_to_the_durable_end() -> None:
+    page = listing.events_page(_store(), "T", 2, 0, 5)
+    assert page.events == [("of", "T", 2, 10, 5)] and page.next_id == 0
+
+
+async def test_task_now_or_not_found() -> None:
+    store = _store(tasks={"t1": "T1"})
+    assert await listing.task_now(store, "t1") == "T1"
+    with pytest.raises(NotFoundError, match="no task 'zz'"):
+        await listing.task_now(store, "zz")
+
+
+async def test_as_of_beyond_the_log_carries_its_figures() -> None:
+    async def task_at(task_id: str, at: int) -> Any:
+        return f"T@{at}" if task_id == "t1" else None
+
+    node: Any = SimpleNamespace(durable_id=lambda: 10, task_at=task_at)
+    assert await listing.task_as_of(node, "t1", 10) == "T@10"
+    with pytest.raises(listing.BeyondTheLog) as e:
+        await listing.task_as_of(node, "t1", 11)
+    assert isinstance(e.value, InvalidArgumentError)
+    assert (e.value.at, e.value.durable) == (11, 10)
+    assert str(e.value) == "as_of_event_id 11 is beyond the last durable event 10"
+    with pytest.raises(NotFoundError, match="no task 'zz' as of event 3"):
+        await listing.task_as_of(node, "zz", 3)
