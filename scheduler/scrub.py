@@ -3,13 +3,16 @@
 Recovery reads only the log after the newest snapshot, and a read checks only
 the range it reads: a flipped byte in an older segment, or in an archive chunk,
 stayed unseen until a time-travel query or a standby catching up hit it
-(issue 15: `INTERNAL ... offset 32718`). The scrub reads every sealed segment
-(every record's framing and CRC, ids running on, terms never going down:
+(issue 15: `INTERNAL ... offset 32718`). The scrub reads every segment, the one
+being written up to its durable end (every record's framing and CRC, ids running on,
+terms never going down:
 `record.check_record`, what `read_raw` checks before shipping) and every
 archive chunk (its index, entries and summaries against their CRCs), and
 reports what it finds: `apollo11_log_damage_found_total{kind}`, a log line
-naming the file and offset, and the node's status notice. A damaged chunk is
-rebuilt from the log (Store.rebuild_chunk) while the log still holds its events.
+naming the file and offset, and the node's status notice. What it finds is
+repaired through the node's hook: a damaged segment is mended from another
+member's copy of its records (scheduler/log/mend.py), a damaged chunk rebuilt from
+the log (Store.rebuild_chunk) while the log still holds its events.
 
 Design constraint: nothing here is on the append path, and a node under load
 must not see its replication ack latency move. So the scrub is one daemon
@@ -18,8 +21,8 @@ few hundred CRCs each, a fraction of a millisecond holding the GIL) and sleeps
 between them so that it reads at most `mb_per_s` (8 MB/s by default: a 100 MB
 segment in ~13 s, and far below what a disk serves the group commit); a full
 pass starts at most every `interval_s`. `mb_per_s` 0 turns it off. What it
-needs from the loop (the notice, swapping a rebuilt chunk in) is handed over
-with call_soon_threadsafe.
+needs from the loop (the notice, swapping a rebuilt chunk in, the fetch of a
+segment's records) is handed over with call_soon_threadsafe.
 """
 
 from __future__ import annotations
