@@ -37,8 +37,7 @@ from scheduler.errors import ApolloError, CorruptLogError
 from scheduler.log.datadir import DataDir, fsync_dir, write_atomic
 from scheduler.log.manifest import load as load_manifest
 from scheduler.log.segment import parse_segment_name
-from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
-from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
+from scheduler.snapshot import watermark_of
 
 MARKER = "REPAIR"
 REPAIRING = "repairing"  # the role a node publishes while it is repaired
@@ -131,8 +130,7 @@ def _known_end(data: DataDir) -> int:
                 end = max(end, first - 1)
     with contextlib.suppress(OSError):
         for name in os.listdir(data.snapshot_dir):
-            if name.startswith(SNAPSHOT_PREFIX) and name.endswith(SNAPSHOT_SUFFIX):
-                mark = name[len(SNAPSHOT_PREFIX) : -len(SNAPSHOT_SUFFIX)]
-                if mark.isdigit():
-                    end = max(end, int(mark))
+            mark = watermark_of(name)
+            if mark is not None:
+                end = max(end, mark)
     return end

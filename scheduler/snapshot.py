@@ -205,6 +205,15 @@ def _upgraded(chunk: Chunk) -> Chunk:
     return Chunk(chunk.path)
 
 
+def watermark_of(name: str) -> int | None:
+    """The watermark a snapshot file's name says (None: not a snapshot file's name)."""
+    if name.startswith(PREFIX) and name.endswith(SUFFIX):
+        stem = name[len(PREFIX) : -len(SUFFIX)]
+        if stem.isdigit():
+            return int(stem)
+    return None
+
+
 class Snapshots:
     """The snapshot files (and archive chunks) of one data directory."""
 
@@ -226,10 +235,9 @@ class Snapshots:
         if not os.path.isdir(self.directory):
             return found
         for name in os.listdir(self.directory):
-            if name.startswith(PREFIX) and name.endswith(SUFFIX):
-                stem = name[len(PREFIX) : -len(SUFFIX)]
-                if stem.isdigit():
-                    found.append(int(stem))
+            mark = watermark_of(name)
+            if mark is not None:
+                found.append(mark)
         return sorted(found, reverse=True)
 
     # ------------------------------------------------------------- reading

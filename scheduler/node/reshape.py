@@ -16,8 +16,7 @@ from pathlib import Path
 from scheduler.log.datadir import DataDir, fsync_dir
 from scheduler.log.eventlog import NothingInCommonError, cut_after
 from scheduler.log.manifest import remove as remove_manifest
-from scheduler.snapshot import PREFIX as SNAPSHOT_PREFIX
-from scheduler.snapshot import SUFFIX as SNAPSHOT_SUFFIX
+from scheduler.snapshot import watermark_of
 
 
 def cut_divergent_tail(data: DataDir, keep_through: int, reason: str) -> str:
@@ -60,8 +59,7 @@ def wipe(data: DataDir) -> None:
 
 def drop_snapshots_after(data: DataDir, keep_through: int) -> None:
     for name in os.listdir(data.snapshot_dir):
-        if name.startswith(SNAPSHOT_PREFIX) and name.endswith(SNAPSHOT_SUFFIX):
-            mark = name[len(SNAPSHOT_PREFIX) : -len(SNAPSHOT_SUFFIX)]
-            if mark.isdigit() and int(mark) > keep_through:
-                os.unlink(os.path.join(data.snapshot_dir, name))
+        mark = watermark_of(name)
+        if mark is not None and mark > keep_through:
+            os.unlink(os.path.join(data.snapshot_dir, name))
     fsync_dir(data.snapshot_dir)
