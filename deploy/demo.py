@@ -15,10 +15,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from lease.local_etcd import free_port
-from scheduler.client import SyncClient
-from scheduler.log import EventLog, EventType
-from scheduler.tools.dev import DevCluster
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.log import EventLog, EventType
+from apollo11.scheduler.tools.dev import DevCluster
 
 TTL = 3.0
 TASKS = 6

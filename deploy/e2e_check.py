@@ -23,13 +23,13 @@ from pathlib import Path
 
 import grpc
 
-from scheduler.client import ApiError, SyncClient, UnavailableError
-from scheduler.security.tokens import list_entries, token_hash
+from apollo11.scheduler.client import ApiError, SyncClient, UnavailableError
+from apollo11.scheduler.security.tokens import list_entries, token_hash
 
 NODES = {"node1": "127.0.0.1:7411", "node2": "127.0.0.1:7421", "node3": "127.0.0.1:7431"}
 HTTP = {"node1": "127.0.0.1:7412", "node2": "127.0.0.1:7422", "node3": "127.0.0.1:7432"}
 SERVERS = ",".join(NODES.values())
-CLI = [sys.executable, "-m", "scheduler.cli"]
+CLI = [sys.executable, "-m", "apollo11.scheduler.cli"]
 SECRETS = Path(__file__).resolve().parent / "secrets"
 # Taken out of the environment: each call below says which credentials it uses (the
 # client would otherwise pick them up from there even where a check wants none).

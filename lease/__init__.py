@@ -1,6 +1,6 @@
 """Leader election and the lease: an interface, an in-memory and an etcd implementation."""
 
-from lease.base import (
+from apollo11.lease.base import (
     MIN_TTL_S,
     LeaderInfo,
     Lease,
@@ -10,7 +10,7 @@ from lease.base import (
     World,
     check_ttl,
 )
-from lease.memory import MemoryLease, MemoryStore
+from apollo11.lease.memory import MemoryLease, MemoryStore
 
 __all__ = [
     "MIN_TTL_S",

@@ -66,7 +66,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 
-from scheduler.errors import ApolloError
+from apollo11.scheduler.errors import ApolloError
 
 MIN_TTL_S = 2.0
 

@@ -43,8 +43,8 @@ import aetcd.transactions
 import orjson
 from aetcd import rpc
 
-from lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, NodeIdTaken, World
-from lease.etcd_client import EtcdCredentials, explain_refusal, make_client
+from apollo11.lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, NodeIdTaken, World
+from apollo11.lease.etcd_client import EtcdCredentials, explain_refusal, make_client
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lease.base import LeaderInfo, Lease, MemberInfo, NodeIdTaken, World
+from apollo11.lease.base import LeaderInfo, Lease, MemberInfo, NodeIdTaken, World
 
 
 @dataclass

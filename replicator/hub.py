@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler import metrics
-from scheduler.errors import ApolloError
+from apollo11.scheduler import metrics
+from apollo11.scheduler.errors import ApolloError
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from replicator.hub import ReplicationHub
-    from scheduler.config import NodeSettings
-    from scheduler.store import Store
+    from apollo11.replicator.hub import ReplicationHub
+    from apollo11.scheduler.config import NodeSettings
+    from apollo11.scheduler.store import Store
 
 
 class Member(Protocol):

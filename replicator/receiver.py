@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
+
+from apollo11.replicator.channel import peer_channel
+from apollo11.scheduler.errors import ApolloError, StaleTermError
+from apollo11.scheduler.identity import ForeignClusterError
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
-from replicator.channel import peer_channel
-from scheduler.errors import ApolloError, StaleTermError
-from scheduler.identity import ForeignClusterError
-
 if TYPE_CHECKING:
-    from replicator.ports import StandbySide
+    from apollo11.replicator.ports import StandbySide
 
 log = logging.getLogger(__name__)
 

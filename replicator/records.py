@@ -15,15 +15,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import grpc
+
+from apollo11.replicator.channel import peer_channel
+from apollo11.scheduler.errors import ApolloError, LogError
+from apollo11.scheduler.log.record import check_record
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
-from replicator.channel import peer_channel
-from scheduler.errors import ApolloError, LogError
-from scheduler.log.record import check_record
-
 if TYPE_CHECKING:
-    from replicator.ports import Member
+    from apollo11.replicator.ports import Member
 
 CHUNK_BYTES = 1 << 20  # records per message, about
 FETCH_TIMEOUT_S = 60.0

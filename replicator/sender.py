@@ -23,20 +23,20 @@ from typing import TYPE_CHECKING
 import aiofiles
 import aiofiles.os
 import grpc
+
+from apollo11.replicator import records
+from apollo11.replicator.divergence import common_prefix
+from apollo11.replicator.hub import StandbyView
+from apollo11.scheduler import metrics
+from apollo11.scheduler.errors import ApolloError
+from apollo11.scheduler.security import current_principal
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 
-from replicator import records
-from replicator.divergence import common_prefix
-from replicator.hub import StandbyView
-from scheduler import metrics
-from scheduler.errors import ApolloError
-from scheduler.security import current_principal
-
 if TYPE_CHECKING:
-    from replicator.ports import PrimarySide
-    from scheduler.snapshot import SnapshotInfo
-    from scheduler.store import Store
+    from apollo11.replicator.ports import PrimarySide
+    from apollo11.scheduler.snapshot import SnapshotInfo
+    from apollo11.scheduler.store import Store
 
 log = logging.getLogger(__name__)
 

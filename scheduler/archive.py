@@ -57,9 +57,9 @@ from typing import Any
 
 import orjson
 
-from scheduler.errors import SnapshotError
-from scheduler.log.datadir import fsync_dir
-from scheduler.replay import Summary, TaskState, TaskStatus, TaskStore, summarize
+from apollo11.scheduler.errors import SnapshotError
+from apollo11.scheduler.log.datadir import fsync_dir
+from apollo11.scheduler.replay import Summary, TaskState, TaskStatus, TaskStore, summarize
 
 MAGIC = b"A11ARC04"
 MAGIC_V2 = b"A11ARC02"  # entries only, no summaries, no key index

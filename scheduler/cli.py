@@ -15,13 +15,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from scheduler.errors import (
+from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
     SnapshotError,
     SnapshotMismatchError,
 )
-from scheduler.replay import State, TaskState
+from apollo11.scheduler.replay import State, TaskState
 
 GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `node`)
 NODE_GRPC_EXPERIMENTS = (  # gRPC's I/O path in a node (see `node`)
@@ -204,7 +204,9 @@ def node(
     ] = False,
     examples_dir: Annotated[
         Path | None,
-        typer.Option("--examples-dir", help="Where scheduler.examples may write (default: temp)."),
+        typer.Option(
+            "--examples-dir", help="Where apollo11.scheduler.examples may write (default: temp)."
+        ),
     ] = None,
     max_watch_streams: Annotated[
         int | None, typer.Option("--max-watch-streams", help="Open WatchTask streams (1000).")
@@ -267,8 +269,8 @@ def node(
 
     if ours:
         del os.environ["GRPC_EXPERIMENTS"]  # not for the processes of shell steps
-    from scheduler.config import load_settings
-    from scheduler.node import serve
+    from apollo11.scheduler.config import load_settings
+    from apollo11.scheduler.node import serve
 
     try:
         settings = load_settings(
@@ -344,7 +346,7 @@ def dev(
     base_port: Annotated[int, typer.Option("--base-port", help="gRPC port of n1; n2 +1...")] = 7411,
     lease_ttl: Annotated[float, typer.Option("--lease-ttl", help="Seconds (>= 2).")] = 5.0,
     workflows: Annotated[str, typer.Option("--workflows", help="Workflow modules.")] = (
-        "scheduler.examples"
+        "apollo11.scheduler.examples"
     ),
     http_base_port: Annotated[
         int, typer.Option("--http-base-port", help="Web UI and /metrics of n1; n2 +1...; 0: off.")
@@ -352,7 +354,7 @@ def dev(
     etcd_port: Annotated[int, typer.Option("--etcd-port", help="The bundled etcd's port.")] = 23790,
 ) -> None:
     """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
-    from scheduler.tools.dev import run
+    from apollo11.scheduler.tools.dev import run
 
     if lease_ttl < 2:
         raise _fail("--lease-ttl must be at least 2 seconds", 2)
@@ -377,7 +379,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
 def _client(server: str | None) -> Any:
-    from scheduler.client import Client
+    from apollo11.scheduler.client import Client
 
     return Client(server, **_conn)
 
@@ -755,7 +757,7 @@ def health(server: Server = None) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from scheduler.client import channel_credentials_for, endpoints_from
+    from apollo11.scheduler.client import channel_credentials_for, endpoints_from
 
     endpoint = endpoints_from(server)[0]
     creds = channel_credentials_for(_conn.get("ca"), _conn.get("cert"), _conn.get("key"), None)
@@ -840,7 +842,7 @@ def replay(
     as_json: AsJson = False,
 ) -> None:
     """Rebuild state offline from a data directory (read-only; time travel with --until)."""
-    from scheduler.store import state_at
+    from apollo11.scheduler.store import state_at
 
     if until is not None and until < 0:
         raise _fail("--until must be an event id (0 or more)", 2)
@@ -921,7 +923,7 @@ def bench_log(
     workdir: BenchDir = None,
 ) -> None:
     """Event log: durable appends, commit latency, replay and recovery, beside baselines."""
-    from scheduler.tools.bench.log_bench import run, summary_rows
+    from apollo11.scheduler.tools.bench.log_bench import run, summary_rows
 
     _bench(run, summary_rows, "log", quick, as_json, workdir)
 
@@ -933,7 +935,7 @@ def bench_engine(
     workdir: BenchDir = None,
 ) -> None:
     """Engine: five-step no-op tasks/s (fsync on) and scheduler cost per decision vs history."""
-    from scheduler.tools.bench.engine_bench import run, summary_rows
+    from apollo11.scheduler.tools.bench.engine_bench import run, summary_rows
 
     _bench(run, summary_rows, "engine", quick, as_json, workdir)
 
@@ -945,7 +947,7 @@ def bench_grpc(
     workdir: BenchDir = None,
 ) -> None:
     """gRPC: submits/s against one node from many clients, and submit-to-ack latency."""
-    from scheduler.tools.bench.grpc_bench import run, summary_rows
+    from apollo11.scheduler.tools.bench.grpc_bench import run, summary_rows
 
     _bench(run, summary_rows, "grpc", quick, as_json, workdir)
 
@@ -959,7 +961,7 @@ def bench_failover(
     workdir: BenchDir = None,
 ) -> None:
     """Cluster: failover time over N kills, acked writes lost, replication lag, e2e tasks/s."""
-    from scheduler.tools.bench import failover_bench
+    from apollo11.scheduler.tools.bench import failover_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
         return failover_bench.run(q, w, progress, cycles=cycles, ttl=lease_ttl)
@@ -976,7 +978,7 @@ def bench_lag(
 ) -> None:
     """Replication ack latency at 10k events/s (the failover bench's window) on N fresh
     clusters: p99 per round, and its spread."""
-    from scheduler.tools.bench import failover_bench
+    from apollo11.scheduler.tools.bench import failover_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
         return failover_bench.run_lag(q, w, progress, rounds=rounds)
@@ -1002,7 +1004,7 @@ def bench_overload(
     """Overload: a node flooded at 2x the submits/s it accepts; its RSS every 10 s, the
     slope over the second half, every answer's code. Exits 1 if the node died or
     answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE."""
-    from scheduler.tools.bench import overload_bench
+    from apollo11.scheduler.tools.bench import overload_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
         return overload_bench.run(
@@ -1043,7 +1045,7 @@ def certs(
     days: Annotated[int, typer.Option("--days", help="Validity.")] = 825,
 ) -> None:
     """Create the cluster CA (once) and a certificate for each node that has none."""
-    from scheduler.security.certs import create_cluster_certs
+    from apollo11.scheduler.security.certs import create_cluster_certs
 
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     written = create_cluster_certs(directory, wanted, sans=san or [], days=days)
@@ -1066,8 +1068,8 @@ def token_create(
     tokens_file: TokensFile,
 ) -> None:
     """Make a token: print it once, append its hash (send SIGHUP to running nodes)."""
-    from scheduler.security import tokens
-    from scheduler.security.roles import Role
+    from apollo11.scheduler.security import tokens
+    from apollo11.scheduler.security.roles import Role
 
     try:
         made = tokens.create_token(tokens_file, name, Role.parse(role))
@@ -1083,7 +1085,7 @@ def token_create(
 @token_app.command("list")
 def token_list(tokens_file: TokensFile) -> None:
     """Who has which role (hashes are not shown)."""
-    from scheduler.security import tokens
+    from apollo11.scheduler.security import tokens
 
     try:
         entries = tokens.list_entries(tokens_file)
@@ -1100,7 +1102,7 @@ def token_revoke(
     tokens_file: TokensFile,
 ) -> None:
     """Remove every entry of NAME (running nodes refuse its tokens after SIGHUP)."""
-    from scheduler.security import tokens
+    from apollo11.scheduler.security import tokens
 
     try:
         n = tokens.revoke(tokens_file, name)

@@ -32,9 +32,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from lease.base import MIN_TTL_S
-from scheduler import defaults
-from scheduler.log.config import FsyncPolicy
+from apollo11.lease.base import MIN_TTL_S
+from apollo11.scheduler import defaults
+from apollo11.scheduler.log.config import FsyncPolicy
 
 # a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
 MESSAGE_ENVELOPE_BYTES = 64 * 1024

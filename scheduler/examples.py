@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scheduler.workflow import (
+from apollo11.scheduler.workflow import (
     Checkpoint,
     DedupeKey,
     Idempotent,

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from scheduler.errors import ApolloError
-from scheduler.log.datadir import write_atomic
+from apollo11.scheduler.errors import ApolloError
+from apollo11.scheduler.log.datadir import write_atomic
 
 ID_FILE = "CLUSTER"
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("scheduler.node")
+log = logging.getLogger("apollo11.scheduler.node")
 
 INTERVAL_S = 1.0
 MAX_KEYS = 256  # distinct messages remembered; past it, the stale ones are forgotten

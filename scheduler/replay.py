@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from scheduler.errors import ReplayError
-from scheduler.log.record import Event, EventType
+from apollo11.scheduler.errors import ReplayError
+from apollo11.scheduler.log.record import Event, EventType
 
 DURATION_HISTORY = 100  # per (workflow, step): what `timeout="auto"` looks at
 MAX_STATE_ANOMALIES = 1000

@@ -34,11 +34,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler import metrics
-from scheduler.archive import Chunk, ChunkDamaged
-from scheduler.errors import ApolloError, CorruptLogError
-from scheduler.log.record import FRAME, HEADER_SIZE, check_record
-from scheduler.log.segment import Segment
+from apollo11.scheduler import metrics
+from apollo11.scheduler.archive import Chunk, ChunkDamaged
+from apollo11.scheduler.errors import ApolloError, CorruptLogError
+from apollo11.scheduler.log.record import FRAME, HEADER_SIZE, check_record
+from apollo11.scheduler.log.segment import Segment
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import asyncio
 import os
 from typing import Any
 
-from scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
-from scheduler.guard import guarded, stop
-from scheduler.workflow import (
+from apollo11.scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
+from apollo11.scheduler.guard import guarded, stop
+from apollo11.scheduler.workflow import (
     AUTO,
     Checkpoint,
     DedupeKey,

@@ -7,7 +7,7 @@ Snapshot file `snapshot-<watermark>.snap`::
 The body holds the watermark event id and its term, the log position just
 after it, the in-memory part of the state (tasks still active) and the list
 of archive chunks holding every task that went quiet before it (see
-`scheduler.archive`). Files are written atomically (temp file, fsync,
+`apollo11.scheduler.archive`). Files are written atomically (temp file, fsync,
 rename, directory fsync); the newest `keep` are kept, and an unreadable one
 falls back to the one before it, then to a full replay.
 
@@ -31,11 +31,11 @@ from typing import Any
 
 import orjson
 
-from scheduler import defaults, merger, metrics
-from scheduler.archive import (
+from apollo11.scheduler import defaults, merger, metrics
+from apollo11.scheduler.archive import (
     SUFFIX as CHUNK_SUFFIX,
 )
-from scheduler.archive import (
+from apollo11.scheduler.archive import (
     Archive,
     Chunk,
     Record,
@@ -44,10 +44,10 @@ from scheduler.archive import (
     merge_plan,
     write_chunk,
 )
-from scheduler.errors import SnapshotError
-from scheduler.log.datadir import write_atomic
-from scheduler.log.eventlog import Position
-from scheduler.replay import DURATION_HISTORY, State, TaskState
+from apollo11.scheduler.errors import SnapshotError
+from apollo11.scheduler.log.datadir import write_atomic
+from apollo11.scheduler.log.eventlog import Position
+from apollo11.scheduler.replay import DURATION_HISTORY, State, TaskState
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from scheduler import metrics
-from scheduler.archive import (
+from apollo11.scheduler import metrics
+from apollo11.scheduler.archive import (
     Archive,
     Chunk,
     ChunkDamaged,
@@ -30,12 +30,17 @@ from scheduler.archive import (
     encode_entry,
     write_chunk,
 )
-from scheduler.errors import ArchiveLostError, LogError, SnapshotError, SnapshotMismatchError
-from scheduler.log.datadir import DataDir
-from scheduler.log.eventlog import EventLog, LogConfig
-from scheduler.log.record import Event
-from scheduler.replay import State, TaskState, apply_all
-from scheduler.snapshot import (
+from apollo11.scheduler.errors import (
+    ArchiveLostError,
+    LogError,
+    SnapshotError,
+    SnapshotMismatchError,
+)
+from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log.eventlog import EventLog, LogConfig
+from apollo11.scheduler.log.record import Event
+from apollo11.scheduler.replay import State, TaskState, apply_all
+from apollo11.scheduler.snapshot import (
     DEFAULT_INTERVAL,
     DEFAULT_KEEP,
     Capture,

@@ -35,8 +35,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from scheduler.errors import WorkflowDefinitionError
-from scheduler.guard import guarded
+from apollo11.scheduler.errors import WorkflowDefinitionError
+from apollo11.scheduler.guard import guarded
 
 
 class Strategy(enum.StrEnum):
@@ -172,8 +172,8 @@ class StepContext:
     def guarded(self, argv: Sequence[str]) -> list[str]:
         """`argv` run under the guard shell steps run under: it and all it starts die
         with this node (even by SIGKILL) and when it ends. Start it with
-        `start_new_session=True`; to end it early, `await scheduler.guard.stop(proc)`
-        (asyncio) or send the guard SIGTERM."""
+        `start_new_session=True`; to end it early, `await guard.stop(proc)`
+        (`from apollo11.scheduler import guard`; asyncio) or send the guard SIGTERM."""
         return guarded(argv)
 
 
@@ -391,6 +391,9 @@ def dependents(deps: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return out
 
 
+_OLD_ROOTS = frozenset({"scheduler", "replicator", "lease"})
+
+
 class Registry:
     """The workflows a node can run, by name and version."""
 
@@ -426,8 +429,12 @@ class Registry:
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
+            hint = ""
+            if module_name.split(".")[0] in _OLD_ROOTS:
+                # Apollo-11's own modules moved under one import root (apollo11.*).
+                hint = f" (Apollo-11's modules are under apollo11.: apollo11.{module_name}?)"
             raise WorkflowDefinitionError(
-                f"cannot import workflow module {module_name!r}: {e}"
+                f"cannot import workflow module {module_name!r}: {e}{hint}"
             ) from e
         found = [v for v in vars(module).values() if isinstance(v, Workflow)]
         if not found:

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lease.local_etcd import free_port
-from scheduler.client import SyncClient
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.client import SyncClient
 from tests.nodes import ROOT
 
 TTL = 2.0
@@ -22,6 +22,7 @@ TTL = 2.0
 def stubborn_client(address: str, acks: list[str], stop: threading.Event) -> threading.Thread:
     """Keeps submitting to one node only, whatever it answers; records what it acks."""
     import grpc
+
     from apollo11.v1 import scheduler_pb2 as pb
     from apollo11.v1 import scheduler_pb2_grpc as pbg
 
@@ -64,7 +65,7 @@ class Member:
     def start(self) -> None:
         out = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [*self.wrap, sys.executable, "-m", "scheduler.cli", "node", *self.args],
+            [*self.wrap, sys.executable, "-m", "apollo11.scheduler.cli", "node", *self.args],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -131,7 +132,7 @@ class Cluster:
                 "--listen",
                 f"{host}:{port}",
                 "--workflows",
-                "scheduler.examples",
+                "apollo11.scheduler.examples",
                 "--etcd",
                 etcd_url,
                 "--cluster",
@@ -239,7 +240,7 @@ def submit_and_wait(c: Cluster, n: int) -> list[str]:
 def segment_digest(data_dir: Path, through: int | None = None, since: int = 0) -> str:
     """A checksum of the records of a node's log (from `since`, up to `through`),
     whatever the file split."""
-    from scheduler.log import EventLog
+    from apollo11.scheduler.log import EventLog
 
     log = EventLog.open(data_dir, read_only=True)
     h = hashlib.sha256()

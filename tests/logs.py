@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.log import EventLog
+from apollo11.scheduler.log import EventLog
 
 
 def hold_writes(

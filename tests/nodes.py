@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-APOLLO11 = [sys.executable, "-m", "scheduler.cli"]
+APOLLO11 = [sys.executable, "-m", "apollo11.scheduler.cli"]
 
 
 @dataclass
@@ -48,7 +48,7 @@ def start_node(
         "--listen",
         "127.0.0.1:0",
         "--workflows",
-        "scheduler.examples",
+        "apollo11.scheduler.examples",
         *args,
     ]
     proc = subprocess.Popen(

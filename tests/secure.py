@@ -8,9 +8,9 @@ from pathlib import Path
 
 import grpc
 
-from scheduler.security.certs import create_cluster_certs, make_ca, make_leaf
-from scheduler.security.roles import Role
-from scheduler.security.tokens import create_token
+from apollo11.scheduler.security.certs import create_cluster_certs, make_ca, make_leaf
+from apollo11.scheduler.security.roles import Role
+from apollo11.scheduler.security.tokens import create_token
 from tests.nodes import NodeProc, start_node
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.errors import CorruptLogError
-from scheduler.store import Store, state_at
+from apollo11.scheduler.errors import CorruptLogError
+from apollo11.scheduler.store import Store, state_at
 
 GOLDEN = Path(__file__).parent / "golden"
 

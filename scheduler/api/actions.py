@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from scheduler.api.checks import MAX_REASON, optional, required
-from scheduler.errors import FailedPreconditionError
+from apollo11.scheduler.api.checks import MAX_REASON, optional, required
+from apollo11.scheduler.errors import FailedPreconditionError
 
 if TYPE_CHECKING:
-    from scheduler.api.ports import NodeView
-    from scheduler.client import Client
-    from scheduler.engine import Engine
-    from scheduler.log import Event
+    from apollo11.scheduler.api.ports import NodeView
+    from apollo11.scheduler.client import Client
+    from apollo11.scheduler.engine import Engine
+    from apollo11.scheduler.log import Event
 
 Kind = Literal["retry", "skip", "cancel"]
 KINDS: tuple[Kind, ...] = ("retry", "skip", "cancel")
@@ -96,7 +96,7 @@ async def perform(node: NodeView, act: Action, *, operator: str, token: str | No
     leader = node.leader
     if leader is None:
         raise FailedPreconditionError("no primary is known right now; try again shortly")
-    from scheduler.client import Client  # only a standby's web pages need it
+    from apollo11.scheduler.client import Client  # only a standby's web pages need it
 
     s = node.settings
     # The session's own token, so the primary authenticates and records the same

@@ -7,7 +7,7 @@ message names the field and the limit.
 
 from __future__ import annotations
 
-from scheduler.errors import InvalidArgumentError
+from apollo11.scheduler.errors import InvalidArgumentError
 
 MAX_ID = 256
 MAX_REASON = 1024

@@ -1,9 +1,9 @@
 """Domain records -> protobuf messages, for the server: tasks, steps, events.
 
 The server's half of the conversion; the client's half (messages -> views, and
-the request messages) is `scheduler.client`, which never imports this module:
+the request messages) is `apollo11.scheduler.client`, which never imports this module:
 this one imports the state model and the log's records. The enum names are
-`scheduler.api.wire`'s, so both halves spell them alike. No domain module (log,
+`apollo11.scheduler.api.wire`'s, so both halves spell them alike. No domain module (log,
 replay, store, engine, node) imports generated `*_pb2` code; the API layer's
 handlers still build their own small responses, and the replicator speaks
 `replication_pb2` itself.
@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from apollo11.v1 import scheduler_pb2 as pb
 
-from scheduler.api import wire
-from scheduler.log.record import Event, EventType
-from scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from apollo11.scheduler.api import wire
+from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from apollo11.v1 import scheduler_pb2 as pb
 
 # Built from the domain's enums: a status or event type the wire cannot carry
 # fails here, at import, not in the middle of an answer.

@@ -27,7 +27,7 @@ keepalive both ways:
 No maximum connection age: it would cut replication and watch streams, which
 live as long as the connection does.
 
-The Python client (`scheduler.client`'s CLIENT_OPTIONS) pings every 30 s, only
+The Python client (`apollo11.scheduler.client`'s CLIENT_OPTIONS) pings every 30 s, only
 while it has calls open, so that a watch on a primary that went away fails over
 instead of waiting forever; that is well within what the server permits (a
 test checks). The standby's replication channel needs no keepalive: the primary
@@ -40,10 +40,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from scheduler.errors import ResourceExhaustedError
+from apollo11.scheduler.errors import ResourceExhaustedError
 
 if TYPE_CHECKING:
-    from scheduler.config import NodeSettings
+    from apollo11.scheduler.config import NodeSettings
 
 KEEPALIVE_TIME_MS = 60_000
 KEEPALIVE_TIMEOUT_MS = 20_000

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.errors import InvalidArgumentError, NotFoundError
+from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
-    from scheduler.api.ports import NodeView
-    from scheduler.log import Event
-    from scheduler.replay import TaskState
-    from scheduler.store import Store
+    from apollo11.scheduler.api.ports import NodeView
+    from apollo11.scheduler.log import Event
+    from apollo11.scheduler.replay import TaskState
+    from apollo11.scheduler.store import Store
 
 
 class BeyondTheLog(InvalidArgumentError):

@@ -1,6 +1,6 @@
 """What the API and the web pages may read and do on their node, and nothing more.
 
-`scheduler.node.Node` satisfies it structurally; the API and the web never import
+`apollo11.scheduler.node.Node` satisfies it structurally; the API and the web never import
 the node (which builds them), so the node can be replaced by anything of this
 shape in a test. Replication's needs are replicator/ports.py's.
 """
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from replicator.ports import PrimarySide
+from apollo11.replicator.ports import PrimarySide
 
 if TYPE_CHECKING:
-    from lease import LeaderInfo
-    from scheduler.api.status import ClusterStatus
-    from scheduler.engine import Engine
-    from scheduler.errors import ApolloError
-    from scheduler.replay import TaskState
-    from scheduler.security import Principals
+    from apollo11.lease import LeaderInfo
+    from apollo11.scheduler.api.status import ClusterStatus
+    from apollo11.scheduler.engine import Engine
+    from apollo11.scheduler.errors import ApolloError
+    from apollo11.scheduler.replay import TaskState
+    from apollo11.scheduler.security import Principals
 
 
 class NodeView(PrimarySide, Protocol):

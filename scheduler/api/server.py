@@ -18,18 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import orjson
-from apollo11.v1 import scheduler_pb2 as pb
-from apollo11.v1 import scheduler_pb2_grpc as pbg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from scheduler.api import actions, codec, listing
-from scheduler.api.checks import optional, required
-from scheduler.api.decode import Undecodable, add_service
-from scheduler.api.limits import Admission, WatchSlots, server_options
-from scheduler.api.wire import LEADER_METADATA
-from scheduler.engine import Engine, SubmitItem
-from scheduler.errors import (
+from apollo11.scheduler.api import actions, codec, listing
+from apollo11.scheduler.api.checks import optional, required
+from apollo11.scheduler.api.decode import Undecodable, add_service
+from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
+from apollo11.scheduler.api.wire import LEADER_METADATA
+from apollo11.scheduler.engine import Engine, SubmitItem
+from apollo11.scheduler.errors import (
     ApolloError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -44,16 +42,23 @@ from scheduler.errors import (
     ResourceExhaustedError,
     StaleTermError,
 )
-from scheduler.log.record import Event
-from scheduler.replay import TaskState
-from scheduler.security import Authenticator, AuthInterceptor, Principals, current_principal
-from scheduler.security.tls import KeyPair, read_pem, server_credentials
-from scheduler.shell import SHELL_WORKFLOW
-from scheduler.store import Store
+from apollo11.scheduler.log.record import Event
+from apollo11.scheduler.replay import TaskState
+from apollo11.scheduler.security import (
+    Authenticator,
+    AuthInterceptor,
+    Principals,
+    current_principal,
+)
+from apollo11.scheduler.security.tls import KeyPair, read_pem, server_credentials
+from apollo11.scheduler.shell import SHELL_WORKFLOW
+from apollo11.scheduler.store import Store
+from apollo11.v1 import scheduler_pb2 as pb
+from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 if TYPE_CHECKING:
-    from scheduler.api.ports import NodeView
-    from scheduler.config import NodeSettings
+    from apollo11.scheduler.api.ports import NodeView
+    from apollo11.scheduler.config import NodeSettings
 
 log = logging.getLogger(__name__)
 
@@ -492,9 +497,8 @@ class ApiServer:
         scheduler = SchedulerService(node, self.watchers, self.watch_slots, admission)
         add_service(self.server, services["Scheduler"], scheduler)
         add_service(self.server, services["Cluster"], ClusterService(node))
+        from apollo11.replicator.sender import ReplicationService
         from apollo11.v1 import replication_pb2_grpc as rpbg
-
-        from replicator.sender import ReplicationService
 
         self.peer: grpc.aio.Server | None = None
         if s.peer_listen:

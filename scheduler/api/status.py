@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lease import LeaderInfo, MemberInfo
-from replicator.hub import StandbyView
+from apollo11.lease import LeaderInfo, MemberInfo
+from apollo11.replicator.hub import StandbyView
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """What both ends of the gRPC API agree on beyond the generated messages.
 
-The server (`scheduler.api.server`, `scheduler.api.codec`) and the client
-(`scheduler.client`) each import this module and never each other, so that an
+The server (`apollo11.scheduler.api.server`, `apollo11.scheduler.api.codec`) and the client
+(`apollo11.scheduler.client`) each import this module and never each other, so that an
 application embedding the client loads no engine, store or metric. Only facts
 of the wire belong here: metadata keys and the names the enums carry. This
 module imports the generated messages and nothing else of the project.

@@ -11,7 +11,7 @@ there. Calls that are safe to repeat (reads, and submissions, which always
 carry an idempotency key: one is generated when you give none) are retried
 with capped backoff on UNAVAILABLE, moving to the next endpoint.
 
-It imports no server module (`scheduler.api.wire` holds what both sides share)
+It imports no server module (`apollo11.scheduler.api.wire` holds what both sides share)
 and registers no metric: tests/scheduler/client/test_imports.py checks both.
 
 _client.py      Client, SyncClient: follow the primary, retry what is safe
@@ -22,10 +22,14 @@ _requests.py    the request messages
 _views.py       the typed results, and the JSON shapes the CLI prints
 """
 
-from scheduler.client._client import Client, SyncClient
-from scheduler.client._connection import DEFAULT_SERVER, channel_credentials_for, endpoints_from
-from scheduler.client._errors import ApiError, UnavailableError
-from scheduler.client._views import (
+from apollo11.scheduler.client._client import Client, SyncClient
+from apollo11.scheduler.client._connection import (
+    DEFAULT_SERVER,
+    channel_credentials_for,
+    endpoints_from,
+)
+from apollo11.scheduler.client._errors import ApiError, UnavailableError
+from apollo11.scheduler.client._views import (
     EventView,
     MemberView,
     Page,
@@ -35,7 +39,7 @@ from scheduler.client._views import (
     TaskSummaryView,
     TaskView,
 )
-from scheduler.errors import (
+from apollo11.scheduler.errors import (
     ApolloError,
     FailedPreconditionError,
     InvalidArgumentError,

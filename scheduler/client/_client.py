@@ -12,19 +12,19 @@ from typing import Any, TypeVar
 
 import grpc
 import orjson
-from apollo11.v1 import scheduler_pb2_grpc as pbg
 
-from scheduler.client import _convert as convert
-from scheduler.client import _requests as build
-from scheduler.client._connection import (
+from apollo11.scheduler.client import _convert as convert
+from apollo11.scheduler.client import _requests as build
+from apollo11.scheduler.client._connection import (
     CLIENT_OPTIONS,
     channel_credentials_for,
     endpoints_from,
     token_from_env,
 )
-from scheduler.client._errors import UnavailableError, translate
-from scheduler.client._views import EventView, Page, StatusView, Submission, TaskView
-from scheduler.errors import ApolloError, NotLeaderError
+from apollo11.scheduler.client._errors import UnavailableError, translate
+from apollo11.scheduler.client._views import EventView, Page, StatusView, Submission, TaskView
+from apollo11.scheduler.errors import ApolloError, NotLeaderError
+from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 T = TypeVar("T")
 

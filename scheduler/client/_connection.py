@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 
-from scheduler.errors import InvalidArgumentError
-from scheduler.security.tls import KeyPair, channel_credentials
+from apollo11.scheduler.errors import InvalidArgumentError
+from apollo11.scheduler.security.tls import KeyPair, channel_credentials
 
 DEFAULT_SERVER = "127.0.0.1:7411"
 

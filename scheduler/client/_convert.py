@@ -1,7 +1,7 @@
 """Protobuf messages -> the client's views (frozen records, no generated types).
 
-The client's half of the conversion (`scheduler.api.codec` is the server's): it
-knows the messages and `scheduler.api.wire`'s enum names, not the node's state
+The client's half of the conversion (`apollo11.scheduler.api.codec` is the server's): it
+knows the messages and `apollo11.scheduler.api.wire`'s enum names, not the node's state
 model, so an application that embeds the client loads none of it.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from apollo11.v1 import scheduler_pb2 as pb
 
-from scheduler.api import wire
-from scheduler.client._views import (
+from apollo11.scheduler.api import wire
+from apollo11.scheduler.client._views import (
     EventView,
     MemberView,
     Page,
@@ -23,6 +22,7 @@ from scheduler.client._views import (
     TaskSummaryView,
     TaskView,
 )
+from apollo11.v1 import scheduler_pb2 as pb
 
 
 def _loads(text: str) -> Any:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import grpc
 
-from scheduler.api.wire import LEADER_METADATA
-from scheduler.errors import (
+from apollo11.scheduler.api.wire import LEADER_METADATA
+from apollo11.scheduler.errors import (
     ApolloError,
     FailedPreconditionError,
     InvalidArgumentError,

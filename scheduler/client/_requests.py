@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from apollo11.scheduler.api import wire
+from apollo11.scheduler.errors import InvalidArgumentError
 from apollo11.v1 import scheduler_pb2 as pb
-
-from scheduler.api import wire
-from scheduler.errors import InvalidArgumentError
 
 
 def _task_state(name: str) -> pb.TaskState:

@@ -10,8 +10,8 @@
 Import from here, not from the modules inside.
 """
 
-from scheduler.engine import retry
-from scheduler.engine.decide import (
+from apollo11.scheduler.engine import retry
+from apollo11.scheduler.engine.decide import (
     Action,
     CancelAttempt,
     Compensate,
@@ -22,8 +22,8 @@ from scheduler.engine.decide import (
     WakeAt,
     decide,
 )
-from scheduler.engine.engine import DEFAULT_CONCURRENCY, Engine
-from scheduler.engine.executor import (
+from apollo11.scheduler.engine.engine import DEFAULT_CONCURRENCY, Engine
+from apollo11.scheduler.engine.executor import (
     Attempt,
     Executor,
     Failed,
@@ -32,13 +32,13 @@ from scheduler.engine.executor import (
     Outcome,
     Succeeded,
 )
-from scheduler.engine.requests import (
+from apollo11.scheduler.engine.requests import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     SubmitItem,
     Submitted,
     new_task_id,
 )
-from scheduler.engine.steps import ERROR_TEXT_MAX
+from apollo11.scheduler.engine.steps import ERROR_TEXT_MAX
 
 __all__ = [
     "DEFAULT_CONCURRENCY",

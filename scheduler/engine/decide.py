@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass
 
-from scheduler.engine.retry import due_at, final_after_loss, may_run_again
-from scheduler.replay import DONE, StepStatus, TaskState
-from scheduler.workflow import Workflow
+from apollo11.scheduler.engine.retry import due_at, final_after_loss, may_run_again
+from apollo11.scheduler.replay import DONE, StepStatus, TaskState
+from apollo11.scheduler.workflow import Workflow
 
 _STARTED = StepStatus.STARTED
 _COMPENSATING = StepStatus.COMPENSATING

@@ -25,9 +25,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, assert_never
 
-from scheduler import defaults, metrics
-from scheduler.clock import Clock
-from scheduler.engine.decide import (
+from apollo11.scheduler import defaults, metrics
+from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.decide import (
     Action,
     CancelAttempt,
     Compensate,
@@ -38,26 +38,26 @@ from scheduler.engine.decide import (
     WakeAt,
     decide,
 )
-from scheduler.engine.executor import Executor, InProcessExecutor
-from scheduler.engine.requests import (
+from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
+from apollo11.scheduler.engine.requests import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     Requests,
     SubmitItem,
     Submitted,
 )
-from scheduler.engine.steps import Key, StepRunner, lost_payload
-from scheduler.errors import (
+from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
+from apollo11.scheduler.errors import (
     ApolloError,
     LeaseLostError,
     NotFoundError,
     NotLeaderError,
     OutcomeUnknownError,
 )
-from scheduler.log import Draft, Event, EventType
-from scheduler.replay import TaskState
-from scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
-from scheduler.store import Store
-from scheduler.workflow import Registry, Step, Workflow
+from apollo11.scheduler.log import Draft, Event, EventType
+from apollo11.scheduler.replay import TaskState
+from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
+from apollo11.scheduler.store import Store
+from apollo11.scheduler.workflow import Registry, Step, Workflow
 
 log = logging.getLogger(__name__)
 

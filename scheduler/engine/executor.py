@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler.errors import LeaseLostError
-from scheduler.workflow import StepContext, StepError, StepFn
+from apollo11.scheduler.errors import LeaseLostError
+from apollo11.scheduler.workflow import StepContext, StepError, StepFn
 
 log = logging.getLogger(__name__)
 

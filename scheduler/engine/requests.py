@@ -17,19 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from scheduler import defaults, metrics
-from scheduler.clock import Clock
-from scheduler.errors import (
+from apollo11.scheduler import defaults, metrics
+from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     WorkflowDefinitionError,
 )
-from scheduler.log import Draft, Event, EventType
-from scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
-from scheduler.shell import SHELL_WORKFLOW, shell_workflow
-from scheduler.store import Store
-from scheduler.workflow import Registry, Workflow
+from apollo11.scheduler.log import Draft, Event, EventType
+from apollo11.scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from apollo11.scheduler.shell import SHELL_WORKFLOW, shell_workflow
+from apollo11.scheduler.store import Store
+from apollo11.scheduler.workflow import Registry, Workflow
 
 DEFAULT_IDEMPOTENCY_TTL_S = defaults.IDEMPOTENCY_TTL_S
 KEY_MAX = 256

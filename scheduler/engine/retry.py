@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scheduler.replay import StepState, StepStatus
-from scheduler.workflow import Retry
+from apollo11.scheduler.replay import StepState, StepStatus
+from apollo11.scheduler.workflow import Retry
 
 _PENDING = StepStatus.PENDING
 _FAILED = StepStatus.FAILED

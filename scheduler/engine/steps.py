@@ -17,10 +17,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from scheduler import metrics
-from scheduler.clock import Clock
-from scheduler.engine.decide import FailLost
-from scheduler.engine.executor import (
+from apollo11.scheduler import metrics
+from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.decide import FailLost
+from apollo11.scheduler.engine.executor import (
     Attempt,
     Executor,
     Failed,
@@ -29,12 +29,12 @@ from scheduler.engine.executor import (
     Succeeded,
     failure,
 )
-from scheduler.engine.retry import compensation_delay, final_after_failure
-from scheduler.errors import ApolloError, InvalidEventError
-from scheduler.log import EventType
-from scheduler.replay import TaskState
-from scheduler.store import Store
-from scheduler.workflow import AUTO, FencingToken, Step, StepContext
+from apollo11.scheduler.engine.retry import compensation_delay, final_after_failure
+from apollo11.scheduler.errors import ApolloError, InvalidEventError
+from apollo11.scheduler.log import EventType
+from apollo11.scheduler.replay import TaskState
+from apollo11.scheduler.store import Store
+from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ damaged segment from a peer's copy. Formats: record.py, segment.py,
 manifest.py, datadir.py.
 """
 
-from scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy, LogConfig
-from scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
-from scheduler.log.datadir import DataDir
-from scheduler.log.eventlog import Draft, EventLog
-from scheduler.log.record import Event, EventType
-from scheduler.log.segment import Position, Segment
-from scheduler.log.ship import RawBatch
+from apollo11.scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy, LogConfig
+from apollo11.scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
+from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log.eventlog import Draft, EventLog
+from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.log.segment import Position, Segment
+from apollo11.scheduler.log.ship import RawBatch
 
 __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from scheduler import defaults
-from scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
+from apollo11.scheduler import defaults
+from apollo11.scheduler.log.record import DEFAULT_PAYLOAD_MAX_BYTES
 
 DEFAULT_SEGMENT_MAX_BYTES = defaults.SEGMENT_MAX_BYTES
 DEFAULT_SUBMIT_MAX_BYTES = defaults.SUBMIT_MAX_BYTES

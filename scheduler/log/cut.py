@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from scheduler.errors import LogError
-from scheduler.log import manifest as manifests
-from scheduler.log import writer
-from scheduler.log.datadir import DataDir, fsync_dir
-from scheduler.log.manifest import Manifest
-from scheduler.log.reader import pread
-from scheduler.log.recovery import recover
-from scheduler.log.segment import Position, Segment, list_segments
+from apollo11.scheduler.errors import LogError
+from apollo11.scheduler.log import manifest as manifests
+from apollo11.scheduler.log import writer
+from apollo11.scheduler.log.datadir import DataDir, fsync_dir
+from apollo11.scheduler.log.manifest import Manifest
+from apollo11.scheduler.log.reader import pread
+from apollo11.scheduler.log.recovery import recover
+from apollo11.scheduler.log.segment import Position, Segment, list_segments
 
 
 class NothingInCommonError(LogError):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from scheduler.errors import FormatVersionError
+from apollo11.scheduler.errors import FormatVersionError
 
 FORMAT_FILE = "FORMAT"
 FORMAT_NAME = "apollo11-data"

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from scheduler.errors import (
+from apollo11.scheduler.errors import (
     CorruptLogError,
     InvalidEventError,
     LogClosedError,
@@ -29,13 +29,13 @@ from scheduler.errors import (
     LogFailedError,
     StaleTermError,
 )
-from scheduler.log import cut, reader
-from scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy, LogConfig
-from scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
-from scheduler.log.datadir import DataDir
-from scheduler.log.manifest import Manifest
-from scheduler.log.reader import ID_READ_WINDOW
-from scheduler.log.record import (
+from apollo11.scheduler.log import cut, reader
+from apollo11.scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy, LogConfig
+from apollo11.scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
+from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log.manifest import Manifest
+from apollo11.scheduler.log.reader import ID_READ_WINDOW
+from apollo11.scheduler.log.record import (
     FRAME,
     Event,
     EventType,
@@ -43,10 +43,10 @@ from scheduler.log.record import (
     encode_payload,
     encode_record,
 )
-from scheduler.log.recovery import recover
-from scheduler.log.segment import Position, Segment
-from scheduler.log.ship import RawBatch, ShipAhead
-from scheduler.log.writer import (
+from apollo11.scheduler.log.recovery import recover
+from apollo11.scheduler.log.segment import Position, Segment
+from apollo11.scheduler.log.ship import RawBatch, ShipAhead
+from apollo11.scheduler.log.writer import (
     INLINE_WRITE_MAX_BYTES,
     INLINE_WRITE_MAX_S,
     Listener,
@@ -54,7 +54,7 @@ from scheduler.log.writer import (
     now_ms,
 )
 
-# Names this module has always offered: `from scheduler.log.eventlog import ...` works on.
+# Names this module has always offered: `from apollo11.scheduler.log.eventlog import ...` works on.
 __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",
     "ID_READ_WINDOW",

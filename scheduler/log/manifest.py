@@ -62,9 +62,9 @@ from struct import Struct
 
 import orjson
 
-from scheduler import metrics
-from scheduler.errors import CorruptLogError
-from scheduler.log.datadir import fsync_dir
+from apollo11.scheduler import metrics
+from apollo11.scheduler.errors import CorruptLogError
+from apollo11.scheduler.log.datadir import fsync_dir
 
 log = logging.getLogger(__name__)
 

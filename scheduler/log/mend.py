@@ -15,10 +15,10 @@ crash part way a file damaged at most where it was before.
 
 from __future__ import annotations
 
-from scheduler.errors import ApolloError, CorruptLogError
-from scheduler.log import writer
-from scheduler.log.record import check_record
-from scheduler.log.segment import Segment
+from apollo11.scheduler.errors import ApolloError, CorruptLogError
+from apollo11.scheduler.log import writer
+from apollo11.scheduler.log.record import check_record
+from apollo11.scheduler.log.segment import Segment
 
 
 class MendRefused(ApolloError):

@@ -11,16 +11,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from scheduler.errors import CorruptLogError
-from scheduler.log.record import (
+from apollo11.scheduler.errors import CorruptLogError
+from apollo11.scheduler.log.record import (
     FRAME,
     HEADER_SIZE,
     Event,
     check_record,
     decode_batch,
 )
-from scheduler.log.segment import READ_CHUNK, Segment
-from scheduler.log.ship import RawBatch
+from apollo11.scheduler.log.segment import READ_CHUNK, Segment
+from apollo11.scheduler.log.ship import RawBatch
 
 ID_READ_WINDOW = 16 * 1024  # read_ids: bytes read at each located id (~100 events)
 

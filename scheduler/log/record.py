@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from scheduler import defaults
-from scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
+from apollo11.scheduler import defaults
+from apollo11.scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
 
 HEADER = Struct("<IIQQQIBBHH")
 FRAME = Struct("<II")  # crc32, body_len: enough to know how long a record claims to be

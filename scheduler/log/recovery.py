@@ -20,21 +20,21 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from scheduler import metrics
-from scheduler.errors import (
+from apollo11.scheduler import metrics
+from apollo11.scheduler.errors import (
     CorruptLogError,
     LogError,
     LogTruncatedError,
     SnapshotMismatchError,
 )
-from scheduler.log import manifest as manifests
-from scheduler.log import writer
-from scheduler.log.datadir import DataDir
-from scheduler.log.manifest import Manifest
-from scheduler.log.reader import Walk, pread
-from scheduler.log.record import Event, RecordInfo, check_record
-from scheduler.log.segment import Position, Segment, list_segments, segment_name
-from scheduler.log.writer import Listener
+from apollo11.scheduler.log import manifest as manifests
+from apollo11.scheduler.log import writer
+from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log.manifest import Manifest
+from apollo11.scheduler.log.reader import Walk, pread
+from apollo11.scheduler.log.record import Event, RecordInfo, check_record
+from apollo11.scheduler.log.segment import Position, Segment, list_segments, segment_name
+from apollo11.scheduler.log.writer import Listener
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import NamedTuple
 
-from scheduler.errors import CorruptLogError
-from scheduler.log.record import HEADER, HEADER_SIZE, MAX_RECORD_BYTES
+from apollo11.scheduler.errors import CorruptLogError
+from apollo11.scheduler.log.record import HEADER, HEADER_SIZE, MAX_RECORD_BYTES
 
 SEGMENT_SUFFIX = ".seg"
 INDEX_SUFFIX = ".idx"

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from scheduler.errors import LogClosedError
+from apollo11.scheduler.errors import LogClosedError
 
 
 class RawBatch(NamedTuple):

@@ -45,14 +45,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from scheduler import metrics
-from scheduler.errors import LogClosedError, LogError, LogFailedError
-from scheduler.log.config import FsyncPolicy, LogConfig
-from scheduler.log.datadir import DataDir
-from scheduler.log.manifest import Keeper, Manifest
-from scheduler.log.record import Event
-from scheduler.log.segment import INDEX_ENTRY, INDEX_INTERVAL, Segment, segment_name
-from scheduler.log.ship import Run, ShipAhead
+from apollo11.scheduler import metrics
+from apollo11.scheduler.errors import LogClosedError, LogError, LogFailedError
+from apollo11.scheduler.log.config import FsyncPolicy, LogConfig
+from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log.manifest import Keeper, Manifest
+from apollo11.scheduler.log.record import Event
+from apollo11.scheduler.log.segment import INDEX_ENTRY, INDEX_INTERVAL, Segment, segment_name
+from apollo11.scheduler.log.ship import Run, ShipAhead
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ closed store's files changed), the pure election rule and role decisions in
 role.py.
 """
 
-from scheduler.node.node import Node
-from scheduler.node.process import raise_open_files_limit, serve
-from scheduler.node.role import FAILED
+from apollo11.scheduler.node.node import Node
+from apollo11.scheduler.node.process import raise_open_files_limit, serve
+from apollo11.scheduler.node.role import FAILED
 
 __all__ = ["FAILED", "Node", "raise_open_files_limit", "serve"]

@@ -18,10 +18,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from lease import Lease, LeaseUnavailable
-from scheduler import metrics
+from apollo11.lease import Lease, LeaseUnavailable
+from apollo11.scheduler import metrics
 
-log = logging.getLogger("scheduler.node")
+log = logging.getLogger("apollo11.scheduler.node")
 
 WATCHDOG_S = 0.05
 

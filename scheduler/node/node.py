@@ -37,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from lease import (
+from apollo11.lease import (
     LeaderInfo,
     Lease,
     LeaseUnavailable,
@@ -46,17 +46,17 @@ from lease import (
     NodeIdTaken,
     World,
 )
-from replicator import records
-from replicator.hub import ReplicationHub, ReplicationTimeout
-from replicator.receiver import Follower
-from scheduler import identity, merger, metrics, repair, scrub
-from scheduler.api.server import ApiServer
-from scheduler.api.status import ClusterStatus, LeaseStatus, MemberStatus, members
-from scheduler.archive import Archive
-from scheduler.clock import Clock
-from scheduler.config import NodeSettings
-from scheduler.engine import Engine
-from scheduler.errors import (
+from apollo11.replicator import records
+from apollo11.replicator.hub import ReplicationHub, ReplicationTimeout
+from apollo11.replicator.receiver import Follower
+from apollo11.scheduler import identity, merger, metrics, repair, scrub
+from apollo11.scheduler.api.server import ApiServer
+from apollo11.scheduler.api.status import ClusterStatus, LeaseStatus, MemberStatus, members
+from apollo11.scheduler.archive import Archive
+from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.engine import Engine
+from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
     LeaseLostError,
@@ -68,21 +68,21 @@ from scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from scheduler.log import EventType, mend
-from scheduler.log.datadir import DataDir
-from scheduler.log.eventlog import Position, cut_unsynced
-from scheduler.log.segment import Segment
-from scheduler.node import options, reshape, role
-from scheduler.node.fence import Fence
-from scheduler.node.role import FAILED
-from scheduler.replay import State, TaskState
-from scheduler.security import Principals, protect
-from scheduler.shell import SHELL_DISABLED
-from scheduler.store import NeedsFullReplay, Store, state_at
-from scheduler.workflow import Registry
+from apollo11.scheduler.log import EventType, mend
+from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log.eventlog import Position, cut_unsynced
+from apollo11.scheduler.log.segment import Segment
+from apollo11.scheduler.node import options, reshape, role
+from apollo11.scheduler.node.fence import Fence
+from apollo11.scheduler.node.role import FAILED
+from apollo11.scheduler.replay import State, TaskState
+from apollo11.scheduler.security import Principals, protect
+from apollo11.scheduler.shell import SHELL_DISABLED
+from apollo11.scheduler.store import NeedsFullReplay, Store, state_at
+from apollo11.scheduler.workflow import Registry
 
 # the node's log lines keep the name they had before the node became a package
-log = logging.getLogger("scheduler.node")
+log = logging.getLogger("apollo11.scheduler.node")
 
 CYCLE_S = 0.1  # how often the role loop reads the world
 PRIMARY_PUBLISH_S = 1.0  # how often a primary refreshes its own member record
@@ -227,8 +227,8 @@ class Node:
         self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         for module in s.workflows:
             self.registry.load_module(module)
-        if "scheduler.examples" in s.workflows:
-            from scheduler import examples
+        if "apollo11.scheduler.examples" in s.workflows:
+            from apollo11.scheduler import examples
 
             examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
         self.store = await self._open_or_set_aside()
@@ -237,7 +237,7 @@ class Node:
                 # Standalone: an in-memory lease (min_term keeps its terms above the log's).
                 self._lease = MemoryLease(ttl_s=s.lease_ttl)
             else:
-                from lease.etcd import EtcdLease
+                from apollo11.lease.etcd import EtcdLease
 
                 self._lease = EtcdLease(
                     s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security()
@@ -253,7 +253,7 @@ class Node:
         self.api = ApiServer(self, self.principals)
         self.port = await self.api.start(s.listen)
         if s.http:
-            from scheduler.web import HttpServer
+            from apollo11.scheduler.web import HttpServer
 
             self.http = HttpServer(self, s.http)
             self.http_port = await self.http.start()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from scheduler.config import NodeSettings
-from scheduler.log import LogConfig
-from scheduler.store import StoreConfig
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.log import LogConfig
+from apollo11.scheduler.store import StoreConfig
 
 
 class EngineOptions(TypedDict):

@@ -12,12 +12,12 @@ import signal
 import threading
 import time
 
-from scheduler import guard, merger
-from scheduler.config import NodeSettings
-from scheduler.loop_errors import LoopErrorLog, thread_died
-from scheduler.node.node import Node
+from apollo11.scheduler import guard, merger
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.loop_errors import LoopErrorLog, thread_died
+from apollo11.scheduler.node.node import Node
 
-log = logging.getLogger("scheduler.node")
+log = logging.getLogger("apollo11.scheduler.node")
 
 
 async def serve(settings: NodeSettings) -> int:

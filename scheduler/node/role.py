@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lease import LeaderInfo, MemberInfo, World
-from scheduler.repair import REPAIRING
+from apollo11.lease import LeaderInfo, MemberInfo, World
+from apollo11.scheduler.repair import REPAIRING
 
 FAILED = "failed"  # the role of a node whose log refuses writes: it neither leads nor follows
 SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position

@@ -32,20 +32,26 @@ _HOME = {
 }
 
 if TYPE_CHECKING:
-    from scheduler.security.interceptor import (
+    from apollo11.scheduler.security.interceptor import (
         Authenticator,
         AuthInterceptor,
         Refused,
         authorize,
         current_principal,
     )
-    from scheduler.security.roles import ANONYMOUS, METHOD_ROLES, OPEN_METHODS, Principal, Role
-    from scheduler.security.tokens import Principals, create_token
+    from apollo11.scheduler.security.roles import (
+        ANONYMOUS,
+        METHOD_ROLES,
+        OPEN_METHODS,
+        Principal,
+        Role,
+    )
+    from apollo11.scheduler.security.tokens import Principals, create_token
 else:
 
     def __getattr__(name: str) -> object:
         home = _HOME.get(name)
-        if home is None:  # also how `from scheduler.security import tokens` finds a module
+        if home is None:  # also how `from apollo11.scheduler.security import tokens` finds a module
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
         globals()[name] = value

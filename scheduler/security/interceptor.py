@@ -22,9 +22,15 @@ from typing import Any
 
 import grpc
 
-from scheduler.security.roles import ANONYMOUS, OPEN_METHODS, Principal, Role, required_role
-from scheduler.security.tls import peer_name
-from scheduler.security.tokens import Principals
+from apollo11.scheduler.security.roles import (
+    ANONYMOUS,
+    OPEN_METHODS,
+    Principal,
+    Role,
+    required_role,
+)
+from apollo11.scheduler.security.tls import peer_name
+from apollo11.scheduler.security.tokens import Principals
 
 _principal: contextvars.ContextVar[Principal] = contextvars.ContextVar(
     "apollo11_principal", default=ANONYMOUS

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from scheduler.config import NodeSettings
+from apollo11.scheduler.config import NodeSettings
 
 
 def is_loopback(hostport: str) -> bool:

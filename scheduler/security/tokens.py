@@ -27,7 +27,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.security.roles import Principal, Role
+from apollo11.scheduler.security.roles import Principal, Role
 
 log = logging.getLogger(__name__)
 

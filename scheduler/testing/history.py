@@ -11,8 +11,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from scheduler.log.eventlog import Draft
-from scheduler.log.record import EventType
+from apollo11.scheduler.log.eventlog import Draft
+from apollo11.scheduler.log.record import EventType
 
 ETL_STEPS = ("collect", "clean", "feature", "infer", "persist")
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lease.local_etcd import LocalEtcd
-from scheduler.errors import ApolloError
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.errors import ApolloError
 
 
 class PortTaken(ApolloError):
@@ -53,7 +53,7 @@ class DevCluster:
     etcd_port: int = 23790
     lease_ttl: float = 5.0
     http_base_port: int = 0  # web UI and /metrics of n1 (n2 +1, ...); 0: none
-    workflows: str = "scheduler.examples"
+    workflows: str = "apollo11.scheduler.examples"
     extra: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
     etcd: LocalEtcd | None = None
@@ -71,7 +71,7 @@ class DevCluster:
         return [
             sys.executable,
             "-m",
-            "scheduler.cli",
+            "apollo11.scheduler.cli",
             "node",
             "--node-id",
             node_id,
@@ -189,7 +189,7 @@ class DevCluster:
 
     def status(self, node: str) -> dict[str, Any] | None:
         """One quick look at a node's status (None when it does not answer)."""
-        from scheduler.client import SyncClient
+        from apollo11.scheduler.client import SyncClient
 
         try:
             with SyncClient(self.endpoints[int(node[1:]) - 1], retries=0, timeout_s=1) as c:

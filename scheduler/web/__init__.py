@@ -1,5 +1,5 @@
 """The node's HTTP side: Prometheus metrics (and the operator's pages)."""
 
-from scheduler.web.server import HttpServer
+from apollo11.scheduler.web.server import HttpServer
 
 __all__ = ["HttpServer"]

@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 
-from scheduler.security import ANONYMOUS, Principal, Principals, Role
-from scheduler.web.flash import Flash
-from scheduler.web.sessions import Session, Sessions
+from apollo11.scheduler.security import ANONYMOUS, Principal, Principals, Role
+from apollo11.scheduler.web.flash import Flash
+from apollo11.scheduler.web.sessions import Session, Sessions
 
 LOGIN_TTL_S = 600  # the login form's CSRF cookie: long enough to paste a token
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from scheduler.security import Role
-from scheduler.web.guard import Gate, safe_next
+from apollo11.scheduler.security import Role
+from apollo11.scheduler.web.guard import Gate, safe_next
 
 log = logging.getLogger(__name__)
 

@@ -24,18 +24,18 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from scheduler.api import actions, listing
-from scheduler.errors import ApolloError, NotFoundError
-from scheduler.replay import TaskStatus
-from scheduler.security import Role
-from scheduler.web import timeline
-from scheduler.web.flash import Notice
-from scheduler.web.guard import Gate, LoginRequired, Refused
-from scheduler.web.login import add_login
+from apollo11.scheduler.api import actions, listing
+from apollo11.scheduler.errors import ApolloError, NotFoundError
+from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.security import Role
+from apollo11.scheduler.web import timeline
+from apollo11.scheduler.web.flash import Notice
+from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused
+from apollo11.scheduler.web.login import add_login
 
 if TYPE_CHECKING:
-    from scheduler.api.ports import NodeView
-    from scheduler.store import Store
+    from apollo11.scheduler.api.ports import NodeView
+    from apollo11.scheduler.store import Store
 
 HERE = os.path.dirname(__file__)
 LIST_LIMIT = 200

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduler import metrics
+from apollo11.scheduler import metrics
 
 if TYPE_CHECKING:
-    from scheduler.api.ports import NodeView
+    from apollo11.scheduler.api.ports import NodeView
 
 
 def refresh(node: NodeView) -> None:

@@ -17,12 +17,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scheduler.web import scrape
-from scheduler.web.guard import Gate, Refused, allowed_hosts
-from scheduler.web.pages import add_pages
+from apollo11.scheduler.web import scrape
+from apollo11.scheduler.web.guard import Gate, Refused, allowed_hosts
+from apollo11.scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
-    from scheduler.api.ports import NodeView
+    from apollo11.scheduler.api.ports import NodeView
 
 # On every response: no page of ours in another site's frame (clickjacking an
 # action's confirmation), no content-type guessing, no task URL in a Referer.

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.security import Principal, Principals
+from apollo11.scheduler.security import Principal, Principals
 
 TTL_S = 8 * 3600.0  # a working day; then sign in again
 MAX_SESSIONS = 10_000  # a valid token signing in in a loop must not grow memory without end

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import actions
-from scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotLeaderError
+from apollo11.scheduler.api import actions
+from apollo11.scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotLeaderError
 
 
 class FakeEngine:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+
+from apollo11.scheduler.api.limits import Admission
+from apollo11.scheduler.errors import ResourceExhaustedError
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
-
-from scheduler.api.limits import Admission
-from scheduler.errors import ResourceExhaustedError
 from tests.nodes import start_node
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from scheduler.client import Client, SyncClient
-from scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from scheduler.log import EventLog
+from apollo11.scheduler.client import Client, SyncClient
+from apollo11.scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from apollo11.scheduler.log import EventLog
 from tests.nodes import NodeProc, cli, start_node
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from scheduler.client import ApiError, SyncClient
-from scheduler.security.certs import create_cluster_certs
-from scheduler.security.roles import Role
-from scheduler.security.tokens import create_token
+from apollo11.scheduler.client import ApiError, SyncClient
+from apollo11.scheduler.security.certs import create_cluster_certs
+from apollo11.scheduler.security.roles import Role
+from apollo11.scheduler.security.tokens import create_token
 from tests.nodes import NodeProc, cli, start_node
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import grpc
 import orjson
-from apollo11.v1 import scheduler_pb2 as pb
-from apollo11.v1 import scheduler_pb2_grpc as pbg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.log import EventLog, EventType
+from apollo11.scheduler.log import EventLog, EventType
+from apollo11.v1 import scheduler_pb2 as pb
+from apollo11.v1 import scheduler_pb2_grpc as pbg
 from tests.secure import make_pki, start_secure_node
 
 text = st.one_of(

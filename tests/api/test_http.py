@@ -6,8 +6,8 @@ import re
 import urllib.request
 from pathlib import Path
 
-from lease.local_etcd import free_port
-from scheduler.client import SyncClient
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.client import SyncClient
 from tests.nodes import start_node
 
 REQUIRED = [

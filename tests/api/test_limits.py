@@ -10,16 +10,16 @@ from typing import Any
 
 import grpc
 import pytest
+
+from apollo11.scheduler.api import limits
+from apollo11.scheduler.client import Client
+from apollo11.scheduler.client._connection import CLIENT_OPTIONS
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.errors import ResourceExhaustedError
+from apollo11.scheduler.log import FsyncPolicy
+from apollo11.scheduler.node import Node
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
-
-from scheduler.api import limits
-from scheduler.client import Client
-from scheduler.client._connection import CLIENT_OPTIONS
-from scheduler.config import NodeSettings
-from scheduler.errors import ResourceExhaustedError
-from scheduler.log import FsyncPolicy
-from scheduler.node import Node
 
 WATCHES = 3
 
@@ -34,7 +34,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Node]]]
                 node_id="n1",
                 data_dir=tmp_path / f"data{len(nodes)}",
                 listen="127.0.0.1:0",
-                workflows=["scheduler.examples"],
+                workflows=["apollo11.scheduler.examples"],
                 fsync=FsyncPolicy.UNSAFE_NEVER,
                 drain_timeout=0,  # the parked tasks' steps are not waited for
                 **settings,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import listing
-from scheduler.errors import InvalidArgumentError, NotFoundError
+from apollo11.scheduler.api import listing
+from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
 
 
 class FakeLog:

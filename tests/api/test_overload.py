@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.tools.bench import overload_bench
+from apollo11.scheduler.tools.bench import overload_bench
 
 FLOOD_S = 45.0
 SAMPLE_S = 5.0

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
+
+from apollo11.scheduler.api.limits import Admission, WatchSlots
+from apollo11.scheduler.api.server import SchedulerService, Watchers
+from apollo11.scheduler.errors import NotLeaderError
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
-
-from scheduler.api.limits import Admission, WatchSlots
-from scheduler.api.server import SchedulerService, Watchers
-from scheduler.errors import NotLeaderError
 
 
 async def test_requests_while_the_store_is_reopened_are_unavailable_with_a_reason() -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
+from apollo11.scheduler.client import ApiError, Client
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
-
-from scheduler.client import ApiError, Client
 
 
 class Shedding(pbg.SchedulerServicer):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from scheduler.api.server import _status_for
-from scheduler.errors import NotLeaderError
+from apollo11.scheduler.api.server import _status_for
+from apollo11.scheduler.errors import NotLeaderError
 
 
 def test_not_the_leader_without_a_leader_to_name_is_unavailable() -> None:

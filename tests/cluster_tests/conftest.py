@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import LocalEtcd
+from apollo11.lease.local_etcd import LocalEtcd
 from tests.cluster import Cluster
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lease.local_etcd import LocalEtcd
-from replicator.sender import MAX_IN_FLIGHT
-from scheduler.client import SyncClient
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.replicator.sender import MAX_IN_FLIGHT
+from apollo11.scheduler.client import SyncClient
 from tests.cluster import SMALL, Cluster, Member, segment_digest, segment_files, submit_and_wait
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]

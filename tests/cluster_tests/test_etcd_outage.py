@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import LocalEtcd
-from scheduler.client import SyncClient, UnavailableError
-from scheduler.errors import FailedPreconditionError
-from scheduler.log import EventLog, EventType
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient, UnavailableError
+from apollo11.scheduler.errors import FailedPreconditionError
+from apollo11.scheduler.log import EventLog, EventType
 from tests.cluster import TTL, Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]

@@ -16,9 +16,9 @@ from pathlib import Path
 import aetcd
 import pytest
 
-from lease.local_etcd import LocalEtcd, etcd_binary
-from scheduler.client import SyncClient
-from scheduler.log import EventLog, EventType
+from apollo11.lease.local_etcd import LocalEtcd, etcd_binary
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.log import EventLog, EventType
 from tests.cluster import TTL, Cluster, Member
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]

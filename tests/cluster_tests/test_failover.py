@@ -11,12 +11,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.log import EventLog, EventType
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
-
-from lease.local_etcd import LocalEtcd
-from scheduler.client import SyncClient
-from scheduler.log import EventLog, EventType
 from tests.cluster import TTL, Cluster, segment_digest, segment_files, stubborn_client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import LocalEtcd
-from scheduler.client import SyncClient
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient
 from tests.cluster import TTL, Cluster, segment_digest
 from tests.cluster_tests.test_failover import (
     Submitter,

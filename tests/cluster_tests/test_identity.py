@@ -18,11 +18,11 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
+
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
-
-from lease.local_etcd import LocalEtcd
-from scheduler.client import SyncClient
 from tests.cluster import TTL, Cluster, Member
 from tests.nodes import ROOT
 
@@ -70,7 +70,7 @@ def pair(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[
 def _run_node(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """A node expected to refuse to start: it must exit by itself, non-zero."""
     return subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "node", *args],
+        [sys.executable, "-m", "apollo11.scheduler.cli", "node", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -87,7 +87,7 @@ def _node_args(node_id: str, data: Path, etcd_url: str, cluster: str) -> list[st
         "--listen",
         "127.0.0.1:0",
         "--workflows",
-        "scheduler.examples",
+        "apollo11.scheduler.examples",
         "--etcd",
         etcd_url,
         "--cluster",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import LocalEtcd
-from replicator.hub import STANDBY_SILENCE_S
-from scheduler.log import EventType
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.replicator.hub import STANDBY_SILENCE_S
+from apollo11.scheduler.log import EventType
 from tests import netns
 from tests.cluster import TTL, Cluster, Member, segment_digest, stubborn_client
 from tests.cluster_tests.test_failover import (

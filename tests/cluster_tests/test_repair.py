@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import LocalEtcd
-from scheduler.client import SyncClient
-from scheduler.repair import MARKER
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.repair import MARKER
 from tests.cluster import (
     SMALL,
     TTL,
@@ -48,7 +48,7 @@ def _delete_newest_segment(m: Member) -> None:
 def _flip_a_byte_recovery_reads(m: Member) -> None:
     """A byte inside the record just after the newest snapshot: recovery replays it,
     and records follow it, so it is no torn tail."""
-    from scheduler.log import EventLog
+    from apollo11.scheduler.log import EventLog
 
     snaps = (m.data_dir / "snapshots").glob("snapshot-*.snap")
     marks = [int(p.name.removeprefix("snapshot-").removesuffix(".snap")) for p in snaps]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import LocalEtcd
-from scheduler.client import SyncClient
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient
 from tests.cluster import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]

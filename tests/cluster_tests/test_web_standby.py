@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lease.local_etcd import LocalEtcd, free_port
-from scheduler.client import SyncClient
-from scheduler.security import Role, create_token
-from scheduler.security.certs import create_cluster_certs
+from apollo11.lease.local_etcd import LocalEtcd, free_port
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.security import Role, create_token
+from apollo11.scheduler.security.certs import create_cluster_certs
 from tests.cluster import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd]

@@ -13,8 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
-from scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
-from scheduler.store import state_at
+from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.store import state_at
 
 HERE = Path(__file__).parent
 E = EventType

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 import orjson
 import pytest
 
-from lease import Lease, MemberInfo, MemoryLease, MemoryStore, NodeIdTaken
-from lease.etcd import EtcdLease
-from lease.local_etcd import LocalEtcd
+from apollo11.lease import Lease, MemberInfo, MemoryLease, MemoryStore, NodeIdTaken
+from apollo11.lease.etcd import EtcdLease
+from apollo11.lease.local_etcd import LocalEtcd
 
 TTL = 2.0
 
@@ -213,7 +213,7 @@ async def test_a_store_that_lost_its_data_hands_out_terms_above_min_term() -> No
 
 
 async def test_etcd_down_is_reported_as_unavailable_in_time() -> None:
-    from lease import LeaseUnavailable
+    from apollo11.lease import LeaseUnavailable
 
     lease = EtcdLease(["http://127.0.0.1:1"], cluster="x", ttl_s=3)
     t0 = time.monotonic()

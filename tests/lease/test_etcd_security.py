@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lease import LeaseUnavailable, MemberInfo
-from lease.etcd import EtcdLease, parse_endpoints
-from lease.local_etcd import LocalEtcd
+from apollo11.lease import LeaseUnavailable, MemberInfo
+from apollo11.lease.etcd import EtcdLease, parse_endpoints
+from apollo11.lease.local_etcd import LocalEtcd
 from tests.tlsutil import make_ca, make_leaf
 
 pytestmark = pytest.mark.etcd

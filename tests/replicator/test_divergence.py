@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from replicator.divergence import common_prefix
+from apollo11.replicator.divergence import common_prefix
 
 
 def test_a_standby_that_is_behind_shares_all_it_has() -> None:

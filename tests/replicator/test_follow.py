@@ -12,13 +12,13 @@ from typing import Any
 
 import grpc
 import pytest
-from apollo11.v1 import replication_pb2 as rpb
 
-from replicator import sender
-from replicator.hub import ReplicationHub
-from replicator.sender import ReplicationService
-from scheduler.log import EventType, FsyncPolicy, LogConfig
-from scheduler.store import Store, StoreConfig
+from apollo11.replicator import sender
+from apollo11.replicator.hub import ReplicationHub
+from apollo11.replicator.sender import ReplicationService
+from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.v1 import replication_pb2 as rpb
 from tests.logs import hold_writes
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from replicator.hub import ReplicationHub, ReplicationTimeout, StandbyView
+from apollo11.replicator.hub import ReplicationHub, ReplicationTimeout, StandbyView
 
 
 def _hub(*names: str) -> tuple[ReplicationHub, list[StandbyView]]:
@@ -111,7 +111,7 @@ async def test_fail_all_fails_every_waiter() -> None:
 def test_a_standby_silent_for_long_enough_on_a_responsive_loop_is_not_connected() -> None:
     import time
 
-    from replicator.hub import SILENT_TICKS, STANDBY_SILENCE_S
+    from apollo11.replicator.hub import SILENT_TICKS, STANDBY_SILENCE_S
 
     hub, (a, b) = _hub("a", "b")
     now = time.monotonic()

@@ -12,13 +12,13 @@ from typing import Any
 
 import grpc
 import pytest
+
+from apollo11.replicator import receiver
+from apollo11.replicator.receiver import Follower
+from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.store import Store, StoreConfig
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
-
-from replicator import receiver
-from replicator.receiver import Follower
-from scheduler.log import EventType, FsyncPolicy, LogConfig
-from scheduler.store import Store, StoreConfig
 
 CONFIG = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
 

@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from scheduler.config import NodeSettings
-from scheduler.node import Node
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.node import Node
 
 
 async def main(data_dir: str, ledger: str, n: int, step_seconds: float) -> None:
@@ -23,7 +23,7 @@ async def main(data_dir: str, ledger: str, n: int, step_seconds: float) -> None:
             node_id=f"n{os.getpid()}",
             data_dir=Path(data_dir),
             listen="127.0.0.1:0",  # not the default port: other suites run on this machine
-            workflows=["scheduler.examples"],
+            workflows=["apollo11.scheduler.examples"],
             snapshot_interval=40,
             segment_max_bytes=16 * 1024,
             concurrency=8,

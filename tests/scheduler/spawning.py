@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
-from scheduler.guard import stop
-from scheduler.workflow import Idempotent, StepContext, Workflow
+from apollo11.scheduler.guard import stop
+from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
 
 spawn = Workflow("spawn")
 

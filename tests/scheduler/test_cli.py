@@ -5,7 +5,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from scheduler.cli import app
+from apollo11.scheduler.cli import app
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 runner = CliRunner()
@@ -62,6 +62,8 @@ def test_version() -> None:
     from importlib.metadata import version
 
     res = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", "apollo11.scheduler.cli", "--version"],
+        capture_output=True,
+        text=True,
     )
     assert res.returncode == 0 and res.stdout == f"apollo11 {version('apollo11')}\n"

@@ -4,16 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.config import load_settings
+from apollo11.scheduler.config import load_settings
 
 
 def test_environment_lists_are_comma_separated(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("APOLLO11_WORKFLOWS", "scheduler.examples,mypkg.flows")
+    monkeypatch.setenv("APOLLO11_WORKFLOWS", "apollo11.scheduler.examples,mypkg.flows")
     monkeypatch.setenv("APOLLO11_ETCD", "http://etcd1:2379,http://etcd2:2379")
     s = load_settings(data_dir=tmp_path)
-    assert s.workflows == ["scheduler.examples", "mypkg.flows"]
+    assert s.workflows == ["apollo11.scheduler.examples", "mypkg.flows"]
     assert s.etcd == ["http://etcd1:2379", "http://etcd2:2379"]
     assert not s.standalone
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.log import EventLog, EventType
-from scheduler.replay import TaskStatus
-from scheduler.store import state_at
+from apollo11.scheduler.log import EventLog, EventType
+from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.store import state_at
 
 ROOT = Path(__file__).resolve().parents[2]
 

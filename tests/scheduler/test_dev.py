@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import free_port
-from scheduler.tools.dev import port_taken
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.tools.dev import port_taken
 from tests.nodes import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
@@ -42,7 +42,7 @@ def _dev(root: Path, base: int, etcd_port: int, *more: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "scheduler.cli",
+        "apollo11.scheduler.cli",
         "dev",
         "--dir",
         str(root),

@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from scheduler.clock import FakeClock
-from scheduler.engine import Engine
-from scheduler.errors import (
+from apollo11.scheduler.clock import FakeClock
+from apollo11.scheduler.engine import Engine
+from apollo11.scheduler.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
 )
-from scheduler.log import EventType, FsyncPolicy, LogConfig
-from scheduler.replay import StepStatus, TaskStatus
-from scheduler.store import Store, StoreConfig
-from scheduler.workflow import (
+from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.replay import StepStatus, TaskStatus
+from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.workflow import (
     Checkpoint,
     DedupeKey,
     Idempotent,
@@ -132,7 +132,7 @@ def diamond(
 
 
 async def test_etl_runs_each_step_once_and_passes_results(rig_factory: Any, tmp_path: Path) -> None:
-    from scheduler.examples import etl
+    from apollo11.scheduler.examples import etl
 
     rig = await rig_factory(etl)
     ledger = tmp_path / "ledger"
@@ -427,7 +427,7 @@ async def test_lost_steps_are_failed_and_handled_by_their_declaration(
 
 
 async def test_idempotency_keys_return_the_same_task_within_their_ttl(rig_factory: Any) -> None:
-    from scheduler.examples import etl
+    from apollo11.scheduler.examples import etl
 
     rig = await rig_factory(etl)
     first, second = await asyncio.gather(
@@ -447,7 +447,7 @@ async def test_idempotency_keys_return_the_same_task_within_their_ttl(rig_factor
 async def test_a_key_still_dedupes_once_its_task_is_archived_and_after_a_restart(
     rig_factory: Any,
 ) -> None:
-    from scheduler.examples import etl
+    from apollo11.scheduler.examples import etl
 
     rig = await rig_factory(etl)
     first = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-1")
@@ -471,8 +471,8 @@ async def test_a_key_still_dedupes_once_its_task_is_archived_and_after_a_restart
 async def test_submit_many_shares_keys_with_concurrent_submits_and_writes_all_or_nothing(
     rig_factory: Any,
 ) -> None:
-    from scheduler.engine import SubmitItem
-    from scheduler.examples import etl
+    from apollo11.scheduler.engine import SubmitItem
+    from apollo11.scheduler.examples import etl
 
     rig = await rig_factory(etl)
     single, batch = await asyncio.gather(
@@ -632,7 +632,7 @@ async def test_lost_attempts_do_not_use_up_retries_but_are_capped(rig_factory: A
 
 async def test_compensation_and_overrides_wait_for_the_commit(tmp_path: Path) -> None:
     """Nothing is acted on, or acknowledged, before it is committed."""
-    from scheduler.errors import LeaseLostError
+    from apollo11.scheduler.errors import LeaseLostError
 
     undone: list[str] = []
     fenced = False
@@ -772,9 +772,9 @@ async def test_steps_run_only_once_their_started_is_committed_one_wait_per_pass(
 
 
 async def test_each_submission_call_is_timed_to_its_commit(rig_factory: Any) -> None:
-    from scheduler import metrics
-    from scheduler.engine import SubmitItem
-    from scheduler.examples import etl
+    from apollo11.scheduler import metrics
+    from apollo11.scheduler.engine import SubmitItem
+    from apollo11.scheduler.examples import etl
 
     rig = await rig_factory(etl)
     hist = metrics.SUBMIT_COMMIT_SECONDS
@@ -866,7 +866,7 @@ async def test_no_started_is_written_once_the_lease_check_says_no(tmp_path: Path
 
 
 async def test_every_attempt_carries_its_fencing_token(rig_factory: Any) -> None:
-    from scheduler.workflow import FencingToken
+    from apollo11.scheduler.workflow import FencingToken
 
     tokens: list[FencingToken] = []
     wf = Workflow("fenced")

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import examples
-from scheduler.clock import FakeClock
-from scheduler.config import NodeSettings
-from scheduler.log import EventType, FsyncPolicy
-from scheduler.node import Node
-from scheduler.replay import TaskStatus
-from scheduler.workflow import StepContext, StepError
+from apollo11.scheduler import examples
+from apollo11.scheduler.clock import FakeClock
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.log import EventType, FsyncPolicy
+from apollo11.scheduler.node import Node
+from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.workflow import StepContext, StepError
 from tests.scheduler.test_engine import make_rig
 
 
@@ -102,7 +102,7 @@ async def test_the_node_hands_its_examples_dir_setting_to_the_module(tmp_path: P
             node_id="n1",
             data_dir=tmp_path / "data",
             listen="127.0.0.1:0",
-            workflows=["scheduler.examples"],
+            workflows=["apollo11.scheduler.examples"],
             fsync=FsyncPolicy.UNSAFE_NEVER,
             examples_dir=d,
         )
@@ -123,7 +123,7 @@ async def test_the_node_hands_its_examples_dir_setting_to_the_module(tmp_path: P
 def test_a_ledger_cannot_write_into_a_data_directory(tmp_path: Path) -> None:
     """Red-team finding: with the default directory (the system's temporary one), a
     submitter appended ledger lines to a node's own segment; it refused to start."""
-    from scheduler import examples
+    from apollo11.scheduler import examples
 
     data = tmp_path / "node-data"
     (data / "log").mkdir(parents=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.cli import app
-from scheduler.loop_errors import thread_died
+from apollo11.scheduler.cli import app
+from apollo11.scheduler.loop_errors import thread_died
 from tests.nodes import start_node
 
 
@@ -40,7 +40,7 @@ def test_whatever_ends_the_node_is_logged_as_critical(
     async def serve(settings: object) -> int:
         raise escape("from inside the node")
 
-    monkeypatch.setattr("scheduler.node.serve", serve)
+    monkeypatch.setattr("apollo11.scheduler.node.serve", serve)
     res = CliRunner().invoke(app, ["node", "--data-dir", str(tmp_path / "d")])
     assert res.exit_code == 70, res.output
     assert "the node stopped on an error" in caplog.text

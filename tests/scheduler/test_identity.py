@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import identity
-from scheduler.identity import ForeignClusterError, Identity
+from apollo11.scheduler import identity
+from apollo11.scheduler.identity import ForeignClusterError, Identity
 
 
 def test_an_empty_data_dir_adopts_the_stored_id() -> None:

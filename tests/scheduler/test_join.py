@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from lease import MemberInfo, MemoryLease, MemoryStore
-from scheduler import identity
-from scheduler.config import NodeSettings
-from scheduler.errors import ApolloError
-from scheduler.identity import ForeignClusterError, Identity
-from scheduler.log import FsyncPolicy
-from scheduler.node import Node
+from apollo11.lease import MemberInfo, MemoryLease, MemoryStore
+from apollo11.scheduler import identity
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.errors import ApolloError
+from apollo11.scheduler.identity import ForeignClusterError, Identity
+from apollo11.scheduler.log import FsyncPolicy
+from apollo11.scheduler.node import Node
 
 TTL = 2.0
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import archive
-from scheduler.archive import (
+from apollo11.scheduler import archive
+from apollo11.scheduler.archive import (
     ENTRY,
     FOOTER_V2,
     MAGIC_V2,
@@ -22,8 +22,8 @@ from scheduler.archive import (
     merge_chunks,
     write_chunk,
 )
-from scheduler.errors import SnapshotError
-from scheduler.replay import State, Summary, TaskState, TaskStatus, summarize
+from apollo11.scheduler.errors import SnapshotError
+from apollo11.scheduler.replay import State, Summary, TaskState, TaskStatus, summarize
 
 STATUSES = list(TaskStatus)
 
@@ -219,9 +219,9 @@ def test_a_filter_on_unfinished_tasks_does_not_read_the_archive(
 
 
 def test_the_next_snapshot_rewrites_format_02_chunks_as_04_on_its_thread(tmp_path: Path) -> None:
-    from scheduler.archive import MAGIC, chunk_name
-    from scheduler.log.eventlog import Position
-    from scheduler.snapshot import Capture, Snapshots
+    from apollo11.scheduler.archive import MAGIC, chunk_name
+    from apollo11.scheduler.log.eventlog import Position
+    from apollo11.scheduler.snapshot import Capture, Snapshots
 
     old = [_task(n, TaskStatus.SUCCEEDED) for n in range(50)]
     path = tmp_path / chunk_name(60, 0)

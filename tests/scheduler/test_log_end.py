@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.cli import app
-from scheduler.config import NodeSettings
-from scheduler.errors import CorruptLogError
-from scheduler.node import Node
-from scheduler.replay import TaskStatus
-from scheduler.workflow import Idempotent, Registry, StepContext, Workflow
+from apollo11.scheduler.cli import app
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.errors import CorruptLogError
+from apollo11.scheduler.node import Node
+from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.workflow import Idempotent, Registry, StepContext, Workflow
 
 runner = CliRunner()
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import metrics
-from scheduler.config import NodeSettings
-from scheduler.errors import LogFailedError
-from scheduler.log import FsyncPolicy, writer
-from scheduler.node import Node
-from scheduler.node import node as node_module
-from scheduler.web import scrape
+from apollo11.scheduler import metrics
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.errors import LogFailedError
+from apollo11.scheduler.log import FsyncPolicy, writer
+from apollo11.scheduler.node import Node
+from apollo11.scheduler.node import node as node_module
+from apollo11.scheduler.web import scrape
 
 
 async def _until(ok: Callable[[], bool], timeout: float = 5) -> None:
@@ -38,7 +38,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
             node_id="n1",
             data_dir=tmp_path / "data",
             listen="127.0.0.1:0",
-            workflows=["scheduler.examples"],
+            workflows=["apollo11.scheduler.examples"],
             fsync=FsyncPolicy.UNSAFE_NEVER,
             drain_timeout=0,
         )

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from scheduler.loop_errors import LoopErrorLog
+from apollo11.scheduler.loop_errors import LoopErrorLog
 
 
 class _Clock:
@@ -28,7 +28,7 @@ def test_the_same_error_is_logged_once_a_second_with_a_count(
     30 MB of log in 10 s."""
     clock = _Clock()
     handler = LoopErrorLog(now=clock)
-    with caplog.at_level(logging.ERROR, logger="scheduler.node"):
+    with caplog.at_level(logging.ERROR, logger="apollo11.scheduler.node"):
         for _ in range(5000):  # one wake-up's worth and more
             handler(None, _emfile())
             clock.t += 0.0001

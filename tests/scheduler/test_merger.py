@@ -10,10 +10,10 @@ import threading
 import time
 from pathlib import Path
 
-from scheduler import merger
-from scheduler.archive import Chunk, chunk_name, encode_entry, merge_chunks, write_chunk
-from scheduler.replay import replay
-from scheduler.testing.history import etl_history
+from apollo11.scheduler import merger
+from apollo11.scheduler.archive import Chunk, chunk_name, encode_entry, merge_chunks, write_chunk
+from apollo11.scheduler.replay import replay
+from apollo11.scheduler.testing.history import etl_history
 from tests.nodes import start_node
 from tests.scheduler.test_replay import events
 

@@ -6,10 +6,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from scheduler.config import NodeSettings
-from scheduler.log import EventType
-from scheduler.node import Node
-from scheduler.workflow import Idempotent, Registry, StepContext, Workflow
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.log import EventType
+from apollo11.scheduler.node import Node
+from apollo11.scheduler.workflow import Idempotent, Registry, StepContext, Workflow
 
 
 async def test_a_primary_paused_between_commit_and_start_does_not_begin_the_attempt(
@@ -60,7 +60,7 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
     file descriptors, and the log then failed to open a segment."""
     import resource
 
-    from scheduler.node import raise_open_files_limit
+    from apollo11.scheduler.node import raise_open_files_limit
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
@@ -81,7 +81,7 @@ async def test_a_write_to_a_node_stepping_down_is_answered_unavailable(tmp_path:
     """Issue 15, item 6: during a step-down a write was refused FAILED_PRECONDITION
     without a leader to go to, which clients (ours too) do not retry: under load a
     cluster test's submit failed with "this node is shutting down or stepping down"."""
-    from scheduler.client import Client, UnavailableError
+    from apollo11.scheduler.client import Client, UnavailableError
 
     wf = Workflow("w")
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.errors import ReplayError
-from scheduler.log.eventlog import Draft
-from scheduler.log.record import Event, EventType
-from scheduler.replay import State, StepStatus, TaskStatus, apply, replay
-from scheduler.testing.history import etl_history
+from apollo11.scheduler.errors import ReplayError
+from apollo11.scheduler.log.eventlog import Draft
+from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.replay import State, StepStatus, TaskStatus, apply, replay
+from apollo11.scheduler.testing.history import etl_history
 
 E = EventType
 STEPS = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.client import SyncClient
+from apollo11.scheduler.client import SyncClient
 from tests.nodes import start_node
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")

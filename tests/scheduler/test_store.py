@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import metrics
-from scheduler.archive import encode_entry
-from scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
-from scheduler.replay import State, TaskStatus, apply_all, replay
-from scheduler.snapshot import (
+from apollo11.scheduler import metrics
+from apollo11.scheduler.archive import encode_entry
+from apollo11.scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.replay import State, TaskStatus, apply_all, replay
+from apollo11.scheduler.snapshot import (
     ENCODE_SLICE,
     HEADER,
     MAGIC,
@@ -25,8 +25,8 @@ from scheduler.snapshot import (
     _encode_paced,
     capture,
 )
-from scheduler.store import EVICT_PAUSE_S, EVICT_SLICE, Store, StoreConfig
-from scheduler.testing.history import etl_history
+from apollo11.scheduler.store import EVICT_PAUSE_S, EVICT_SLICE, Store, StoreConfig
+from apollo11.scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 
@@ -383,7 +383,7 @@ async def test_keys_of_archived_tasks_leave_the_snapshot_and_are_found_in_the_ar
 async def test_time_travel_for_one_task_equals_rebuilding_the_whole_state(tmp_path: Path) -> None:
     import random
 
-    from scheduler.store import NeedsFullReplay, state_at
+    from apollo11.scheduler.store import NeedsFullReplay, state_at
 
     root = tmp_path / "d"
     store = _store(root)
@@ -426,7 +426,7 @@ async def test_snapshots_are_not_taken_more_often_than_the_minimum_interval(
 async def test_a_quiet_task_changed_while_its_snapshot_is_written_cancels_that_snapshot(
     tmp_path: Path,
 ) -> None:
-    from scheduler.snapshot import SnapshotRaced
+    from apollo11.scheduler.snapshot import SnapshotRaced
 
     root = tmp_path / "d"
     store = _store(root, interval=10**9)  # snapshots by hand only

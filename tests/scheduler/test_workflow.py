@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
-from scheduler.shell import shell_workflow
-from scheduler.workflow import (
+from apollo11.scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
+from apollo11.scheduler.shell import shell_workflow
+from apollo11.scheduler.workflow import (
     DedupeKey,
     Idempotent,
     NotIdempotent,
@@ -79,15 +79,17 @@ def test_cycles_are_named() -> None:
 
 def test_registry_versions_and_modules() -> None:
     reg = Registry()
-    loaded = reg.load_module("scheduler.examples")
+    loaded = reg.load_module("apollo11.scheduler.examples")
     assert [w.name for w in loaded] == ["etl"]
     assert reg.get("etl") is loaded[0] and reg.get("etl", 1) is loaded[0]
     assert reg.get("etl", 2) is None
     assert loaded[0].topo_order() == ["collect", "clean", "feature", "infer", "persist"]
     with pytest.raises(WorkflowDefinitionError, match="cannot import"):
         reg.load_module("no.such.module")
+    with pytest.raises(WorkflowDefinitionError, match=r"apollo11\.scheduler\.examples\?"):
+        reg.load_module("scheduler.examples")  # the name before the one import root
     with pytest.raises(WorkflowDefinitionError, match="defines no Workflow"):
-        reg.load_module("scheduler.clock")
+        reg.load_module("apollo11.scheduler.clock")
     twin = Workflow("etl", version=1)
     twin.step(name="x", idempotency=Idempotent())(noop)
     with pytest.raises(WorkflowDefinitionError, match="registered twice; bump the version"):

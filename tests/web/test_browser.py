@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lease.local_etcd import free_port
-from scheduler.client import SyncClient
-from scheduler.security import Role, create_token
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.security import Role, create_token
 from tests.nodes import ROOT, start_node
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

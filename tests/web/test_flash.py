@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
-from scheduler.web.flash import Flash, Notice
+from apollo11.scheduler.web.flash import Flash, Notice
 
 
 class Clock:

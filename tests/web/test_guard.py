@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.config import load_settings
-from scheduler.web.guard import Gate, allowed_hosts, host_name
+from apollo11.scheduler.config import load_settings
+from apollo11.scheduler.web.guard import Gate, allowed_hosts, host_name
 
 
 def test_host_names_without_port_brackets_or_case() -> None:

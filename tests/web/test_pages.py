@@ -17,12 +17,12 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from lease.local_etcd import free_port
-from scheduler.client import SyncClient
-from scheduler.security import Role, create_token
-from scheduler.security.certs import make_ca, make_leaf
-from scheduler.security.tokens import revoke
-from scheduler.web.timeline import bars
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.security import Role, create_token
+from apollo11.scheduler.security.certs import make_ca, make_leaf
+from apollo11.scheduler.security.tokens import revoke
+from apollo11.scheduler.web.timeline import bars
 from tests.nodes import NodeProc, start_node
 
 
@@ -247,7 +247,7 @@ def test_every_response_forbids_framing_and_sniffing(web: tuple[NodeProc, str]) 
 
 
 def test_timeline_bars_from_events() -> None:
-    from scheduler.log.record import Event, EventType
+    from apollo11.scheduler.log.record import Event, EventType
 
     def ev(i: int, t: EventType, step: str, attempt: int = 1, **p: object) -> Event:
         return Event(i, 1, "n1", "t", step, t, dict(p), 1000 + i * 10, attempt)

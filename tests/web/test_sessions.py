@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.security import Principals, Role, create_token
-from scheduler.security.tokens import revoke
-from scheduler.web import sessions as sessions_mod
-from scheduler.web.sessions import Sessions
+from apollo11.scheduler.security import Principals, Role, create_token
+from apollo11.scheduler.security.tokens import revoke
+from apollo11.scheduler.web import sessions as sessions_mod
+from apollo11.scheduler.web.sessions import Sessions
 
 
 class Clock:

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.engine import Engine
-from scheduler.log import EventType, FsyncPolicy, LogConfig
-from scheduler.store import Store, StoreConfig
-from scheduler.testing.history import etl_history
-from scheduler.tools.bench.log_bench import _in_child
-from scheduler.workflow import Idempotent, Registry, Retry, StepContext, Workflow
+from apollo11.scheduler.engine import Engine
+from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.testing.history import etl_history
+from apollo11.scheduler.tools.bench.log_bench import _in_child
+from apollo11.scheduler.workflow import Idempotent, Registry, Retry, StepContext, Workflow
 
 
 def noop_workflow() -> Workflow:

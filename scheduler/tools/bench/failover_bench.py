@@ -27,8 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lease.local_etcd import free_port
-from scheduler.tools.dev import DevCluster
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.tools.dev import DevCluster
 
 CLIENTS = int(os.environ.get("E2E_CLIENTS", "32"))
 # The load generators share two cores with the three nodes and etcd; in a deployment
@@ -129,7 +129,7 @@ def _busy(port: int) -> bool:
 
 
 def _status(address: str) -> dict[str, Any] | None:
-    from scheduler.client import SyncClient
+    from apollo11.scheduler.client import SyncClient
 
     try:
         with SyncClient(address, retries=0, timeout_s=1) as c:
@@ -150,7 +150,7 @@ class _Load(threading.Thread):
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
-        from scheduler.client import SyncClient
+        from apollo11.scheduler.client import SyncClient
 
         with SyncClient(self.endpoints, retries=2, timeout_s=3) as c:
             while not self.stop_flag.is_set():
@@ -162,7 +162,7 @@ class _Load(threading.Thread):
 
 
 def _failovers(dev: DevCluster, cycles: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    from scheduler.client import SyncClient
+    from apollo11.scheduler.client import SyncClient
 
     eps = ",".join(dev.endpoints)
     load = _Load(eps)
@@ -222,7 +222,7 @@ def _restart_the_dead(dev: DevCluster, progress: Callable[[str], None]) -> list[
 
 
 def _acked_lost(dev: DevCluster, acked: list[str]) -> int:
-    from scheduler.log import EventLog, EventType
+    from apollo11.scheduler.log import EventLog, EventType
 
     primary = _primary(dev)
     dev.stop()
@@ -235,7 +235,7 @@ def _acked_lost(dev: DevCluster, acked: list[str]) -> int:
 def _offered(endpoints: str, tasks_per_s: float, seconds: float, batched: bool = False) -> int:
     """Open-loop submissions at a fixed rate; returns how many were acknowledged.
     Batched: what is due every 10 ms goes in one SubmitTasks call."""
-    from scheduler.client import Client
+    from apollo11.scheduler.client import Client
 
     _as_remote_client()
     noop = {"workflow": "etl", "input": {"step_seconds": 0}}
@@ -306,7 +306,7 @@ def _submit_many(
     """Submit n tasks from `concurrency` coroutines; returns (wall time of the first
     submission, task ids). The clock starts once connected, so that starting this
     process and importing grpc are not counted against the cluster."""
-    from scheduler.client import Client
+    from apollo11.scheduler.client import Client
 
     _as_remote_client()
 

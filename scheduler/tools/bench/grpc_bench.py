@@ -37,7 +37,7 @@ def _load(
 ) -> dict[str, Any]:
     """Submissions from `clients` coroutines; with `batch`, SubmitTasks calls of that many
     tasks (n counts tasks, lat is per call); `creds`: the Client's ca and token."""
-    from scheduler.client import Client
+    from apollo11.scheduler.client import Client
 
     async def go() -> dict[str, Any]:
         lat: list[float] = []
@@ -71,14 +71,14 @@ def _start_node(data_dir: str, *extra: str) -> tuple[subprocess.Popen[str], str]
         [
             sys.executable,
             "-m",
-            "scheduler.cli",
+            "apollo11.scheduler.cli",
             "node",
             "--data-dir",
             data_dir,
             "--listen",
             "127.0.0.1:0",
             "--workflows",
-            "scheduler.examples",
+            "apollo11.scheduler.examples",
             "--node-id",
             "bench",
             *extra,
@@ -99,9 +99,9 @@ def _secure_node(base: str) -> tuple[subprocess.Popen[str], str, dict[str, Any]]
     """A node with TLS and tokens, and the credentials of a submitter."""
     from pathlib import Path
 
-    from scheduler.security.certs import create_cluster_certs
-    from scheduler.security.roles import Role
-    from scheduler.security.tokens import create_token
+    from apollo11.scheduler.security.certs import create_cluster_certs
+    from apollo11.scheduler.security.roles import Role
+    from apollo11.scheduler.security.tokens import create_token
 
     pki = Path(base) / "pki"
     create_cluster_certs(pki, ["bench"], days=1)

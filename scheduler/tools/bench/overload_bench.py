@@ -81,8 +81,8 @@ def slope_mb_per_min(samples: Sequence[tuple[float, float]]) -> float:
 
 def _code(e: BaseException) -> str:
     """The gRPC status name behind a client exception."""
-    from scheduler.client import ApiError, UnavailableError
-    from scheduler.errors import (
+    from apollo11.scheduler.client import ApiError, UnavailableError
+    from apollo11.scheduler.errors import (
         FailedPreconditionError,
         InvalidArgumentError,
         NotFoundError,
@@ -115,7 +115,7 @@ def _submit_load(
     """Submissions for `seconds`: with `rate`, open loop at that many a second (at most
     `concurrency` in flight); else closed loop from `clients` coroutines. Counts every
     answer by status code and keeps the first few unexpected messages."""
-    from scheduler.client import Client
+    from apollo11.scheduler.client import Client
 
     os.nice(LOAD_NICE)
     codes: Counter[str] = Counter()
@@ -190,14 +190,14 @@ def _start_node(
         [
             sys.executable,
             "-m",
-            "scheduler.cli",
+            "apollo11.scheduler.cli",
             "node",
             "--data-dir",
             str(data_dir),
             "--listen",
             "127.0.0.1:0",
             "--workflows",
-            "scheduler.examples",
+            "apollo11.scheduler.examples",
             "--node-id",
             "overload",
             *node_args,
@@ -219,7 +219,7 @@ def _start_node(
 
 def _answers(address: str) -> bool:
     """The node answers a Status call (within a generous time: it may still be busy)."""
-    from scheduler.client import SyncClient
+    from apollo11.scheduler.client import SyncClient
 
     try:
         with SyncClient(address, retries=3, timeout_s=10) as c:
@@ -230,7 +230,7 @@ def _answers(address: str) -> bool:
 
 
 def _active_tasks(address: str) -> int | None:
-    from scheduler.client import SyncClient
+    from apollo11.scheduler.client import SyncClient
 
     try:
         with SyncClient(address, retries=0, timeout_s=5) as c:

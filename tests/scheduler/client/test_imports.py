@@ -1,4 +1,4 @@
-"""`import scheduler.client` loads no server code and registers no metric.
+"""`import apollo11.scheduler.client` loads no server code and registers no metric.
 
 An application that embeds the client has its own Prometheus registry and its own
 import time: neither may pay for the engine, the store or the node. Checked in a
@@ -12,23 +12,23 @@ import subprocess
 import sys
 
 SERVER_MODULES = (
-    "scheduler.api.codec",
-    "scheduler.api.server",
-    "scheduler.config",
-    "scheduler.engine",
-    "scheduler.log",
-    "scheduler.merger",
-    "scheduler.metrics",
-    "scheduler.node",
-    "scheduler.replay",
-    "scheduler.security.interceptor",
-    "scheduler.security.tokens",
-    "scheduler.store",
+    "apollo11.scheduler.api.codec",
+    "apollo11.scheduler.api.server",
+    "apollo11.scheduler.config",
+    "apollo11.scheduler.engine",
+    "apollo11.scheduler.log",
+    "apollo11.scheduler.merger",
+    "apollo11.scheduler.metrics",
+    "apollo11.scheduler.node",
+    "apollo11.scheduler.replay",
+    "apollo11.scheduler.security.interceptor",
+    "apollo11.scheduler.security.tokens",
+    "apollo11.scheduler.store",
 )
 
 PROBE = """
 import json, sys
-import scheduler.client
+import apollo11.scheduler.client
 import prometheus_client
 print(json.dumps({
     "modules": sorted(sys.modules),
@@ -53,12 +53,12 @@ def test_the_client_loads_no_server_module_and_registers_no_metric() -> None:
     server = [
         m for m in found["modules"] if any(m == s or m.startswith(s + ".") for s in SERVER_MODULES)
     ]
-    assert server == [], "scheduler.client must not import server code"
-    assert found["metrics"] == [], "scheduler.client must not register a metric"
+    assert server == [], "apollo11.scheduler.client must not import server code"
+    assert found["metrics"] == [], "apollo11.scheduler.client must not register a metric"
 
 
 def test_the_client_still_exports_its_names() -> None:
-    import scheduler.client as client
+    import apollo11.scheduler.client as client
 
     for name in (
         "ApiError",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from apollo11.v1 import scheduler_pb2 as pb
 
-from scheduler.client import InvalidArgumentError
-from scheduler.client._requests import list_request
+from apollo11.scheduler.client import InvalidArgumentError
+from apollo11.scheduler.client._requests import list_request
+from apollo11.v1 import scheduler_pb2 as pb
 
 
 def test_a_state_filter_is_sent_by_its_wire_value() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scheduler.log import Event, EventType
-from scheduler.replay import State, TaskState, apply
-from scheduler.workflow import Idempotent, NotIdempotent, Retry, StepContext, Workflow
+from apollo11.scheduler.log import Event, EventType
+from apollo11.scheduler.replay import State, TaskState, apply
+from apollo11.scheduler.workflow import Idempotent, NotIdempotent, Retry, StepContext, Workflow
 
 E = EventType
 T0_MS = 1_700_000_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from scheduler.engine import (
+from apollo11.scheduler.engine import (
     CancelAttempt,
     Compensate,
     FailLost,
@@ -14,7 +14,7 @@ from scheduler.engine import (
     WakeAt,
     decide,
 )
-from scheduler.workflow import Retry
+from apollo11.scheduler.workflow import Retry
 from tests.scheduler.engine.histories import CHAIN, DIAMOND, E, History, workflow
 
 NOTHING: frozenset[str] = frozenset()

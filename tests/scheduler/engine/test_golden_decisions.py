@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.engine import Action, Compensate, FailLost, StartAttempt, decide
-from scheduler.log import Event, EventLog, EventType
-from scheduler.replay import State, StepStatus, TaskState, apply
-from scheduler.workflow import Retry, Workflow
+from apollo11.scheduler.engine import Action, Compensate, FailLost, StartAttempt, decide
+from apollo11.scheduler.log import Event, EventLog, EventType
+from apollo11.scheduler.replay import State, StepStatus, TaskState, apply
+from apollo11.scheduler.workflow import Retry, Workflow
 from tests.scheduler.engine.histories import workflow
 
 GOLDEN = Path(__file__).parents[2] / "golden"

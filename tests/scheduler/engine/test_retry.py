@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.engine import retry
-from scheduler.replay import StepStatus
-from scheduler.workflow import Retry
+from apollo11.scheduler.engine import retry
+from apollo11.scheduler.replay import StepStatus
+from apollo11.scheduler.workflow import Retry
 from tests.scheduler.engine.histories import E, History
 
 RETRY = {"action": "retry", "operator": "o", "reason": "r"}

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
@@ -134,7 +134,7 @@ def test_recovered_log_is_the_durable_prefix(
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from scheduler.log import EventLog, EventType, LogConfig
+    from apollo11.scheduler.log import EventLog, EventType, LogConfig
     async def main():
         log = EventLog.open(sys.argv[1], config=LogConfig(segment_max_bytes=64 * 1024))
         async def producer(k):
@@ -179,7 +179,7 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
 MARKING_WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from scheduler.log import Draft, EventLog, EventType, LogConfig
+    from apollo11.scheduler.log import Draft, EventLog, EventType, LogConfig
     async def main():
         # no rotation and no periodic manifest: the last one is the one written here
         cfg = LogConfig(manifest_interval_s=3600)
@@ -230,7 +230,7 @@ def test_sigkill_then_a_torn_tail_past_the_manifest_is_cut_and_said_so(
     tail = sorted((root / "log").glob("*.seg"))[-1]
     with open(tail, "r+b") as f:
         f.truncate(tail.stat().st_size - 5)  # the last record torn
-    with caplog.at_level(logging.WARNING, logger="scheduler.log.eventlog"):
+    with caplog.at_level(logging.WARNING, logger="apollo11.scheduler.log.eventlog"):
         log = EventLog.open(root)
     assert log.durable_id == len(ids) - 1, "the torn record was cut, nothing else"
     log.close_sync()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import metrics
-from scheduler.errors import (
+from apollo11.scheduler import metrics
+from apollo11.scheduler.errors import (
     CorruptLogError,
     FormatVersionError,
     InvalidEventError,
@@ -19,9 +19,9 @@ from scheduler.errors import (
     PayloadTooLargeError,
     StaleTermError,
 )
-from scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
-from scheduler.log.eventlog import INLINE_WRITE_MAX_S
-from scheduler.log.segment import segment_name
+from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.log.eventlog import INLINE_WRITE_MAX_S
+from apollo11.scheduler.log.segment import segment_name
 from tests.logs import hold_writes
 
 S = EventType.STEP_STARTED
@@ -371,7 +371,7 @@ async def test_reads_while_writing_across_rotations(tmp_path) -> None:
 
 
 async def test_cut_after_quarantines_a_divergent_tail(open_log, tmp_path) -> None:
-    from scheduler.log.eventlog import cut_after
+    from apollo11.scheduler.log.eventlog import cut_after
 
     log = open_log()
     await _fill(log, 120)  # several 4 KiB segments
@@ -648,7 +648,7 @@ async def test_a_failed_fsync_is_cut_back_to_the_durable_position_before_reopeni
 ) -> None:
     """fsyncgate: the records of a batch whose fdatasync failed are in the page cache and
     would read back valid; they were never acknowledged, and the disk need not hold them."""
-    from scheduler.log import eventlog
+    from apollo11.scheduler.log import eventlog
 
     config = LogConfig(segment_max_bytes=4096 if rotating else 1 << 20)
     log = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
@@ -697,7 +697,7 @@ async def test_a_log_whose_rotation_could_not_create_the_segment_still_closes(
     close() must not then raise EBADF for the descriptors the rotation had let go."""
     import errno
 
-    from scheduler.log import writer
+    from apollo11.scheduler.log import writer
 
     config = LogConfig(segment_max_bytes=4096, fsync=FsyncPolicy.UNSAFE_NEVER)
     log = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)

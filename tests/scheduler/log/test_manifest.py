@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.errors import CorruptLogError, LogTruncatedError
-from scheduler.log import Draft, EventLog, EventType, LogConfig
-from scheduler.log import manifest as manifests
-from scheduler.log.eventlog import cut_after
+from apollo11.scheduler.errors import CorruptLogError, LogTruncatedError
+from apollo11.scheduler.log import Draft, EventLog, EventType, LogConfig
+from apollo11.scheduler.log import manifest as manifests
+from apollo11.scheduler.log.eventlog import cut_after
 
 S = EventType.STEP_STARTED
 

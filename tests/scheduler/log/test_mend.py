@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.log import EventLog, FsyncPolicy, LogConfig
-from scheduler.log.mend import MendRefused, check, rewrite
-from scheduler.log.segment import Segment
-from scheduler.testing.history import etl_history
+from apollo11.scheduler.log import EventLog, FsyncPolicy, LogConfig
+from apollo11.scheduler.log.mend import MendRefused, check, rewrite
+from apollo11.scheduler.log.segment import Segment
+from apollo11.scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=8 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
-from scheduler.log.record import (
+from apollo11.scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
+from apollo11.scheduler.log.record import (
     EventType,
     check_record,
     decode_record,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lease import LeaderInfo, MemberInfo, MemoryLease, World
-from lease.memory import MemoryStore
-from scheduler.config import NodeSettings
-from scheduler.node import Node, role
-from scheduler.workflow import Registry
+from apollo11.lease import LeaderInfo, MemberInfo, MemoryLease, World
+from apollo11.lease.memory import MemoryStore
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.node import Node, role
+from apollo11.scheduler.workflow import Registry
 
 
 def _rec(node_id: str, last: int, term: int = 1, r: str = "standby") -> MemberInfo:
@@ -153,7 +153,7 @@ async def test_three_role_loops_on_one_memory_lease(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = MemoryStore()
-    caplog.set_level(logging.INFO, logger="scheduler.node")
+    caplog.set_level(logging.INFO, logger="apollo11.scheduler.node")
     nodes = await _cluster(tmp_path, store)
     try:
         await _until(lambda: sum(n.role == "primary" for n in nodes) == 1)

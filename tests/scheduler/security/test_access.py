@@ -12,10 +12,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from scheduler.client import ApiError, SyncClient
-from scheduler.errors import FailedPreconditionError
-from scheduler.security.roles import Role
-from scheduler.security.tokens import create_token, revoke
+from apollo11.scheduler.client import ApiError, SyncClient
+from apollo11.scheduler.errors import FailedPreconditionError
+from apollo11.scheduler.security.roles import Role
+from apollo11.scheduler.security.tokens import create_token, revoke
 from tests.nodes import APOLLO11, ROOT, cli, start_node
 from tests.secure import Pki, make_pki, start_secure_node
 
@@ -192,7 +192,7 @@ def test_a_secure_node_beyond_loopback_starts(tmp_path: Path) -> None:
 
 
 def test_client_certificates_map_to_principals(tmp_path: Path) -> None:
-    from scheduler.security.certs import make_ca, make_leaf
+    from apollo11.scheduler.security.certs import make_ca, make_leaf
 
     pki = make_pki(tmp_path)
     ca_key, ca_cert = make_ca("clients")

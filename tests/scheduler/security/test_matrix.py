@@ -11,11 +11,11 @@ from typing import Any
 
 import grpc
 import pytest
-from apollo11.v1 import replication_pb2, scheduler_pb2
 from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
 
-from scheduler.security.roles import METHOD_ROLES, OPEN_METHODS, Role, grants
+from apollo11.scheduler.security.roles import METHOD_ROLES, OPEN_METHODS, Role, grants
+from apollo11.v1 import replication_pb2, scheduler_pb2
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
 
@@ -189,7 +189,7 @@ def test_plaintext_to_a_tls_node_fails(secured: tuple[NodeProc, Pki], tmp_path: 
 
 
 def test_a_plaintext_client_is_told_to_pass_the_ca(secured: tuple[NodeProc, Pki]) -> None:
-    from scheduler.client import SyncClient, UnavailableError
+    from apollo11.scheduler.client import SyncClient, UnavailableError
 
     node, _ = secured
     with SyncClient(node.address, retries=0) as c, pytest.raises(UnavailableError) as e:

@@ -12,12 +12,12 @@ from typing import Any
 
 import grpc
 import pytest
+
+from apollo11.replicator.receiver import Follower
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.security.tls import KeyPair, server_credentials
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
-
-from replicator.receiver import Follower
-from scheduler.client import SyncClient
-from scheduler.security.tls import KeyPair, server_credentials
 from tests.replicator.test_receiver import FakePrimary, _batch, _source, _standby
 from tests.secure import Pki, make_pki, start_secure_node
 

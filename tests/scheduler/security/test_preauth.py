@@ -10,9 +10,13 @@ from typing import Any
 import grpc
 import pytest
 
-from scheduler.security.interceptor import Authenticator, AuthInterceptor, current_principal
-from scheduler.security.roles import Role
-from scheduler.security.tokens import Principals, create_token
+from apollo11.scheduler.security.interceptor import (
+    Authenticator,
+    AuthInterceptor,
+    current_principal,
+)
+from apollo11.scheduler.security.roles import Role
+from apollo11.scheduler.security.tokens import Principals, create_token
 
 SUBMIT = "/apollo11.v1.Scheduler/SubmitTasks"  # role submitter
 BIG = b"\x00" * (10 << 20)

@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from scheduler.security.roles import Role
-from scheduler.security.tokens import Principals, create_token, list_entries, revoke
+from apollo11.scheduler.security.roles import Role
+from apollo11.scheduler.security.tokens import Principals, create_token, list_entries, revoke
 
 
 def test_revoke_keeps_the_files_mode(tmp_path: Path) -> None:
