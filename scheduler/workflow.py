@@ -163,6 +163,20 @@ class StepContext:
     # external systems that can refuse a deposed primary's late attempt.
     # (0, 0) outside an engine (a test calling a step directly).
     fencing_token: FencingToken = NO_TOKEN
+    # Where the attempt runs: a worker's --name, or the node's id when embedded.
+    worker: str = ""
+    # The details of the last `heartbeat()` of the step's previous attempt (None: none),
+    # so that an attempt resumes from the progress the one before it reported.
+    last_heartbeat: Any = None
+    # Where `heartbeat()` reports to (set by whatever runs the attempt).
+    beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Report progress (`details`: JSON-serializable, small). The latest details
+        reach the next attempt as `ctx.last_heartbeat` if this one is lost. Safe to
+        call from a step's thread."""
+        if self.beat is not None:
+            self.beat(details)
 
     @property
     def dedupe_key(self) -> str:
