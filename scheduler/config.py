@@ -80,6 +80,13 @@ class NodeSettings(BaseSettings):
     sync_mode: Literal["strict", "relaxed"] = "strict"
     sync_timeout: float = Field(default=5.0, gt=0)
     concurrency: int = Field(default=defaults.CONCURRENCY, ge=1, le=10_000)
+    # Where steps run (README "Workers"): in this process (embedded), only on
+    # `apollo11 worker` processes (remote: the node dispatches), or both.
+    execution: Literal["embedded", "remote"] = "embedded"
+    # A worker heartbeats every interval; one silent for the timeout is cut off and its
+    # attempts are lost (a worker whose process dies is found at once: its stream ends).
+    worker_heartbeat_interval: float = Field(default=2.0, gt=0, le=60)
+    worker_heartbeat_timeout: float = Field(default=10.0, gt=0, le=3600)
     snapshot_interval: int = Field(default=defaults.SNAPSHOT_INTERVAL, ge=1)
     # ...but not more often than this (a busy primary would snapshot a dozen times a
     # second; recovery then replays at most about this long's worth of events)
@@ -224,6 +231,16 @@ class NodeSettings(BaseSettings):
         if not all(c.isalnum() or c in "-_." for c in self.node_id):
             raise ValueError(
                 f"node_id may use letters, digits, '-', '_' and '.' (got {self.node_id!r})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _heartbeats(self) -> NodeSettings:
+        if self.worker_heartbeat_timeout <= 2 * self.worker_heartbeat_interval:
+            raise ValueError(
+                f"--worker-heartbeat-timeout ({self.worker_heartbeat_timeout:g}s) must be more "
+                f"than twice the heartbeat interval ({self.worker_heartbeat_interval:g}s): one "
+                f"late heartbeat must not cost a worker its attempts"
             )
         return self
 

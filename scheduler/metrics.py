@@ -90,6 +90,28 @@ SCHEDULER_LOOP_SECONDS = Histogram(
     "Time for one pass of the scheduling loop (deciding every task a batch touched)",
     buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1),
 )
+WORKERS_CONNECTED = Gauge(
+    "apollo11_workers_connected", "Worker processes connected to this node (the primary)"
+)
+WORKER_SLOTS = Gauge(
+    "apollo11_worker_slots", "Slots of the connected workers, busy or free", ["state"]
+)
+DISPATCH_SECONDS = Histogram(
+    "apollo11_dispatch_seconds",
+    "From an attempt's STARTED being committed to its assignment being sent to a worker",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+)
+WORKER_LOST_ATTEMPTS = Counter(
+    "apollo11_worker_lost_attempts_total",
+    "Attempts lost with their worker (its stream closed, it fell silent, or it did not "
+    "come back after a failover)",
+    ["how"],
+)
+REFUSED_RESULTS = Counter(
+    "apollo11_refused_late_results_total",
+    "Results a worker reported for an attempt that is not its step's current one "
+    "(retried, cancelled, declared lost): refused, never applied",
+)
 STEP_OUTCOMES = Counter(
     "apollo11_step_outcomes_total",
     "Step attempts by outcome (succeeded, failed, lost)",

@@ -87,6 +87,13 @@ class StepState:
     owed: bool = False  # a compensation is owed (recorded by the engine, cleared by COMPENSATED)
     override: dict[str, Any] | None = None  # the last operator action
     anomaly: str | None = None
+    # The current (or last) attempt: where it runs (a worker's name; None: embedded)
+    # and its token, the term and event id of its STARTED. A worker's result counts
+    # only for the current token.
+    worker: str | None = None
+    started_term: int = 0
+    started_event: int = 0
+    heartbeat: Any = None  # the last heartbeat details a lost attempt reported
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -188,12 +195,19 @@ _STEP_FIELDS = frozenset(
         "owed",
         "override",
         "anomaly",
+        "worker",
+        "started_term",
+        "started_event",
+        "heartbeat",
     }
 )
+# Kept in a task's dict (a snapshot, an archive record) only when set: the embedded
+# attempts' dicts, snapshots and golden files stay as they were.
+_STEP_OPTIONAL = ("worker", "started_term", "started_event", "heartbeat")
 
 
 def _step_dict(s: StepState) -> dict[str, Any]:
-    return {
+    d = {
         "name": s.name,
         "status": s.status.value,
         "attempt": s.attempt,
@@ -210,6 +224,10 @@ def _step_dict(s: StepState) -> dict[str, Any]:
         "override": s.override,
         "anomaly": s.anomaly,
     }
+    if s.worker is not None or s.heartbeat is not None:
+        for key in _STEP_OPTIONAL:
+            d[key] = getattr(s, key)
+    return d
 
 
 class Summary(NamedTuple):
@@ -583,6 +601,10 @@ def _on_started(state: State, event: Event) -> None:
         _flag(task, step, event, f"step {step.name} attempt {event.attempt} is not new")
     step.attempt = event.attempt
     step.started_ms = event.timestamp
+    p = event.payload
+    step.worker = p.get("worker") if p else None
+    step.started_term = event.term
+    step.started_event = event.event_id
     step.finished_ms = None
     step.error = None
     step.lost = False
@@ -667,6 +689,8 @@ def _on_failed(state: State, event: Event) -> None:
     step.lost = bool(p.get("lost", False))
     if step.lost:
         step.losses += 1
+    if "heartbeat" in p:
+        step.heartbeat = p["heartbeat"]
     if p.get("final", False) and not step.final:
         step.final = True
         task.failed_final += 1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import orjson
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -479,7 +480,14 @@ class ApiServer:
     it, replication shares the public port (loopback clusters).
     """
 
-    def __init__(self, node: NodeView, principals: Principals | None = None) -> None:
+    def __init__(
+        self,
+        node: NodeView,
+        principals: Principals | None = None,
+        *,
+        extra: Sequence[tuple[ServiceDescriptor, object]] = (),
+    ) -> None:
+        """`extra`: more services on the public port (the node's Workers service)."""
         self.node = node
         s = node.settings
         self.watchers = Watchers()
@@ -497,6 +505,8 @@ class ApiServer:
         scheduler = SchedulerService(node, self.watchers, self.watch_slots, admission)
         add_service(self.server, services["Scheduler"], scheduler)
         add_service(self.server, services["Cluster"], ClusterService(node))
+        for descriptor, servicer in extra:
+            add_service(self.server, descriptor, servicer)
         from apollo11.replicator.sender import ReplicationService
         from apollo11.v1 import replication_pb2_grpc as rpbg
 

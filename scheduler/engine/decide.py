@@ -16,7 +16,9 @@ The rules, step by step in declaration order:
 * a step this engine is running is left alone, unless its task was
   cancelled: then its attempt is cancelled;
 * a step STARTED that nothing here runs was begun by a node that died (or
-  by this one before it lost the lease): it is failed as lost;
+  by this one before it lost the lease): it is failed as lost, unless it
+  runs on a worker, which outlives primaries: then it is adopted (its worker
+  reports it, or it is lost when the worker does not come back);
 * a compensation owed is run, or resumed, once nothing downstream of the
   step runs, is about to, owes one or is compensating (dependents first:
   reverse topological order);
@@ -80,6 +82,15 @@ class FailLost:
 
 
 @dataclass(frozen=True, slots=True)
+class Adopt:
+    """Attempt `attempt` of `step` was STARTED on a worker, and nothing here follows
+    it: wait for the worker to report it."""
+
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class Compensate:
     """Run the compensation of `step`; `resume`: it is COMPENSATING already (a former
     primary's, or this node's before a restart), so no new COMPENSATING is written."""
@@ -95,7 +106,7 @@ class Stuck:
     reason: str
 
 
-Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Compensate | Stuck
+Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Adopt | Compensate | Stuck
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +159,9 @@ def _decide(
             )
             return actions
         if status is _STARTED:
+            if step.worker is not None:
+                actions.append(Adopt(name, step.attempt))
+                continue
             final = cancelled or final_after_loss(step, spec.retry)
             actions.append(FailLost(name, step.attempt, final, spec.needs_compensation))
         elif status is _COMPENSATING or name in comp:

@@ -29,6 +29,7 @@ from apollo11.scheduler import defaults, metrics
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import (
     Action,
+    Adopt,
     CancelAttempt,
     Compensate,
     FailLost,
@@ -117,6 +118,7 @@ class Engine:
         self._queued: deque[str] = deque()
         self._ready: list[str] = []  # left the queue for a freed slot; decided first
         self._queued_set: set[str] = set()
+        self._unplaced: dict[str, None] = {}  # the executor had no place: oldest first
         self._starting: list[Draft] = []  # STARTED of the steps this pass starts
         self._start_gate: asyncio.Future[bool] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -140,9 +142,15 @@ class Engine:
             committed=self._committed,
             lapsed=self._lease_lapsed,
             ended=self._free_slot,
+            compensator=(
+                self.executor
+                if isinstance(self.executor, InProcessExecutor)
+                else InProcessExecutor(threads=min(concurrency, DEFAULT_CONCURRENCY))
+            ),
         )
         self._requests = Requests(self)
         store.add_observer(self._on_events)
+        self.executor.watch_capacity(self.capacity_changed)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -186,6 +194,7 @@ class Engine:
         self._slots_used = 0
         self._queued.clear()
         self._queued_set.clear()
+        self._unplaced.clear()
         self._ready.clear()
         self._loop_task = None
 
@@ -328,7 +337,17 @@ class Engine:
             match a:
                 case StartAttempt():
                     assert isinstance(wf, Workflow)
-                    self._start_step(task_id, wf.steps[a.step], a.attempt)
+                    if not self._start_step(task, wf.steps[a.step], a.attempt):
+                        stuck = True  # waits for a worker: the problem says why
+                case Adopt():
+                    assert isinstance(wf, Workflow)
+                    key = (task_id, a.step)
+                    self._slots_used += 1  # freed by the runner, like an attempt's
+                    self._spawn(
+                        key,
+                        self.steps.adopt(task_id, a.step, wf.steps[a.step], a.attempt),
+                        f"step {key}",
+                    )
                 case WakeAt():
                     key = (task_id, a.step)
                     if key not in self._timers:
@@ -397,14 +416,32 @@ class Engine:
 
         task.add_done_callback(done)
 
-    def _start_step(self, task_id: str, spec: Step, attempt: int) -> None:
+    def _start_step(self, task: TaskState, spec: Step, attempt: int) -> bool:
+        """Start an attempt, or queue the task for a slot. False: the executor has no
+        place for it (the task's problem says why)."""
         if self._draining:
-            return
-        if self._slots_used >= self.concurrency:
-            if task_id not in self._queued_set:
+            return True
+        task_id = task.task_id
+        where = None
+        placed = True
+        if self._slots_used < self.concurrency:
+            where = self.executor.place(task_id, spec.name, task.workflow, task.version)
+            if where is None:
+                placed = False
+                self._problem(
+                    task_id,
+                    f"step {spec.name} waits for a worker: "
+                    f"{self.executor.unplaced(task.workflow, task.version)}",
+                )
+        if where is None:
+            if not placed:
+                # Decided again when a worker's slot frees or a worker connects, not
+                # at every pass: nothing else can change the executor's answer.
+                self._unplaced[task_id] = None
+            elif task_id not in self._queued_set:
                 self._queued.append(task_id)
                 self._queued_set.add(task_id)
-            return
+            return placed
         self._slots_used += 1
         gate = self._start_gate
         if gate is None:
@@ -412,9 +449,13 @@ class Engine:
             # pass starts are appended together, and committed with one wait.
             gate = self._start_gate = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().call_soon(self._flush_starts)
-        self._starting.append(Draft(EventType.STEP_STARTED, task_id, spec.name, None, attempt))
+        # The STARTED names the worker: a primary that takes over adopts the attempt
+        # instead of failing it as lost.
+        payload = {"worker": where} if where else None
+        self._starting.append(Draft(EventType.STEP_STARTED, task_id, spec.name, payload, attempt))
         key = (task_id, spec.name)
         self._spawn(key, self.steps.run(task_id, spec.name, spec, attempt, gate), f"step {key}")
+        return True
 
     def _flush_starts(self) -> None:
         gate, drafts = self._start_gate, self._starting
@@ -454,12 +495,30 @@ class Engine:
         self._slots_used -= 1
         if not self._slots_used:
             self._idle.set()
+        if self._unplaced:
+            self._retry_unplaced(self.executor.free_slots())
         self._refill_ready()
+        self._wake.set()
+
+    def capacity_changed(self) -> None:
+        """Slots became free elsewhere (a worker connected): waiting tasks may start."""
+        self._retry_unplaced(len(self._unplaced))
+        self._refill_ready()
+        if self._ready:
+            self._wake.set()
+
+    def _retry_unplaced(self, n: int) -> None:
+        """Decide again the `n` oldest tasks the executor had no place for."""
+        while self._unplaced and n > 0:
+            task_id = next(iter(self._unplaced))
+            del self._unplaced[task_id]
+            self._dirty.add(task_id)
+            n -= 1
         self._wake.set()
 
     def _refill_ready(self) -> None:
         """Move waiting tasks, oldest first, to be decided first: one per free slot."""
-        free = self.concurrency - self._slots_used
+        free = min(self.concurrency - self._slots_used, self.executor.free_slots())
         while self._queued and len(self._ready) < free:
             task_id = self._queued.popleft()
             self._queued_set.discard(task_id)

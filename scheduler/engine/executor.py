@@ -10,14 +10,19 @@ immediately before the code begins. It gets back an `Outcome`, as data:
 * `Failed(...)`: the code raised; the exception's type name, its message and,
   for a `StepError`, the details the step chose to report;
 * `NotBegun()`: `may_begin` said no, so the code never began (this node is no
-  longer sure it holds the lease).
+  longer sure it holds the lease);
+* `Lost(reason)`: where it ran is gone (a worker died or fell silent), and
+  nobody knows how far it got.
 
-Giving up on an attempt (a timeout, an operator's cancel) is the engine
-cancelling the `run` coroutine; `settle` then says what to wait for before
-the step may run again. Nothing else crosses: an executor writes no events
-and decides no retries, so a remote executor (workers over gRPC, the next
-issue) implements the same two methods and finds the code by
-(`ctx.workflow`, `ctx.version`, `ctx.step`) on its side instead of `fn`.
+A slot is held from `place` (before the STARTED is written: the STARTED names
+where the attempt runs) to `release` (after its outcome is recorded). Giving
+up on an attempt (a timeout, an operator's cancel) is `abandon` and then the
+engine cancelling the `run` coroutine; `settle` then says what to wait for
+before the step may run again. An attempt STARTED by an earlier primary on a
+worker is `adopt`ed: its worker reports it when it reconnects. Nothing else
+crosses: an executor writes no events and decides no retries. The remote
+executor (scheduler/dispatch/) implements the same methods and its workers
+find the code by (`ctx.workflow`, `ctx.version`, `ctx.step`) instead of `fn`.
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ import concurrent.futures
 import contextlib
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from apollo11.scheduler.errors import LeaseLostError
 from apollo11.scheduler.workflow import StepContext, StepError, StepFn
@@ -42,13 +48,29 @@ def _always() -> bool:
     return True
 
 
+class AttemptToken(NamedTuple):
+    """An attempt's name among all of its step's: the term and event id of its STARTED."""
+
+    term: int
+    event_id: int
+
+    def __str__(self) -> str:
+        return f"{self.term}/{self.event_id}"
+
+
+NO_ATTEMPT = AttemptToken(0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """What the engine hands an executor: run `fn(ctx)` if `may_begin()` still says yes."""
+    """What the engine hands an executor: run `fn(ctx)` if `may_begin()` still says yes.
+    `timeout_s`: what the engine allows it (the engine enforces it; a worker is told)."""
 
     fn: StepFn
     ctx: StepContext
     may_begin: Callable[[], bool] = _always
+    token: AttemptToken = NO_ATTEMPT
+    timeout_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +94,16 @@ class NotBegun:
     """`may_begin` said no: the code never began."""
 
 
-Outcome = Succeeded | Failed | NotBegun
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Where the attempt ran is gone; `reason` says how (for the FAILED event)."""
+
+    reason: str
+
+
+Outcome = Succeeded | Failed | NotBegun | Lost
 NOT_BEGUN = NotBegun()
+EMBEDDED = ""  # `place`'s answer for "here, in this process"
 
 
 def failure(e: BaseException) -> Failed:
@@ -84,12 +114,39 @@ def failure(e: BaseException) -> Failed:
 
 
 class Executor(Protocol):
-    """Where step code runs. In process today (`InProcessExecutor`); remote workers
-    implement the same protocol."""
+    """Where step code runs: in process (`InProcessExecutor`) or on workers
+    (scheduler/dispatch/RemoteExecutor)."""
+
+    def place(self, task_id: str, step: str, workflow: str, version: int) -> str | None:
+        """Hold a slot for the step's next attempt: where it will run (a worker's name,
+        or EMBEDDED), or None when no slot is free for it now (see `unplaced`)."""
+
+    def unplaced(self, workflow: str, version: int) -> str:
+        """Why `place` found nothing, for operators."""
+
+    def release(self, task_id: str, step: str) -> None:
+        """The step's attempt is over and its outcome recorded (or it never began):
+        its slot is free."""
+
+    def free_slots(self) -> int:
+        """How many attempts `place` could start now, at most."""
+
+    def watch_capacity(self, notify: Callable[[], None]) -> None:
+        """Call `notify` when slots become free other than by `release` (a worker
+        connected)."""
 
     async def run(self, attempt: Attempt) -> Outcome:
         """Run the attempt and say how it ended. Never raises for the step's fault;
-        cancelling the call gives up on the attempt (see `settle`)."""
+        cancelling the call gives up on the attempt (see `abandon`, `settle`)."""
+
+    async def adopt(self, attempt: Attempt, where: str) -> Outcome:
+        """An attempt an earlier primary STARTED on `where`: wait for its outcome
+        (`Lost` if nobody reports it)."""
+
+    def abandon(self, task_id: str, step: str, reason: str) -> None:
+        """The engine gives up on the running attempt (timeout, cancel) and is about
+        to cancel `run`: stop it where it runs. (Not called when leadership is lost:
+        then the attempt is left to the next primary.)"""
 
     def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
         """Something to await until nothing of this step is still executing (after a
@@ -110,6 +167,27 @@ class InProcessExecutor:
         self._lingering: dict[tuple[str, str], concurrent.futures.Future[Any]] = {}
         # inspect's answer is dear next to a dict lookup, and asked at every attempt
         self._is_async: dict[StepFn, bool] = {}
+
+    def place(self, task_id: str, step: str, workflow: str, version: int) -> str | None:
+        return EMBEDDED  # the engine's own slots (`concurrency`) are the limit here
+
+    def unplaced(self, workflow: str, version: int) -> str:
+        return "no free slot"
+
+    def release(self, task_id: str, step: str) -> None:
+        return None
+
+    def free_slots(self) -> int:
+        return sys.maxsize
+
+    def watch_capacity(self, notify: Callable[[], None]) -> None:
+        return None
+
+    async def adopt(self, attempt: Attempt, where: str) -> Outcome:
+        return Lost(f"it ran on worker {where!r}, and this node takes no workers")
+
+    def abandon(self, task_id: str, step: str, reason: str) -> None:
+        return None  # cancelling `run` is enough: see `settle` for threads
 
     async def run(self, attempt: Attempt) -> Outcome:
         fn, ctx, may_begin = attempt.fn, attempt.ctx, attempt.may_begin

@@ -22,14 +22,20 @@ from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import FailLost
 from apollo11.scheduler.engine.executor import (
     Attempt,
+    AttemptToken,
     Executor,
     Failed,
+    Lost,
     NotBegun,
     Outcome,
     Succeeded,
     failure,
 )
-from apollo11.scheduler.engine.retry import compensation_delay, final_after_failure
+from apollo11.scheduler.engine.retry import (
+    compensation_delay,
+    final_after_failure,
+    final_after_loss,
+)
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.replay import TaskState
@@ -42,6 +48,7 @@ Key = tuple[str, str]  # (task_id, step)
 ERROR_TEXT_MAX = 1024  # our own error strings are cut (visibly) to stay under the payload cap
 AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this many
 SLIM_KEYS = ("error", "final", "lost", "timeout", "compensate")  # kept when details are too big
+_NO_BEAT = object()
 
 
 def cut(text: str) -> str:
@@ -88,9 +95,12 @@ class StepRunner:
         committed: Callable[[int], Awaitable[bool]],
         lapsed: Callable[[str], None],
         ended: Callable[[], None],
+        compensator: Executor | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
+        # Compensations run where this node is (workers run attempts only).
+        self.compensator = compensator or executor
         self.clock = clock
         self.node_id = node_id
         self.default_timeout_s = default_timeout_s
@@ -102,6 +112,9 @@ class StepRunner:
         self._cancel_why: dict[Key, dict[str, Any]] = {}
         self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
         self._metric_children: dict[Key, tuple[Any, Any, Any, Any]] = {}
+        # the latest heartbeat details of each running attempt (written from a step's
+        # thread too: one dict store, atomic under the GIL)
+        self._beats: dict[Key, Any] = {}
 
     # ------------------------------------------------------------ attempts
 
@@ -110,7 +123,6 @@ class StepRunner:
     ) -> None:
         """Run attempt `attempt` once `started` (its STARTED committed) says it may."""
         key = (task_id, name)
-        logw = self.store.log
         try:
             # The future is shared by the steps started together: shielded, so
             # cancelling one spares the rest.
@@ -128,88 +140,152 @@ class StepRunner:
                     stopped["compensate"] = True
                 await self.fail(task_id, name, attempt, stopped)
                 return
-            ctx = self.context(task, name, attempt, spec.after)
             timeout = self.timeout_for(task.workflow, name, spec)
-            t0 = time.perf_counter()
-            outcome: Outcome | None = None
-            error: dict[str, Any] | None = None
-            run = asyncio.current_task()
-            # A bare timer, not asyncio.timeout: cheaper bookkeeping, at thousands of
-            # steps a second (docs/benchmarks.md).
-            timer = asyncio.get_running_loop().call_later(
-                timeout, self._time_out, key, timeout, run
-            )
-            try:
-                # may_begin is asked again right before the attempt begins: turns of the
-                # loop (or a SIGSTOP) may separate the commit's lease check from it.
-                outcome = await self.executor.run(Attempt(spec.fn, ctx, self._lease_valid))
-            except asyncio.CancelledError:
-                error = self._cancel_why.pop(key, None)
-                if error is None:
-                    raise  # leadership lost: leave it STARTED for the next leader
-                if run is not None:
-                    run.uncancel()  # our own cancel, handled here
-            except Exception as e:  # an executor's own fault fails the attempt, like the step's
-                outcome = failure(e)
-            finally:
-                timer.cancel()
-            if isinstance(outcome, NotBegun):
-                # Its STARTED is committed: the next leader fails it as lost.
-                self._lapsed(f"step {task_id}/{name} attempt {attempt} not begun")
-                return
-            seconds, succeeded, failed, retries = self._step_metrics(task.workflow, name)
-            seconds.observe(time.perf_counter() - t0)
-            if isinstance(outcome, Succeeded):
-                try:
-                    await logw.append(
-                        EventType.STEP_SUCCEEDED,
-                        task_id,
-                        name,
-                        {"result": outcome.result},
-                        attempt=attempt,
-                    )
-                    succeeded.inc()
-                    return
-                except InvalidEventError as e:
-                    error = {
-                        "error": cut(
-                            f"result rejected: {e}. Return a small JSON summary (counts, "
-                            f"checksums, a path or URL) and store bulk output elsewhere"
-                        ),
-                        "final": True,
-                    }
-            elif isinstance(outcome, Failed):
-                error = failure_payload(outcome)
-            assert error is not None
-            final = error.get("final") or final_after_failure(
-                self.store.state.tasks[task_id].steps[name], spec.retry
-            )
-            error["final"] = bool(final)
-            if spec.needs_compensation:
-                error["compensate"] = True
-            await self.fail(task_id, name, attempt, error)
-            failed.inc()
-            if not final:
-                retries.inc()
+            prepared = self._attempt(task, name, spec, attempt, timeout)
+            await self._execute(key, task, spec, attempt, timeout, self.executor.run(prepared))
         except ApolloError as e:
             log.error(
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
             )
         finally:
-            self._cancel_why.pop(key, None)
-            # The slot (and the step's place among the busy) stay taken while an
-            # abandoned thread of this attempt still runs: no retry beside it.
-            lingering = self.executor.settle(task_id, name)
-            if lingering is not None:
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(lingering)
-            self._ended()
+            await self._finish(key)
+
+    async def adopt(self, task_id: str, name: str, spec: Step, attempt: int) -> None:
+        """Take over attempt `attempt`, STARTED on a worker by an earlier primary (or by
+        this node before it restarted): its outcome, when the worker reports it."""
+        key = (task_id, name)
+        try:
+            task = self.store.state.tasks[task_id]
+            step = task.steps[name]
+            where = step.worker or ""
+            timeout = self.timeout_for(task.workflow, name, spec)
+            if step.started_ms is not None:  # what is left of it, by the log's clock
+                timeout = max(0.0, timeout - (self.clock.now_ms() - step.started_ms) / 1000)
+            prepared = self._attempt(task, name, spec, attempt, timeout)
+            log.info(
+                "step %s/%s attempt %d: adopting it from worker %s", task_id, name, attempt, where
+            )
+            await self._execute(
+                key, task, spec, attempt, timeout, self.executor.adopt(prepared, where)
+            )
+        except ApolloError as e:
+            log.error(
+                "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
+            )
+        finally:
+            await self._finish(key)
+
+    def _attempt(
+        self, task: TaskState, name: str, spec: Step, attempt: int, timeout: float
+    ) -> Attempt:
+        step = task.steps[name]
+        ctx = self.context(task, name, attempt, spec.after)
+        token = AttemptToken(step.started_term, step.started_event)
+        return Attempt(spec.fn, ctx, self._lease_valid, token, timeout)
+
+    async def _execute(
+        self,
+        key: Key,
+        task: TaskState,
+        spec: Step,
+        attempt: int,
+        limit_s: float,
+        call: Awaitable[Outcome],
+    ) -> None:
+        """Await an attempt's outcome under its timeout, and record it."""
+        task_id, name = key
+        t0 = time.perf_counter()
+        outcome: Outcome | None = None
+        error: dict[str, Any] | None = None
+        run = asyncio.current_task()
+        # A bare timer, not asyncio.timeout: cheaper bookkeeping, at thousands of
+        # steps a second (docs/benchmarks.md).
+        timer = asyncio.get_running_loop().call_later(limit_s, self._time_out, key, limit_s, run)
+        try:
+            # may_begin is asked again right before the attempt begins: turns of the
+            # loop (or a SIGSTOP) may separate the commit's lease check from it.
+            outcome = await call
+        except asyncio.CancelledError:
+            error = self._cancel_why.pop(key, None)
+            if error is None:
+                raise  # leadership lost: leave it STARTED for the next leader
+            if run is not None:
+                run.uncancel()  # our own cancel, handled here
+        except Exception as e:  # an executor's own fault fails the attempt, like the step's
+            outcome = failure(e)
+        finally:
+            timer.cancel()
+        if isinstance(outcome, NotBegun):
+            # Its STARTED is committed: the next leader fails it as lost.
+            self._lapsed(f"step {task_id}/{name} attempt {attempt} not begun")
+            return
+        seconds, succeeded, failed, retries = self._step_metrics(task.workflow, name)
+        seconds.observe(time.perf_counter() - t0)
+        state = self.store.state.tasks[task_id].steps[name]
+        if isinstance(outcome, Succeeded):
+            try:
+                await self.store.log.append(
+                    EventType.STEP_SUCCEEDED,
+                    task_id,
+                    name,
+                    {"result": outcome.result},
+                    attempt=attempt,
+                )
+                succeeded.inc()
+                self._beats.pop(key, None)
+                return
+            except InvalidEventError as e:
+                error = {
+                    "error": cut(
+                        f"result rejected: {e}. Return a small JSON summary (counts, "
+                        f"checksums, a path or URL) and store bulk output elsewhere"
+                    ),
+                    "final": True,
+                }
+        elif isinstance(outcome, Failed):
+            error = failure_payload(outcome)
+        elif isinstance(outcome, Lost):
+            error = {
+                "error": cut(f"lost: {outcome.reason}"),
+                "lost": True,
+                "final": final_after_loss(state, spec.retry),
+            }
+            metrics.STEP_OUTCOMES.labels(task.workflow, name, "lost").inc()
+        assert error is not None
+        final = error.get("final") or (
+            not error.get("lost") and final_after_failure(state, spec.retry)
+        )
+        error["final"] = bool(final)
+        if spec.needs_compensation:
+            error["compensate"] = True
+        beat = self._beats.pop(key, _NO_BEAT)
+        if beat is not _NO_BEAT:
+            error["heartbeat"] = beat  # the next attempt's ctx.last_heartbeat
+        await self.fail(task_id, name, attempt, error)
+        failed.inc()
+        if not final:
+            retries.inc()
+
+    async def _finish(self, key: Key) -> None:
+        task_id, name = key
+        self._cancel_why.pop(key, None)
+        self._beats.pop(key, None)
+        # The slot (and the step's place among the busy) stay taken while an
+        # abandoned thread of this attempt still runs: no retry beside it.
+        lingering = self.executor.settle(task_id, name)
+        if lingering is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(lingering)
+        self.executor.release(task_id, name)
+        self._ended()
 
     def cancel(self, key: Key, why: str | dict[str, Any], run: asyncio.Task[None] | None) -> None:
         """Give up on the attempt `run` is running; `why` becomes its FAILED payload
         (a reason alone fails it for good)."""
         if run is not None and key not in self._cancel_why:
-            self._cancel_why[key] = {"error": why, "final": True} if isinstance(why, str) else why
+            payload = {"error": why, "final": True} if isinstance(why, str) else why
+            self._cancel_why[key] = payload
+            self.executor.abandon(key[0], key[1], str(payload["error"]))
             run.cancel()
 
     def _time_out(self, key: Key, timeout: float, run: asyncio.Task[Any] | None) -> None:
@@ -244,6 +320,13 @@ class StepRunner:
     def context(
         self, task: TaskState, name: str, attempt: int, wf_deps: Sequence[str]
     ) -> StepContext:
+        step = task.steps[name]
+        beats = self._beats
+        key = (task.task_id, name)
+
+        def beat(details: Any) -> None:
+            beats[key] = details
+
         return StepContext(
             task_id=task.task_id,
             step=name,
@@ -253,7 +336,11 @@ class StepRunner:
             node_id=self.node_id,
             workflow=task.workflow,
             version=task.version,
-            fencing_token=FencingToken(self.store.log.term, attempt),
+            # The term of the STARTED (an adopted attempt keeps its own).
+            fencing_token=FencingToken(step.started_term or self.store.log.term, attempt),
+            worker=step.worker or self.node_id,
+            last_heartbeat=step.heartbeat,
+            beat=beat,
         )
 
     def _step_metrics(self, workflow: str, name: str) -> tuple[Any, Any, Any, Any]:
@@ -295,7 +382,7 @@ class StepRunner:
                     self.context(task, name, step.attempt, spec.after), name, step.result
                 )
                 try:
-                    outcome = await self.executor.run(Attempt(action, ctx, self._lease_valid))
+                    outcome = await self.compensator.run(Attempt(action, ctx, self._lease_valid))
                 except Exception as e:
                     outcome = failure(e)
                 if isinstance(outcome, NotBegun):
@@ -303,14 +390,17 @@ class StepRunner:
                     return
                 if isinstance(outcome, Succeeded):
                     break
+                why = (
+                    f"lost: {outcome.reason}"
+                    if isinstance(outcome, Lost)
+                    else f"{outcome.error_type}: {outcome.message}"
+                )
                 await logw.append(
                     EventType.STEP_FAILED,
                     task_id,
                     name,
                     {
-                        "error": cut(
-                            f"compensation failed: {outcome.error_type}: {outcome.message}"
-                        ),
+                        "error": cut(f"compensation failed: {why}"),
                         "compensation": True,
                     },
                     attempt=step.attempt,
@@ -335,4 +425,6 @@ def _with_own_result(ctx: StepContext, name: str, result: Any) -> StepContext:
         workflow=ctx.workflow,
         version=ctx.version,
         fencing_token=ctx.fencing_token,
+        worker=ctx.worker,
+        last_heartbeat=ctx.last_heartbeat,
     )

@@ -55,7 +55,9 @@ from apollo11.scheduler.api.status import ClusterStatus, LeaseStatus, MemberStat
 from apollo11.scheduler.archive import Archive
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.dispatch import RemoteExecutor, WorkersService
 from apollo11.scheduler.engine import Engine
+from apollo11.scheduler.engine.executor import AttemptToken
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
@@ -75,7 +77,7 @@ from apollo11.scheduler.log.segment import Segment
 from apollo11.scheduler.node import options, reshape, role
 from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.role import FAILED
-from apollo11.scheduler.replay import State, TaskState
+from apollo11.scheduler.replay import State, StepStatus, TaskState
 from apollo11.scheduler.security import Principals, protect
 from apollo11.scheduler.shell import SHELL_DISABLED
 from apollo11.scheduler.store import NeedsFullReplay, Store, state_at
@@ -110,6 +112,14 @@ class Node:
         self.principals: Principals | None = None
         self.store: Store | None = None
         self.engine: Engine | None = None
+        # Remote execution: the workers' side of the engine (scheduler/dispatch/).
+        self.dispatch: RemoteExecutor | None = None
+        if settings.execution == "remote":
+            self.dispatch = RemoteExecutor(
+                node_id=settings.node_id,
+                heartbeat_interval_s=settings.worker_heartbeat_interval,
+                heartbeat_timeout_s=settings.worker_heartbeat_timeout,
+            )
         self.api: ApiServer | None = None
         self.http: Any = None
         self.http_port = 0
@@ -205,6 +215,7 @@ class Node:
             store,
             self.registry,
             node_id=s.node_id,
+            executor=self.dispatch,
             clock=self.clock,
             **options.engine_options(s),
             commit=self.commit,
@@ -250,7 +261,13 @@ class Node:
             except BaseException:
                 await self._abandon_start()
                 raise
-        self.api = ApiServer(self, self.principals)
+        extra = []
+        if self.dispatch is not None:
+            from apollo11.v1 import worker_pb2
+
+            service = WorkersService(self.dispatch, self.not_leader)
+            extra.append((worker_pb2.DESCRIPTOR.services_by_name["Workers"], service))
+        self.api = ApiServer(self, self.principals, extra=extra)
         self.port = await self.api.start(s.listen)
         if s.http:
             from apollo11.scheduler.web import HttpServer
@@ -766,6 +783,8 @@ class Node:
             payload={"node_id": self.settings.node_id, "address": self.address},
         )
         await self.engine.start()
+        if self.dispatch is not None:
+            self.dispatch.start(won.term, self._is_current_attempt)
         self._spawn(self.fence.keepalive(self.demote), "apollo11-keepalive")
         self._spawn(self.fence.watchdog(self.demote), "apollo11-watchdog")
         spent = time.perf_counter() - t0
@@ -783,6 +802,18 @@ class Node:
             f"scheduling after {spent * 1000:.1f} ms"
         )
 
+    def _is_current_attempt(self, task_id: str, step: str, token: AttemptToken) -> bool:
+        """Is `token` the attempt the log says `step` is running? (A worker's result
+        counts only then.)"""
+        task = None if self.store is None else self.store.state.tasks.get(task_id)
+        found = None if task is None else task.steps.get(step)
+        return (
+            found is not None
+            and found.status is StepStatus.STARTED
+            and found.started_event == token.event_id
+            and found.started_term == token.term
+        )
+
     def lease_valid(self) -> bool:
         """Sure to hold the lease now? (scheduler/node/fence.py)"""
         return self.role == "primary" and self.fence.valid()
@@ -796,6 +827,9 @@ class Node:
         self.leader = None
         metrics.ROLE.set(0)
         self.hub.fail_all(f"this node stopped being the primary: {why}")
+        if self.dispatch is not None:
+            # Workers go to the next primary with their attempts: nothing is failed.
+            await self.dispatch.stop(f"this node stopped being the primary: {why}")
         if self.engine is not None:
             await self.engine.stop()
         for t in self._tasks:
@@ -1098,8 +1132,13 @@ class Node:
         await asyncio.to_thread(self.scrubber.stop)
         was_primary = self.role == "primary"
         drained = True
+        if self.dispatch is not None:
+            # Attempts on workers outlive this node: the next primary adopts them, so
+            # there is nothing to drain, and nothing is failed.
+            await self.dispatch.stop("this node is stopping")
         if self.engine is not None and self.engine.leading:
-            drained = await self.engine.drain(within_s=self.settings.drain_timeout)
+            if self.dispatch is None:
+                drained = await self.engine.drain(within_s=self.settings.drain_timeout)
             await self.engine.stop()
         self.role = "stopped"
         self.fence.disarm()

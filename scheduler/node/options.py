@@ -31,5 +31,11 @@ def store_config(s: NodeSettings, *, segment_max_bytes: int) -> StoreConfig:
     )
 
 
+# With remote execution the workers' slots are the limit; the engine's own is only a
+# bound on what one primary follows at once.
+REMOTE_CONCURRENCY = 100_000
+
+
 def engine_options(s: NodeSettings) -> EngineOptions:
-    return {"concurrency": s.concurrency, "idempotency_ttl_s": s.idempotency_ttl}
+    concurrency = s.concurrency if s.execution == "embedded" else REMOTE_CONCURRENCY
+    return {"concurrency": concurrency, "idempotency_ttl_s": s.idempotency_ttl}

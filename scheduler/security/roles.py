@@ -3,7 +3,8 @@ that gives every RPC the role it needs.
 
 Roles nest: an `operator` may do what a `submitter` may, and a `submitter`
 what a `reader` may. `node` stands apart: it is what a cluster node's peer
-certificate proves, and it grants replication only, nothing else.
+certificate proves, and it grants replication only, nothing else. `worker`
+stands apart too: it grants the worker stream only.
 
 The table is the whole policy. A method that is not in it is refused (deny by
 default), so a new RPC cannot ship without somebody deciding its role, and
@@ -22,6 +23,7 @@ class Role(enum.Enum):
     SUBMITTER = "submitter"
     OPERATOR = "operator"
     NODE = "node"
+    WORKER = "worker"
 
     @classmethod
     def parse(cls, text: str) -> Role:
@@ -33,11 +35,14 @@ class Role(enum.Enum):
 
 
 _LADDER = (Role.READER, Role.SUBMITTER, Role.OPERATOR)
+# Each grants its own service only: a node's certificate replication, a worker's
+# token the worker stream (a worker reports any step's result: nothing else).
+_APART = (Role.NODE, Role.WORKER)
 
 
 def grants(have: Role, need: Role) -> bool:
     """Does a principal holding `have` get what `need` allows?"""
-    if Role.NODE in (have, need):
+    if have in _APART or need in _APART:
         return have is need
     return _LADDER.index(have) >= _LADDER.index(need)
 
@@ -91,6 +96,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
     "/apollo11.v1.Replication/Follow": Role.NODE,
     "/apollo11.v1.Replication/ReadRecords": Role.NODE,
+    "/apollo11.v1.Workers/Connect": Role.WORKER,
 }
 
 

@@ -1,0 +1,87 @@
+"""One connected worker, as the primary sees it: what it registered, the slots it
+has taken, and what is waiting to be sent to it.
+
+Messages to a worker are batched per turn of the loop: assignments, cancels and
+result acknowledgements queue here, and the stream's writer sends each kind as one
+message (`drain`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from apollo11.scheduler.engine.executor import AttemptToken
+from apollo11.v1 import worker_pb2 as wpb
+
+Key = tuple[str, str]  # (task_id, step)
+
+
+@dataclass(eq=False)
+class WorkerConn:
+    name: str
+    instance: str
+    slots: int
+    workflows: frozenset[tuple[str, int]]
+    labels: dict[str, str]
+    address: str
+    version: str
+    connected_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.monotonic)
+    held: set[Key] = field(default_factory=set)  # slots taken (placed, running, cancelling)
+    closed: str | None = None  # why it is gone
+    assigned: int = 0  # attempts sent over this connection
+    _assign: list[wpb.Assignment] = field(default_factory=list)
+    _assigned_at: list[float] = field(default_factory=list)
+    _cancel: list[wpb.CancelAttempt] = field(default_factory=list)
+    _acks: list[wpb.ResultAck] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def free(self) -> int:
+        return self.slots - len(self.held)
+
+    def assign(self, a: wpb.Assignment) -> None:
+        self._assign.append(a)
+        self._assigned_at.append(time.perf_counter())
+        self.assigned += 1
+        self.wake.set()
+
+    def cancel(self, token: AttemptToken, reason: str) -> None:
+        self._cancel.append(wpb.CancelAttempt(token=to_pb(token), reason=reason))
+        self.wake.set()
+
+    def ack(self, token: AttemptToken, accepted: bool, reason: str = "") -> None:
+        self._acks.append(wpb.ResultAck(token=to_pb(token), accepted=accepted, reason=reason))
+        self.wake.set()
+
+    def close(self, why: str) -> None:
+        if self.closed is None:
+            self.closed = why
+        self.wake.set()
+
+    def drain(self) -> tuple[list[wpb.DispatchMessage], list[float]]:
+        """What to send now, one message per kind, and when each assignment was queued."""
+        out: list[wpb.DispatchMessage] = []
+        queued: list[float] = []
+        if self._assign:
+            out.append(wpb.DispatchMessage(assign=wpb.Assign(assignments=self._assign)))
+            queued = self._assigned_at
+            self._assign, self._assigned_at = [], []
+        for c in self._cancel:
+            out.append(wpb.DispatchMessage(cancel=c))
+        self._cancel = []
+        if self._acks:
+            out.append(wpb.DispatchMessage(acks=wpb.Acks(acks=self._acks)))
+            self._acks = []
+        self.wake.clear()
+        return out, queued
+
+
+def to_pb(token: AttemptToken) -> wpb.AttemptToken:
+    return wpb.AttemptToken(term=token.term, event_id=token.event_id)
+
+
+def from_pb(token: wpb.AttemptToken) -> AttemptToken:
+    return AttemptToken(token.term, token.event_id)

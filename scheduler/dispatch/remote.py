@@ -1,0 +1,487 @@
+"""The remote executor: attempts run on worker processes (`apollo11 worker`).
+
+It implements the engine's Executor protocol (scheduler/engine/executor.py):
+
+* `place` picks a worker (choose.py) and holds one of its slots before the
+  STARTED is written, so the STARTED names the worker, and any primary that
+  takes over knows where the attempt runs;
+* `run` sends the assignment once the STARTED is committed and waits for the
+  worker's result. The attempt's token (term and event id of the STARTED) is
+  what the result must carry: a result for any other token is refused and
+  counted, never applied;
+* a worker whose stream breaks (its process died: the kernel closes its
+  socket) loses its attempts at once; one that stays silent past the
+  heartbeat timeout is cut off and loses them too (`Lost`);
+* `abandon` (a timeout, a cancel) tells the worker to cancel the attempt, and
+  `settle` waits for its acknowledgement (or for the worker to be gone) before
+  the step may run again: no retry beside an attempt that still runs;
+* `adopt`: after a failover, the new primary waits for the attempt's worker
+  to reconnect and report it, running (then its result) or finished (its
+  result, kept by the worker until acknowledged); if it does not come back
+  within the heartbeat timeout, the attempt is lost as usual. A worker's
+  result is acknowledged once its outcome is recorded (`release`), so a
+  primary dying in between costs no result: the worker sends it again.
+
+Leadership lost (`stop`): every stream is closed with the new primary's
+address, and nothing is failed: the attempts are the next primary's to adopt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from apollo11.scheduler import metrics
+from apollo11.scheduler.dispatch.choose import Offer, choose, why_none
+from apollo11.scheduler.dispatch.conn import Key, WorkerConn, to_pb
+from apollo11.scheduler.engine.executor import (
+    Attempt,
+    AttemptToken,
+    Failed,
+    Lost,
+    Outcome,
+    Succeeded,
+)
+from apollo11.v1 import worker_pb2 as wpb
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
+DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+
+# Is `token` the current attempt of (task, step)? The node answers from its state.
+IsCurrent = Callable[[str, str, AttemptToken], bool]
+
+
+@dataclass(eq=False)
+class _Inflight:
+    """An attempt this node waits on: run here, or adopted from an earlier primary."""
+
+    token: AttemptToken
+    key: Key
+    worker: str
+    beat: Callable[[Any], None] | None
+    outcome: asyncio.Future[Outcome] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)  # its worker holds it
+    cancelling: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Reported:
+    """An attempt a worker reported (running, or finished) that nothing waits on yet."""
+
+    worker: str
+    key: Key
+    outcome: Outcome | None
+
+
+class RefusedError(Exception):
+    """A worker's registration cannot be taken (the message says why)."""
+
+
+class RemoteExecutor:
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
+        heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    ) -> None:
+        self.node_id = node_id
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.workers: dict[str, WorkerConn] = {}
+        self.term = 0
+        self.accepting = False
+        self._is_current: IsCurrent = lambda task_id, step, token: False
+        self._inflight: dict[AttemptToken, _Inflight] = {}
+        self._reported: dict[AttemptToken, _Reported] = {}
+        self._keys: dict[Key, AttemptToken] = {}
+        self._held: dict[Key, str] = {}  # slot holder of each placed/running step
+        self._settling: dict[Key, asyncio.Future[None]] = {}
+        self._acks: dict[Key, tuple[str, AttemptToken]] = {}  # acknowledged at release
+        self._notify: list[Callable[[], None]] = []
+        self._watchdog: asyncio.Task[None] | None = None
+        self.lost_attempts = 0
+        self.refused_results = 0
+
+    # ------------------------------------------------------------ leadership
+
+    def start(self, term: int, is_current: IsCurrent) -> None:
+        """This node became primary at `term`: take workers."""
+        self.term = term
+        self._is_current = is_current
+        self.accepting = True
+        if self._watchdog is None:
+            self._watchdog = asyncio.create_task(self._watch(), name="apollo11-workers-watchdog")
+
+    async def stop(self, why: str) -> None:
+        """Leadership lost: close every stream (workers go to the next primary) and
+        forget every attempt without failing it: the next primary adopts them."""
+        self.accepting = False
+        for conn in list(self.workers.values()):
+            conn.close(why)
+        self.workers.clear()
+        for inflight in self._inflight.values():
+            if not inflight.outcome.done():
+                inflight.outcome.cancel()
+        for fut in self._settling.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._inflight.clear()
+        self._reported.clear()
+        self._keys.clear()
+        self._held.clear()
+        self._settling.clear()
+        self._acks.clear()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
+        self._gauges()
+
+    # ------------------------------------------------------- the executor seam
+
+    def place(self, task_id: str, step: str, workflow: str, version: int) -> str | None:
+        name = choose(self._offers(), workflow, version)
+        if name is None:
+            return None
+        key = (task_id, step)
+        self.workers[name].held.add(key)
+        self._held[key] = name
+        self._gauges()
+        return name
+
+    def unplaced(self, workflow: str, version: int) -> str:
+        return why_none(self._offers(), workflow, version)
+
+    def free_slots(self) -> int:
+        return sum(max(0, c.free) for c in self.workers.values())
+
+    def watch_capacity(self, notify: Callable[[], None]) -> None:
+        self._notify = [notify]  # one engine at a time (a node makes a new one per store)
+
+    def release(self, task_id: str, step: str) -> None:
+        key = (task_id, step)
+        name = self._held.pop(key, None)
+        if name is not None and (conn := self.workers.get(name)) is not None:
+            conn.held.discard(key)
+        ack = self._acks.pop(key, None)
+        if ack is not None and (conn := self.workers.get(ack[0])) is not None:
+            conn.ack(ack[1], True)  # its outcome is recorded: the worker may forget it
+        token = self._keys.pop(key, None)
+        if token is not None:
+            self._inflight.pop(token, None)
+        self._settling.pop(key, None)
+        self._gauges()
+
+    async def run(self, attempt: Attempt) -> Outcome:
+        ctx = attempt.ctx
+        key = (ctx.task_id, ctx.step)
+        name = self._held.get(key, ctx.worker)
+        conn = self.workers.get(name)
+        if conn is None or conn.closed is not None:
+            self._count_lost("closed")
+            return Lost(f"worker {name} went away before the attempt was sent to it")
+        token = attempt.token
+        inflight = _Inflight(token, key, name, ctx.beat)
+        inflight.confirmed.set()
+        self._inflight[token] = inflight
+        self._keys[key] = token
+        conn.assign(
+            wpb.Assignment(
+                token=to_pb(token),
+                task_id=ctx.task_id,
+                step=ctx.step,
+                attempt=ctx.attempt,
+                workflow=ctx.workflow,
+                version=ctx.version,
+                input_json=b"" if ctx.input is None else orjson.dumps(ctx.input),
+                results_json=orjson.dumps(dict(ctx.results)),
+                timeout_s=attempt.timeout_s,
+                last_heartbeat_json=(
+                    b"" if ctx.last_heartbeat is None else orjson.dumps(ctx.last_heartbeat)
+                ),
+                node_id=self.node_id,
+            )
+        )
+        return await self._wait(inflight)
+
+    async def adopt(self, attempt: Attempt, where: str) -> Outcome:
+        ctx = attempt.ctx
+        key = (ctx.task_id, ctx.step)
+        token = attempt.token
+        self._held[key] = where
+        if (conn := self.workers.get(where)) is not None:
+            conn.held.add(key)
+        self._keys[key] = token
+        inflight = _Inflight(token, key, where, ctx.beat)
+        self._inflight[token] = inflight
+        reported = self._reported.pop(token, None)
+        if reported is not None:
+            inflight.worker = reported.worker
+            inflight.confirmed.set()
+            if reported.outcome is not None:
+                self._acks[key] = (reported.worker, token)
+                inflight.outcome.set_result(reported.outcome)
+        if not inflight.confirmed.is_set():
+            # Wait for the worker to come back and report it, for as long as a
+            # silent worker would be given.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.heartbeat_timeout_s):
+                    await inflight.confirmed.wait()
+            if not inflight.confirmed.is_set():
+                self._inflight.pop(token, None)
+                self._count_lost("not back")
+                return Lost(
+                    f"worker {where} did not report the attempt within "
+                    f"{self.heartbeat_timeout_s:g}s of this node taking over"
+                )
+        return await self._wait(inflight)
+
+    async def _wait(self, inflight: _Inflight) -> Outcome:
+        try:
+            return await asyncio.shield(inflight.outcome)
+        except asyncio.CancelledError:
+            if not inflight.cancelling:
+                # Leadership lost (or the node stops): the worker keeps the attempt
+                # for the next primary; nothing to tell it.
+                self._inflight.pop(inflight.token, None)
+            raise
+
+    def abandon(self, task_id: str, step: str, reason: str) -> None:
+        key = (task_id, step)
+        token = self._keys.get(key)
+        inflight = None if token is None else self._inflight.get(token)
+        if inflight is None or inflight.outcome.done() or inflight.cancelling:
+            return
+        inflight.cancelling = True
+        self._settling[key] = asyncio.get_running_loop().create_future()
+        conn = self.workers.get(inflight.worker)
+        if conn is None:
+            self._settled(key)
+            return
+        conn.cancel(inflight.token, reason)
+
+    def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
+        fut = self._settling.get((task_id, step))
+        if fut is None or fut.done():
+            return None
+        log.info("step %s/%s: waiting for its worker to cancel the attempt", task_id, step)
+        return fut
+
+    def _settled(self, key: Key) -> None:
+        fut = self._settling.get(key)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        token = self._keys.get(key)
+        if token is not None:
+            self._inflight.pop(token, None)
+
+    # ----------------------------------------------------------- the streams
+
+    def connect(self, conn: WorkerConn, running: list[wpb.RunningAttempt]) -> list[AttemptToken]:
+        """A worker registered; `running`: what it still runs. Returns the tokens it
+        should cancel (not a current attempt any more)."""
+        if not self.accepting:
+            raise RefusedError("this node is not the primary")
+        old = self.workers.get(conn.name)
+        if old is not None and old.closed is None:
+            if old.instance != conn.instance:
+                raise RefusedError(
+                    f"a worker named {conn.name!r} is already connected (from "
+                    f"{old.address}); names must be unique"
+                )
+            self._gone(old, "replaced by its own new connection")
+        self.workers[conn.name] = conn
+        stale: list[AttemptToken] = []
+        for r in running:
+            token = AttemptToken(r.token.term, r.token.event_id)
+            key = (r.task_id, r.step)
+            inflight = self._inflight.get(token)
+            if inflight is not None and not inflight.outcome.done():
+                inflight.worker = conn.name
+                inflight.confirmed.set()
+                conn.held.add(key)
+                self._held[key] = conn.name
+            elif self._is_current(r.task_id, r.step, token):
+                self._reported[token] = _Reported(conn.name, key, None)
+                conn.held.add(key)
+            else:
+                stale.append(token)
+            if r.heartbeat_json:
+                self._beat(token, r.heartbeat_json)
+        log.info(
+            "worker %s connected from %s: %d slots, %d workflow(s), %d attempt(s) running",
+            conn.name,
+            conn.address,
+            conn.slots,
+            len(conn.workflows),
+            len(running),
+        )
+        self._gauges()
+        for notify in self._notify:
+            notify()
+        return stale
+
+    def heartbeat(self, conn: WorkerConn, beat: wpb.WorkerHeartbeat) -> None:
+        conn.last_seen = time.monotonic()
+        for r in beat.running:
+            if r.heartbeat_json:
+                self._beat(AttemptToken(r.token.term, r.token.event_id), r.heartbeat_json)
+
+    def _beat(self, token: AttemptToken, raw: bytes) -> None:
+        inflight = self._inflight.get(token)
+        if inflight is None or inflight.beat is None:
+            return
+        try:
+            inflight.beat(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            log.warning("attempt %s: a heartbeat's details are not JSON; ignored", token)
+
+    def results(self, conn: WorkerConn, results: wpb.Results) -> None:
+        conn.last_seen = time.monotonic()
+        for r in results.results:
+            self._result(conn, r)
+
+    def _result(self, conn: WorkerConn, r: wpb.StepResult) -> None:
+        token = AttemptToken(r.token.term, r.token.event_id)
+        key = (r.task_id, r.step)
+        kind = r.WhichOneof("outcome")
+        inflight = self._inflight.get(token)
+        if inflight is not None and inflight.key == key:
+            if inflight.cancelling:
+                # The cancel's answer (or a result that crossed it): nothing runs now.
+                self._settled(key)
+                conn.ack(token, kind == "cancelled", "" if kind == "cancelled" else "cancelled")
+                if kind != "cancelled":
+                    self._refuse(conn, r, "its attempt was cancelled", ack=False)
+                return
+            if kind == "cancelled":  # cancelled by the worker itself (it is stopping)
+                inflight.outcome.set_result(Lost(f"worker {conn.name} cancelled it"))
+                self._acks[key] = (conn.name, token)
+                return
+            if not inflight.outcome.done():
+                inflight.confirmed.set()
+                inflight.outcome.set_result(_outcome(r))
+                self._acks[key] = (conn.name, token)
+            return
+        if kind != "cancelled" and self._is_current(r.task_id, r.step, token):
+            # Finished while no primary was there to hear it: kept for adoption.
+            self._reported[token] = _Reported(conn.name, key, _outcome(r))
+            conn.held.add(key)
+            return
+        if kind == "cancelled":
+            conn.ack(token, True)
+            return
+        self._refuse(
+            conn,
+            r,
+            "it is not the step's current attempt (retried, skipped, cancelled, or declared lost)",
+        )
+
+    def _refuse(self, conn: WorkerConn, r: wpb.StepResult, why: str, *, ack: bool = True) -> None:
+        token = AttemptToken(r.token.term, r.token.event_id)
+        self.refused_results += 1
+        metrics.REFUSED_RESULTS.inc()
+        log.warning(
+            "refused a late result from worker %s for %s/%s attempt %d (token %s): %s",
+            conn.name,
+            r.task_id,
+            r.step,
+            r.attempt,
+            token,
+            why,
+        )
+        if ack:
+            conn.ack(token, False, why)
+
+    def disconnect(self, conn: WorkerConn, how: str) -> None:
+        """Its stream ended (`how`: why)."""
+        if self.workers.get(conn.name) is conn:
+            self._gone(conn, how)
+
+    def _gone(self, conn: WorkerConn, how: str, *, counted: str = "closed") -> None:
+        conn.close(how)
+        if self.workers.get(conn.name) is conn:
+            del self.workers[conn.name]
+        lost = 0
+        for inflight in list(self._inflight.values()):
+            if inflight.worker != conn.name or not inflight.confirmed.is_set():
+                continue
+            if inflight.cancelling:
+                self._settled(inflight.key)
+            elif not inflight.outcome.done():
+                inflight.outcome.set_result(Lost(f"worker {conn.name}: {how}"))
+                lost += 1
+        for token, rep in list(self._reported.items()):
+            if rep.worker == conn.name and rep.outcome is None:
+                del self._reported[token]
+        if lost:
+            self._count_lost(counted, lost)
+        log.warning("worker %s is gone (%s): %d attempt(s) lost", conn.name, how, lost)
+        self._gauges()
+
+    async def _watch(self) -> None:
+        """Cut off workers silent for longer than the heartbeat timeout."""
+        period = min(0.5, self.heartbeat_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self.workers.values()):
+                silent = now - conn.last_seen
+                if silent > self.heartbeat_timeout_s:
+                    self._gone(
+                        conn,
+                        f"silent for {silent:.1f}s (heartbeat timeout "
+                        f"{self.heartbeat_timeout_s:g}s)",
+                        counted="silent",
+                    )
+
+    # ----------------------------------------------------------------- views
+
+    def _offers(self) -> list[Offer]:
+        return [
+            Offer(c.name, c.free, c.workflows) for c in self.workers.values() if c.closed is None
+        ]
+
+    def _count_lost(self, how: str, n: int = 1) -> None:
+        self.lost_attempts += n
+        metrics.WORKER_LOST_ATTEMPTS.labels(how).inc(n)
+
+    def _gauges(self) -> None:
+        busy = sum(len(c.held) for c in self.workers.values())
+        total = sum(c.slots for c in self.workers.values())
+        metrics.WORKERS_CONNECTED.set(len(self.workers))
+        metrics.WORKER_SLOTS.labels("busy").set(busy)
+        metrics.WORKER_SLOTS.labels("free").set(max(0, total - busy))
+
+
+def _outcome(r: wpb.StepResult) -> Outcome:
+    kind = r.WhichOneof("outcome")
+    if kind == "result_json":
+        try:
+            return Succeeded(orjson.loads(r.result_json) if r.result_json else None)
+        except orjson.JSONDecodeError as e:
+            return Failed("InvalidResult", f"the worker sent a result that is not JSON: {e}", {})
+    if kind == "failure":
+        f = r.failure
+        details: dict[str, Any] = {}
+        if f.details_json:
+            try:
+                loaded = orjson.loads(f.details_json)
+                details = loaded if isinstance(loaded, dict) else {"details": loaded}
+            except orjson.JSONDecodeError:
+                details = {}
+        return Failed(f.error_type or "Error", f.message, details, declared=f.declared)
+    return Failed("InvalidResult", "the worker sent a result without an outcome", {})

@@ -1,0 +1,148 @@
+"""The Workers service: one bidirectional stream per worker process.
+
+The first message must be a Register; the answer is Registered (or the stream
+ends with a status: FAILED_PRECONDITION naming the primary on a standby,
+UNAVAILABLE while there is none, ALREADY_EXISTS for a name taken by another
+live worker, INVALID_ARGUMENT for a registration that cannot be taken). Then
+a reader takes heartbeats and results, and the writer sends what the remote
+executor queued for the worker, one message per kind per turn of the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from apollo11.scheduler import metrics
+from apollo11.scheduler.api.wire import LEADER_METADATA
+from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
+from apollo11.scheduler.dispatch.remote import RefusedError, RemoteExecutor
+from apollo11.scheduler.errors import ApolloError, NotLeaderError
+from apollo11.v1 import worker_pb2 as wpb
+
+log = logging.getLogger(__name__)
+
+NAME_MAX = 128
+SLOTS_MAX = 10_000
+WORKFLOWS_MAX = 1_000
+LABELS_MAX = 64
+
+
+def check_register(r: wpb.Register) -> str | None:
+    """What is wrong with a registration (None: nothing), naming the field and limit."""
+    if not r.name or len(r.name) > NAME_MAX:
+        return f"register.name: 1 to {NAME_MAX} characters, got {len(r.name)}"
+    if not r.instance:
+        return "register.instance: required (unique per worker process)"
+    if not 1 <= r.slots <= SLOTS_MAX:
+        return f"register.slots: 1 to {SLOTS_MAX}, got {r.slots}"
+    if len(r.workflows) > WORKFLOWS_MAX:
+        return f"register.workflows: at most {WORKFLOWS_MAX}, got {len(r.workflows)}"
+    if len(r.labels) > LABELS_MAX:
+        return f"register.labels: at most {LABELS_MAX}, got {len(r.labels)}"
+    for w in r.workflows:
+        if not w.name or w.version < 1:
+            return f"register.workflows: {w.name!r} v{w.version} is not a workflow version"
+    return None
+
+
+class WorkersService:
+    def __init__(self, executor: RemoteExecutor, not_leader: Callable[[], ApolloError]) -> None:
+        self.executor = executor
+        self._not_leader = not_leader
+
+    async def Connect(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
+        ex = self.executor
+        if not ex.accepting:
+            await _refuse_not_leader(context, self._not_leader())
+            return
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("body") != "register":
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a register"
+            )
+        reg = first.register
+        problem = check_register(reg)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        conn = WorkerConn(
+            name=reg.name,
+            instance=reg.instance,
+            slots=reg.slots,
+            workflows=frozenset((w.name, w.version) for w in reg.workflows),
+            labels=dict(reg.labels),
+            address=context.peer(),
+            version=reg.version,
+        )
+        try:
+            stale = ex.connect(conn, list(reg.running))
+        except RefusedError as e:
+            if not ex.accepting:
+                await _refuse_not_leader(context, self._not_leader())
+                return
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(e))
+            return
+        how = "its stream ended"
+        reader = asyncio.create_task(self._read(conn, context), name=f"worker {conn.name} reader")
+        try:
+            await context.write(
+                wpb.DispatchMessage(
+                    registered=wpb.Registered(
+                        node_id=ex.node_id,
+                        term=ex.term,
+                        heartbeat_interval_s=ex.heartbeat_interval_s,
+                        heartbeat_timeout_s=ex.heartbeat_timeout_s,
+                        stale=[to_pb(t) for t in stale],
+                    )
+                )
+            )
+            while conn.closed is None and not reader.done():
+                waiter = asyncio.ensure_future(conn.wake.wait())
+                await asyncio.wait((waiter, reader), return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                messages, queued = conn.drain()
+                for m in messages:
+                    await context.write(m)
+                if queued:
+                    now = time.perf_counter()
+                    for t in queued:
+                        metrics.DISPATCH_SECONDS.observe(now - t)
+            if reader.done() and not reader.cancelled():
+                how = reader.result()
+        except asyncio.CancelledError:
+            how = "its stream was cancelled (the worker process died or disconnected)"
+            raise
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+            closed_by_us = conn.closed
+            ex.disconnect(conn, closed_by_us or how)
+        if closed_by_us is not None and not ex.accepting:
+            await _refuse_not_leader(context, self._not_leader())
+
+    async def _read(self, conn: WorkerConn, context: grpc.aio.ServicerContext) -> str:
+        ex = self.executor
+        while True:
+            msg = await context.read()
+            if msg is grpc.aio.EOF:
+                return "the worker closed its stream"
+            kind = msg.WhichOneof("body")
+            if kind == "heartbeat":
+                ex.heartbeat(conn, msg.heartbeat)
+            elif kind == "results":
+                ex.results(conn, msg.results)
+            elif kind == "register":
+                log.warning("worker %s registered twice on one stream; ignored", conn.name)
+
+
+async def _refuse_not_leader(context: grpc.aio.ServicerContext, e: ApolloError) -> None:
+    if isinstance(e, NotLeaderError) and e.leader:
+        context.set_trailing_metadata(((LEADER_METADATA, e.leader),))
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))

@@ -1,0 +1,105 @@
+"""A worker speaking the protocol by hand, for tests of the primary's half."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import grpc
+import orjson
+
+from apollo11.v1 import worker_pb2 as wpb
+from apollo11.v1 import worker_pb2_grpc as wpbg
+
+
+class RawWorker:
+    def __init__(self, address: str, name: str = "w1", slots: int = 4) -> None:
+        self.address = address
+        self.name = name
+        self.slots = slots
+        self.instance = uuid.uuid4().hex
+        self.channel: grpc.aio.Channel | None = None
+        self.call: Any = None
+        self.inbox: asyncio.Queue[wpb.DispatchMessage] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
+        self._beater: asyncio.Task[None] | None = None
+        self.beating = True  # heartbeats every 0.2 s while True (a silent worker: False)
+
+    async def connect(
+        self,
+        workflows: tuple[tuple[str, int], ...] = (("pair", 1),),
+        running: tuple[wpb.RunningAttempt, ...] = (),
+    ) -> wpb.Registered:
+        self.channel = grpc.aio.insecure_channel(self.address)
+        self.call = wpbg.WorkersStub(self.channel).Connect()
+        await self.call.write(
+            wpb.WorkerMessage(
+                register=wpb.Register(
+                    name=self.name,
+                    instance=self.instance,
+                    slots=self.slots,
+                    workflows=[wpb.WorkflowRef(name=n, version=v) for n, v in workflows],
+                    running=list(running),
+                )
+            )
+        )
+        first = await asyncio.wait_for(self.call.read(), 10)
+        assert first.WhichOneof("body") == "registered", first
+        self._reader = asyncio.create_task(self._read())
+        self._beater = asyncio.create_task(self._beat())
+        registered: wpb.Registered = first.registered
+        return registered
+
+    async def _read(self) -> None:
+        while True:
+            msg = await self.call.read()
+            if msg is grpc.aio.EOF:
+                return
+            await self.inbox.put(msg)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            if self.beating:
+                await self.heartbeat()
+
+    async def next(self, kind: str, timeout: float = 10) -> Any:
+        """The next message of `kind` (others are dropped)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await self.inbox.get()
+                if msg.WhichOneof("body") == kind:
+                    return getattr(msg, kind)
+
+    async def result(self, a: wpb.Assignment, value: Any = None, **outcome: Any) -> None:
+        r = wpb.StepResult(token=a.token, task_id=a.task_id, step=a.step, attempt=a.attempt)
+        if "failure" in outcome:
+            r.failure.CopyFrom(outcome["failure"])
+        elif outcome.get("cancelled"):
+            r.cancelled = True
+        else:
+            r.result_json = orjson.dumps(value)
+        await self.call.write(wpb.WorkerMessage(results=wpb.Results(results=[r])))
+
+    async def heartbeat(self, *running: wpb.RunningAttempt) -> None:
+        await self.call.write(
+            wpb.WorkerMessage(heartbeat=wpb.WorkerHeartbeat(running=list(running)))
+        )
+
+    async def close(self) -> None:
+        for t in (self._reader, self._beater):
+            if t is not None:
+                t.cancel()
+        if self.channel is not None:
+            await self.channel.close()
+
+
+def running(a: wpb.Assignment, details: Any = None) -> wpb.RunningAttempt:
+    return wpb.RunningAttempt(
+        token=a.token,
+        task_id=a.task_id,
+        step=a.step,
+        attempt=a.attempt,
+        heartbeat_json=b"" if details is None else orjson.dumps(details),
+    )

@@ -1,0 +1,225 @@
+"""The primary's half of remote execution, on a real node in this process and a
+worker that speaks the protocol by hand (tests/scheduler/dispatch/rawworker.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.log import EventType, FsyncPolicy
+from apollo11.scheduler.node import Node
+from apollo11.scheduler.replay import TaskStatus
+
+from .rawworker import RawWorker, running
+
+FLOWS = "tests.scheduler.dispatch.flows"
+
+
+@pytest.fixture
+async def start(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Node]]]:
+    nodes: list[Node] = []
+
+    async def make(**settings: Any) -> Node:
+        settings.setdefault("data_dir", tmp_path / "data")
+        n = Node(
+            NodeSettings(
+                node_id="n1",
+                listen="127.0.0.1:0",
+                workflows=[FLOWS],
+                fsync=FsyncPolicy.UNSAFE_NEVER,
+                execution="remote",
+                worker_heartbeat_interval=0.2,
+                worker_heartbeat_timeout=1.0,
+                **settings,
+            )
+        )
+        await n.start()
+        nodes.append(n)
+        return n
+
+    yield make
+    for n in nodes:
+        if n.role != "stopped":
+            await n.stop()
+
+
+async def _wait(node: Node, task_id: str, timeout: float = 20) -> Any:
+    assert node.engine is not None
+    async with asyncio.timeout(timeout):
+        return await node.engine.wait(task_id)
+
+
+def _events(node: Node, task_id: str, kind: EventType) -> list[Any]:
+    assert node.store is not None
+    return [e for e in node.store.log.read() if e.task_id == task_id and e.event_type is kind]
+
+
+async def test_a_worker_runs_the_steps_and_the_started_names_it(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    reg = await w.connect()
+    assert reg.node_id == "n1" and reg.term >= 1 and reg.heartbeat_timeout_s == 1.0
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", {"x": 1})).task_id
+    a = (await w.next("assign")).assignments[0]
+    assert (a.task_id, a.step, a.attempt, a.workflow, a.version) == (task_id, "first", 1, "pair", 1)
+    started = _events(node, task_id, EventType.STEP_STARTED)
+    assert started[0].payload == {"worker": "w1"}
+    assert (a.token.term, a.token.event_id) == (started[0].term, started[0].event_id)
+    await w.result(a, {"n": 1})
+    acks = await w.next("acks")
+    assert acks.acks[0].accepted and acks.acks[0].token == a.token
+    b = (await w.next("assign")).assignments[0]
+    assert b.step == "second" and b.results_json == b'{"first":{"n":1}}'
+    await w.result(b, {"n": 2})
+    task = await _wait(node, task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    assert task.steps["second"].result == {"n": 2}
+    await w.close()
+
+
+async def test_no_worker_for_the_version_no_assignment(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect(workflows=(("pair", 2),))
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    async with asyncio.timeout(10):
+        while task_id not in node.engine.problems:
+            await asyncio.sleep(0.02)
+    assert "registered pair v1" in node.engine.problems[task_id]
+    with pytest.raises(TimeoutError):
+        await w.next("assign", timeout=0.5)
+    assert _events(node, task_id, EventType.STEP_STARTED) == []
+    # a worker that has the version connects: the step starts on it
+    w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
+    await w2.connect()
+    a = (await w2.next("assign")).assignments[0]
+    assert a.task_id == task_id
+    await w.close()
+    await w2.close()
+
+
+async def test_a_broken_stream_loses_its_attempts_and_they_run_again(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    await w.close()  # the worker's socket closes
+    w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
+    await w2.connect()
+    b = (await w2.next("assign")).assignments[0]
+    assert (b.step, b.attempt) == ("first", 2)
+    failed = _events(node, task_id, EventType.STEP_FAILED)
+    assert failed[0].payload["lost"] is True and "w1" in failed[0].payload["error"]
+    # the first worker's late result (it was only cut off) is refused
+    late = RawWorker(f"127.0.0.1:{node.port}", name="w1")
+    await late.connect(workflows=())  # takes nothing new: the next step goes to w2
+    await late.result(a, {"n": 99})
+    ack = (await late.next("acks")).acks[0]
+    assert not ack.accepted and "not the step's current attempt" in ack.reason
+    await w2.result(b, {"n": 1})
+    c = (await w2.next("assign")).assignments[0]
+    await w2.result(c, {"n": 2})
+    task = await _wait(node, task_id)
+    assert task.steps["first"].result == {"n": 1}
+    assert len(_events(node, task_id, EventType.STEP_SUCCEEDED)) == 2
+    await w2.close()
+    await late.close()
+
+
+async def test_a_silent_worker_is_cut_off_and_its_heartbeat_details_carry_over(
+    start: Any,
+) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    w.beating = False
+    await w.heartbeat(running(a, {"rows": 500}))
+    # ... then nothing: past the heartbeat timeout (1 s) the worker is cut off
+    w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
+    await w2.connect()
+    b = (await w2.next("assign", timeout=15)).assignments[0]
+    assert b.attempt == 2
+    assert b.last_heartbeat_json == b'{"rows":500}'
+    failed = _events(node, task_id, EventType.STEP_FAILED)
+    assert "silent" in failed[0].payload["error"] and failed[0].payload["heartbeat"] == {
+        "rows": 500
+    }
+    await w.close()
+    await w2.close()
+
+
+async def test_a_restarted_primary_adopts_the_attempt_and_does_not_run_it_again(
+    start: Any, tmp_path: Path
+) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    await node.stop()  # the attempt keeps running on the worker
+    await w.close()
+    node2 = await start()
+    w_again = RawWorker(f"127.0.0.1:{node2.port}")
+    w_again.instance = w.instance
+    reg = await w_again.connect(running=(running(a),))
+    assert list(reg.stale) == []
+    await w_again.result(a, {"n": 1})
+    ack = (await w_again.next("acks")).acks[0]
+    assert ack.accepted
+    b = (await w_again.next("assign")).assignments[0]
+    assert b.step == "second"
+    await w_again.result(b, {"n": 2})
+    task = await _wait(node2, task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    firsts = [e for e in _events(node2, task_id, EventType.STEP_STARTED) if e.step_name == "first"]
+    assert len(firsts) == 1, "the first step was not started a second time"
+    await w_again.close()
+
+
+async def test_cancel_reaches_the_worker_and_a_late_result_is_refused(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    cancel = asyncio.create_task(node.engine.cancel_task(task_id, operator="t", reason="test"))
+    c = await w.next("cancel")
+    assert c.token == a.token
+    await cancel
+    await w.result(a, cancelled=True)
+    task = await _wait(node, task_id)
+    assert task.status is TaskStatus.CANCELLED
+    await w.result(a, {"n": 1})  # too late: refused
+    acks = [ack for _ in range(2) for ack in (await w.next("acks")).acks]
+    assert any(not x.accepted for x in acks)
+    assert _events(node, task_id, EventType.STEP_SUCCEEDED) == []
+    await w.close()
+
+
+async def test_a_standby_or_a_bad_registration_is_refused_clearly(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}", slots=0)
+    with pytest.raises(Exception, match="register.slots: 1 to 10000, got 0"):
+        await w.connect()
+    await w.close()
+    dup1 = RawWorker(f"127.0.0.1:{node.port}", name="same")
+    await dup1.connect()
+    dup2 = RawWorker(f"127.0.0.1:{node.port}", name="same")
+    with pytest.raises(Exception, match="already connected"):
+        await dup2.connect()
+    await dup1.close()
+    await dup2.close()
