@@ -13,7 +13,7 @@ def test_every_package_is_in_the_wheel() -> None:
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {
-        ".".join(init.parent.relative_to(ROOT).parts)
+        ".".join(("apollo11", *init.parent.relative_to(ROOT).parts))
         for top in ("scheduler", "replicator", "lease")
         for init in (ROOT / top).rglob("__init__.py")
     }
