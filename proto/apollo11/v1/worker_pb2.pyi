@@ -1,0 +1,198 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AttemptToken(_message.Message):
+    __slots__ = ("term", "event_id")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    event_id: int
+    def __init__(self, term: _Optional[int] = ..., event_id: _Optional[int] = ...) -> None: ...
+
+class WorkflowRef(_message.Message):
+    __slots__ = ("name", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class RunningAttempt(_message.Message):
+    __slots__ = ("token", "task_id", "step", "attempt", "heartbeat_json")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_JSON_FIELD_NUMBER: _ClassVar[int]
+    token: AttemptToken
+    task_id: str
+    step: str
+    attempt: int
+    heartbeat_json: bytes
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., heartbeat_json: _Optional[bytes] = ...) -> None: ...
+
+class Register(_message.Message):
+    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    instance: str
+    slots: int
+    workflows: _containers.RepeatedCompositeFieldContainer[WorkflowRef]
+    labels: _containers.ScalarMap[str, str]
+    running: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
+    version: str
+    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class WorkerHeartbeat(_message.Message):
+    __slots__ = ("running",)
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    running: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
+    def __init__(self, running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ...) -> None: ...
+
+class StepFailure(_message.Message):
+    __slots__ = ("error_type", "message", "details_json", "declared")
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_FIELD_NUMBER: _ClassVar[int]
+    error_type: str
+    message: str
+    details_json: bytes
+    declared: bool
+    def __init__(self, error_type: _Optional[str] = ..., message: _Optional[str] = ..., details_json: _Optional[bytes] = ..., declared: _Optional[bool] = ...) -> None: ...
+
+class StepResult(_message.Message):
+    __slots__ = ("token", "task_id", "step", "attempt", "result_json", "failure", "cancelled", "seconds")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    token: AttemptToken
+    task_id: str
+    step: str
+    attempt: int
+    result_json: bytes
+    failure: StepFailure
+    cancelled: bool
+    seconds: float
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ..., cancelled: _Optional[bool] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class Results(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StepResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ...) -> None: ...
+
+class WorkerMessage(_message.Message):
+    __slots__ = ("register", "heartbeat", "results")
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    register: Register
+    heartbeat: WorkerHeartbeat
+    results: Results
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("token", "task_id", "step", "attempt", "workflow", "version", "input_json", "results_json", "timeout_s", "last_heartbeat_json", "node_id")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_JSON_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    token: AttemptToken
+    task_id: str
+    step: str
+    attempt: int
+    workflow: str
+    version: int
+    input_json: bytes
+    results_json: bytes
+    timeout_s: float
+    last_heartbeat_json: bytes
+    node_id: str
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., input_json: _Optional[bytes] = ..., results_json: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., last_heartbeat_json: _Optional[bytes] = ..., node_id: _Optional[str] = ...) -> None: ...
+
+class Registered(_message.Message):
+    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    term: int
+    heartbeat_interval_s: float
+    heartbeat_timeout_s: float
+    stale: _containers.RepeatedCompositeFieldContainer[AttemptToken]
+    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ...) -> None: ...
+
+class Assign(_message.Message):
+    __slots__ = ("assignments",)
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+
+class CancelAttempt(_message.Message):
+    __slots__ = ("token", "reason")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    token: AttemptToken
+    reason: str
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResultAck(_message.Message):
+    __slots__ = ("token", "accepted", "reason")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    token: AttemptToken
+    accepted: bool
+    reason: str
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Acks(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[ResultAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[ResultAck, _Mapping]]] = ...) -> None: ...
+
+class DispatchMessage(_message.Message):
+    __slots__ = ("registered", "assign", "cancel", "acks")
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    registered: Registered
+    assign: Assign
+    cancel: CancelAttempt
+    acks: Acks
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
