@@ -14,6 +14,7 @@ stream; the next registration reports them.
 
 It imports no server module: the import-linter contract in pyproject.toml says so.
 
+_serve.py      a worker as a process: signals in, an exit status out
 _worker.py     Worker: the session (handshake, stream, end) and the attempts it runs
 _reconnect.py  after a stream ends: where to connect next, and when (one sentence)
 _attempt.py    one running attempt: coroutine, thread or child process, and its stop
@@ -25,6 +26,7 @@ _codec.py      records <-> worker.proto messages (the only module that sees them
 """
 
 from apollo11.scheduler.worker._attempt import Isolation
+from apollo11.scheduler.worker._serve import EX_CONFIG, serve
 from apollo11.scheduler.worker._worker import (
     DEFAULT_HEARTBEAT_INTERVAL_S,
     TIMEOUT_GRACE_S,
@@ -35,9 +37,11 @@ from apollo11.scheduler.worker._worker import (
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL_S",
+    "EX_CONFIG",
     "TIMEOUT_GRACE_S",
     "Isolation",
     "Worker",
     "WorkerRefusedError",
     "default_name",
+    "serve",
 ]
