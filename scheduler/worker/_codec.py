@@ -145,8 +145,9 @@ def registration(m: pb.DispatchMessage) -> Registration:
     )
 
 
-def dispatch(m: pb.DispatchMessage) -> Dispatch:
-    """Any later message: assignments, a cancel, acknowledgements."""
+def dispatch(m: pb.DispatchMessage) -> Dispatch | None:
+    """Any later message: assignments, a cancel, acknowledgements; None: one this
+    worker does not know (a newer primary's), to be ignored, not to end the stream."""
     body = m.WhichOneof("body")
     if body == "assign":
         return Assign(tuple(_assignment(a) for a in m.assign.assignments))
@@ -154,4 +155,6 @@ def dispatch(m: pb.DispatchMessage) -> Dispatch:
         return Cancel(token_of(m.cancel.token), m.cancel.reason)
     if body == "acks":
         return Acks(tuple(Ack(token_of(a.token), a.accepted, a.reason) for a in m.acks.acks))
-    raise ProtocolError(f"unexpected message after Registered: {body}")
+    if body == "registered":
+        raise ProtocolError("a second Registered on one stream")
+    return None

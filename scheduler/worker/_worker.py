@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
@@ -131,6 +131,7 @@ class Worker:
         tls: bool | None = None,
         token: str | None = None,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        timeout_grace_s: float = TIMEOUT_GRACE_S,
     ) -> None:
         """`endpoints`: any nodes of the cluster (`a:1,b:2`, a list, or APOLLO11_SERVER);
         the worker finds the primary. `registry`: what it can run, every version of it.
@@ -158,6 +159,7 @@ class Worker:
                 "the workflows in an importable module, not in the script that is run"
             )
         self.connect_timeout_s = connect_timeout_s
+        self.timeout_grace_s = timeout_grace_s
         self._credentials = channel_credentials_for(ca, cert, key, tls)
         token = token or token_from_env()
         self._metadata = None if not token else (("authorization", f"Bearer {token}"),)
@@ -228,28 +230,30 @@ class Worker:
         rest are stopped and handed back (reported cancelled), and the worker waits
         (a while) for the primary to acknowledge the last results."""
         self._draining = True
-        deadline = time.monotonic() + grace_s
-        while self._attempts and time.monotonic() < deadline:
-            await self._wait_changed(deadline - time.monotonic())
+        await self._until(lambda: not self._attempts, time.monotonic() + grace_s)
         if self._attempts:
             log.info("stopping: handing back %d running attempts", len(self._attempts))
             for attempt in list(self._attempts.values()):
                 attempt.stop(HAND_BACK)
             # threads cannot be interrupted: wait a little for them, not forever
-            ends = time.monotonic() + FLUSH_TIMEOUT_S
-            while self._attempts and time.monotonic() < ends:
-                await self._wait_changed(ends - time.monotonic())
-        ends = time.monotonic() + FLUSH_TIMEOUT_S
-        while len(self._outbox) and self.connected is not None and time.monotonic() < ends:
-            await self._wait_changed(ends - time.monotonic())
+            await self._until(lambda: not self._attempts, time.monotonic() + FLUSH_TIMEOUT_S)
+        await self._until(
+            lambda: not len(self._outbox) or self.connected is None,
+            time.monotonic() + FLUSH_TIMEOUT_S,
+        )
         if len(self._outbox):
             log.warning("stopping with %d results not acknowledged", len(self._outbox))
         self._finished.set()
 
-    async def _wait_changed(self, within_s: float) -> None:
-        self._changed.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), max(0.0, within_s))
+    async def _until(self, done: Callable[[], bool], deadline: float) -> None:
+        """Wait until `done()` (checked whenever an attempt ends or an ack arrives)."""
+        while True:
+            self._changed.clear()  # before the check: a change after it wakes the wait
+            left = deadline - time.monotonic()
+            if done() or left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
 
     def _log_reconnect(self, sentence: str, *, lost: bool) -> None:
         """Rate-limited: a worker that cannot reach anyone says so, not every 0.2 s."""
@@ -358,6 +362,9 @@ class Worker:
             if message is grpc.aio.EOF:
                 return
             match codec.dispatch(message):
+                case None:
+                    # a newer primary's message: this worker has nothing to do with it
+                    log.debug("ignored a message this worker does not know: %s", message)
                 case Assign(assignments=assignments):
                     for a in assignments:
                         self._start(a)
@@ -454,7 +461,7 @@ class Worker:
         timer = None
         if a.timeout_s > 0:
             timer = asyncio.get_running_loop().call_later(
-                a.timeout_s + TIMEOUT_GRACE_S, self._time_out, attempt
+                a.timeout_s + self.timeout_grace_s, self._time_out, attempt
             )
         try:
             outcome = await attempt.run()
@@ -490,7 +497,7 @@ class Worker:
             return Failed(
                 "TimeoutError",
                 f"the attempt ran past its timeout of {attempt.assignment.timeout_s:g} s "
-                f"(+{TIMEOUT_GRACE_S:g} s) on worker {self.name} and was stopped there",
+                f"(+{self.timeout_grace_s:g} s) on worker {self.name} and was stopped there",
             )
         log.info("attempt %s cancelled (%s)", label, attempt.stopped)
         return CANCELLED
@@ -501,7 +508,7 @@ class Worker:
             "it: stopping it here",
             attempt.assignment.label,
             attempt.assignment.timeout_s,
-            TIMEOUT_GRACE_S,
+            self.timeout_grace_s,
         )
         attempt.stop(TIMEOUT)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -324,3 +325,46 @@ async def test_stop_hands_back_running_attempts(primary: FakePrimary, tmp_path: 
         await task
     assert task.done() and task.exception() is None
     assert flows.wf.name == "wtest"
+
+
+async def test_the_timeout_is_enforced_here_when_the_primary_does_not(
+    primary: FakePrimary, tmp_path: Path
+) -> None:
+    worker = Worker(primary.address, registry(), name="w1", timeout_grace_s=0.1)
+    marker = tmp_path / "cancelled"
+    async with running(worker):
+        conn = await primary.next_conn()
+        a = assignment(
+            "wait_async",
+            95,
+            timeout_s=0.2,
+            input={"release": str(tmp_path / "r"), "cancelled": str(marker)},
+        )
+        await conn.assign(a)
+        r = await conn.result(a.token)
+        assert r.failure.error_type == "TimeoutError"
+        assert "timeout of 0.2 s" in r.failure.message
+        assert marker.exists()
+
+
+async def test_a_duplicate_name_is_retried_until_the_other_is_gone(
+    primary: FakePrimary,
+) -> None:
+    primary.refuse = Refusal(grpc.StatusCode.ALREADY_EXISTS, "w1 is connected from another")
+    worker = Worker(primary.address, registry(), name="w1")
+    async with running(worker):
+        await _until(lambda: primary.refused >= 1, "refused once")
+        primary.refuse = None  # the ghost timed out
+        conn = await primary.next_conn()
+        assert conn.register.name == "w1"
+        assert primary.refused == 1  # slowly: not a second time within the delay
+
+
+async def test_an_endpoint_that_is_down_is_passed_over(primary: FakePrimary) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    worker = Worker([dead, primary.address], registry(), name="w1")
+    async with running(worker):
+        conn = await primary.next_conn()
+        assert conn.register.name == "w1"
