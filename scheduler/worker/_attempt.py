@@ -182,6 +182,8 @@ class Attempt:
         )
         with self._lock:
             if self.stopped:
+                reader.close()
+                writer.close()
                 return failed(asyncio.CancelledError("stopped before it began"))
             proc.start()
             self._pid = proc.pid

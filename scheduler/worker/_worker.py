@@ -333,7 +333,7 @@ class Worker:
             code = await asyncio.wait_for(call.code(), 1.0)
             details = await call.details()
             trailer = await call.trailing_metadata()
-        except (TimeoutError, asyncio.CancelledError, grpc.aio.AioRpcError):
+        except (TimeoutError, grpc.aio.AioRpcError):
             if self._finished.is_set():
                 return Ended(
                     session.endpoint, grpc.StatusCode.CANCELLED, "stopping", None, registered
