@@ -337,6 +337,137 @@ def node(
     raise typer.Exit(code)
 
 
+def _labels(spec: str | None) -> dict[str, str]:
+    """`k=v,k2=v2` -> a dict; raises ValueError naming the bad part."""
+    labels: dict[str, str] = {}
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        k, sep, v = part.partition("=")
+        k, v = k.strip(), v.strip()
+        if not sep or not k:
+            raise ValueError(f"--labels: {part.strip()!r} is not KEY=VALUE")
+        if k in labels:
+            raise ValueError(f"--labels: {k!r} is given twice")
+        labels[k] = v
+    return labels
+
+
+@app.command()
+def worker(
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="APOLLO11_SERVER",
+            help="HOST:PORT[,HOST:PORT...] of any nodes; the worker finds the primary.",
+        ),
+    ] = None,
+    workflows: Annotated[
+        str | None,
+        typer.Option(
+            "--workflows", envvar="APOLLO11_WORKFLOWS", help="Workflow modules, comma-separated."
+        ),
+    ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            "--slots", envvar="APOLLO11_WORKER_SLOTS", help="Attempts at once (default: CPUs)."
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name", envvar="APOLLO11_WORKER_NAME", help="Unique name (default HOST-PID)."
+        ),
+    ] = None,
+    labels: Annotated[
+        str | None,
+        typer.Option("--labels", envvar="APOLLO11_WORKER_LABELS", help="KEY=VALUE,..."),
+    ] = None,
+    isolation: Annotated[
+        str,
+        typer.Option(
+            "--isolation",
+            envvar="APOLLO11_WORKER_ISOLATION",
+            help="thread: in this process; process: each attempt in a child process.",
+        ),
+    ] = "thread",
+    stop_grace: Annotated[
+        float,
+        typer.Option("--stop-grace", help="Seconds running attempts get on SIGTERM."),
+    ] = 30.0,
+    ca: Annotated[
+        Path | None,
+        typer.Option("--ca", envvar="APOLLO11_CA", help="CA that signed the nodes' certificates."),
+    ] = None,
+    cert: Annotated[
+        Path | None,
+        typer.Option("--cert", envvar="APOLLO11_CERT", help="Client certificate (PEM)."),
+    ] = None,
+    key: Annotated[
+        Path | None, typer.Option("--key", envvar="APOLLO11_KEY", help="Its key (PEM).")
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", envvar="APOLLO11_TOKEN_FILE", help="File holding the token."),
+    ] = None,
+) -> None:
+    """Run steps for the primary: connect, register, run what is assigned (Ctrl-C drains)."""
+    import asyncio
+
+    # the worker's package is loaded here only: other commands do not pay for it
+    from apollo11.scheduler.workflow import Registry
+
+    if slots is None:
+        slots = os.cpu_count() or 1
+    if slots < 1:
+        raise _fail(f"--slots must be at least 1, got {slots}", 2)
+    if isolation not in ("thread", "process"):
+        raise _fail(f"--isolation must be thread or process, got {isolation!r}", 2)
+    if stop_grace < 0:
+        raise _fail("--stop-grace must be 0 or more seconds", 2)
+    modules = [m.strip() for m in (workflows or "").split(",") if m.strip()]
+    if not modules:
+        raise _fail("--workflows: name the modules that define the workflows to run", 2)
+    try:
+        parsed = _labels(labels)
+    except ValueError as e:
+        raise _fail(str(e), 2) from e
+    registry = Registry()
+    for module in modules:
+        try:
+            registry.load_module(module)
+        except ApolloError as e:
+            raise _fail(f"--workflows: {e}", 2) from e
+    token = _conn.get("token")
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as e:
+            raise _fail(f"--token-file {token_file}: {e.strerror}", 2) from e
+    from apollo11.scheduler.worker import Worker, serve
+
+    try:
+        w = Worker(
+            server,
+            registry,
+            name=name,
+            slots=slots,
+            labels=parsed,
+            isolation="process" if isolation == "process" else "thread",
+            modules=modules,
+            ca=ca or _conn.get("ca"),
+            cert=cert or _conn.get("cert"),
+            key=key or _conn.get("key"),
+            token=token,
+        )
+    except ApolloError as e:
+        raise _fail(str(e), 2) from e
+    logging.getLogger().setLevel(logging.INFO)
+    raise typer.Exit(asyncio.run(serve(w, grace_s=stop_grace)))
+
+
 @app.command()
 def dev(
     directory: Annotated[

@@ -436,6 +436,11 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._latest)
 
+    def all(self) -> list[Workflow]:
+        """Every registered workflow, each of its versions, by name then version (what a
+        worker tells the primary it can run)."""
+        return [self._by_key[k] for k in sorted(self._by_key)]
+
     def load_module(self, module_name: str) -> list[Workflow]:
         """Import a module and register every Workflow defined at its top level."""
         import importlib

@@ -1,0 +1,160 @@
+"""The worker's one module that knows the protobuf messages (worker.proto).
+
+Records in, messages out, and back; plus the stub, so that the rest of the worker
+opens a stream without seeing the generated code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from apollo11.scheduler.worker._records import (
+    Ack,
+    Acks,
+    Assign,
+    Assignment,
+    Cancel,
+    Cancelled,
+    Dispatch,
+    Failed,
+    Registration,
+    Result,
+    Running,
+    Succeeded,
+    Token,
+)
+from apollo11.v1 import worker_pb2 as pb
+from apollo11.v1 import worker_pb2_grpc as pbg
+
+WorkerMessage = pb.WorkerMessage
+DispatchMessage = pb.DispatchMessage
+
+
+def open_stream(
+    channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]] | None
+) -> grpc.aio.StreamStreamCall[Any, Any]:
+    """A Workers.Connect call to write to and read from (no request iterator)."""
+    call: grpc.aio.StreamStreamCall[Any, Any] = pbg.WorkersStub(channel).Connect(metadata=metadata)
+    return call
+
+
+def _token(t: Token) -> pb.AttemptToken:
+    return pb.AttemptToken(term=t.term, event_id=t.event_id)
+
+
+def token_of(m: pb.AttemptToken) -> Token:
+    return Token(m.term, m.event_id)
+
+
+def _running(r: Running) -> pb.RunningAttempt:
+    return pb.RunningAttempt(
+        token=_token(r.token),
+        task_id=r.task_id,
+        step=r.step,
+        attempt=r.attempt,
+        heartbeat_json=r.heartbeat_json,
+    )
+
+
+def register(
+    *,
+    name: str,
+    instance: str,
+    slots: int,
+    workflows: Iterable[tuple[str, int]],
+    labels: Mapping[str, str],
+    running: Iterable[Running],
+    version: str,
+) -> pb.WorkerMessage:
+    return pb.WorkerMessage(
+        register=pb.Register(
+            name=name,
+            instance=instance,
+            slots=slots,
+            workflows=[pb.WorkflowRef(name=n, version=v) for n, v in workflows],
+            labels=dict(labels),
+            running=[_running(r) for r in running],
+            version=version,
+        )
+    )
+
+
+def heartbeat(running: Iterable[Running]) -> pb.WorkerMessage:
+    return pb.WorkerMessage(heartbeat=pb.WorkerHeartbeat(running=[_running(r) for r in running]))
+
+
+def _result(r: Result) -> pb.StepResult:
+    m = pb.StepResult(
+        token=_token(r.token), task_id=r.task_id, step=r.step, attempt=r.attempt, seconds=r.seconds
+    )
+    match r.outcome:
+        case Succeeded(result_json=body):
+            m.result_json = body
+        case Failed() as f:
+            m.failure.CopyFrom(
+                pb.StepFailure(
+                    error_type=f.error_type,
+                    message=f.message,
+                    details_json=f.details_json,
+                    declared=f.declared,
+                )
+            )
+        case Cancelled():
+            m.cancelled = True
+    return m
+
+
+def results(batch: Iterable[Result]) -> pb.WorkerMessage:
+    return pb.WorkerMessage(results=pb.Results(results=[_result(r) for r in batch]))
+
+
+def _assignment(m: pb.Assignment) -> Assignment:
+    return Assignment(
+        token=token_of(m.token),
+        task_id=m.task_id,
+        step=m.step,
+        attempt=m.attempt,
+        workflow=m.workflow,
+        version=m.version,
+        input_json=m.input_json,
+        results_json=m.results_json,
+        timeout_s=m.timeout_s,
+        last_heartbeat_json=m.last_heartbeat_json,
+        node_id=m.node_id,
+    )
+
+
+class ProtocolError(Exception):
+    """The primary sent something this worker does not understand."""
+
+
+def registration(m: pb.DispatchMessage) -> Registration:
+    """The first message of a stream, which must be Registered."""
+    if m.WhichOneof("body") != "registered":
+        raise ProtocolError(f"expected Registered first, got {m.WhichOneof('body')}")
+    r = m.registered
+    return Registration(
+        node_id=r.node_id,
+        term=r.term,
+        heartbeat_interval_s=r.heartbeat_interval_s,
+        heartbeat_timeout_s=r.heartbeat_timeout_s,
+        stale=frozenset(token_of(t) for t in r.stale),
+    )
+
+
+def dispatch(m: pb.DispatchMessage) -> Dispatch | None:
+    """Any later message: assignments, a cancel, acknowledgements; None: one this
+    worker does not know (a newer primary's), to be ignored, not to end the stream."""
+    body = m.WhichOneof("body")
+    if body == "assign":
+        return Assign(tuple(_assignment(a) for a in m.assign.assignments))
+    if body == "cancel":
+        return Cancel(token_of(m.cancel.token), m.cancel.reason)
+    if body == "acks":
+        return Acks(tuple(Ack(token_of(a.token), a.accepted, a.reason) for a in m.acks.acks))
+    if body == "registered":
+        raise ProtocolError("a second Registered on one stream")
+    return None

@@ -1,0 +1,72 @@
+"""Between a step and the wire: the context it is told, and what its end becomes.
+
+Used the same way in the worker process and in an attempt's child process, so
+that an attempt reports the same outcome whichever isolation ran it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from apollo11.scheduler.worker._records import Assignment, Failed, Outcome, Succeeded
+from apollo11.scheduler.workflow import FencingToken, StepContext, StepError
+
+
+def _loads(body: bytes, empty: Any) -> Any:
+    return empty if not body else orjson.loads(body)
+
+
+def context(a: Assignment, worker: str, beat: Callable[[Any], None]) -> StepContext:
+    return StepContext(
+        task_id=a.task_id,
+        step=a.step,
+        attempt=a.attempt,
+        input=_loads(a.input_json, None),
+        results=_loads(a.results_json, {}),
+        node_id=a.node_id,
+        workflow=a.workflow,
+        version=a.version,
+        # the attempt number, not the event id: the engine's tokens are (term, attempt)
+        fencing_token=FencingToken(a.token.term, a.attempt),
+        worker=worker,
+        last_heartbeat=_loads(a.last_heartbeat_json, None),
+        beat=beat,
+    )
+
+
+def encode_details(details: Any) -> bytes:
+    """Heartbeat details as JSON; raises TypeError in the step that passed bad ones."""
+    if details is None:
+        return b""
+    try:
+        return orjson.dumps(details)
+    except TypeError as e:
+        raise TypeError(f"ctx.heartbeat details must be JSON-serializable: {e}") from None
+
+
+def succeeded(result: Any) -> Outcome:
+    try:
+        return Succeeded(orjson.dumps(result))
+    except TypeError as e:
+        return Failed("TypeError", f"the step's result is not JSON-serializable: {e}")
+
+
+def failed(e: BaseException) -> Failed:
+    if isinstance(e, StepError):
+        try:
+            details = orjson.dumps(e.details)
+        except TypeError:
+            # the failure must still be reported: details it cannot encode become text
+            details = orjson.dumps({k: repr(v) for k, v in e.details.items()})
+        return Failed(type(e).__name__, str(e), details, declared=True)
+    return Failed(type(e).__name__, str(e))
+
+
+def not_found(a: Assignment) -> Failed:
+    return Failed(
+        "WorkflowNotFound",
+        f"this worker has no step {a.step!r} in workflow {a.workflow!r} v{a.version}",
+    )

@@ -1,0 +1,141 @@
+"""Where to connect next after a stream ends, and when: one decision, one sentence.
+
+* A standby refuses the stream FAILED_PRECONDITION and names the primary in the
+  `apollo11-leader` trailer: follow it at once.
+* UNAVAILABLE (no primary yet, a node down) and anything else: the next endpoint.
+  Each endpoint is tried in turn without waiting; after a whole round, wait about
+  0.2 s, doubling to a cap of 1 s, with jitter. A new primary is then reached
+  within about a second of it accepting writes, forever.
+* ALREADY_EXISTS: another instance with this worker's name is connected. It may be
+  this worker's own ghost (a stream the primary has not yet timed out), so retry,
+  slowly, on the same primary.
+* INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED: the configuration is wrong
+  (a bad label, a token without the worker role); retrying cannot help: stop.
+
+`Reconnect.after` is pure but for the jitter source, and tested without a network.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+BASE_DELAY_S = 0.2
+MAX_DELAY_S = 1.0
+DUPLICATE_DELAY_S = 3.0
+# Redirects in a row without a registration: two standbys naming each other (an
+# election in progress) must not spin.
+MAX_REDIRECTS = 3
+
+FATAL = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a stream (or an attempt to open one) ended. `code` None: without a status
+    (the primary sent nothing in time, or something this worker cannot read)."""
+
+    endpoint: str
+    code: grpc.StatusCode | None
+    details: str
+    leader: str | None = None
+    registered: bool = False  # it got as far as Registered
+
+    def describe(self) -> str:
+        what = self.code.name if self.code is not None else "no status"
+        return f"{what}: {self.details}" if self.details else what
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """Connect to `endpoint` after `delay_s`; `sentence` says why (the log line)."""
+
+    endpoint: str
+    delay_s: float
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """A configuration error: log `sentence` and exit non-zero."""
+
+    sentence: str
+
+
+class Reconnect:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        name: str,
+        base_delay_s: float = BASE_DELAY_S,
+        max_delay_s: float = MAX_DELAY_S,
+        duplicate_delay_s: float = DUPLICATE_DELAY_S,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.endpoints = list(endpoints)
+        self._name = name
+        self._base = base_delay_s
+        self._max = max_delay_s
+        self._duplicate = duplicate_delay_s
+        self._jitter = jitter
+        self._cursor = 0  # the endpoint of the list tried last
+        self._failures = 0  # in a row, since the last registration
+        self._redirects = 0
+
+    def first(self) -> str:
+        return self.endpoints[self._cursor]
+
+    def _jittered(self, delay: float) -> float:
+        return delay * (0.75 + 0.5 * self._jitter())  # +/- 25 %
+
+    def after(self, ended: Ended) -> Next | GiveUp:
+        ep = ended.endpoint
+        if ended.registered:
+            self._failures = 0
+            self._redirects = 0
+        if ended.code in FATAL:
+            return GiveUp(
+                f"{ep} refused this worker ({ended.describe()}): a configuration error "
+                f"(labels, name, token or certificate); not retrying"
+            )
+        if ended.code is grpc.StatusCode.ALREADY_EXISTS:
+            delay = self._jittered(self._duplicate)
+            return Next(
+                ep,
+                delay,
+                f"{ep} refused the name {self._name!r}: another worker instance with this name "
+                f"is connected (if it is this worker's old stream it times out soon; otherwise "
+                f"give each worker its own --name); retrying in {delay:.1f} s",
+            )
+        if (
+            ended.code is grpc.StatusCode.FAILED_PRECONDITION
+            and ended.leader
+            and ended.leader != ep
+            and self._redirects < MAX_REDIRECTS
+        ):
+            self._redirects += 1
+            return Next(
+                ended.leader, 0.0, f"{ep} is not the primary: following it to {ended.leader}"
+            )
+        self._redirects = 0
+        self._failures += 1
+        if ep in self.endpoints:
+            self._cursor = self.endpoints.index(ep)
+        self._cursor = (self._cursor + 1) % len(self.endpoints)
+        rounds, within = divmod(self._failures, len(self.endpoints))
+        delay = 0.0
+        if within == 0:  # a whole round failed: wait before the next
+            delay = self._jittered(min(self._max, self._base * 2 ** max(0, rounds - 1)))
+        nxt = self.endpoints[self._cursor]
+        lost = "stream lost" if ended.registered else f"cannot connect to {ep}"
+        return Next(nxt, delay, f"{lost}: {ended.describe()}, reconnecting to {nxt}")
