@@ -169,6 +169,27 @@ def node(
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", help="Steps running at once.")
     ] = None,
+    execution: Annotated[
+        str | None,
+        typer.Option(
+            "--execution",
+            help="Where steps run: embedded (in this process) or remote (on `apollo11 "
+            "worker` processes; this node only dispatches).",
+        ),
+    ] = None,
+    worker_heartbeat_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--worker-heartbeat-timeout",
+            help="Seconds of silence before a worker's attempts are lost (default 10).",
+        ),
+    ] = None,
+    worker_heartbeat_interval: Annotated[
+        float | None,
+        typer.Option(
+            "--worker-heartbeat-interval", help="Seconds between a worker's heartbeats (2)."
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None, typer.Option("--tls-cert", help="TLS certificate for gRPC and HTTP.")
     ] = None,
@@ -287,6 +308,9 @@ def node(
             lease_ttl=lease_ttl,
             sync_replicas=sync_replicas,
             concurrency=concurrency,
+            execution=execution,
+            worker_heartbeat_timeout=worker_heartbeat_timeout,
+            worker_heartbeat_interval=worker_heartbeat_interval,
             tls_cert=tls_cert,
             tls_key=tls_key,
             client_ca=client_ca,

@@ -55,13 +55,13 @@ def make_pki(root: Path, nodes: tuple[str, ...] = ("n1", "n2", "n3")) -> Pki:
     d = root / "pki"
     create_cluster_certs(d, list(nodes), days=1)
     tokens_file = d / "tokens"
-    tokens = {r.value: create_token(tokens_file, f"{r.value}-user", r) for r in _HUMAN_ROLES}
+    tokens = {r.value: create_token(tokens_file, f"{r.value}-user", r) for r in _TOKEN_ROLES}
     ca_key, ca_cert = make_ca("somebody else's CA")
     fkey, fcert = make_leaf(ca_key, ca_cert, "n1", ["n1", "127.0.0.1"], client=True, server=True)
     return Pki(d, tokens_file, tokens, fkey, fcert)
 
 
-_HUMAN_ROLES = (Role.READER, Role.SUBMITTER, Role.OPERATOR)
+_TOKEN_ROLES = (Role.READER, Role.SUBMITTER, Role.OPERATOR, Role.WORKER)
 
 
 def start_secure_node(root: Path, pki: Pki, *extra: str, node_id: str = "n1") -> NodeProc:

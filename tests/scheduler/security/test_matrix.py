@@ -15,7 +15,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
 
 from apollo11.scheduler.security.roles import METHOD_ROLES, OPEN_METHODS, Role, grants
-from apollo11.v1 import replication_pb2, scheduler_pb2
+from apollo11.v1 import replication_pb2, scheduler_pb2, worker_pb2
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
 
@@ -23,13 +23,13 @@ pytestmark = pytest.mark.slow
 
 # Who calls: a token of each role, nobody, a node's peer certificate, and a
 # certificate that another CA signed.
-CALLERS = ("anonymous", "reader", "submitter", "operator", "node", "foreign")
+CALLERS = ("anonymous", "reader", "submitter", "operator", "worker", "node", "foreign")
 DENIED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 
 
 def _methods() -> list[MethodDescriptor]:
     out = []
-    for module in (scheduler_pb2, replication_pb2):
+    for module in (scheduler_pb2, replication_pb2, worker_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             out.extend(service.methods)
     return out
@@ -39,7 +39,8 @@ def _methods() -> list[MethodDescriptor]:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProc, Pki]]:
     root = tmp_path_factory.mktemp("matrix")
     pki = make_pki(root)
-    node = start_secure_node(root, pki)
+    # remote execution: the Workers service is served too
+    node = start_secure_node(root, pki, "--execution", "remote")
     yield node, pki
     assert node.stop() == 0
 
@@ -65,8 +66,13 @@ def _call(address: str, creds: grpc.ChannelCredentials, token: str | None, m: Me
     with grpc.secure_channel(address, creds, options=options) as ch:
         try:
             if m.client_streaming:
-                hello = request_cls(hello=replication_pb2.Hello(node_id="n1", address="x:1"))
-                call = ch.stream_stream(name, **kw)(iter([hello]), timeout=5, metadata=metadata)
+                if m.name == "Connect":  # a worker's stream: a registration opens it
+                    first = request_cls(
+                        register=worker_pb2.Register(name="w", instance="i", slots=1)
+                    )
+                else:
+                    first = request_cls(hello=replication_pb2.Hello(node_id="n1", address="x:1"))
+                call = ch.stream_stream(name, **kw)(iter([first]), timeout=5, metadata=metadata)
                 next(call)  # the first answer is enough: the stream was admitted
                 call.cancel()
             elif m.server_streaming:
