@@ -5,11 +5,12 @@ Its input controls what it does, so tests and demos can script failures:
 * `step_seconds` (default 0.05): how long each step works;
 * `fail_step` and `fail_times`: that step raises on its first `fail_times` attempts;
 * `ledger`: a file path; every step execution appends one line
-  `task_id step attempt node_id term:attempt` before it works, so anyone can
-  count what ran how often (a step killed mid-run still has its line). The last
-  field is the attempt's fencing token: a reader that refuses a line whose token
-  is below the highest it has seen for the step is the fenced external system
-  of the README (a deposed primary's late line is refused).
+  `task_id step attempt node_id term:attempt worker` before it works, so anyone
+  can count what ran how often, and where (a step killed mid-run still has its
+  line). The fifth field is the attempt's fencing token: a reader that refuses a
+  line whose token is below the highest it has seen for the step is the fenced
+  external system of the README (a deposed primary's late line is refused). The
+  last is where it ran: a worker's name, or the node's id when embedded.
 
 Whoever may submit a task chooses `ledger`, so it is confined to one
 directory: the node setting `examples_dir` (default: the system temporary
@@ -102,7 +103,8 @@ def _ledger(ctx: StepContext) -> None:
     if given:
         path = ledger_path(given)
         token = ctx.fencing_token
-        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id} {token}\n".encode()
+        where = ctx.worker or ctx.node_id
+        line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id} {token} {where}\n".encode()
         # O_NOFOLLOW: a symlink put in place of the file since the check is refused
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:

@@ -85,7 +85,7 @@ def _fenced_runs(
     highest: dict[tuple[str, str], tuple[int, int]] = {}
     refused: list[str] = []
     for line in ledger.read_text().splitlines():
-        task_id, step, attempt, node, token = line.split()
+        task_id, step, attempt, node, token, _where = line.split()
         term, n = (int(x) for x in token.split(":"))
         assert n == int(attempt), line
         key = (task_id, step)

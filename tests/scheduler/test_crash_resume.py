@@ -87,7 +87,7 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path) -> None:
 
     runs: dict[tuple[str, str], list[int]] = defaultdict(list)
     for line in ledger.read_text().splitlines():
-        task_id, step, attempt, _node, _token = line.split()
+        task_id, step, attempt, _node, _token, _where = line.split()
         runs[(task_id, step)].append(int(attempt))
     assert set(runs) == set(succeeded), "every step ran, and every step that ran succeeded"
     reran = 0

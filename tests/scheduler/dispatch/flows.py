@@ -14,3 +14,11 @@ def first(ctx):  # type: ignore[no-untyped-def]
 @pair.step(after=["first"], idempotency=Idempotent(), retry=_QUICK)
 def second(ctx):  # type: ignore[no-untyped-def]
     return {"n": ctx.results["first"]["n"] + 1}
+
+
+slow = Workflow("slow", version=1)
+
+
+@slow.step(idempotency=Idempotent(), retry=Retry(attempts=1), timeout=0.5)
+def only(ctx):  # type: ignore[no-untyped-def]
+    return None

@@ -225,3 +225,29 @@ async def test_a_standby_or_a_bad_registration_is_refused_clearly(start: Any) ->
         await dup2.connect()
     await dup1.close()
     await dup2.close()
+
+
+async def test_a_timeout_cancels_the_attempt_on_its_worker(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect(workflows=(("slow", 1),))
+    assert node.engine is not None
+    task_id = (await node.engine.submit("slow", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    assert a.timeout_s == 0.5
+    c = await w.next("cancel")  # the primary's timer fired: the worker is told
+    assert c.token == a.token and "timed out" in c.reason
+    # until the worker says it stopped, the step stays busy here: no retry beside it
+    await asyncio.sleep(0.3)
+    assert node.engine.is_busy(task_id, "only")
+    await w.result(a, cancelled=True)
+    task = await _wait(node, task_id)
+    assert not node.engine.is_busy(task_id, "only")
+    failed = _events(node, task_id, EventType.STEP_FAILED)
+    assert failed[0].payload["timeout"] is True and task.status is TaskStatus.FAILED
+    await w.result(a, "late")
+    refused: list[Any] = []
+    while not refused:
+        refused = [x for x in (await w.next("acks")).acks if not x.accepted]
+    assert _events(node, task_id, EventType.STEP_SUCCEEDED) == []
+    await w.close()

@@ -1,0 +1,264 @@
+"""Workers for real: etcd, three node processes in remote mode, `apollo11 worker`
+processes, SIGKILL / SIGSTOP of workers and of the primary.
+
+The etl example's ledger says what ran, how often and where: each execution
+appends `task step attempt node term:attempt worker` before it works.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.client import SyncClient
+from tests.cluster import Cluster, Member
+from tests.nodes import ROOT
+
+pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
+
+HEARTBEAT_TIMEOUT = 3.0
+
+
+class WorkerProc:
+    def __init__(self, root: Path, name: str, servers: str, *extra: str) -> None:
+        self.name = name
+        self.log_path = root / f"worker-{name}.log"
+        args = [
+            sys.executable,
+            "-m",
+            "apollo11.scheduler.cli",
+            "worker",
+            "--server",
+            servers,
+            "--workflows",
+            "apollo11.scheduler.examples",
+            "--name",
+            name,
+            *extra,
+        ]
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def remote(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[Cluster]:
+    c = Cluster.create(
+        tmp_path,
+        etcd_server.url,
+        cluster_name,
+        3,
+        "--execution",
+        "remote",
+        "--worker-heartbeat-timeout",
+        str(HEARTBEAT_TIMEOUT),
+        "--worker-heartbeat-interval",
+        "0.5",
+    )
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def workers(tmp_path: Path, remote: Cluster) -> Iterator[Callable[..., WorkerProc]]:
+    started: list[WorkerProc] = []
+
+    def start(name: str, *extra: str, servers: str | None = None) -> WorkerProc:
+        w = WorkerProc(tmp_path, name, servers or remote.endpoints, *extra)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def _lines(ledger: Path) -> list[list[str]]:
+    return [ln.split() for ln in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+def _until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _connected(primary: Member, name: str) -> Callable[[], bool]:
+    return lambda: f"worker {name} connected" in primary.log_text()
+
+
+def _events(c: Cluster, task_id: str) -> list[object]:
+    with SyncClient(c.endpoints) as client:
+        events, _ = client.events(task_id=task_id, limit=1000)
+    return events
+
+
+def test_a_killed_worker_loses_its_attempt_at_once_and_another_runs_it(
+    remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    primary = remote.primary()
+    w1 = workers("w1", "--slots", "1")
+    _until("w1", _connected(primary, "w1"))
+    w2 = workers("w2", "--slots", "1")
+    _until("w2", _connected(primary, "w2"))
+    ledger = tmp_path / "ledger"
+    with SyncClient(remote.endpoints) as client:
+        task_id = client.submit("etl", {"step_seconds": 2, "ledger": str(ledger)}).task_id
+        _until("the first attempt", lambda: len(_lines(ledger)) >= 1)
+        first = _lines(ledger)[0]
+        victim, other = (w1, w2) if first[5] == "w1" else (w2, w1)
+        killed_at = time.time()
+        victim.signal(signal.SIGKILL)
+        _until("the second attempt", lambda: len(_lines(ledger)) >= 2)
+        task = client.wait(task_id)
+    assert task.state == "SUCCEEDED"
+    events = _events(remote, task_id)
+    lost = [e for e in events if e.event_type == "STEP_FAILED"]  # type: ignore[attr-defined]
+    assert len(lost) == 1 and lost[0].payload["lost"] is True  # type: ignore[attr-defined]
+    # found by the closed socket, not by the heartbeat timeout
+    assert lost[0].timestamp_ms / 1000 - killed_at < HEARTBEAT_TIMEOUT  # type: ignore[attr-defined]
+    ran = _lines(ledger)
+    assert [(r[1], r[2], r[5]) for r in ran[:2]] == [
+        ("collect", "1", victim.name),
+        ("collect", "2", other.name),
+    ]
+    assert all(r[5] == other.name for r in ran[1:])
+
+
+def test_a_stopped_worker_is_cut_off_and_its_late_result_is_refused(
+    remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    primary = remote.primary()
+    w1 = workers("w1", "--slots", "1")
+    _until("w1", _connected(primary, "w1"))
+    ledger = tmp_path / "ledger"
+    with SyncClient(remote.endpoints) as client:
+        task_id = client.submit("etl", {"step_seconds": 1.5, "ledger": str(ledger)}).task_id
+        _until("the first attempt", lambda: len(_lines(ledger)) >= 1)
+        w1.signal(signal.SIGSTOP)
+        w2 = workers("w2", "--slots", "1")
+        _until("w2", _connected(primary, "w2"))
+        _until("the second attempt", lambda: len(_lines(ledger)) >= 2)
+        w1.signal(signal.SIGCONT)  # it finishes attempt 1 and reports it: too late
+        _until(
+            "the late result refused",
+            lambda: "refused a late result from worker w1" in primary.log_text(),
+        )
+        task = client.wait(task_id)
+    assert task.state == "SUCCEEDED"
+    events = _events(remote, task_id)
+    succeeded = Counter(
+        e.step_name  # type: ignore[attr-defined]
+        for e in events
+        if e.event_type == "STEP_SUCCEEDED"  # type: ignore[attr-defined]
+    )
+    assert set(succeeded.values()) == {1}, succeeded
+    failed = [e for e in events if e.event_type == "STEP_FAILED"]  # type: ignore[attr-defined]
+    assert "silent" in failed[0].payload["error"]  # type: ignore[attr-defined]
+    ran = _lines(ledger)
+    assert (ran[0][1], ran[0][2], ran[0][5]) == ("collect", "1", "w1")
+    assert (ran[1][1], ran[1][2], ran[1][5]) == ("collect", "2", "w2")
+
+
+def test_a_killed_primary_costs_no_step_a_second_run(
+    remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    primary = remote.primary()
+    for name in ("w1", "w2"):
+        workers(name, "--slots", "10")
+        _until(name, _connected(primary, name))
+    ledger = tmp_path / "ledger"
+    with SyncClient(remote.endpoints) as client:
+        ids = [
+            client.submit("etl", {"step_seconds": 3, "ledger": str(ledger)}).task_id
+            for _ in range(20)
+        ]
+        _until("20 steps running", lambda: len(_lines(ledger)) >= 20)
+        primary.signal(signal.SIGKILL)
+        new = remote.primary(exclude=primary.node_id)
+        tasks = [client.wait(t) for t in ids]
+    assert {t.state for t in tasks} == {"SUCCEEDED"}
+    ran = Counter((r[0], r[1]) for r in _lines(ledger))
+    assert len(ran) == 20 * 5
+    assert set(ran.values()) == {1}, [k for k, n in ran.items() if n > 1]
+    assert "adopting it from worker" in new.log_text()
+    for t in ids:
+        assert not any(
+            e.event_type == "STEP_FAILED"  # type: ignore[attr-defined]
+            for e in _events(remote, t)
+        )
+
+
+def test_a_worker_given_a_standby_finds_the_primary(
+    remote: Cluster, workers: Callable[..., WorkerProc]
+) -> None:
+    primary = remote.primary()
+    standby = next(m for m in remote.members if m is not primary)
+    workers("w1", servers=standby.address)
+    _until("the redirect", _connected(primary, "w1"))
+    assert "worker w1 connected" not in standby.log_text()
+
+
+def test_cancel_kills_a_step_in_its_child_process(
+    remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    primary = remote.primary()
+    w = workers("w1", "--isolation", "process", "--slots", "1")
+    _until("w1", _connected(primary, "w1"))
+    ledger = tmp_path / "ledger"
+    with SyncClient(remote.endpoints) as client:
+        task_id = client.submit("etl", {"step_seconds": 600, "ledger": str(ledger)}).task_id
+        _until("the step running", lambda: len(_lines(ledger)) >= 1)
+        # forkserver: the worker's children are the server (and a resource tracker);
+        # the attempts are the server's children
+        children = _grandchildren(w.proc.pid)
+        assert children, "the step runs in a child process"
+        client.cancel(task_id, reason="test")
+        task = client.wait(task_id)
+    assert task.state == "CANCELLED"
+    _until("the child killed", lambda: not set(children) & set(_grandchildren(w.proc.pid)), 30)
+    assert w.proc.poll() is None, "the worker itself goes on"
+    assert len(_lines(ledger)) == 1
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _grandchildren(pid: int) -> list[int]:
+    return [g for c in _children(pid) for g in _children(c)]
