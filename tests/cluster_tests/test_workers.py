@@ -161,7 +161,7 @@ def test_a_stopped_worker_is_cut_off_and_its_late_result_is_refused(
         task_id = client.submit("etl", {"step_seconds": 1.5, "ledger": str(ledger)}).task_id
         _until("the first attempt", lambda: len(_lines(ledger)) >= 1)
         w1.signal(signal.SIGSTOP)
-        w2 = workers("w2", "--slots", "1")
+        workers("w2", "--slots", "1")
         _until("w2", _connected(primary, "w2"))
         _until("the second attempt", lambda: len(_lines(ledger)) >= 2)
         w1.signal(signal.SIGCONT)  # it finishes attempt 1 and reports it: too late
