@@ -985,6 +985,50 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
             "yes" if m.synchronous else "",
         )
     table.show()
+    if s.execution != "embedded" or s.workers:
+        used = sum(w.slots_used for w in s.workers)
+        total = sum(w.slots for w in s.workers)
+        out.print(
+            f"execution {s.execution}: {len(s.workers)} worker(s), {used}/{total} slots busy"
+            + ("" if s.workers else " (start one: apollo11 worker --server ... --workflows ...)")
+        )
+        if s.workers:
+            _workers_table(s.workers)
+
+
+def _workers_table(workers: Any) -> None:
+    table = _Grid("worker", "address", "slots", "running", "heartbeat", "workflows", "labels")
+    for w in workers:
+        table.add_row(
+            w.name,
+            w.address,
+            f"{w.slots_used}/{w.slots}",
+            str(w.attempts_running),
+            f"{w.last_heartbeat_s_ago:.1f}s ago",
+            ", ".join(w.workflows),
+            ",".join(f"{k}={v}" for k, v in sorted(w.labels.items())),
+        )
+    table.show()
+
+
+@app.command()
+def workers(server: Server = None, as_json: AsJson = False) -> None:
+    """The workers connected to the primary: slots, attempts running, last heartbeat."""
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            return await c.status()
+
+    s = _run(go())
+    if as_json:
+        _print_json([w.to_json() for w in s.workers])
+        return
+    if s.role != "primary":
+        out.print(f"node {s.node_id} is {s.role}: workers connect to the primary only")
+    if not s.workers:
+        out.print(f"no worker connected (execution {s.execution})")
+        return
+    _workers_table(s.workers)
 
 
 @app.command()

@@ -423,6 +423,22 @@ class ClusterService(pbg.ClusterServicer):
             security=s.security,
             notice=s.notice,
             members=[pb.Member(**dataclasses.asdict(m)) for m in s.members],
+            execution=s.execution,
+            workers=[
+                pb.WorkerInfo(
+                    name=w.name,
+                    address=w.address,
+                    slots=w.slots,
+                    slots_used=w.slots_used,
+                    workflows=list(w.workflows),
+                    labels=dict(w.labels),
+                    last_heartbeat_s_ago=w.last_heartbeat_s_ago,
+                    attempts_running=w.attempts_running,
+                    connected_s_ago=w.connected_s_ago,
+                    version=w.version,
+                )
+                for w in s.workers
+            ],
         )
         if s.leader is not None:
             leader = s.leader

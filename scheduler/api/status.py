@@ -41,6 +41,20 @@ class LeaseStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    name: str
+    address: str
+    slots: int
+    slots_used: int
+    workflows: tuple[str, ...]  # "name vN"
+    labels: tuple[tuple[str, str], ...]
+    last_heartbeat_s_ago: float
+    attempts_running: int
+    connected_s_ago: float
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     node_id: str
     role: str
@@ -55,6 +69,8 @@ class ClusterStatus:
     active_tasks: int
     security: str
     notice: str
+    workers: tuple[WorkerStatus, ...] = ()
+    execution: str = "embedded"
 
 
 def members(

@@ -38,6 +38,7 @@ from apollo11.scheduler.client._views import (
     Submission,
     TaskSummaryView,
     TaskView,
+    WorkerView,
 )
 from apollo11.scheduler.errors import (
     ApolloError,
@@ -68,6 +69,7 @@ __all__ = [
     "TaskSummaryView",
     "TaskView",
     "UnavailableError",
+    "WorkerView",
     "channel_credentials_for",
     "endpoints_from",
 ]

@@ -21,6 +21,7 @@ from apollo11.scheduler.client._views import (
     Submission,
     TaskSummaryView,
     TaskView,
+    WorkerView,
 )
 from apollo11.v1 import scheduler_pb2 as pb
 
@@ -150,6 +151,22 @@ def status_from_pb(m: pb.ClusterStatus) -> StatusView:
         active_tasks=m.active_tasks,
         security=m.security,
         notice=m.notice,
+        execution=m.execution or "embedded",
+        workers=tuple(
+            WorkerView(
+                name=w.name,
+                address=w.address,
+                slots=w.slots,
+                slots_used=w.slots_used,
+                workflows=tuple(w.workflows),
+                labels=dict(w.labels),
+                last_heartbeat_s_ago=w.last_heartbeat_s_ago,
+                attempts_running=w.attempts_running,
+                connected_s_ago=w.connected_s_ago,
+                version=w.version,
+            )
+            for w in m.workers
+        ),
     )
 
 

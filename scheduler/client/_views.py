@@ -163,6 +163,36 @@ class MemberView:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerView:
+    """A worker connected to the primary."""
+
+    name: str
+    address: str
+    slots: int
+    slots_used: int
+    workflows: tuple[str, ...]
+    labels: dict[str, str]
+    last_heartbeat_s_ago: float
+    attempts_running: int
+    connected_s_ago: float
+    version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "address": self.address,
+            "slots": self.slots,
+            "slots_used": self.slots_used,
+            "workflows": list(self.workflows),
+            "labels": dict(self.labels),
+            "last_heartbeat_s_ago": self.last_heartbeat_s_ago,
+            "attempts_running": self.attempts_running,
+            "connected_s_ago": self.connected_s_ago,
+            "version": self.version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class StatusView:
     node_id: str
     role: str
@@ -178,6 +208,8 @@ class StatusView:
     extra: dict[str, Any] = field(default_factory=dict)
     security: str = ""
     notice: str = ""
+    workers: tuple[WorkerView, ...] = ()
+    execution: str = "embedded"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -194,6 +226,8 @@ class StatusView:
             "active_tasks": self.active_tasks,
             "security": self.security,
             "notice": self.notice,
+            "execution": self.execution,
+            "workers": [w.to_json() for w in self.workers],
         }
 
 

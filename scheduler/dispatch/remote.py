@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from apollo11.scheduler import metrics
+from apollo11.scheduler.api.status import WorkerStatus
 from apollo11.scheduler.dispatch.choose import Offer, choose, why_none
 from apollo11.scheduler.dispatch.conn import Key, WorkerConn, to_pb
 from apollo11.scheduler.engine.executor import (
@@ -449,6 +450,29 @@ class RemoteExecutor:
                     )
 
     # ----------------------------------------------------------------- views
+
+    def statuses(self) -> tuple[WorkerStatus, ...]:
+        """The connected workers, by name, for `apollo11 status` and `apollo11 workers`."""
+        now, wall = time.monotonic(), time.time()
+        running: dict[str, int] = {}
+        for inflight in self._inflight.values():
+            if inflight.confirmed.is_set():
+                running[inflight.worker] = running.get(inflight.worker, 0) + 1
+        return tuple(
+            WorkerStatus(
+                name=c.name,
+                address=c.address,
+                slots=c.slots,
+                slots_used=len(c.held),
+                workflows=tuple(f"{n} v{v}" for n, v in sorted(c.workflows)),
+                labels=tuple(sorted(c.labels.items())),
+                last_heartbeat_s_ago=round(now - c.last_seen, 3),
+                attempts_running=running.get(c.name, 0),
+                connected_s_ago=round(wall - c.connected_at, 3),
+                version=c.version,
+            )
+            for c in sorted(self.workers.values(), key=lambda c: c.name)
+        )
 
     def _offers(self) -> list[Offer]:
         return [

@@ -1120,6 +1120,8 @@ class Node:
             active_tasks=sum(1 for t in store.state.tasks.values() if not t.quiescent),
             security=protect.describe(self.settings),
             notice=self.notice,
+            workers=() if self.dispatch is None else self.dispatch.statuses(),
+            execution=self.settings.execution,
         )
 
     # ------------------------------------------------------------- stop

@@ -359,7 +359,7 @@ class Member(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ..., ack_p50_ms: _Optional[float] = ..., ack_p99_ms: _Optional[float] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security", "notice")
+    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security", "notice", "workers", "execution")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -373,6 +373,8 @@ class ClusterStatus(_message.Message):
     ACTIVE_TASKS_FIELD_NUMBER: _ClassVar[int]
     SECURITY_FIELD_NUMBER: _ClassVar[int]
     NOTICE_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     role: str
     term: int
@@ -386,4 +388,37 @@ class ClusterStatus(_message.Message):
     active_tasks: int
     security: str
     notice: str
-    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ..., notice: _Optional[str] = ...) -> None: ...
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    execution: str
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ..., notice: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., execution: _Optional[str] = ...) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("name", "address", "slots", "slots_used", "workflows", "labels", "last_heartbeat_s_ago", "attempts_running", "connected_s_ago", "version")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_USED_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_S_AGO_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_S_AGO_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    slots: int
+    slots_used: int
+    workflows: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    last_heartbeat_s_ago: float
+    attempts_running: int
+    connected_s_ago: float
+    version: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., slots: _Optional[int] = ..., slots_used: _Optional[int] = ..., workflows: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_s_ago: _Optional[float] = ..., attempts_running: _Optional[int] = ..., connected_s_ago: _Optional[float] = ..., version: _Optional[str] = ...) -> None: ...

@@ -253,3 +253,33 @@ async def test_a_timeout_cancels_the_attempt_on_its_worker(start: Any) -> None:
         refused = [x for x in (await w.next("acks")).acks if not x.accepted]
     assert _events(node, task_id, EventType.STEP_SUCCEEDED) == []
     await w.close()
+
+
+async def test_status_and_the_workers_command_list_the_workers(start: Any) -> None:
+    import json
+    import sys
+
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}", name="gpu-1", slots=3)
+    await w.connect()
+    st = node.status()
+    assert st.execution == "remote"
+    assert [(x.name, x.slots, x.slots_used, x.workflows) for x in st.workers] == [
+        ("gpu-1", 3, 0, ("pair v1",))
+    ]
+    cli = (sys.executable, "-m", "apollo11.scheduler.cli")
+    server = ("--server", f"127.0.0.1:{node.port}")
+    proc = await asyncio.create_subprocess_exec(
+        *cli, "workers", *server, "--json", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    listed = json.loads(out)
+    assert [(x["name"], x["slots"], x["workflows"]) for x in listed] == [("gpu-1", 3, ["pair v1"])]
+    proc = await asyncio.create_subprocess_exec(
+        *cli, "status", *server, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    text = out.decode()
+    assert "execution remote: 1 worker(s), 0/3 slots busy" in text
+    assert "gpu-1" in text and "pair v1" in text
+    await w.close()
