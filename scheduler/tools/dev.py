@@ -2,6 +2,8 @@
 
 Data lives under ./.apollo11-dev/ (etcd, n1, n2, n3, and their logs). Ctrl-C
 stops everything (nodes with SIGTERM, so they drain and hand over cleanly).
+With `--workers N` the nodes run remote (`--execution remote`) and N worker
+processes (w1, w2, ...) run the steps.
 
 It refuses to start when one of its ports is taken: a second `apollo11 dev`
 once failed to start its etcd, printed the address anyway, and its nodes
@@ -54,10 +56,13 @@ class DevCluster:
     lease_ttl: float = 5.0
     http_base_port: int = 0  # web UI and /metrics of n1 (n2 +1, ...); 0: none
     workflows: str = "apollo11.scheduler.examples"
+    workers: int = 0  # worker processes; with any, the nodes only dispatch
+    worker_slots: int = 8
     extra: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
     etcd: LocalEtcd | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    worker_procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # pids ended on purpose (kill, stop), and those whose unexpected end was told
     _meant: set[int] = field(default_factory=set)
     _told: set[int] = field(default_factory=set)
@@ -88,8 +93,39 @@ class DevCluster:
             "--lease-ttl",
             str(self.lease_ttl),
             *(["--http", self.http_endpoints[i]] if self.http_base_port else []),
+            *(["--execution", "remote"] if self.workers else []),
             *self.extra,
         ]
+
+    def worker_args(self, i: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "apollo11.scheduler.cli",
+            "worker",
+            "--server",
+            ",".join(self.endpoints),
+            "--workflows",
+            self.workflows,
+            "--name",
+            f"w{i + 1}",
+            "--slots",
+            str(self.worker_slots),
+        ]
+
+    def start_worker(self, i: int) -> subprocess.Popen[bytes]:
+        name = f"w{i + 1}"
+        out = open(self.root / f"{name}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            self.worker_args(i),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+        )
+        out.close()
+        self.worker_procs[name] = proc
+        self._note(name, f"started {name} (pid {proc.pid})")
+        return proc
 
     @property
     def http_endpoints(self) -> list[str]:
@@ -118,7 +154,7 @@ class DevCluster:
     def kill(self, node_id: str, sig: int = signal.SIGKILL) -> int:
         """Send `sig` to a node and wait for it to end (its exit status); its log says
         this was on purpose."""
-        proc = self.procs[node_id]
+        proc = self.procs.get(node_id) or self.worker_procs[node_id]
         self._meant.add(proc.pid)
         proc.send_signal(sig)
         code = proc.wait()
@@ -130,7 +166,7 @@ class DevCluster:
         node id -> a sentence naming the exit status and the node's last words, once
         for each process (and a line in its log)."""
         out = {}
-        for node_id, proc in self.procs.items():
+        for node_id, proc in (*self.procs.items(), *self.worker_procs.items()):
             code = proc.poll()
             if code is None or proc.pid in self._meant or proc.pid in self._told:
                 continue
@@ -167,6 +203,8 @@ class DevCluster:
             raise ApolloError(f"etcd did not start on port {self.etcd_port}: {e}") from e
         for i in range(self.nodes):
             self.start_node(i)
+        for i in range(self.workers):
+            self.start_worker(i)
 
     def pids(self) -> dict[str, int]:
         """What it started: etcd and each node, by name."""
@@ -174,6 +212,7 @@ class DevCluster:
         if self.etcd is not None and self.etcd.proc is not None:
             out["etcd"] = self.etcd.proc.pid
         out.update({name: proc.pid for name, proc in self.procs.items()})
+        out.update({name: proc.pid for name, proc in self.worker_procs.items()})
         return out
 
     def exited(self) -> dict[str, int]:
@@ -213,12 +252,13 @@ class DevCluster:
         raise RuntimeError(f"no primary within {timeout:g}s")
 
     def stop(self) -> None:
-        for proc in self.procs.values():
+        everything = [*self.worker_procs.values(), *self.procs.values()]
+        for proc in everything:
             if proc.poll() is None:
                 self._meant.add(proc.pid)
                 proc.send_signal(signal.SIGCONT)
                 proc.terminate()
-        for proc in self.procs.values():
+        for proc in everything:
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -235,6 +275,7 @@ def run(
     workflows: str,
     http_base_port: int,
     etcd_port: int = 23790,
+    workers: int = 0,
 ) -> int:
     dev = DevCluster(
         root,
@@ -244,6 +285,7 @@ def run(
         lease_ttl=lease_ttl,
         workflows=workflows,
         http_base_port=http_base_port,
+        workers=workers,
     )
     try:
         dev.start()
@@ -258,6 +300,9 @@ def run(
         name = f"n{i + 1}"
         web = f"   web: http://{dev.http_endpoints[i]}/" if http_base_port else ""
         print(f"node {name}   {ep}   pid {pids[name]}{web}   log: {root / f'{name}.log'}")
+    for name in dev.worker_procs:
+        log = root / f"{name}.log"
+        print(f"worker {name}   {dev.worker_slots} slots   pid {pids[name]}   log: {log}")
     print(f"\nexport APOLLO11_SERVER={eps}")
     print("apollo11 status; apollo11 submit etl --input '{\"step_seconds\": 1}' --wait")
     print("Ctrl-C stops everything.", flush=True)

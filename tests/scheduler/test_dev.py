@@ -117,3 +117,37 @@ def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
     log = (tmp_path / "n2.log").read_text()
     assert f"started n2 (pid {pids['n2']})" in log, log
     assert f"n2 (pid {pids['n2']}) exited (killed by signal 9), not stopped by anyone" in log
+
+
+def test_with_workers_the_steps_run_on_them(tmp_path: Path) -> None:
+    base, etcd_port = _free_run(2), free_port()
+    proc = subprocess.Popen(
+        _dev(tmp_path, base, etcd_port, "--workers", "2"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not any("Ctrl-C stops everything" in line for line in lines):
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        text = "".join(lines)
+        assert re.search(r"^worker w1 .*pid \d+", text, re.M), text
+        assert re.search(r"^worker w2 .*pid \d+", text, re.M), text
+        servers = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
+        done = subprocess.run(
+            [sys.executable, "-m", "apollo11.scheduler.cli", "submit", "etl", "--server",
+             servers, "--input", '{"step_seconds": 0}', "--wait"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+        ran = (tmp_path / "w1.log").read_text() + (tmp_path / "w2.log").read_text()
+        assert ran.count("finished") == 5, ran
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
