@@ -113,7 +113,7 @@ logs:
 # asked: the nodes are recreated with it (beside what APOLLO11_WORKFLOWS lists).
 failover-demo: setup
 	$(IMAGES) APOLLO11_WORKFLOWS=apollo11.scheduler.examples$${APOLLO11_WORKFLOWS:+,$$APOLLO11_WORKFLOWS} \
-		$$COMPOSE -f $(COMPOSE_FILE) up -d --no-build node1 node2 node3
+		$$COMPOSE -f $(COMPOSE_FILE) up -d --no-build node1 node2 node3 worker
 	$(CREDENTIALS) $(BIN)/python deploy/e2e_check.py --ttl $${APOLLO11_LEASE_TTL:-5}
 
 # The compose deployment end to end on this machine (installs Docker when missing).

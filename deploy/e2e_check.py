@@ -194,6 +194,16 @@ def check_etcd_closed(address: str) -> None:
     say(f"etcd at {address}: TLS with a client certificate only")
 
 
+def wait_for_workers(address: str, timeout: float = 60) -> list[dict]:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while True:
+        s = status(address)
+        if s and s.get("workers"):
+            return list(s["workers"])
+        assert time.monotonic() < deadline, f"no worker connected to {address}: {s}"
+        time.sleep(0.3)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ttl", type=float, default=5.0)
@@ -208,13 +218,16 @@ def main() -> int:
     check_http_closed(HTTP[old])
     if args.etcd:
         check_etcd_closed(args.etcd)
+    workers = wait_for_workers(NODES[old])
+    say(f"{len(workers)} worker(s) connected to {old}: " + ", ".join(w["name"] for w in workers))
     acked = []
     for i in range(args.tasks):
         r = cli(
             "submit",
             "etl",
             "--input",
-            json.dumps({"step_seconds": 0.5}),
+            # long enough that steps are running on the workers when the primary dies
+            json.dumps({"step_seconds": 2.0}),
             "--idempotency-key",
             f"e2e-{time.time_ns()}-{i}",
             "--json",
@@ -223,6 +236,8 @@ def main() -> int:
         acked.append(json.loads(r.stdout)["task_id"])
     say(f"{len(acked)} tasks acknowledged; letting them run")
     time.sleep(1.0)
+    running = (status(NODES[old]) or {}).get("running_steps", 0)
+    say(f"{running} steps running on the workers")
 
     subprocess.run(["docker", "kill", f"apollo11-{old}"], check=True, capture_output=True)
     killed = time.monotonic()
@@ -248,6 +263,16 @@ def main() -> int:
             assert time.monotonic() < deadline, f"task {t} did not complete"
             time.sleep(0.3)
     say(f"all {len(acked)} acknowledged tasks completed")
+    # The steps that were running on the workers went on: the new primary adopted them,
+    # so none was failed as lost and none ran twice.
+    lost = []
+    for t in acked:
+        r = cli("events", "--task", t, "--limit", "1000", "--json")
+        assert r.returncode == 0, r.stderr
+        events = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+        lost += [e for e in events if e["event_type"] == "STEP_FAILED"]
+    assert not lost, f"steps failed across the failover: {lost}"
+    say("no step failed or ran twice: the running ones outlived the primary on their workers")
 
     subprocess.run(["docker", "start", f"apollo11-{old}"], check=True, capture_output=True)
     say(f"docker start apollo11-{old}")

@@ -10,6 +10,7 @@
 #   tokens                     token hashes and roles, the nodes' --tokens-file
 #   operator.token             the operator's bearer token (APOLLO11_TOKEN_FILE)
 #   prometheus.token           a reader token for the optional Prometheus
+#   worker.token               the worker service's token (role worker)
 # Delete operator.token (or prometheus.token) and run this again to replace that
 # token: the old one is revoked from the tokens file; restart the nodes after it.
 set -euo pipefail
@@ -19,7 +20,7 @@ APOLLO11=${APOLLO11:-.venv/bin/apollo11}
 umask 077
 
 # `docker compose up` before this ran leaves a directory where each mounted file goes
-for f in ca.pem tokens node1.pem node1-key.pem etcd/ca.pem etcd/etcd1.pem etcd/node1.pem; do
+for f in ca.pem tokens worker.token node1.pem node1-key.pem etcd/ca.pem etcd/etcd1.pem etcd/node1.pem; do
   if [ -d "$DIR/$f" ]; then
     echo "secrets: $DIR/$f is a directory (docker made it: compose ran before the" \
       "credentials existed); run make down, remove $DIR, then make up" >&2
@@ -51,6 +52,9 @@ token operator operator operator.token 0600
 # (inside the 0700 directory, that is this user's and the containers' only); it may
 # read the metrics and the status, nothing more.
 token prometheus reader prometheus.token 0644
+# The worker service (uid 10001 in its container) runs the steps; its token grants the
+# worker stream only.
+token worker worker worker.token 0644
 
 # The node runs as uid 10001 in its container and must read the tokens file and its
 # key: hashes are not secrets (and the keys are 0644 for the same reason, see
