@@ -204,6 +204,9 @@ class Step:
     retry: Retry
     timeout: float | Literal["auto"]
     compensation_retry: Retry
+    # With remote execution: only a worker started with these labels (`--labels k=v`)
+    # runs it (a GPU, a region, a licence). Embedded nodes ignore them.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def compensate(self) -> StepFn | None:
@@ -269,6 +272,7 @@ class Workflow:
         retry: Retry | None = None,
         timeout: float | Literal["auto"] = AUTO,
         compensation_retry: Retry | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Callable[[F], F]:
         """Decorator adding a step. Validation happens at registration."""
 
@@ -283,6 +287,7 @@ class Workflow:
                     timeout=timeout,
                     compensation_retry=compensation_retry
                     or Retry(attempts=1_000_000, max_backoff_s=300),
+                    labels=dict(labels or {}),
                 )
             )
             return f

@@ -1,14 +1,15 @@
 """Which worker takes a step's next attempt: a pure function of what is connected.
 
-A worker qualifies when it registered the task's workflow at the task's version
-and has a free slot. Among those, the one with the most free slots takes it (it
+A worker qualifies when it registered the task's workflow at the task's version,
+has a free slot, and carries every label the step requires (`labels=` on the
+step; a worker's `--labels`). Among those, the one with the most free slots takes it (it
 spreads load, and a worker that just connected fills first); ties go to the
 name, so the answer is the same for the same inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -19,20 +20,29 @@ class Offer:
     name: str
     free: int
     workflows: frozenset[tuple[str, int]]
+    labels: Mapping[str, str]
 
 
-def choose(offers: Iterable[Offer], workflow: str, version: int) -> str | None:
+def _fits(o: Offer, labels: Mapping[str, str]) -> bool:
+    return all(o.labels.get(k) == v for k, v in labels.items())
+
+
+def choose(
+    offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
+) -> str | None:
     best: Offer | None = None
     want = (workflow, version)
     for o in offers:
-        if o.free <= 0 or want not in o.workflows:
+        if o.free <= 0 or want not in o.workflows or not _fits(o, labels):
             continue
         if best is None or o.free > best.free or (o.free == best.free and o.name < best.name):
             best = o
     return None if best is None else best.name
 
 
-def why_none(offers: Iterable[Offer], workflow: str, version: int) -> str:
+def why_none(
+    offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
+) -> str:
     """Why `choose` found nobody, in a sentence for operators."""
     offers = list(offers)
     if not offers:
@@ -41,4 +51,8 @@ def why_none(offers: Iterable[Offer], workflow: str, version: int) -> str:
     if not able:
         names = ", ".join(sorted(o.name for o in offers))
         return f"no connected worker ({names}) registered {workflow} v{version}"
-    return f"every worker with {workflow} v{version} is busy ({len(able)} of them)"
+    fitting = [o for o in able if _fits(o, labels)]
+    if not fitting:
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        return f"no worker with {workflow} v{version} has the labels {wanted}"
+    return f"every worker that can run it is busy ({len(fitting)} of them)"

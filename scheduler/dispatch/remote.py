@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,8 +153,10 @@ class RemoteExecutor:
 
     # ------------------------------------------------------- the executor seam
 
-    def place(self, task_id: str, step: str, workflow: str, version: int) -> str | None:
-        name = choose(self._offers(), workflow, version)
+    def place(
+        self, task_id: str, step: str, workflow: str, version: int, labels: Mapping[str, str]
+    ) -> str | None:
+        name = choose(self._offers(), workflow, version, labels)
         if name is None:
             return None
         key = (task_id, step)
@@ -163,8 +165,8 @@ class RemoteExecutor:
         self._gauges()
         return name
 
-    def unplaced(self, workflow: str, version: int) -> str:
-        return why_none(self._offers(), workflow, version)
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
+        return why_none(self._offers(), workflow, version, labels)
 
     def free_slots(self) -> int:
         return sum(max(0, c.free) for c in self.workers.values())
@@ -476,7 +478,9 @@ class RemoteExecutor:
 
     def _offers(self) -> list[Offer]:
         return [
-            Offer(c.name, c.free, c.workflows) for c in self.workers.values() if c.closed is None
+            Offer(c.name, c.free, c.workflows, c.labels)
+            for c in self.workers.values()
+            if c.closed is None
         ]
 
     def _count_lost(self, how: str, n: int = 1) -> None:

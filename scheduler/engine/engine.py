@@ -425,13 +425,15 @@ class Engine:
         where = None
         placed = True
         if self._slots_used < self.concurrency:
-            where = self.executor.place(task_id, spec.name, task.workflow, task.version)
+            where = self.executor.place(
+                task_id, spec.name, task.workflow, task.version, spec.labels
+            )
             if where is None:
                 placed = False
                 self._problem(
                     task_id,
                     f"step {spec.name} waits for a worker: "
-                    f"{self.executor.unplaced(task.workflow, task.version)}",
+                    f"{self.executor.unplaced(task.workflow, task.version, spec.labels)}",
                 )
         if where is None:
             if not placed:

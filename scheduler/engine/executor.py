@@ -33,7 +33,7 @@ import contextlib
 import inspect
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -117,11 +117,14 @@ class Executor(Protocol):
     """Where step code runs: in process (`InProcessExecutor`) or on workers
     (scheduler/dispatch/RemoteExecutor)."""
 
-    def place(self, task_id: str, step: str, workflow: str, version: int) -> str | None:
+    def place(
+        self, task_id: str, step: str, workflow: str, version: int, labels: Mapping[str, str]
+    ) -> str | None:
         """Hold a slot for the step's next attempt: where it will run (a worker's name,
-        or EMBEDDED), or None when no slot is free for it now (see `unplaced`)."""
+        or EMBEDDED), or None when no slot is free for it now (see `unplaced`).
+        `labels`: what the step requires of a worker."""
 
-    def unplaced(self, workflow: str, version: int) -> str:
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
         """Why `place` found nothing, for operators."""
 
     def release(self, task_id: str, step: str) -> None:
@@ -168,10 +171,12 @@ class InProcessExecutor:
         # inspect's answer is dear next to a dict lookup, and asked at every attempt
         self._is_async: dict[StepFn, bool] = {}
 
-    def place(self, task_id: str, step: str, workflow: str, version: int) -> str | None:
+    def place(
+        self, task_id: str, step: str, workflow: str, version: int, labels: Mapping[str, str]
+    ) -> str | None:
         return EMBEDDED  # the engine's own slots (`concurrency`) are the limit here
 
-    def unplaced(self, workflow: str, version: int) -> str:
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
         return "no free slot"
 
     def release(self, task_id: str, step: str) -> None:
