@@ -173,8 +173,9 @@ def node(
         str | None,
         typer.Option(
             "--execution",
-            help="Where steps run: embedded (in this process) or remote (on `apollo11 "
-            "worker` processes; this node only dispatches).",
+            help="Where steps run: embedded (in this process), remote (on `apollo11 "
+            "worker` processes; this node only dispatches) or both (its own --concurrency "
+            "slots first, then its workers').",
         ),
     ] = None,
     worker_heartbeat_timeout: Annotated[

@@ -81,8 +81,9 @@ class NodeSettings(BaseSettings):
     sync_timeout: float = Field(default=5.0, gt=0)
     concurrency: int = Field(default=defaults.CONCURRENCY, ge=1, le=10_000)
     # Where steps run (README "Workers"): in this process (embedded), only on
-    # `apollo11 worker` processes (remote: the node dispatches), or both.
-    execution: Literal["embedded", "remote"] = "embedded"
+    # `apollo11 worker` processes (remote: the node dispatches), or both (this node's
+    # `concurrency` slots first, then its workers').
+    execution: Literal["embedded", "remote", "both"] = "embedded"
     # A worker heartbeats every interval; one silent for the timeout is cut off and its
     # attempts are lost (a worker whose process dies is found at once: its stream ends).
     worker_heartbeat_interval: float = Field(default=2.0, gt=0, le=60)

@@ -55,9 +55,9 @@ from apollo11.scheduler.api.status import ClusterStatus, LeaseStatus, MemberStat
 from apollo11.scheduler.archive import Archive
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.dispatch import RemoteExecutor, WorkersService
+from apollo11.scheduler.dispatch import BothExecutor, RemoteExecutor, WorkersService
 from apollo11.scheduler.engine import Engine
-from apollo11.scheduler.engine.executor import AttemptToken
+from apollo11.scheduler.engine.executor import AttemptToken, Executor, InProcessExecutor
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
@@ -114,12 +114,17 @@ class Node:
         self.engine: Engine | None = None
         # Remote execution: the workers' side of the engine (scheduler/dispatch/).
         self.dispatch: RemoteExecutor | None = None
-        if settings.execution == "remote":
+        self.executor: Executor | None = None  # None: the engine's own (in process)
+        if settings.execution != "embedded":
             self.dispatch = RemoteExecutor(
                 node_id=settings.node_id,
                 heartbeat_interval_s=settings.worker_heartbeat_interval,
                 heartbeat_timeout_s=settings.worker_heartbeat_timeout,
             )
+            self.executor = self.dispatch
+            if settings.execution == "both":
+                local = InProcessExecutor(threads=settings.concurrency)
+                self.executor = BothExecutor(local, self.dispatch, settings.concurrency)
         self.api: ApiServer | None = None
         self.http: Any = None
         self.http_port = 0
@@ -215,7 +220,7 @@ class Node:
             store,
             self.registry,
             node_id=s.node_id,
-            executor=self.dispatch,
+            executor=self.executor,
             clock=self.clock,
             **options.engine_options(s),
             commit=self.commit,
@@ -1136,10 +1141,10 @@ class Node:
         drained = True
         if self.dispatch is not None:
             # Attempts on workers outlive this node: the next primary adopts them, so
-            # there is nothing to drain, and nothing is failed.
+            # there is nothing to drain for them, and nothing is failed.
             await self.dispatch.stop("this node is stopping")
         if self.engine is not None and self.engine.leading:
-            if self.dispatch is None:
+            if self.settings.execution != "remote":
                 drained = await self.engine.drain(within_s=self.settings.drain_timeout)
             await self.engine.stop()
         self.role = "stopped"

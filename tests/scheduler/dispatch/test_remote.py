@@ -26,13 +26,13 @@ async def start(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Node]]]
 
     async def make(**settings: Any) -> Node:
         settings.setdefault("data_dir", tmp_path / "data")
+        settings.setdefault("execution", "remote")
         n = Node(
             NodeSettings(
                 node_id="n1",
                 listen="127.0.0.1:0",
                 workflows=[FLOWS],
                 fsync=FsyncPolicy.UNSAFE_NEVER,
-                execution="remote",
                 worker_heartbeat_interval=0.2,
                 worker_heartbeat_timeout=1.0,
                 **settings,
@@ -282,4 +282,32 @@ async def test_status_and_the_workers_command_list_the_workers(start: Any) -> No
     text = out.decode()
     assert "execution remote: 1 worker(s), 0/3 slots busy" in text
     assert "gpu-1" in text and "pair v1" in text
+    await w.close()
+
+
+async def test_both_uses_the_nodes_own_slots_first_then_the_workers(start: Any) -> None:
+    from apollo11.scheduler.engine import SubmitItem
+
+    node = await start(execution="both", concurrency=1)
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    ids = [s.task_id for s in await node.engine.submit_many([SubmitItem("pair")] * 2)]
+
+    async def answer() -> None:
+        while True:
+            for a in (await w.next("assign", timeout=60)).assignments:
+                await w.result(a, {"n": 1})
+
+    answering = asyncio.create_task(answer())
+    for t in ids:
+        assert (await _wait(node, t)).status is TaskStatus.SUCCEEDED
+    answering.cancel()
+    where = [
+        (e.payload or {}).get("worker")
+        for t in ids
+        for e in _events(node, t, EventType.STEP_STARTED)
+    ]
+    assert None in where, "some ran in the node's own slot"
+    assert "w1" in where, "the rest on the worker"
     await w.close()

@@ -1,0 +1,70 @@
+"""`--execution both`: this node's own slots first, then its workers'.
+
+An attempt placed here runs in process (the in-process executor); one placed on a
+worker goes through the remote executor. Which one holds a step's attempt is
+remembered from `place` to `release`, and every other call follows it. An
+adopted attempt (STARTED on a worker by an earlier primary) is always the
+workers'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from apollo11.scheduler.dispatch.remote import RemoteExecutor
+from apollo11.scheduler.engine.executor import EMBEDDED, Attempt, InProcessExecutor, Outcome
+
+Key = tuple[str, str]
+
+
+class BothExecutor:
+    def __init__(self, local: InProcessExecutor, remote: RemoteExecutor, slots: int) -> None:
+        self.local = local
+        self.remote = remote
+        self.slots = slots
+        self._here: set[Key] = set()  # steps whose attempt holds one of this node's slots
+
+    def place(
+        self, task_id: str, step: str, workflow: str, version: int, labels: Mapping[str, str]
+    ) -> str | None:
+        if len(self._here) < self.slots and not labels:
+            self._here.add((task_id, step))
+            return EMBEDDED
+        return self.remote.place(task_id, step, workflow, version, labels)
+
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
+        return f"this node's {self.slots} slots are busy, and " + self.remote.unplaced(
+            workflow, version, labels
+        )
+
+    def release(self, task_id: str, step: str) -> None:
+        key = (task_id, step)
+        if key in self._here:
+            self._here.discard(key)
+        else:
+            self.remote.release(task_id, step)
+
+    def free_slots(self) -> int:
+        return self.slots - len(self._here) + self.remote.free_slots()
+
+    def watch_capacity(self, notify: Callable[[], None]) -> None:
+        self.remote.watch_capacity(notify)
+
+    async def run(self, attempt: Attempt) -> Outcome:
+        if (attempt.ctx.task_id, attempt.ctx.step) in self._here:
+            return await self.local.run(attempt)
+        return await self.remote.run(attempt)
+
+    async def adopt(self, attempt: Attempt, where: str) -> Outcome:
+        return await self.remote.adopt(attempt, where)
+
+    def abandon(self, task_id: str, step: str, reason: str) -> None:
+        if (task_id, step) in self._here:
+            self.local.abandon(task_id, step, reason)
+        else:
+            self.remote.abandon(task_id, step, reason)
+
+    def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
+        if (task_id, step) in self._here:
+            return self.local.settle(task_id, step)
+        return self.remote.settle(task_id, step)
