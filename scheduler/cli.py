@@ -52,27 +52,35 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+# The connection's credentials: before any client command (the app's callback), and
+# on `worker`, whose process holds its own connection.
+CaOption = Annotated[
+    Path | None,
+    typer.Option("--ca", envvar="APOLLO11_CA", help="CA that signed the nodes' certificates."),
+]
+CertOption = Annotated[
+    Path | None,
+    typer.Option("--cert", envvar="APOLLO11_CERT", help="Client certificate (PEM)."),
+]
+KeyOption = Annotated[
+    Path | None, typer.Option("--key", envvar="APOLLO11_KEY", help="Its key (PEM).")
+]
+TokenFileOption = Annotated[
+    Path | None,
+    typer.Option("--token-file", envvar="APOLLO11_TOKEN_FILE", help="File holding the token."),
+]
+
+
 @app.callback()
 def _connection(
-    ca: Annotated[
-        Path | None,
-        typer.Option("--ca", envvar="APOLLO11_CA", help="CA that signed the nodes' certificates."),
-    ] = None,
-    cert: Annotated[
-        Path | None,
-        typer.Option("--cert", envvar="APOLLO11_CERT", help="Client certificate (PEM)."),
-    ] = None,
-    key: Annotated[
-        Path | None, typer.Option("--key", envvar="APOLLO11_KEY", help="Its key (PEM).")
-    ] = None,
+    ca: CaOption = None,
+    cert: CertOption = None,
+    key: KeyOption = None,
     token: Annotated[
         str | None,
         typer.Option("--token", envvar="APOLLO11_TOKEN", help="Bearer token.", show_default=False),
     ] = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option("--token-file", envvar="APOLLO11_TOKEN_FILE", help="File holding the token."),
-    ] = None,
+    token_file: TokenFileOption = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -422,21 +430,10 @@ def worker(
         float,
         typer.Option("--stop-grace", help="Seconds running attempts get on SIGTERM."),
     ] = 30.0,
-    ca: Annotated[
-        Path | None,
-        typer.Option("--ca", envvar="APOLLO11_CA", help="CA that signed the nodes' certificates."),
-    ] = None,
-    cert: Annotated[
-        Path | None,
-        typer.Option("--cert", envvar="APOLLO11_CERT", help="Client certificate (PEM)."),
-    ] = None,
-    key: Annotated[
-        Path | None, typer.Option("--key", envvar="APOLLO11_KEY", help="Its key (PEM).")
-    ] = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option("--token-file", envvar="APOLLO11_TOKEN_FILE", help="File holding the token."),
-    ] = None,
+    ca: CaOption = None,
+    cert: CertOption = None,
+    key: KeyOption = None,
+    token_file: TokenFileOption = None,
 ) -> None:
     """Run steps for the primary: connect, register, run what is assigned (Ctrl-C drains)."""
     import asyncio

@@ -79,24 +79,34 @@ def test_a_taken_port_is_refused_and_nothing_is_started(tmp_path: Path, which: s
     assert not (tmp_path / "n1.log").exists() and not (tmp_path / "etcd").exists()
 
 
-def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
-    base, etcd_port = _free_run(2), free_port()
-    proc = subprocess.Popen(
-        _dev(tmp_path, base, etcd_port),
+def _start(tmp_path: Path, base: int, etcd_port: int, *more: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        _dev(tmp_path, base, etcd_port, *more),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def _ready(proc: subprocess.Popen[str], lines: list[str]) -> str:
+    """What `apollo11 dev` printed up to its ready line."""
+    assert proc.stdout is not None
+    while not any("Ctrl-C stops everything" in line for line in lines):
+        line = proc.stdout.readline()
+        assert line, "".join(lines)
+        lines.append(line)
+    return "".join(lines)
+
+
+def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
+    base, etcd_port = _free_run(2), free_port()
+    proc = _start(tmp_path, base, etcd_port)
     assert proc.stdout is not None
     try:
         lines: list[str] = []
-        while not any("Ctrl-C stops everything" in line for line in lines):
-            line = proc.stdout.readline()
-            assert line, "".join(lines)
-            lines.append(line)
-        text = "".join(lines)
+        text = _ready(proc, lines)
         pids = dict(re.findall(r"^(?:node )?(etcd|n\d)\s.*?pid (\d+)", text, re.M))
         assert set(pids) == {"etcd", "n1", "n2"}, text
         os.kill(int(pids["n2"]), signal.SIGKILL)
@@ -121,22 +131,9 @@ def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
 
 def test_with_workers_the_steps_run_on_them(tmp_path: Path) -> None:
     base, etcd_port = _free_run(2), free_port()
-    proc = subprocess.Popen(
-        _dev(tmp_path, base, etcd_port, "--workers", "2"),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
+    proc = _start(tmp_path, base, etcd_port, "--workers", "2")
     try:
-        lines: list[str] = []
-        while not any("Ctrl-C stops everything" in line for line in lines):
-            line = proc.stdout.readline()
-            assert line, "".join(lines)
-            lines.append(line)
-        text = "".join(lines)
+        text = _ready(proc, [])
         assert re.search(r"^worker w1 .*pid \d+", text, re.M), text
         assert re.search(r"^worker w2 .*pid \d+", text, re.M), text
         servers = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
