@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from fastapi import FastAPI, Form, Request
+from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -237,40 +237,28 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             gate, task_id, message=f"{op.describe()} recorded as event {event_id} by {who}"
         )
 
-    @app.post("/tasks/{task_id}/retry")
-    async def retry(
+    # One route for the three actions: the form differs only in its step field (a
+    # cancel has none) and the kind in the path; any other kind is 404.
+    @app.post("/tasks/{task_id}/{kind}")
+    async def action(
         request: Request,
         task_id: str,
+        kind: str,
         step: str = Form(""),
         display: str = Form(""),
         reason: str = Form(""),
         confirm: str = Form(""),
         csrf: str = Form(""),
     ) -> Response:
-        return await act(request, task_id, "retry", step, display, reason, confirm, csrf)
+        which = ACTIONS.get(kind)
+        if which is None:
+            raise HTTPException(status_code=404)
+        if which == "cancel":
+            step = ""
+        return await act(request, task_id, which, step, display, reason, confirm, csrf)
 
-    @app.post("/tasks/{task_id}/skip")
-    async def skip(
-        request: Request,
-        task_id: str,
-        step: str = Form(""),
-        display: str = Form(""),
-        reason: str = Form(""),
-        confirm: str = Form(""),
-        csrf: str = Form(""),
-    ) -> Response:
-        return await act(request, task_id, "skip", step, display, reason, confirm, csrf)
 
-    @app.post("/tasks/{task_id}/cancel")
-    async def cancel(
-        request: Request,
-        task_id: str,
-        display: str = Form(""),
-        reason: str = Form(""),
-        confirm: str = Form(""),
-        csrf: str = Form(""),
-    ) -> Response:
-        return await act(request, task_id, "cancel", "", display, reason, confirm, csrf)
+ACTIONS: dict[str, actions.Kind] = {k: k for k in actions.KINDS}
 
 
 def _back(gate: Gate, task_id: str, *, message: str = "", error: str = "") -> RedirectResponse:

@@ -146,6 +146,9 @@ def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
         'cancelled by <span id="cancelled-by">anonymous</span>'
         in httpx.get(f"{base}/tasks/{other}").text
     )
+    # no other action exists
+    form = {"reason": "r", "confirm": "yes", "csrf": csrf}
+    assert browser.post(f"/tasks/{other}/delete", data=form).status_code == 404
     browser.close()
 
 
