@@ -729,8 +729,7 @@ class Node:
         out: list[tuple[str, str]] = []
         leader = self.leader
         if leader is not None and leader.node_id != me:
-            record = members.get(leader.node_id)
-            out.append((leader.node_id, (record.peer_address if record else "") or leader.address))
+            out.append((leader.node_id, self._replication_address(leader)))
         for m in sorted(members.values(), key=lambda m: -m.last_event_id):
             if m.node_id == me or any(m.node_id == n for n, _ in out):
                 continue
@@ -738,11 +737,14 @@ class Node:
                 out.append((m.node_id, m.peer_address or m.address))
         return out
 
-    async def _follow(self, leader: LeaderInfo) -> None:
-        # With a peer port the primary's member record says where: replication has a
-        # port of its own there (and the primary publishes its record as it promotes).
+    def _replication_address(self, leader: LeaderInfo) -> str:
+        """Where the primary serves replication. With a peer port its member record
+        says where (it publishes the record as it promotes); else its public address."""
         record = self.world.members.get(leader.node_id) if self.world else None
-        address = (record.peer_address if record else "") or leader.address
+        return (record.peer_address if record else "") or leader.address
+
+    async def _follow(self, leader: LeaderInfo) -> None:
+        address = self._replication_address(leader)
         f = self.follower
         if f is not None and f.address == address and f.leader_term == leader.term:
             return
