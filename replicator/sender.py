@@ -45,14 +45,14 @@ HEARTBEAT_S = 0.5
 SNAPSHOT_CHUNK = 1024 * 1024
 # Batches sent to a standby and not yet acknowledged. One, normally: the next batch
 # goes when the last is durable there, and carries everything written meanwhile, so
-# batches grow when a standby is slow instead of queueing in its receive buffer.
-# Measured at 10k events/s (ack p99, 4 runs each): unbounded 14-25 ms (the queue on
-# a busy standby built up to 14 ms), 2 in flight 12-19 ms, 1 in flight 7-16 ms.
+# batches grow when a standby is slow instead of queueing in its receive buffer
+# (the lowest ack p99 of 1, 2 and unbounded: docs/benchmarks.md, "Figures behind the
+# knobs").
 SEND_WINDOW = 1
 # ...but when the last batch is not acknowledged within HOLD_S (a GC pause or a slow
 # fsync there), another goes, up to MAX_IN_FLIGHT: the standby then has it at hand
-# when it is free again, instead of waiting one more round trip for it. Ack p99 at
-# 10k events/s over twelve windows and nine: median 7.9 ms with it, 10.5 without.
+# when it is free again, instead of waiting one more round trip for it (a lower ack
+# p99: docs/benchmarks.md, "Figures behind the knobs").
 HOLD_S = 0.002
 MAX_IN_FLIGHT = 4
 HANDSHAKE_WAIT_S = 2.0  # for records shipped ahead to land here (below receiver.SILENCE_S)

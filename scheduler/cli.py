@@ -287,10 +287,10 @@ def node(
     # gRPC core's older I/O path reads and writes sockets on the poller thread that
     # already wakes for the completion queue. Its EventEngine, on by default for
     # Python in the grpcio this runs on (grpc/grpc#41432), does it on threads of its
-    # own and hands every message over: ~6 context switches more per unary call,
-    # a third of a busy node's. Replication ack p99 at 10k events/s: a median of
-    # 6.7 against 8.9 ms over 16 clusters each, alternating. gRPC reads this once,
-    # when it is imported; an operator's own GRPC_EXPERIMENTS (even empty) wins.
+    # own and hands every message over: more context switches per call, and a
+    # higher replication ack p99 (docs/benchmarks.md, "Figures behind the knobs").
+    # gRPC reads this once, when it is imported; an operator's own GRPC_EXPERIMENTS
+    # (even empty) wins.
     # A grpcio without these experiments logs "Unknown experiment" and goes on.
     ours = "GRPC_EXPERIMENTS" not in os.environ
     if ours:
@@ -350,8 +350,8 @@ def node(
     logging.getLogger().setLevel(logging.INFO)
     # The event loop waits for the GIL whenever a background thread holds it (the
     # snapshot writer encoding and merging archive chunks): 5 ms by default, each
-    # time. At 1 ms, replication ack p99 at 10k events/s went from 5-26 (median 15)
-    # to 5-14 (median 9) ms over six windows each, alternating.
+    # time; 1 ms halves the ack p99's tail (docs/benchmarks.md, "Figures behind the
+    # knobs").
     sys.setswitchinterval(GIL_SWITCH_S)
     try:
         code = asyncio.run(serve(settings))

@@ -214,8 +214,8 @@ class Store:
             and time.monotonic() - self._snapshot_at >= self.config.snapshot_min_interval_s
         ):
             # Not here: this runs before the batch's appenders are answered, and a
-            # capture takes 10-20 ms of loop time at 10k events/s; a standby's ack
-            # waited for it (the replication p99). Next turn of the loop, between batches.
+            # capture takes loop time a standby's ack would wait for (the replication
+            # p99). Next turn of the loop, between batches.
             self._snapshot_soon = True
             asyncio.get_running_loop().call_soon(self._snapshot_between_batches)
 
@@ -414,10 +414,9 @@ class Store:
             marks = self.snapshots.watermarks()
             if len(marks) >= self.config.snapshots_keep:
                 self.log.drop_before(marks[-1] + 1)
-        # Evicted a slice at a time, EVICT_PAUSE_S apart: ~900 tasks at 10k events/s
-        # took 4-5 ms of CPU in one callback, 6-15 ms of wall time on a busy machine,
-        # once a second, and every batch in that window waited (the replication p99);
-        # back to back, one slice per turn, they still took the loop's CPU for as long.
+        # Evicted a slice at a time, EVICT_PAUSE_S apart: all at once, in one callback
+        # or one slice per turn back to back, every batch in that window waited (the
+        # replication p99; docs/benchmarks.md, "Figures behind the knobs").
         self._evicting = (written.archived, 0, watermark)
         self._evict_next = asyncio.get_running_loop().call_soon(self._evict_slice)
 

@@ -284,8 +284,8 @@ class Node:
         self._loop = asyncio.get_running_loop()
         self.scrubber.start()
         # What exists now (modules, the recovered state) lives as long as the node;
-        # without this every full collection rescans it: 16-32 ms pauses measured
-        # under load, ~8 ms after, and each one is a replication-latency outlier.
+        # without this every full collection rescans it, and each such pause is a
+        # replication-latency outlier (docs/benchmarks.md, "Figures behind the knobs").
         gc.collect()
         gc.freeze()
         metrics.watch_gc()

@@ -33,7 +33,7 @@ from apollo11.scheduler.tools.dev import DevCluster
 CLIENTS = int(os.environ.get("E2E_CLIENTS", "32"))
 # The load generators share two cores with the three nodes and etcd; in a deployment
 # they run elsewhere. At nice 10 they, not the nodes, wait when the CPU is short
-# (measured at 10k events/s: ack p99 33 -> 15-18 ms, p50 4.9 -> 3.0 ms).
+# (docs/benchmarks.md, "Figures behind the knobs").
 LOAD_NICE = int(os.environ.get("APOLLO11_BENCH_LOAD_NICE", "10"))
 # ...and, by default, under SCHED_IDLE: they run only on CPU time that no node wants,
 # as clients on other machines would (0: nice alone, as before Nov 30 16:00).
