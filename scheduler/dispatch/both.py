@@ -47,6 +47,10 @@ class BothExecutor:
     def free_slots(self) -> int:
         return self.slots - len(self._here) + self.remote.free_slots()
 
+    def free_for(self, workflow: str, version: int, labels: Mapping[str, str]) -> int:
+        here = 0 if labels else self.slots - len(self._here)
+        return here + self.remote.free_for(workflow, version, labels)
+
     def watch_capacity(self, notify: Callable[[], None]) -> None:
         self.remote.watch_capacity(notify)
 

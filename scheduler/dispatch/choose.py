@@ -40,6 +40,14 @@ def choose(
     return None if best is None else best.name
 
 
+def free_for(
+    offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
+) -> int:
+    """The free slots of the workers that could take such an attempt."""
+    want = (workflow, version)
+    return sum(max(0, o.free) for o in offers if want in o.workflows and _fits(o, labels))
+
+
 def why_none(
     offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
 ) -> str:

@@ -16,6 +16,7 @@ from apollo11.scheduler.engine.executor import AttemptToken
 from apollo11.v1 import worker_pb2 as wpb
 
 Key = tuple[str, str]  # (task_id, step)
+ASSIGN_BATCH_BYTES = 1 << 20
 
 
 @dataclass(eq=False)
@@ -56,6 +57,20 @@ class WorkerConn:
         self._acks.append(wpb.ResultAck(token=to_pb(token), accepted=accepted, reason=reason))
         self.wake.set()
 
+    def take_over(self, old: WorkerConn) -> set[AttemptToken]:
+        """This is `old`'s process on a new stream: take its slots and what was still
+        queued for it. Returns the tokens of the assignments not yet sent."""
+        self.held |= old.held
+        self._assign = old._assign + self._assign
+        self._assigned_at = old._assigned_at + self._assigned_at
+        self._cancel = old._cancel + self._cancel
+        self._acks = old._acks + self._acks
+        old.held = set()
+        old._assign, old._assigned_at, old._cancel, old._acks = [], [], [], []
+        if self._assign or self._cancel or self._acks:
+            self.wake.set()
+        return {from_pb(a.token) for a in self._assign}
+
     def close(self, why: str) -> None:
         if self.closed is None:
             self.closed = why
@@ -66,7 +81,18 @@ class WorkerConn:
         out: list[wpb.DispatchMessage] = []
         queued: list[float] = []
         if self._assign:
-            out.append(wpb.DispatchMessage(assign=wpb.Assign(assignments=self._assign)))
+            # bounded messages: a batch of big inputs must stay under the worker's
+            # receive limit (ASSIGN_BATCH_BYTES, well below gRPC's 4 MiB default)
+            batch: list[wpb.Assignment] = []
+            size = 0
+            for a in self._assign:
+                n = a.ByteSize()
+                if batch and size + n > ASSIGN_BATCH_BYTES:
+                    out.append(wpb.DispatchMessage(assign=wpb.Assign(assignments=batch)))
+                    batch, size = [], 0
+                batch.append(a)
+                size += n
+            out.append(wpb.DispatchMessage(assign=wpb.Assign(assignments=batch)))
             queued = self._assigned_at
             self._assign, self._assigned_at = [], []
         for c in self._cancel:

@@ -40,7 +40,7 @@ import orjson
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.api.status import WorkerStatus
-from apollo11.scheduler.dispatch.choose import Offer, choose, why_none
+from apollo11.scheduler.dispatch.choose import Offer, choose, free_for, why_none
 from apollo11.scheduler.dispatch.conn import Key, WorkerConn, to_pb
 from apollo11.scheduler.engine.executor import (
     Attempt,
@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
 DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 
-# Is `token` the current attempt of (task, step)? The node answers from its state.
-IsCurrent = Callable[[str, str, AttemptToken], bool]
+# Is `token` the current attempt of (task, step), and was it given to `worker`? The
+# node answers from its state (the STARTED names the worker).
+IsCurrent = Callable[[str, str, AttemptToken, str], bool]
 
 
 @dataclass(eq=False)
@@ -103,7 +104,7 @@ class RemoteExecutor:
         self.workers: dict[str, WorkerConn] = {}
         self.term = 0
         self.accepting = False
-        self._is_current: IsCurrent = lambda task_id, step, token: False
+        self._is_current: IsCurrent = lambda task_id, step, token, worker: False
         self._inflight: dict[AttemptToken, _Inflight] = {}
         self._reported: dict[AttemptToken, _Reported] = {}
         self._keys: dict[Key, AttemptToken] = {}
@@ -170,6 +171,9 @@ class RemoteExecutor:
 
     def free_slots(self) -> int:
         return sum(max(0, c.free) for c in self.workers.values())
+
+    def free_for(self, workflow: str, version: int, labels: Mapping[str, str]) -> int:
+        return free_for(self._offers(), workflow, version, labels)
 
     def watch_capacity(self, notify: Callable[[], None]) -> None:
         self._notify = [notify]  # one engine at a time (a node makes a new one per store)
@@ -266,7 +270,14 @@ class RemoteExecutor:
         key = (task_id, step)
         token = self._keys.get(key)
         inflight = None if token is None else self._inflight.get(token)
-        if inflight is None or inflight.outcome.done() or inflight.cancelling:
+        if inflight is None or inflight.cancelling:
+            return
+        if inflight.outcome.done():
+            # Its result arrived, but the timeout (or cancel) got there first: the log
+            # records that, so the worker is told its result was not taken.
+            ack = self._acks.pop(key, None)
+            if ack is not None and (conn := self.workers.get(ack[0])) is not None:
+                conn.ack(ack[1], False, f"not taken: {reason}")
             return
         inflight.cancelling = True
         self._settling[key] = asyncio.get_running_loop().create_future()
@@ -299,31 +310,58 @@ class RemoteExecutor:
         if not self.accepting:
             raise RefusedError("this node is not the primary")
         old = self.workers.get(conn.name)
+        unsent: set[AttemptToken] = set()
         if old is not None and old.closed is None:
             if old.instance != conn.instance:
                 raise RefusedError(
                     f"a worker named {conn.name!r} is already connected (from "
                     f"{old.address}); names must be unique"
                 )
-            self._gone(old, "replaced by its own new connection")
+            # The same process on a new stream (its old one broke on its side first):
+            # its attempts and what was queued for it move over; nothing is lost.
+            unsent = conn.take_over(old)
+            old.close("replaced by its own new connection")
         self.workers[conn.name] = conn
         stale: list[AttemptToken] = []
+        reported: set[AttemptToken] = set()
         for r in running:
             token = AttemptToken(r.token.term, r.token.event_id)
             key = (r.task_id, r.step)
+            reported.add(token)
             inflight = self._inflight.get(token)
-            if inflight is not None and not inflight.outcome.done():
-                inflight.worker = conn.name
+            if inflight is not None and inflight.key == key and inflight.worker == conn.name:
+                if inflight.outcome.done():
+                    stale.append(token)  # lost, or ended, here already: it must stop
+                    continue
                 inflight.confirmed.set()
                 conn.held.add(key)
                 self._held[key] = conn.name
-            elif self._is_current(r.task_id, r.step, token):
+                if inflight.cancelling:
+                    conn.cancel(token, "cancelled")  # the cancel may have gone with the stream
+            elif inflight is None and self._is_current(r.task_id, r.step, token, conn.name):
                 self._reported[token] = _Reported(conn.name, key, None)
                 conn.held.add(key)
             else:
-                stale.append(token)
+                stale.append(token)  # not this worker's current attempt: stop it
+                continue
             if r.heartbeat_json:
                 self._beat(token, r.heartbeat_json)
+        if old is not None:
+            # What was sent on the old stream and is not reported never reached it.
+            for inflight in list(self._inflight.values()):
+                if (
+                    inflight.worker == conn.name
+                    and inflight.confirmed.is_set()
+                    and inflight.token not in reported
+                    and inflight.token not in unsent
+                ):
+                    if inflight.cancelling:
+                        self._settled(inflight.key)
+                    elif not inflight.outcome.done():
+                        inflight.outcome.set_result(
+                            Lost(f"worker {conn.name} reconnected without it")
+                        )
+                        self._count_lost("closed")
         log.info(
             "worker %s connected from %s: %d slots, %d workflow(s), %d attempt(s) running",
             conn.name,
@@ -362,6 +400,12 @@ class RemoteExecutor:
         key = (r.task_id, r.step)
         kind = r.WhichOneof("outcome")
         inflight = self._inflight.get(token)
+        if inflight is not None and inflight.worker != conn.name:
+            # Only the worker an attempt was given to speaks for it.
+            self._refuse(conn, r, f"the attempt was given to worker {inflight.worker}")
+            return
+        if inflight is not None and kind == "cancelled":
+            key = inflight.key  # a cancel's answer is matched by its token alone
         if inflight is not None and inflight.key == key:
             if inflight.cancelling:
                 # The cancel's answer (or a result that crossed it): nothing runs now.
@@ -379,7 +423,7 @@ class RemoteExecutor:
                 inflight.outcome.set_result(_outcome(r))
                 self._acks[key] = (conn.name, token)
             return
-        if kind != "cancelled" and self._is_current(r.task_id, r.step, token):
+        if kind != "cancelled" and self._is_current(r.task_id, r.step, token, conn.name):
             # Finished while no primary was there to hear it: kept for adoption.
             self._reported[token] = _Reported(conn.name, key, _outcome(r))
             conn.held.add(key)

@@ -31,6 +31,7 @@ NAME_MAX = 128
 SLOTS_MAX = 10_000
 WORKFLOWS_MAX = 1_000
 LABELS_MAX = 64
+RUNNING_MAX = 2 * SLOTS_MAX  # what a worker still runs from before (slots, and handed-back)
 
 
 def check_register(r: wpb.Register) -> str | None:
@@ -46,8 +47,17 @@ def check_register(r: wpb.Register) -> str | None:
     if len(r.labels) > LABELS_MAX:
         return f"register.labels: at most {LABELS_MAX}, got {len(r.labels)}"
     for w in r.workflows:
-        if not w.name or w.version < 1:
-            return f"register.workflows: {w.name!r} v{w.version} is not a workflow version"
+        if not w.name or len(w.name) > NAME_MAX or w.version < 1:
+            return (
+                f"register.workflows: {w.name[:NAME_MAX]!r} v{w.version} is not a workflow version"
+            )
+    for k, v in r.labels.items():
+        if not k or len(k) > NAME_MAX or len(v) > NAME_MAX:
+            return f"register.labels: keys 1 to {NAME_MAX} characters, values up to {NAME_MAX}"
+    if len(r.running) > RUNNING_MAX:
+        return f"register.running: at most {RUNNING_MAX} attempts, got {len(r.running)}"
+    if len(r.version) > NAME_MAX or len(r.instance) > NAME_MAX:
+        return f"register.version and register.instance: at most {NAME_MAX} characters"
     return None
 
 

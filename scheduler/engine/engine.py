@@ -118,7 +118,9 @@ class Engine:
         self._queued: deque[str] = deque()
         self._ready: list[str] = []  # left the queue for a freed slot; decided first
         self._queued_set: set[str] = set()
-        self._unplaced: dict[str, None] = {}  # the executor had no place: oldest first
+        # the executor had no place for these: (workflow, version, labels) -> tasks,
+        # oldest first
+        self._unplaced: dict[tuple[str, int, tuple[tuple[str, str], ...]], dict[str, None]] = {}
         self._starting: list[Draft] = []  # STARTED of the steps this pass starts
         self._start_gate: asyncio.Future[bool] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -341,6 +343,8 @@ class Engine:
                         stuck = True  # waits for a worker: the problem says why
                 case Adopt():
                     assert isinstance(wf, Workflow)
+                    if self._draining:
+                        continue  # stopping: the next primary adopts it
                     key = (task_id, a.step)
                     self._slots_used += 1  # freed by the runner, like an attempt's
                     self._spawn(
@@ -348,6 +352,10 @@ class Engine:
                         self.steps.adopt(task_id, a.step, wf.steps[a.step], a.attempt),
                         f"step {key}",
                     )
+                    if task.cancelled is not None:
+                        # decided again once it is followed: the cancel reaches the worker
+                        self._dirty.add(task_id)
+                        self._wake.set()
                 case WakeAt():
                     key = (task_id, a.step)
                     if key not in self._timers:
@@ -437,9 +445,10 @@ class Engine:
                 )
         if where is None:
             if not placed:
-                # Decided again when a worker's slot frees or a worker connects, not
+                # Decided again when a slot it can use frees or a worker connects, not
                 # at every pass: nothing else can change the executor's answer.
-                self._unplaced[task_id] = None
+                group = (task.workflow, task.version, tuple(sorted(spec.labels.items())))
+                self._unplaced.setdefault(group, {})[task_id] = None
             elif task_id not in self._queued_set:
                 self._queued.append(task_id)
                 self._queued_set.add(task_id)
@@ -498,24 +507,30 @@ class Engine:
         if not self._slots_used:
             self._idle.set()
         if self._unplaced:
-            self._retry_unplaced(self.executor.free_slots())
+            self._retry_unplaced()
         self._refill_ready()
         self._wake.set()
 
     def capacity_changed(self) -> None:
         """Slots became free elsewhere (a worker connected): waiting tasks may start."""
-        self._retry_unplaced(len(self._unplaced))
+        self._retry_unplaced()
         self._refill_ready()
         if self._ready:
             self._wake.set()
 
-    def _retry_unplaced(self, n: int) -> None:
-        """Decide again the `n` oldest tasks the executor had no place for."""
-        while self._unplaced and n > 0:
-            task_id = next(iter(self._unplaced))
-            del self._unplaced[task_id]
-            self._dirty.add(task_id)
-            n -= 1
+    def _retry_unplaced(self) -> None:
+        """Decide again, oldest first, as many tasks the executor had no place for as it
+        now has slots for, group by group (workflow, version, labels)."""
+        for group in list(self._unplaced):
+            tasks = self._unplaced[group]
+            n = self.executor.free_for(group[0], group[1], dict(group[2]))
+            while tasks and n > 0:
+                task_id = next(iter(tasks))
+                del tasks[task_id]
+                self._dirty.add(task_id)
+                n -= 1
+            if not tasks:
+                del self._unplaced[group]
         self._wake.set()
 
     def _refill_ready(self) -> None:

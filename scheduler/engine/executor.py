@@ -134,6 +134,9 @@ class Executor(Protocol):
     def free_slots(self) -> int:
         """How many attempts `place` could start now, at most."""
 
+    def free_for(self, workflow: str, version: int, labels: Mapping[str, str]) -> int:
+        """How many attempts of this kind `place` could start now, at most."""
+
     def watch_capacity(self, notify: Callable[[], None]) -> None:
         """Call `notify` when slots become free other than by `release` (a worker
         connected)."""
@@ -183,6 +186,9 @@ class InProcessExecutor:
         return None
 
     def free_slots(self) -> int:
+        return sys.maxsize
+
+    def free_for(self, workflow: str, version: int, labels: Mapping[str, str]) -> int:
         return sys.maxsize
 
     def watch_capacity(self, notify: Callable[[], None]) -> None:

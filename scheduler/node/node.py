@@ -809,9 +809,11 @@ class Node:
             f"scheduling after {spent * 1000:.1f} ms"
         )
 
-    def _is_current_attempt(self, task_id: str, step: str, token: AttemptToken) -> bool:
-        """Is `token` the attempt the log says `step` is running? (A worker's result
-        counts only then.)"""
+    def _is_current_attempt(
+        self, task_id: str, step: str, token: AttemptToken, worker: str
+    ) -> bool:
+        """Is `token` the attempt the log says `step` is running, on `worker`? (A
+        worker's result counts only then.)"""
         task = None if self.store is None else self.store.state.tasks.get(task_id)
         found = None if task is None else task.steps.get(step)
         return (
@@ -819,6 +821,7 @@ class Node:
             and found.status is StepStatus.STARTED
             and found.started_event == token.event_id
             and found.started_term == token.term
+            and found.worker == worker
         )
 
     def lease_valid(self) -> bool:
@@ -834,11 +837,11 @@ class Node:
         self.leader = None
         metrics.ROLE.set(0)
         self.hub.fail_all(f"this node stopped being the primary: {why}")
+        if self.engine is not None:
+            await self.engine.stop()  # first: nothing is decided once the workers go
         if self.dispatch is not None:
             # Workers go to the next primary with their attempts: nothing is failed.
             await self.dispatch.stop(f"this node stopped being the primary: {why}")
-        if self.engine is not None:
-            await self.engine.stop()
         for t in self._tasks:
             if (
                 t.get_name() in ("apollo11-keepalive", "apollo11-watchdog")
@@ -1141,14 +1144,15 @@ class Node:
         await asyncio.to_thread(self.scrubber.stop)
         was_primary = self.role == "primary"
         drained = True
-        if self.dispatch is not None:
-            # Attempts on workers outlive this node: the next primary adopts them, so
-            # there is nothing to drain for them, and nothing is failed.
-            await self.dispatch.stop("this node is stopping")
         if self.engine is not None and self.engine.leading:
             if self.settings.execution != "remote":
+                # (with `both`, attempts on workers may finish meanwhile too)
                 drained = await self.engine.drain(within_s=self.settings.drain_timeout)
             await self.engine.stop()
+        if self.dispatch is not None:
+            # Attempts on workers outlive this node: the next primary adopts them, so
+            # nothing is failed (the engine, stopped first, decides nothing more).
+            await self.dispatch.stop("this node is stopping")
         self.role = "stopped"
         self.fence.disarm()
         metrics.ROLE.set(0)

@@ -107,8 +107,25 @@ def _result(r: Result) -> pb.StepResult:
     return m
 
 
-def results(batch: Iterable[Result]) -> pb.WorkerMessage:
-    return pb.WorkerMessage(results=pb.Results(results=[_result(r) for r in batch]))
+RESULTS_BATCH_BYTES = 4 * 1024 * 1024  # per message, well below a node's 16 MiB limit
+
+
+def results(batch: Iterable[Result]) -> list[pb.WorkerMessage]:
+    """The results as messages of bounded size (none for an empty batch)."""
+    out: list[pb.WorkerMessage] = []
+    group: list[pb.StepResult] = []
+    size = 0
+    for r in batch:
+        m = _result(r)
+        n = m.ByteSize()
+        if group and size + n > RESULTS_BATCH_BYTES:
+            out.append(pb.WorkerMessage(results=pb.Results(results=group)))
+            group, size = [], 0
+        group.append(m)
+        size += n
+    if group:
+        out.append(pb.WorkerMessage(results=pb.Results(results=group)))
+    return out
 
 
 def _assignment(m: pb.Assignment) -> Assignment:

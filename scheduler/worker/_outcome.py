@@ -37,21 +37,41 @@ def context(a: Assignment, worker: str, beat: Callable[[Any], None]) -> StepCont
     )
 
 
+# A result no node would take (payload_max_bytes is at most 1 MiB), and heartbeat
+# details that travel with every heartbeat: refused here, in the step that made them.
+RESULT_MAX_BYTES = 1024 * 1024
+DETAILS_MAX_BYTES = 64 * 1024
+
+
 def encode_details(details: Any) -> bytes:
-    """Heartbeat details as JSON; raises TypeError in the step that passed bad ones."""
+    """Heartbeat details as JSON; raises TypeError (ValueError: too big) in the step
+    that passed bad ones."""
     if details is None:
         return b""
     try:
-        return orjson.dumps(details)
+        raw = orjson.dumps(details)
     except TypeError as e:
         raise TypeError(f"ctx.heartbeat details must be JSON-serializable: {e}") from None
+    if len(raw) > DETAILS_MAX_BYTES:
+        raise ValueError(
+            f"ctx.heartbeat details are {len(raw)} bytes of JSON, more than "
+            f"{DETAILS_MAX_BYTES}: report progress (a cursor, a count), not data"
+        )
+    return raw
 
 
 def succeeded(result: Any) -> Outcome:
     try:
-        return Succeeded(orjson.dumps(result))
+        raw = orjson.dumps(result)
     except TypeError as e:
         return Failed("TypeError", f"the step's result is not JSON-serializable: {e}")
+    if len(raw) > RESULT_MAX_BYTES:
+        return Failed(
+            "ResultTooLarge",
+            f"the step's result is {len(raw)} bytes of JSON, more than {RESULT_MAX_BYTES}: "
+            f"return a small summary and store bulk output elsewhere",
+        )
+    return Succeeded(raw)
 
 
 def failed(e: BaseException) -> Failed:

@@ -78,6 +78,8 @@ LOG_EVERY_S = 30.0
 # is back fast for as long: kept as short as our own retries (_reconnect).
 WORKER_OPTIONS: list[tuple[str, int]] = [
     *CLIENT_OPTIONS,
+    # what a node sends at most (its --max-message-bytes default), not gRPC's 4 MiB
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
@@ -296,8 +298,8 @@ class Worker:
                 )
             )
             resend = self._outbox.take_all()
-            if resend:
-                await call.write(codec.results(resend))
+            for message in codec.results(resend):
+                await call.write(message)
             tasks = [
                 asyncio.create_task(self._read(call, session)),
                 asyncio.create_task(self._write(call, session)),
@@ -418,8 +420,8 @@ class Worker:
                     await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
             batch = self._outbox.take_unsent()
-            if batch:
-                await call.write(codec.results(batch))
+            for message in codec.results(batch):
+                await call.write(message)
             if time.monotonic() >= last_beat + self._interval:
                 await call.write(codec.heartbeat(a.running() for a in self._attempts.values()))
                 last_beat = time.monotonic()

@@ -311,3 +311,65 @@ async def test_both_uses_the_nodes_own_slots_first_then_the_workers(start: Any) 
     assert None in where, "some ran in the node's own slot"
     assert "w1" in where, "the rest on the worker"
     await w.close()
+
+
+async def test_the_same_worker_on_a_new_stream_keeps_its_attempts(start: Any) -> None:
+    """Its old stream broke on its side first (keepalive, a NAT): it reconnects as the
+    same instance, reporting the attempt running. Nothing is lost or run twice."""
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    again = RawWorker(f"127.0.0.1:{node.port}")
+    again.instance = w.instance
+    reg = await again.connect(running=(running(a),))
+    assert list(reg.stale) == []
+    await asyncio.sleep(0.3)
+    assert _events(node, task_id, EventType.STEP_FAILED) == []
+    await again.result(a, {"n": 1})
+    assert (await again.next("acks")).acks[0].accepted
+    b = (await again.next("assign")).assignments[0]
+    await again.result(b, {"n": 2})
+    assert (await _wait(node, task_id)).status is TaskStatus.SUCCEEDED
+    assert len(_events(node, task_id, EventType.STEP_STARTED)) == 2
+    await w.close()
+    await again.close()
+
+
+async def test_a_worker_cannot_speak_for_another_workers_attempt(start: Any) -> None:
+    node = await start()
+    w1 = RawWorker(f"127.0.0.1:{node.port}", name="w1", slots=1)
+    await w1.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w1.next("assign")).assignments[0]
+    w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
+    await w2.connect(workflows=(), running=(running(a),))  # claims it, too
+    await w2.result(a, {"n": 666})
+    await w2.result(a, cancelled=True)
+    refused = [x for x in (await w2.next("acks")).acks if not x.accepted]
+    assert refused and "given to worker w1" in refused[0].reason
+    await asyncio.sleep(0.3)
+    assert _events(node, task_id, EventType.STEP_SUCCEEDED) == []
+    await w1.result(a, {"n": 1})  # the real one still counts
+    assert (await w1.next("acks")).acks[0].accepted
+    await w1.close()
+    await w2.close()
+
+
+async def test_a_graceful_stop_in_both_mode_fails_nothing_on_the_workers(start: Any) -> None:
+    from apollo11.scheduler.engine import SubmitItem
+
+    node = await start(execution="both", concurrency=1, drain_timeout=1.0)
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    await node.engine.submit_many([SubmitItem("pair")] * 2)
+    a = (await w.next("assign")).assignments[0]  # never answered: it runs on
+    await node.stop()
+    await w.close()
+    node2 = await start(execution="both", concurrency=1)
+    failed = [e for e in _events(node2, a.task_id, EventType.STEP_FAILED) if e.step_name == a.step]
+    assert failed == [], "the attempt on the worker was left for the next primary"
