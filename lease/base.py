@@ -20,6 +20,9 @@ runs against each one):
   created only where none exists, and then updated only by the Lease object
   that created it (compare-and-swap on the record's lease): a record another
   process holds raises NodeIdTaken, and is left as it is.
+* `register(node_id)` puts the node on the cluster's roster (a key with no
+  lease: it stays while the node is down); `world()` returns the roster. How
+  many members there are is what an election's quorum is counted from.
 * `claim_cluster_id(proposed)` creates the cluster id key if it is absent
   (compare-and-swap) and returns the id the store holds: the proposed one, or
   the one another node put there first.
@@ -122,6 +125,7 @@ class World:
     member_revisions: dict[str, int] = field(default_factory=dict)  # node -> mod revision
     term: int | None = None
     cluster_id: str | None = None  # None: the store holds none (new, or it lost its data)
+    roster: frozenset[str] = frozenset()  # every member that ever registered, live or not
 
     def highest_known_term(self) -> int:
         """The highest term any live member (or the leader) has published."""
@@ -172,6 +176,10 @@ class Lease(abc.ABC):
     @abc.abstractmethod
     async def world(self) -> World:
         """The leader and every live member, in one read."""
+
+    @abc.abstractmethod
+    async def register(self, node_id: str) -> None:
+        """Put `node_id` on the roster (kept while the node is down; idempotent)."""
 
     @abc.abstractmethod
     async def claim_cluster_id(self, proposed: str) -> str:

@@ -111,6 +111,7 @@ class EtcdLease(Lease):
         self.leader_key = (self.root + "leader").encode()
         self.term_key = (self.root + "term").encode()
         self.members_prefix = (self.root + "members/").encode()
+        self.roster_prefix = (self.root + "roster/").encode()
         self.id_key = (self.root + "id").encode()
         self._ep = 0
         self._client: aetcd.Client | None = None
@@ -306,6 +307,18 @@ class EtcdLease(Lease):
         )
         return bool(ok), None if ok else (responses[0] if responses else None)
 
+    async def register(self, node_id: str) -> None:
+        key = self.roster_prefix + node_id.encode()
+
+        async def go(c: aetcd.Client) -> None:
+            tx = c.transactions
+            # put if absent: a roster entry is written once, not at every publish
+            await c.transaction(
+                compare=[tx.version(key) == 0], success=[tx.put(key, b"")], failure=[]
+            )
+
+        await self._do("register on the roster", go)
+
     async def claim_cluster_id(self, proposed: str) -> str:
         async def go(c: aetcd.Client) -> str:
             tx = c.transactions
@@ -330,6 +343,7 @@ class EtcdLease(Lease):
         revisions: dict[str, int] = {}
         term: int | None = None
         cluster_id: str | None = None
+        roster: set[str] = set()
         for kv in got:
             key, value = kv.key, kv.value
             if key == self.leader_key:
@@ -338,6 +352,8 @@ class EtcdLease(Lease):
                 term = _term(value)
             elif key == self.id_key:
                 cluster_id = value.decode(errors="replace")
+            elif key.startswith(self.roster_prefix):
+                roster.add(key[len(self.roster_prefix) :].decode(errors="replace"))
             elif key.startswith(self.members_prefix):
                 m = _member(value)
                 if m is None:
@@ -345,7 +361,9 @@ class EtcdLease(Lease):
                     continue
                 members[m.node_id] = m
                 revisions[m.node_id] = kv.mod_revision
-        return World(leader, members, got.header.revision, revisions, term, cluster_id)
+        return World(
+            leader, members, got.header.revision, revisions, term, cluster_id, frozenset(roster)
+        )
 
     async def close(self) -> None:
         member_lease, self._member_lease_id = self._member_lease_id, None

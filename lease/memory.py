@@ -26,6 +26,7 @@ class MemoryStore:
     # node id -> (record, expiry, mod revision, the MemoryLease that created it)
     members: dict[str, tuple[MemberInfo, float, int, object]] = field(default_factory=dict)
     cluster_id: str | None = None
+    roster: set[str] = field(default_factory=set)
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def current(self) -> LeaderInfo | None:
@@ -43,6 +44,7 @@ class MemoryStore:
         self.owner = None
         self.members.clear()
         self.cluster_id = None
+        self.roster.clear()
 
 
 class MemoryLease(Lease):
@@ -91,6 +93,12 @@ class MemoryLease(Lease):
         s.revision += 1
         s.members[member.node_id] = (member, s.clock() + self.ttl_s, s.revision, self)
 
+    async def register(self, node_id: str) -> None:
+        s = self.store
+        if node_id not in s.roster:
+            s.revision += 1
+            s.roster.add(node_id)
+
     async def claim_cluster_id(self, proposed: str) -> str:
         s = self.store
         if s.cluster_id is None:
@@ -110,4 +118,5 @@ class MemoryLease(Lease):
             {k: v[2] for k, v in live.items()},
             s.term,
             s.cluster_id,
+            frozenset(s.roster),
         )

@@ -501,6 +501,9 @@ class Node:
         foreign = await self._check_cluster(world)
         if foreign is not None:
             return foreign
+        if self.settings.node_id not in world.roster:
+            # once, and again after etcd lost its data: the quorum is counted from it
+            await self.lease.register(self.settings.node_id)
         self._check_store(world)
         if world.leader is not None:
             self.saw_term(world.leader.term)
@@ -521,6 +524,9 @@ class Node:
             store_behind=self._store_behind,
             store_behind_for=now - self._store_behind_since,
             ttl_s=self.lease.ttl_s,
+            sync_replicas=(
+                self.settings.sync_replicas if self.settings.sync_mode == "strict" else 0
+            ),
         )
 
     async def _carry_out(self, move: role.Move) -> str:

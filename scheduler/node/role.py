@@ -36,6 +36,9 @@ class Me:
     store_behind: str | None = None  # etcd knows less than this node: why
     store_behind_for: float = 0.0  # seconds since it noticed
     ttl_s: float = 5.0
+    # standbys a write waits for (0: asynchronous, or a relaxed sync mode that may ack
+    # with fewer): what the election's quorum is counted from
+    sync_replicas: int = 0
 
 
 # The moves. Each carries the sentence the node logs when it has carried it out
@@ -90,6 +93,20 @@ def elect(me: MemberInfo, world: World) -> MemberInfo:
     return max([*others, me], key=lambda m: (m.position, _reverse(m.node_id)))
 
 
+def quorum(members: int, sync_replicas: int) -> int:
+    """How many members must report their position before one of them may lead.
+
+    A write is acknowledged once it is on the primary and `sync_replicas` standbys:
+    k + 1 members. Positions from n - k members always include one of those, so
+    the furthest ahead of them holds every acknowledged write (Raft's quorum
+    intersection, counted from the ack). Without synchronous acks nothing is
+    certain; a majority keeps a member that was down longest from leading alone
+    (a whole cluster restarting, that member first)."""
+    if sync_replicas >= 1:
+        return max(1, members - sync_replicas)
+    return members // 2 + 1
+
+
 def decide(me: Me, world: World, *, log_retry_s: float = 1.0) -> Move:
     """One decision for one cycle (the cluster-id check comes before, in the node)."""
     node_id = me.record.node_id
@@ -139,6 +156,20 @@ def _leaderless(me: Me, world: World) -> Move:
         return Wait(
             f"no leader: not campaigning while repairing (this node needs events "
             f"through {me.needs_through}, it holds {me.record.position})"
+        )
+    # Reporters are members that could lead: a record still marked primary is the
+    # one that died, a failed or repairing log vouches for nothing it lacks.
+    reporting = {m.node_id for m in world.members.values() if m.role not in NOT_CANDIDATES} | {
+        me.record.node_id
+    }
+    members = len(world.roster | set(world.members) | reporting)
+    need = quorum(members, me.sync_replicas)
+    if len(reporting) < need:
+        return Wait(
+            f"no leader: {len(reporting)} of {members} members report their position, "
+            f"{need} must before one may lead (so that none that missed acknowledged "
+            f"writes does); waiting for "
+            + (", ".join(sorted((world.roster | set(world.members)) - reporting)) or "them")
         )
     best = elect(me.record, world)
     if best.node_id != me.record.node_id:

@@ -63,7 +63,36 @@ def test_members_that_may_not_lead_are_no_candidates() -> None:
     repairing = _rec("n4", 99, r=role.REPAIRING)
     world = _world(N1, dead_primary, failed, repairing)
     assert role.elect(N1, world).node_id == "n1"
-    assert isinstance(role.decide(_me(N1), world), role.Campaign)
+    # ...and none of them vouches for a position: n1 alone is no quorum of four
+    waiting = role.decide(_me(N1), world)
+    assert waiting == role.Wait(
+        "no leader: 1 of 4 members report their position, 3 must before one may lead "
+        "(so that none that missed acknowledged writes does); waiting for n2, n3, n4"
+    )
+    live = (_rec("n5", 20), _rec("n6", 30), _rec("n7", 35))
+    more = _world(N1, dead_primary, failed, repairing, *live)  # 4 of 7 report
+    assert role.elect(N1, more).node_id == "n1"
+    assert isinstance(role.decide(_me(N1), more), role.Campaign)
+
+
+def test_the_quorum_counts_from_the_acknowledgement() -> None:
+    # k standbys ack a write with the primary: n - k positions include one of them
+    assert [role.quorum(3, k) for k in (0, 1, 2)] == [2, 2, 1]
+    assert [role.quorum(5, k) for k in (0, 1, 2, 4)] == [3, 4, 3, 1]
+    assert role.quorum(1, 1) == 1 and role.quorum(2, 1) == 1
+
+
+def test_a_member_back_first_after_a_whole_cluster_stopped_waits_for_the_others() -> None:
+    # n1 was down longest; n2 and n3 (on the roster, no live record) hold what it lacks
+    me = _me(_rec("n1", 10), sync_replicas=1)
+    alone = World(None, {"n1": me.record}, roster=frozenset({"n1", "n2", "n3"}))
+    assert isinstance(role.decide(me, alone), role.Wait)
+    assert "1 of 3 members report" in role.decide(me, alone).sentence  # type: ignore[union-attr]
+    n2 = _rec("n2", 50)
+    two = World(None, {"n1": me.record, "n2": n2}, roster=frozenset({"n1", "n2", "n3"}))
+    assert role.decide(me, two) == role.Wait(
+        "no leader: n2 is at (1, 50), ahead of this node at (1, 10); not campaigning"
+    )
 
 
 def test_a_primary_whose_leader_key_is_gone_demotes_itself() -> None:
