@@ -20,6 +20,7 @@ SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its fina
 # key is the one that died (or is about to demote itself), one whose log failed takes
 # no event, one being refilled may lack acknowledged events.
 NOT_CANDIDATES = ("primary", FAILED, REPAIRING)
+NOT_REPORTERS = ("primary", FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,11 +158,11 @@ def _leaderless(me: Me, world: World) -> Move:
             f"no leader: not campaigning while repairing (this node needs events "
             f"through {me.needs_through}, it holds {me.record.position})"
         )
-    # Reporters are members that could lead: a record still marked primary is the
-    # one that died, a failed or repairing log vouches for nothing it lacks.
-    reporting = {m.node_id for m in world.members.values() if m.role not in NOT_CANDIDATES} | {
-        me.record.node_id
-    }
+    # Reporters: a record still marked primary is the one that died (its position is
+    # no one's to take over), a failed log takes no more events. A repairing member
+    # cannot lead, but what it refilled it holds: it reports (and see below).
+    reporting = {m.node_id for m in world.members.values() if m.role not in NOT_REPORTERS}
+    reporting.add(me.record.node_id)
     members = len(world.roster | set(world.members) | reporting)
     need = quorum(members, me.sync_replicas)
     if len(reporting) < need:
@@ -172,6 +173,18 @@ def _leaderless(me: Me, world: World) -> Move:
             + (", ".join(sorted((world.roster | set(world.members)) - reporting)) or "them")
         )
     best = elect(me.record, world)
+    ahead = [
+        m
+        for m in world.members.values()
+        if m.role == REPAIRING and m.node_id != me.record.node_id and m.position > best.position
+    ]
+    if ahead:
+        # It followed the last primary further than any candidate: what it holds may
+        # be acknowledged, and electing a candidate would cut it.
+        return Wait(
+            f"no leader: {ahead[0].node_id} (repairing, it cannot lead) holds events up to "
+            f"{ahead[0].position}, beyond the best candidate at {best.position}; waiting"
+        )
     if best.node_id != me.record.node_id:
         return Wait(
             f"no leader: {best.node_id} is at {best.position}, ahead of this node at "

@@ -66,13 +66,21 @@ def test_members_that_may_not_lead_are_no_candidates() -> None:
     # ...and none of them vouches for a position: n1 alone is no quorum of four
     waiting = role.decide(_me(N1), world)
     assert waiting == role.Wait(
-        "no leader: 1 of 4 members report their position, 3 must before one may lead "
-        "(so that none that missed acknowledged writes does); waiting for n2, n3, n4"
+        "no leader: 2 of 4 members report their position, 3 must before one may lead "
+        "(so that none that missed acknowledged writes does); waiting for n2, n3"
     )
-    live = (_rec("n5", 20), _rec("n6", 30), _rec("n7", 35))
-    more = _world(N1, dead_primary, failed, repairing, *live)  # 4 of 7 report
+    live = (_rec("n5", 20), _rec("n6", 30))
+    more = _world(N1, dead_primary, failed, repairing, *live)  # 4 of 6 report
     assert role.elect(N1, more).node_id == "n1"
-    assert isinstance(role.decide(_me(N1), more), role.Campaign)
+    # the repairing n4 followed the last primary further than n1: it must not be cut
+    assert role.decide(_me(N1), more) == role.Wait(
+        "no leader: n4 (repairing, it cannot lead) holds events up to (1, 99), beyond the "
+        "best candidate at (1, 38); waiting"
+    )
+    behind = _rec("n4", 30, r=role.REPAIRING)
+    assert isinstance(
+        role.decide(_me(N1), _world(N1, dead_primary, failed, behind, *live)), role.Campaign
+    )
 
 
 def test_the_quorum_counts_from_the_acknowledgement() -> None:
