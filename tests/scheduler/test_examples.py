@@ -66,7 +66,7 @@ async def test_a_ledger_outside_the_directory_fails_the_step_and_writes_nothing(
 async def test_a_ledger_inside_is_written(allowed: Path) -> None:
     await examples.collect(_ctx("runs/../ledger"))
     await examples.collect(_ctx(str(allowed / "ledger")))
-    assert (allowed / "ledger").read_text() == "t1 collect 1 n1 0:0\n" * 2
+    assert (allowed / "ledger").read_text() == "t1 collect 1 n1 0:0 n1\n" * 2
 
 
 def test_the_default_directory_is_the_system_temporary_one(tmp_path: Path) -> None:
