@@ -736,7 +736,7 @@ def run(
     sections: Sequence[str] = ("throughput", "dispatch", "fanout", "lost", "spin"),
 ) -> dict[str, Any]:
     rounds = rounds or (1 if quick else 3)
-    window = window or (4.0 if quick else 10.0)
+    window = window or (3.0 if quick else 10.0)
     spin_s = spin_s or (8.0 if quick else 30.0)
     kills = (2 if quick else 5) if kills is None else kills
     stops = (1 if quick else 3) if stops is None else stops
@@ -748,16 +748,16 @@ def run(
         with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_as_load) as ex:
             if "throughput" in sections:
                 result["throughput"] = _throughput(
-                    base, ex, rounds, 2.0 if quick else 3.0, window, progress
+                    base, ex, rounds, 1.5 if quick else 3.0, window, progress
                 )
             if "dispatch" in sections:
-                result["dispatch"] = _dispatch(base, ex, 5.0 if quick else 15.0, progress)
+                result["dispatch"] = _dispatch(base, ex, 3.0 if quick else 15.0, progress)
             if "fanout" in sections:
                 result["fanout"] = _fanout(base, progress)
             if "lost" in sections:
                 result["lost"] = _lost(base, kills, stops, progress)
             if "spin" in sections:
-                result["spin"] = _spin(base, ex, spin_s, 4.0 if quick else 10.0, progress)
+                result["spin"] = _spin(base, ex, spin_s, 3.0 if quick else 10.0, progress)
         result["targets"] = targets(result)
         ok = True
     finally:
