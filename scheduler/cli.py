@@ -1222,6 +1222,20 @@ def bench_overload(
         raise _fail(f"bench overload failed: {why}")
 
 
+@bench_app.command("workers")
+def bench_workers(
+    quick: Annotated[bool, typer.Option("--quick", help="One round, short windows.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Remote execution beside embedded: tasks/s with 1, 2, 4 workers, dispatch latency,
+    2,000 one-second steps at once, lost-worker detection, a CPU-bound step's effect on
+    replication acks; issue 17's targets met or missed."""
+    from apollo11.scheduler.tools.bench import workers_bench
+
+    _bench(workers_bench.run, workers_bench.summary_rows, "workers", quick, as_json, workdir)
+
+
 def _bench(run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None) -> Any:
     def progress(msg: str) -> None:
         err.print(f"[dim]… {msg}[/dim]")
