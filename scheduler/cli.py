@@ -430,6 +430,14 @@ def worker(
         float,
         typer.Option("--stop-grace", help="Seconds running attempts get on SIGTERM."),
     ] = 30.0,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level",
+            envvar="APOLLO11_LOG_LEVEL",
+            help="info, or debug for a line per attempt started and finished.",
+        ),
+    ] = "info",
     ca: CaOption = None,
     cert: CertOption = None,
     key: KeyOption = None,
@@ -486,7 +494,10 @@ def worker(
         )
     except ApolloError as e:
         raise _fail(str(e), 2) from e
-    logging.getLogger().setLevel(logging.INFO)
+    levels = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+    if log_level.lower() not in levels:
+        raise _fail(f"--log-level must be one of {', '.join(levels)}, got {log_level!r}", 2)
+    logging.getLogger().setLevel(levels[log_level.lower()])
     raise typer.Exit(asyncio.run(serve(w, grace_s=stop_grace)))
 
 

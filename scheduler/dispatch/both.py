@@ -32,10 +32,11 @@ class BothExecutor:
             return EMBEDDED
         return self.remote.place(task_id, step, workflow, version, labels)
 
-    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
-        return f"this node's {self.slots} slots are busy, and " + self.remote.unplaced(
-            workflow, version, labels
-        )
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
+        why = self.remote.unplaced(workflow, version, labels)
+        if why is None or not labels:
+            return None  # busy: this node's slots free up as its attempts end
+        return why
 
     def release(self, task_id: str, step: str) -> None:
         key = (task_id, step)

@@ -50,8 +50,9 @@ def free_for(
 
 def why_none(
     offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
-) -> str:
-    """Why `choose` found nobody, in a sentence for operators."""
+) -> str | None:
+    """Why `choose` found nobody, in a sentence for operators; None when every worker
+    that could take it is merely busy."""
     offers = list(offers)
     if not offers:
         return "no worker is connected"
@@ -63,4 +64,4 @@ def why_none(
     if not fitting:
         wanted = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         return f"no worker with {workflow} v{version} has the labels {wanted}"
-    return f"every worker that can run it is busy ({len(fitting)} of them)"
+    return None  # busy: the attempt waits for a slot, as an embedded one does

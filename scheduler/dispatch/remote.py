@@ -166,7 +166,7 @@ class RemoteExecutor:
         self._gauges()
         return name
 
-    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
         return why_none(self._offers(), workflow, version, labels)
 
     def free_slots(self) -> int:

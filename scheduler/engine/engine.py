@@ -120,7 +120,9 @@ class Engine:
         self._queued_set: set[str] = set()
         # the executor had no place for these: (workflow, version, labels) -> tasks,
         # oldest first
-        self._unplaced: dict[tuple[str, int, tuple[tuple[str, str], ...]], dict[str, None]] = {}
+        self._unplaced: dict[
+            tuple[str, int, tuple[tuple[str, str], ...]], tuple[deque[str], set[str]]
+        ] = {}
         self._starting: list[Draft] = []  # STARTED of the steps this pass starts
         self._start_gate: asyncio.Future[bool] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -432,23 +434,28 @@ class Engine:
         task_id = task.task_id
         where = None
         placed = True
+        unplaced = False
         if self._slots_used < self.concurrency:
             where = self.executor.place(
                 task_id, spec.name, task.workflow, task.version, spec.labels
             )
             if where is None:
-                placed = False
-                self._problem(
-                    task_id,
-                    f"step {spec.name} waits for a worker: "
-                    f"{self.executor.unplaced(task.workflow, task.version, spec.labels)}",
-                )
+                unplaced = True
+                why = self.executor.unplaced(task.workflow, task.version, spec.labels)
+                if why is not None:  # None: only busy, the everyday case: no problem
+                    placed = False
+                    self._problem(task_id, f"step {spec.name} waits for a worker: {why}")
         if where is None:
-            if not placed:
+            if unplaced:
                 # Decided again when a slot it can use frees or a worker connects, not
                 # at every pass: nothing else can change the executor's answer.
                 group = (task.workflow, task.version, tuple(sorted(spec.labels.items())))
-                self._unplaced.setdefault(group, {})[task_id] = None
+                waiting = self._unplaced.get(group)
+                if waiting is None:
+                    waiting = self._unplaced[group] = (deque(), set())
+                if task_id not in waiting[1]:
+                    waiting[0].append(task_id)
+                    waiting[1].add(task_id)
             elif task_id not in self._queued_set:
                 self._queued.append(task_id)
                 self._queued_set.add(task_id)
@@ -522,14 +529,14 @@ class Engine:
         """Decide again, oldest first, as many tasks the executor had no place for as it
         now has slots for, group by group (workflow, version, labels)."""
         for group in list(self._unplaced):
-            tasks = self._unplaced[group]
+            order, members = self._unplaced[group]
             n = self.executor.free_for(group[0], group[1], dict(group[2]))
-            while tasks and n > 0:
-                task_id = next(iter(tasks))
-                del tasks[task_id]
+            while order and n > 0:
+                task_id = order.popleft()
+                members.discard(task_id)
                 self._dirty.add(task_id)
                 n -= 1
-            if not tasks:
+            if not order:
                 del self._unplaced[group]
         self._wake.set()
 

@@ -124,8 +124,9 @@ class Executor(Protocol):
         or EMBEDDED), or None when no slot is free for it now (see `unplaced`).
         `labels`: what the step requires of a worker."""
 
-    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
-        """Why `place` found nothing, for operators."""
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
+        """Why `place` found nothing, for operators; None when only every slot that
+        could take it is busy (back-pressure, not a problem)."""
 
     def release(self, task_id: str, step: str) -> None:
         """The step's attempt is over and its outcome recorded (or it never began):
@@ -179,8 +180,8 @@ class InProcessExecutor:
     ) -> str | None:
         return EMBEDDED  # the engine's own slots (`concurrency`) are the limit here
 
-    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str:
-        return "no free slot"
+    def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
+        return None  # place never refuses here
 
     def release(self, task_id: str, step: str) -> None:
         return None

@@ -459,7 +459,7 @@ class Worker:
 
     async def _drive(self, attempt: Attempt) -> None:
         a = attempt.assignment
-        log.info("attempt %s started", a.label)
+        log.debug("attempt %s started", a.label)
         timer = None
         if a.timeout_s > 0:
             timer = asyncio.get_running_loop().call_later(
@@ -490,7 +490,7 @@ class Worker:
                     outcome.message,
                 )
             else:
-                log.info("attempt %s finished", label)
+                log.debug("attempt %s finished", label)
             return outcome
         if attempt.stopped == STALE:
             log.info("attempt %s stopped and forgotten (stale)", label)

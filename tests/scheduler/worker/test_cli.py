@@ -79,6 +79,8 @@ async def test_the_worker_process_runs_steps_and_drains_on_sigterm() -> None:
             "2",
             "--labels",
             "zone=a",
+            "--log-level",
+            "debug",  # a line per attempt
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stderr=asyncio.subprocess.PIPE,
