@@ -167,6 +167,10 @@ class RemoteExecutor:
         return name
 
     def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
+        want = (workflow, version)
+        for c in self.workers.values():  # the busy case, without building offers
+            if want in c.workflows and all(c.labels.get(k) == v for k, v in labels.items()):
+                return None
         return why_none(self._offers(), workflow, version, labels)
 
     def free_slots(self) -> int:

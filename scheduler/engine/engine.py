@@ -436,9 +436,11 @@ class Engine:
         placed = True
         unplaced = False
         if self._slots_used < self.concurrency:
-            where = self.executor.place(
-                task_id, spec.name, task.workflow, task.version, spec.labels
-            )
+            # Every slot taken (the everyday case under a backlog): no placement to try.
+            if self.executor.free_slots():
+                where = self.executor.place(
+                    task_id, spec.name, task.workflow, task.version, spec.labels
+                )
             if where is None:
                 unplaced = True
                 why = self.executor.unplaced(task.workflow, task.version, spec.labels)
