@@ -21,7 +21,7 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.replay import State, TaskState
+from apollo11.scheduler.replay import State, TaskState, TaskStatus
 
 GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `node`)
 NODE_GRPC_EXPERIMENTS = (  # gRPC's I/O path in a node (see `node`)
@@ -39,6 +39,8 @@ bench_app = typer.Typer(help="Benchmarks: side-by-side measurements, ratios to b
 app.add_typer(bench_app, name="bench")
 token_app = typer.Typer(help="Bearer tokens: create, list, revoke (the node re-reads on SIGHUP).")
 app.add_typer(token_app, name="token")
+event_app = typer.Typer(help="External events, which durable tasks wait for (docs/durable.md).")
+app.add_typer(event_app, name="event")
 
 # How client commands reach the nodes (the app's own options, before the command).
 _conn: dict[str, Any] = {}
@@ -745,11 +747,12 @@ def _show_task_view(t: Any) -> None:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
 
 
+TASK_STATES = tuple(s.value for s in TaskStatus)
+
+
 @app.command()
 def tasks(
-    state: Annotated[
-        str | None, typer.Option("--state", help="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED.")
-    ] = None,
+    state: Annotated[str | None, typer.Option("--state", help=", ".join(TASK_STATES) + ".")] = None,
     workflow: Annotated[str, typer.Option("--workflow", help="Only this workflow.")] = "",
     limit: Annotated[int, typer.Option("--limit", help="How many (newest first).")] = 50,
     server: Server = None,
@@ -758,8 +761,8 @@ def tasks(
     """List tasks, newest first."""
     if state is not None:
         state = state.upper()
-        if state not in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"):
-            raise _fail(f"--state {state} is not a task state", 2)
+        if state not in TASK_STATES:
+            raise _fail(f"--state {state} is not a task state: one of {', '.join(TASK_STATES)}", 2)
 
     async def go() -> Any:
         async with _client(server) as c:
@@ -921,6 +924,38 @@ def cancel(
 ) -> None:
     """Cancel a task: running steps stop, compensation follows (an audited event)."""
     _act("cancel", server, task_id=task_id, operator=_operator(operator), reason=reason)
+
+
+@event_app.command("send")
+def event_send(
+    key: Annotated[str, typer.Argument(help="The key durable tasks wait on.")],
+    payload: Annotated[
+        str | None, typer.Option("--payload", help="JSON, or @file with JSON (default null).")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="The same key records the event once."),
+    ] = None,
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """Send an event: the durable tasks waiting on KEY (or that will) receive it."""
+    try:
+        data = _input(payload)
+    except typer.Exit:
+        raise _fail("--payload is not valid JSON (or @file is unreadable)", 2) from None
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            return await c.send_event(key, data, idempotency_key=idempotency_key)
+
+    sent = _run(go())
+    if as_json:
+        _print_json({"event_id": sent.event_id, "created": sent.created})
+    elif sent.created:
+        out.print(f"event {key!r} recorded as event {sent.event_id}")
+    else:
+        out.print(f"already recorded (same idempotency key) as event {sent.event_id}")
 
 
 @app.command()

@@ -1,4 +1,6 @@
-"""Bundled workflows. `etl` is the seed notes' five-stage pipeline.
+"""Bundled workflows. `etl` is the seed notes' five-stage pipeline; `approval` is a
+durable task (docs/durable.md): charge, wait for an approval event, refund if none
+comes in time.
 
 Its input controls what it does, so tests and demos can script failures:
 
@@ -24,9 +26,11 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from apollo11.scheduler.durable import DurableContext, DurableWorkflow, current_step
 from apollo11.scheduler.workflow import (
     Checkpoint,
     DedupeKey,
@@ -154,3 +158,59 @@ async def infer(ctx: StepContext) -> dict[str, Any]:
 async def persist(ctx: StepContext) -> dict[str, Any]:
     """Upsert results keyed by ctx.dedupe_key."""
     return await _work(ctx)
+
+
+# ------------------------------------------------------------------ approval
+
+approval = DurableWorkflow(
+    "approval", version=1, description="charge → wait for approval (or time out) → refund"
+)
+
+
+def _book(order: dict[str, Any], what: str) -> None:
+    """One ledger line per execution of a side effect: `dedupe_key what try`."""
+    given = order.get("ledger")
+    info = current_step()
+    if given and info is not None:
+        line = f"{info.dedupe_key} {what} {info.attempt}\n".encode()
+        fd = os.open(
+            ledger_path(given), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644
+        )
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def charge_card(order: dict[str, Any]) -> dict[str, Any]:
+    """Charge the order (the payment service dedupes on current_step().dedupe_key)."""
+    _book(order, "charge")
+    return {"charge_id": f"ch-{order.get('id')}", "amount": order.get("amount", 0)}
+
+
+def refund(order: dict[str, Any], charge: dict[str, Any]) -> dict[str, Any]:
+    """Refund a charge (refunding one twice is refused by the service: idempotent)."""
+    _book(order, "refund")
+    return {"refunded": charge["charge_id"]}
+
+
+def ship(order: dict[str, Any]) -> dict[str, Any]:
+    _book(order, "ship")
+    return {"shipment": f"sh-{order.get('id')}", "items": list(order.get("items", []))}
+
+
+@approval.main
+async def run_approval(ctx: DurableContext, order: dict[str, Any]) -> dict[str, Any]:
+    """Input: {"id", "amount", "items", "timeout_s" (default 3 days), "ledger"}. Send
+    the event `approval:<id>` with a payload such as {"by": "alice"} to approve."""
+    order = dict(order or {})
+    charge = await ctx.step("charge", charge_card, order, idempotency=DedupeKey())
+    timeout = timedelta(seconds=float(order.get("timeout_s", 3 * 24 * 3600)))
+    decision = await ctx.wait_for_event(f"approval:{order.get('id')}", timeout=timeout)
+    if decision is None:
+        refunded = await ctx.step("refund", refund, order, charge, idempotency=Idempotent())
+        return {"state": "refunded", **refunded}
+    if float(order.get("cooldown_s", 0)) > 0:
+        await ctx.sleep(float(order["cooldown_s"]))
+    shipment = await ctx.step("ship", ship, order, idempotency=DedupeKey())
+    return {"state": "shipped", "approved_by": decision, **shipment}

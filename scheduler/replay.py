@@ -17,6 +17,7 @@ type replay does not know is different: that log cannot be understood, and
 
 from __future__ import annotations
 
+import bisect
 import enum
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,9 +37,20 @@ class TaskStatus(enum.StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # Durable tasks (docs/durable.md): nothing runs and a wait is registered; the code
+    # asked for something other than its log holds (stopped for an operator, like FAILED).
+    WAITING = "WAITING"
+    NONDETERMINISTIC = "NONDETERMINISTIC"
 
 
-TERMINAL = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+TERMINAL = frozenset(
+    {
+        TaskStatus.SUCCEEDED,
+        TaskStatus.FAILED,
+        TaskStatus.CANCELLED,
+        TaskStatus.NONDETERMINISTIC,
+    }
+)
 
 
 class StepStatus(enum.StrEnum):
@@ -49,6 +61,7 @@ class StepStatus(enum.StrEnum):
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
     SKIPPED = "SKIPPED"
+    WAITING = "WAITING"  # a durable main whose attempt ended in a WAIT
 
 
 DONE = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})  # dependents may run
@@ -61,11 +74,14 @@ _SUCCEEDED = StepStatus.SUCCEEDED
 _FAILED = StepStatus.FAILED
 _COMPENSATING = StepStatus.COMPENSATING
 _COMPENSATED = StepStatus.COMPENSATED
+_WAITING = StepStatus.WAITING
 _T_CANCELLED = TaskStatus.CANCELLED
 _T_FAILED = TaskStatus.FAILED
 _T_SUCCEEDED = TaskStatus.SUCCEEDED
 _T_RUNNING = TaskStatus.RUNNING
 _T_PENDING = TaskStatus.PENDING
+_T_WAITING = TaskStatus.WAITING
+_T_NONDETERMINISTIC = TaskStatus.NONDETERMINISTIC
 
 
 class StepState:
@@ -94,6 +110,7 @@ class StepState:
     started_term: int = 0
     started_event: int = 0
     heartbeat: Any = None  # the last heartbeat details a lost attempt reported
+    waits: int = 0  # attempts that ended in a WAIT (a durable main): they use no retries
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -114,6 +131,49 @@ class StepState:
                 setattr(s, key, value)
         s.status = StepStatus(d.get("status", "PENDING"))
         return s
+
+
+class DurableState:
+    """What the log holds of a durable task (docs/durable.md): its checkpoints, in
+    `seq` order (the CHECKPOINT payloads), the wait in force (a WAIT payload) and the
+    last non-determinism report. `matched` is derived, never serialized: the first
+    EVENT with the wait's key at or after its `since` (recomputed by `reindex`)."""
+
+    __slots__ = ("checkpoints", "matched", "nondeterminism", "wait")
+
+    def __init__(
+        self,
+        checkpoints: list[dict[str, Any]] | None = None,
+        wait: dict[str, Any] | None = None,
+        nondeterminism: dict[str, Any] | None = None,
+    ) -> None:
+        self.checkpoints: list[dict[str, Any]] = checkpoints if checkpoints is not None else []
+        self.wait = wait
+        self.nondeterminism = nondeterminism
+        self.matched: int | None = None
+
+    def __repr__(self) -> str:
+        return f"DurableState({len(self.checkpoints)} checkpoints, wait={self.wait!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DurableState) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoints": self.checkpoints,
+            "wait": self.wait,
+            "nondeterminism": self.nondeterminism,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DurableState:
+        return cls(
+            [dict(c) for c in d.get("checkpoints") or ()],
+            dict(d["wait"]) if d.get("wait") else None,
+            d.get("nondeterminism"),
+        )
 
 
 @dataclass(slots=True)
@@ -141,6 +201,7 @@ class TaskState:
     # the log between its first and last event (other tasks' events, maybe millions).
     # None for tasks from snapshots written before this was kept.
     event_ids: list[int] | None = None
+    durable: DurableState | None = None  # a durable task's checkpoints and wait, once it has one
 
     @property
     def quiescent(self) -> bool:
@@ -169,13 +230,18 @@ class TaskState:
             "touched": self.touched,
             "anomalies": self.anomalies,
             "event_ids": self.event_ids,
+            # only when present: DAG tasks' dicts, snapshots and golden files stay as they were
+            **({"durable": self.durable.to_dict()} if self.durable is not None else {}),
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TaskState:
         fields = dict(d)
         steps = [StepState.from_dict(s) for s in fields.pop("steps")]
+        durable = fields.pop("durable", None)
         t = cls(steps={s.name: s for s in steps}, **fields)
+        if durable is not None:
+            t.durable = DurableState.from_dict(durable)
         t.status = TaskStatus(t.status)
         return t
 
@@ -199,6 +265,7 @@ _STEP_FIELDS = frozenset(
         "started_term",
         "started_event",
         "heartbeat",
+        "waits",
     }
 )
 # Kept in a task's dict (a snapshot, an archive record) only when set: the embedded
@@ -227,6 +294,8 @@ def _step_dict(s: StepState) -> dict[str, Any]:
     if s.worker is not None or s.heartbeat is not None:
         for key in _STEP_OPTIONAL:
             d[key] = getattr(s, key)
+    if s.waits:
+        d["waits"] = s.waits
     return d
 
 
@@ -299,6 +368,38 @@ class State:
     durations: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)  # about events naming no known task
     archive: TaskStore | None = None
+    # External events (EVENT records): key -> [(event_id, payload)] in log order, and
+    # idempotency key -> the event it recorded (a duplicate is recorded once).
+    events: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    event_keys: dict[str, int] = field(default_factory=dict)
+    # Derived (not serialized; `reindex` rebuilds it): event key -> the tasks waiting on it.
+    waits: dict[str, set[str]] = field(default_factory=dict)
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
+        """The first event with `key` at or after event id `since`: (event_id, payload)."""
+        refs = self.events.get(key)
+        if not refs:
+            return None
+        i = bisect.bisect_left(refs, since, key=_ref_id)
+        return refs[i] if i < len(refs) else None
+
+    def events_dict(self) -> dict[str, Any]:
+        """The event index as JSON (snapshots, `to_dict`); {} when there is none."""
+        if not self.events:
+            return {}
+        return {
+            "events": {
+                "by_key": {k: [list(r) for r in v] for k, v in sorted(self.events.items())},
+                "keys": dict(sorted(self.event_keys.items())),
+            }
+        }
+
+    def load_events(self, d: Mapping[str, Any] | None) -> None:
+        """Restore what `events_dict` wrote (its "events" entry)."""
+        if not d:
+            return
+        self.events = {k: [(int(i), p) for i, p in v] for k, v in d["by_key"].items()}
+        self.event_keys = {k: int(v) for k, v in d["keys"].items()}
 
     def task(self, task_id: str) -> TaskState | None:
         """The task, from memory or (faulted back in) from the archive."""
@@ -429,11 +530,31 @@ class State:
             },
             "anomalies": list(self.anomalies),
             "tasks": {t.task_id: t.to_dict() for t in sorted(self.iter_tasks(), key=_by_id)},
+            **self.events_dict(),
         }
 
 
 def _by_id(t: TaskState) -> str:
     return t.task_id
+
+
+def _ref_id(ref: tuple[int, Any]) -> int:
+    return ref[0]
+
+
+def reindex(state: State) -> State:
+    """Rebuild what replay derives and snapshots do not carry: which tasks wait on
+    which event key, and the event each such wait has matched."""
+    state.waits = {}
+    for task in state.tasks.values():
+        d = task.durable
+        if d is None:
+            continue
+        d.matched = None
+        w = d.wait
+        if w is not None and w.get("kind") == "event" and task.cancelled is None:
+            _index_wait(state, task, w)
+    return state
 
 
 # ------------------------------------------------------------------- apply
@@ -519,20 +640,29 @@ def _move(task: TaskState, step: StepState, to: StepStatus) -> None:
     if task.cancelled is not None:
         task.status = _T_CANCELLED
     elif task.failed_final:
-        task.status = _T_FAILED
+        task.status = _T_FAILED if task.durable is None else _failed_status(task)
     elif task.done == len(task.steps):
         task.status = _T_SUCCEEDED
+    elif task.durable is not None and task.durable.wait is not None and not task.busy:
+        task.status = _T_WAITING
     else:
         task.status = _T_RUNNING
+
+
+def _failed_status(task: TaskState) -> TaskStatus:
+    d = task.durable
+    return _T_NONDETERMINISTIC if d is not None and d.nondeterminism is not None else _T_FAILED
 
 
 def _derive(task: TaskState) -> None:
     if task.cancelled is not None:
         task.status = _T_CANCELLED
     elif task.failed_final:
-        task.status = _T_FAILED
+        task.status = _failed_status(task)
     elif task.done == len(task.steps):
         task.status = _T_SUCCEEDED
+    elif task.durable is not None and task.durable.wait is not None and not task.busy:
+        task.status = _T_WAITING
     elif task.touched:
         task.status = _T_RUNNING
     else:
@@ -590,7 +720,12 @@ def _on_started(state: State, event: Event) -> None:
         return
     task, step = found
     was = step.status
-    if was is not _PENDING and was is not _FAILED and was is not _COMPENSATED:
+    if (
+        was is not _PENDING
+        and was is not _FAILED
+        and was is not _COMPENSATED
+        and was is not _WAITING
+    ):
         if was is _STARTED:
             _flag(task, step, event, f"step {step.name} started again without an end")
         elif was is _COMPENSATING:
@@ -609,6 +744,8 @@ def _on_started(state: State, event: Event) -> None:
     step.error = None
     step.lost = False
     _clear_final(task, step)
+    if task.durable is not None:
+        task.durable.nondeterminism = None
     _move(task, step, _STARTED)
 
 
@@ -696,6 +833,8 @@ def _on_failed(state: State, event: Event) -> None:
         task.failed_final += 1
     if p.get("compensate", False):
         _owe(task, step)
+    if "nondeterminism" in p:
+        _durable(task).nondeterminism = p["nondeterminism"]
     _move(task, step, StepStatus.FAILED)
 
 
@@ -742,6 +881,8 @@ def _on_override(state: State, event: Event) -> None:
         "attempt": step.attempt,  # retry budgets count from here
         "losses": step.losses,
     }
+    if step.waits:  # a durable main's: its budget counts from here too
+        step.override["waits"] = step.waits
     if "as" in p:  # the display name typed beside the authenticated operator
         step.override["as"] = p["as"]
     _clear_final(task, step)
@@ -749,6 +890,9 @@ def _on_override(state: State, event: Event) -> None:
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
         _settle(task, step)  # the operator takes over whatever compensation was owed
+        if task.durable is not None and task.durable.wait is not None:
+            _unindex_wait(state, task)
+            task.durable.wait = None  # skipping a waiting main ends its wait
         _move(task, step, StepStatus.SKIPPED)
     elif action == "retry":
         if step.status in BUSY:
@@ -777,6 +921,8 @@ def _on_cancelled(state: State, event: Event) -> None:
             _flag(task, None, event, f"cancel owes compensation of unknown step {name!r}")
         elif step.status is not StepStatus.COMPENSATED:
             _owe(task, step)
+    if task.durable is not None and task.durable.wait is not None:
+        _unindex_wait(state, task)  # the wait stays on the task (shown), matches nothing more
     _derive(task)
 
 
@@ -784,6 +930,118 @@ def _on_term_started(state: State, event: Event) -> None:
     if state.terms and event.term <= state.terms[-1][0]:
         _state_anomaly(state, event, f"term {event.term} started after term {state.terms[-1][0]}")
     state.terms.append((event.term, event.event_id))
+
+
+# ---------------------------------------------------------- durable tasks
+
+
+def _durable(task: TaskState) -> DurableState:
+    d = task.durable
+    if d is None:
+        d = task.durable = DurableState()
+    return d
+
+
+def _index_wait(state: State, task: TaskState, w: Mapping[str, Any]) -> None:
+    key = str(w.get("key"))
+    waiting = state.waits.get(key)
+    if waiting is None:
+        waiting = state.waits[key] = set()
+    waiting.add(task.task_id)
+    found = state.first_event(key, int(w.get("since") or 0))
+    assert task.durable is not None
+    task.durable.matched = found[0] if found is not None else None
+
+
+def _unindex_wait(state: State, task: TaskState) -> None:
+    d = task.durable
+    if d is None or d.wait is None:
+        return
+    d.matched = None
+    key = d.wait.get("key")
+    if key is None:
+        return
+    waiting = state.waits.get(key)
+    if waiting is not None:
+        waiting.discard(task.task_id)
+        if not waiting:
+            del state.waits[key]
+
+
+def _durable_record(state: State, event: Event) -> tuple[TaskState, StepState, int] | None:
+    """The task and step of a CHECKPOINT or WAIT, and its seq; None (flagged) unless it
+    comes from the running attempt, at the next position."""
+    found = _lookup(state, event)
+    if found is None:
+        return None
+    task, step = found
+    name = event.event_type.name
+    if step.status is not _STARTED or event.attempt != step.attempt:
+        _flag(
+            task,
+            step,
+            event,
+            f"{name} of attempt {event.attempt} while step {step.name} is "
+            f"{step.status.value} at attempt {step.attempt}",
+        )
+        return None
+    seq = event.payload.get("seq")
+    have = len(task.durable.checkpoints) if task.durable is not None else 0
+    if seq != have:
+        _flag(task, step, event, f"{name} at position {seq!r}, but {have} checkpoints precede it")
+        return None
+    return task, step, have
+
+
+def _on_checkpoint(state: State, event: Event) -> None:
+    found = _durable_record(state, event)
+    if found is None:
+        return
+    task, _, seq = found
+    d = _durable(task)
+    d.checkpoints.append(dict(event.payload))
+    if d.wait is not None and d.wait.get("seq") == seq:
+        _unindex_wait(state, task)  # this checkpoint is the wait's resolution
+        d.wait = None
+
+
+def _on_wait(state: State, event: Event) -> None:
+    found = _durable_record(state, event)
+    if found is None:
+        return
+    task, step, _ = found
+    d = _durable(task)
+    _unindex_wait(state, task)
+    d.wait = w = dict(event.payload)
+    if w.get("kind") == "event":
+        _index_wait(state, task, w)
+    step.waits += 1
+    step.finished_ms = event.timestamp
+    _move(task, step, _WAITING)
+
+
+def _on_event(state: State, event: Event) -> None:
+    p = event.payload
+    key = p.get("key")
+    if not isinstance(key, str) or not key:
+        _state_anomaly(state, event, "EVENT without a key")
+        return
+    idem = p.get("idempotency_key")
+    if idem:
+        if idem in state.event_keys:
+            return  # a duplicate: the first one with this key is the one recorded
+        state.event_keys[idem] = event.event_id
+    refs = state.events.get(key)
+    if refs is None:
+        refs = state.events[key] = []
+    refs.append((event.event_id, p.get("payload")))
+    for task_id in state.waits.get(key, ()):
+        task = state.tasks.get(task_id)
+        d = task.durable if task is not None else None
+        if d is None or d.wait is None or d.matched is not None:
+            continue
+        if event.event_id >= int(d.wait.get("since") or 0):
+            d.matched = event.event_id
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
@@ -796,6 +1054,9 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.MANUAL_OVERRIDE: _on_override,
     EventType.TASK_CANCELLED: _on_cancelled,
     EventType.TERM_STARTED: _on_term_started,
+    EventType.CHECKPOINT: _on_checkpoint,
+    EventType.WAIT: _on_wait,
+    EventType.EVENT: _on_event,
 }
 
 # Exhaustive dispatch, checked at import: a new event type without a handler

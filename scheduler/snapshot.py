@@ -47,7 +47,7 @@ from apollo11.scheduler.archive import (
 from apollo11.scheduler.errors import SnapshotError
 from apollo11.scheduler.log.datadir import write_atomic
 from apollo11.scheduler.log.eventlog import Position
-from apollo11.scheduler.replay import DURATION_HISTORY, State, TaskState
+from apollo11.scheduler.replay import DURATION_HISTORY, State, TaskState, reindex
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ def _state_meta(state: State) -> dict[str, Any]:
             for wf, per in state.durations.items()
         },
         "anomalies": state.anomalies,
+        **state.events_dict(),  # only when there are events: older snapshots stay alike
     }
 
 
@@ -289,6 +290,8 @@ class Snapshots:
                 },
                 anomalies=list(s["anomalies"]),
             )
+            state.load_events(s.get("events"))
+            reindex(state)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e
         state.archive = Archive.open(self.directory, chunks)

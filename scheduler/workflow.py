@@ -33,7 +33,7 @@ import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from apollo11.scheduler.errors import WorkflowDefinitionError
 from apollo11.scheduler.guard import guarded
@@ -147,6 +147,40 @@ class FencingToken(NamedTuple):
 NO_TOKEN = FencingToken(0, 0)
 
 
+class Journal(Protocol):
+    """A durable main's window on the log (docs/durable.md), handed to its attempt as
+    `StepContext.journal` by the engine that runs it. What it reads is the replayed
+    state; what it records are the payloads of CHECKPOINT and WAIT events."""
+
+    @property
+    def checkpoints(self) -> Sequence[Mapping[str, Any]]:
+        """The task's checkpoints, in `seq` order."""
+
+    @property
+    def wait(self) -> Mapping[str, Any] | None:
+        """The wait registered (a WAIT payload), if any."""
+
+    @property
+    def first_event_id(self) -> int:
+        """The task's first event (its TASK_SUBMITTED): a wait's default `since`."""
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
+        """The first EVENT with `key` at or after event id `since`: (id, payload)."""
+
+    def now_ms(self) -> int:
+        """The engine's clock (a deadline is computed from it once, then recorded)."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on the engine's clock (a ctx.step's backoff between tries)."""
+
+    async def record(
+        self, checkpoints: Sequence[Mapping[str, Any]], wait: Mapping[str, Any] | None = None
+    ) -> None:
+        """Append these CHECKPOINTs, then the WAIT if given (which ends the attempt:
+        nothing else is recorded for it), and return once they are committed. Raises
+        LeaseLostError when they cannot be (the attempt must stop)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepContext:
     """What a running step is told."""
@@ -170,6 +204,8 @@ class StepContext:
     last_heartbeat: Any = None
     # Where `heartbeat()` reports to (set by whatever runs the attempt).
     beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+    # A durable main's checkpoints and waits (the engine sets it for `local` steps).
+    journal: Journal | None = field(default=None, repr=False, compare=False)
 
     def heartbeat(self, details: Any = None) -> None:
         """Report progress (`details`: JSON-serializable, small). The latest details
@@ -207,6 +243,9 @@ class Step:
     # With remote execution: only a worker started with these labels (`--labels k=v`)
     # runs it (a GPU, a region, a licence). Embedded nodes ignore them.
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Runs in the primary's process, with a `ctx.journal`, never on a worker: a durable
+    # main, which records checkpoints as it goes (docs/durable.md).
+    local: bool = False
 
     @property
     def compensate(self) -> StepFn | None:

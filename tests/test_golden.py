@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from apollo11.scheduler.durable import DedupeKey, DurableContext, DurableWorkflow
 from apollo11.scheduler.errors import CorruptLogError
+from apollo11.scheduler.replay import TaskState
 from apollo11.scheduler.store import Store, state_at
+from apollo11.scheduler.workflow import StepContext, StepError
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -25,7 +30,7 @@ def _normal(state: dict[str, object]) -> object:
     return json.loads(json.dumps(state, sort_keys=True))
 
 
-@pytest.mark.parametrize("name", ["etl-happy", "eventful", "anomalous"])
+@pytest.mark.parametrize("name", ["etl-happy", "eventful", "anomalous", "durable"])
 def test_golden_log_replays_to_its_known_state(name: str) -> None:
     root = GOLDEN / name
     assert _normal(state_at(root).to_dict()) == _expected(root)
@@ -63,3 +68,101 @@ def test_corrupted_golden_log_is_refused(tmp_path: Path) -> None:
         Store.open(copy)
     after = sorted((p.name, p.read_bytes()) for p in (copy / "log").glob("*.seg"))
     assert before == after
+
+
+class _Recorded:
+    """A finished task's checkpoints, as a journal that must never be written to."""
+
+    def __init__(self, task: TaskState) -> None:
+        assert task.durable is not None
+        self.checkpoints: Sequence[Mapping[str, Any]] = task.durable.checkpoints
+        self.wait: Mapping[str, Any] | None = task.durable.wait
+        self.first_event_id = task.first_event_id
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
+        raise AssertionError("a replay of a finished history looks up no event")
+
+    def now_ms(self) -> int:
+        raise AssertionError("a replay of a finished history reads no clock")
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("a replay of a finished history sleeps not")
+
+    async def record(self, checkpoints: Any, wait: Any = None) -> None:
+        raise AssertionError(f"a replay of a finished history records nothing: {checkpoints}")
+
+
+async def _replay(wf: DurableWorkflow, task: TaskState) -> Any:
+    ctx = StepContext(
+        task_id=task.task_id,
+        step="main",
+        attempt=99,
+        input=task.input,
+        results={},
+        node_id="golden",
+        workflow=wf.name,
+        version=wf.version,
+        journal=_Recorded(task),
+    )
+    return await wf.steps["main"].fn(ctx)
+
+
+def test_golden_durable_states() -> None:
+    tasks = state_at(GOLDEN / "durable").tasks
+    assert {t: v.status.value for t, v in tasks.items()} == {
+        "p1": "SUCCEEDED",
+        "p2": "SUCCEEDED",
+        "p3": "NONDETERMINISTIC",
+        "p4": "WAITING",
+    }
+    state = state_at(GOLDEN / "durable")
+    assert len(state.events["approval:p1"]) == 1, "the duplicate event is recorded once"
+    assert state.waits == {"approval:p4": {"p4"}}
+
+
+async def test_golden_durable_history_replays_against_the_approval_example() -> None:
+    from apollo11.scheduler.examples import approval
+
+    task = state_at(GOLDEN / "durable").tasks["p1"]
+    assert await _replay(approval, task) == task.steps["main"].result
+
+
+async def test_a_changed_main_replayed_against_the_golden_history_names_the_position() -> None:
+    changed = DurableWorkflow("approval", version=1)
+
+    @changed.main
+    async def main(ctx: DurableContext, order: dict[str, Any]) -> Any:
+        from apollo11.scheduler.examples import charge_card
+
+        await ctx.step("charge", charge_card, order, idempotency=DedupeKey())
+        await ctx.sleep(60)  # new: where the log holds the wait for approval
+        return None
+
+    task = state_at(GOLDEN / "durable").tasks["p1"]
+    with pytest.raises(StepError) as exc:
+        await _replay(changed, task)
+    report = exc.value.details["nondeterminism"]
+    assert report["seq"] == 1
+    assert report["expected"]["kind"] == "event" and report["expected"]["name"] == "approval:p1"
+    assert report["got"]["kind"] == "sleep"
+    assert str(exc.value).startswith("non-determinism at checkpoint 1: the log holds event")
+
+
+async def test_the_golden_durable_state_survives_a_snapshot(tmp_path: Path) -> None:
+    """A snapshot carries the checkpoints, the wait and the event index; the derived
+    waits index and matches are rebuilt when it is loaded."""
+    copy = tmp_path / "copy"
+    shutil.copytree(GOLDEN / "durable", copy)
+    (copy / "snapshots").mkdir(exist_ok=True)
+    store = Store.open(copy)
+    before = _normal(store.state.to_dict())
+    await store.snapshot_now()
+    await store.close()
+    again = Store.open(copy)
+    try:
+        assert again.recovery.snapshot is not None and again.recovery.replayed == 0
+        assert _normal(again.state.to_dict()) == before
+        assert again.state.waits == {"approval:p4": {"p4"}}
+        assert again.state.event_keys == {"ap-p1": 6}
+    finally:
+        await again.close()

@@ -401,6 +401,20 @@ class SchedulerService(pbg.SchedulerServicer):
     ) -> pb.ActionResponse:
         return await self._act("cancel", request)
 
+    @rpc
+    async def SendEvent(
+        self, request: pb.SendEventRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SendEventResponse:
+        key = required(request.key, "key")
+        data = _json(request.payload_json, "payload_json", self._submit_cap())
+        idem = optional(request.idempotency_key, "idempotency_key")
+        engine = self._engine()
+        with self.admission.admit(1):
+            sent = await engine.send_event(
+                key, data, idempotency_key=idem, sender=current_principal().name
+            )
+        return pb.SendEventResponse(event_id=sent.event_id, created=sent.created)
+
 
 class ClusterService(pbg.ClusterServicer):
     def __init__(self, node: NodeView) -> None:

@@ -22,7 +22,14 @@ from apollo11.scheduler.client._connection import (
     token_from_env,
 )
 from apollo11.scheduler.client._errors import UnavailableError, translate
-from apollo11.scheduler.client._views import EventView, Page, StatusView, Submission, TaskView
+from apollo11.scheduler.client._views import (
+    EventView,
+    Page,
+    SentEvent,
+    StatusView,
+    Submission,
+    TaskView,
+)
 from apollo11.scheduler.errors import ApolloError, NotLeaderError
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
@@ -219,6 +226,17 @@ class Client:
         resp = await self._call("scheduler", "CancelTask", req, write=True, retry=False)
         return int(resp.event_id)
 
+    async def send_event(
+        self, key: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> SentEvent:
+        """Record an event for the durable tasks waiting on `key` (docs/durable.md). The
+        same idempotency key records it once (one is generated when you give none, so
+        that the retry on UNAVAILABLE is safe)."""
+        idem = idempotency_key or f"client-{uuid.uuid4()}"
+        req = build.send_event_request(key, orjson.dumps(payload).decode(), idem)
+        resp = await self._call("scheduler", "SendEvent", req, write=True, retry=True)
+        return convert.sent_event_from_pb(resp)
+
     # --------------------------------------------------------------- reads
 
     async def task(self, task_id: str, *, as_of: int = 0) -> TaskView:
@@ -370,6 +388,9 @@ class SyncClient:
 
     def cancel(self, task_id: str, *, reason: str, operator: str = "") -> int:
         return self._run(self._client.cancel(task_id, operator=operator, reason=reason))
+
+    def send_event(self, key: str, payload: Any = None, **kw: Any) -> SentEvent:
+        return self._run(self._client.send_event(key, payload, **kw))
 
     def wait(self, task_id: str) -> TaskView:
         return self._run(self._client.wait(task_id))

@@ -16,6 +16,7 @@ from apollo11.scheduler.client._views import (
     EventView,
     MemberView,
     Page,
+    SentEvent,
     StatusView,
     StepView,
     Submission,
@@ -168,6 +169,10 @@ def status_from_pb(m: pb.ClusterStatus) -> StatusView:
             for w in m.workers
         ),
     )
+
+
+def sent_event_from_pb(m: pb.SendEventResponse) -> SentEvent:
+    return SentEvent(event_id=m.event_id, created=m.created)
 
 
 def submission_from_pb(m: pb.SubmitTaskResponse) -> Submission:

@@ -64,5 +64,9 @@ def cancel_request(task_id: str, operator: str, reason: str) -> pb.CancelTaskReq
     return pb.CancelTaskRequest(task_id=task_id, operator=operator, reason=reason)
 
 
+def send_event_request(key: str, payload_json: str, idempotency_key: str) -> pb.SendEventRequest:
+    return pb.SendEventRequest(key=key, payload_json=payload_json, idempotency_key=idempotency_key)
+
+
 def status_request() -> pb.GetStatusRequest:
     return pb.GetStatusRequest()

@@ -242,3 +242,11 @@ class Submission:
     task_id: str
     created: bool
     event_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SentEvent:
+    """What SendEvent recorded: the EVENT's id (the first one's, for a duplicate)."""
+
+    event_id: int
+    created: bool  # False: the idempotency key named an event already recorded

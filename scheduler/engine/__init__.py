@@ -34,6 +34,7 @@ from apollo11.scheduler.engine.executor import (
 )
 from apollo11.scheduler.engine.requests import (
     DEFAULT_IDEMPOTENCY_TTL_S,
+    EventSent,
     SubmitItem,
     Submitted,
     new_task_id,
@@ -49,6 +50,7 @@ __all__ = [
     "CancelAttempt",
     "Compensate",
     "Engine",
+    "EventSent",
     "Executor",
     "FailLost",
     "Failed",

@@ -23,6 +23,9 @@ The rules, step by step in declaration order:
   step runs, is about to, owes one or is compensating (dependents first:
   reverse topological order);
 * nothing new starts in a task that is cancelled or failed for good;
+* a durable main that is WAITING runs again (its code replays, docs/durable.md)
+  once its wait's event has been recorded or its deadline is due, and wakes
+  the engine at the deadline otherwise;
 * otherwise a step whose dependencies are done runs when `retry` says it may
   (now, or a wake-up at the time its backoff ends).
 
@@ -43,6 +46,7 @@ _STARTED = StepStatus.STARTED
 _COMPENSATING = StepStatus.COMPENSATING
 _COMPENSATED = StepStatus.COMPENSATED
 _FAILED = StepStatus.FAILED
+_WAITING = StepStatus.WAITING
 
 CANCELLED_BY_OPERATOR = "cancelled by operator"
 
@@ -178,6 +182,12 @@ def _decide(
             actions.append(Compensate(name, status is _COMPENSATING))
         elif cancelled or failed:
             continue  # nothing new starts in a task that is cancelled or has failed
+        elif status is _WAITING:
+            woken = _wake(task, name, step.attempt, now)
+            if woken is not None:
+                actions.append(woken)
+                if isinstance(woken, Stuck):
+                    return actions
         elif may_run_again(step):
             for d in deps[name]:
                 dep = steps.get(d)
@@ -196,6 +206,22 @@ def _decide(
                 else:
                     actions.append(WakeAt(name, due))
     return actions
+
+
+def _wake(task: TaskState, name: str, attempt: int, now: float) -> Action | None:
+    """A waiting main: run it when its wait can resolve (its event is in the log, its
+    deadline is due), be woken at its deadline, or (None) wait for an event."""
+    d = task.durable
+    wait = d.wait if d is not None else None
+    if d is None or wait is None:
+        return Stuck(f"step {name!r} is WAITING but no wait is registered")
+    if d.matched is not None:
+        return StartAttempt(name, attempt + 1)
+    until = wait.get("until_ms")
+    if until is None:
+        return None
+    at = int(until) / 1000
+    return StartAttempt(name, attempt + 1) if now >= at else WakeAt(name, at)
 
 
 def owed_compensations(task: TaskState, workflow: Workflow) -> set[str]:

@@ -39,9 +39,10 @@ from apollo11.scheduler.engine.decide import (
     WakeAt,
     decide,
 )
-from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
+from apollo11.scheduler.engine.executor import EMBEDDED, Executor, InProcessExecutor
 from apollo11.scheduler.engine.requests import (
     DEFAULT_IDEMPOTENCY_TTL_S,
+    EventSent,
     Requests,
     SubmitItem,
     Submitted,
@@ -65,6 +66,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = defaults.CONCURRENCY
 
 _STARTED = EventType.STEP_STARTED
+_EVENT = EventType.EVENT
 _NOTHING: frozenset[str] = frozenset()
 
 
@@ -223,6 +225,11 @@ class Engine:
         busy = self._busy
         for e in events:
             if not e.task_id:
+                if e.event_type is _EVENT:
+                    # durable tasks waiting on its key may resolve their wait now
+                    waiting = self.store.state.waits.get(str(e.payload.get("key")))
+                    if waiting:
+                        dirty.update(waiting)
                 continue
             # The STARTED of a step this engine is running changes nothing to decide:
             # the step is busy, and no other step waits on a start (a large share of
@@ -436,8 +443,10 @@ class Engine:
         placed = True
         unplaced = False
         if self._slots_used < self.concurrency:
-            # Every slot taken (the everyday case under a backlog): no placement to try.
-            if self.executor.free_slots():
+            if spec.local:
+                where = EMBEDDED  # a durable main runs here, where its journal reaches the log
+            elif self.executor.free_slots():
+                # (every slot taken, the everyday case under a backlog: nothing to try)
                 where = self.executor.place(
                     task_id, spec.name, task.workflow, task.version, spec.labels
                 )
@@ -603,6 +612,20 @@ class Engine:
         creates one task.
         """
         return await self._requests.submit_many(items)
+
+    async def send_event(
+        self,
+        key: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        sender: str | None = None,
+    ) -> EventSent:
+        """Record an external event for durable tasks' waits (docs/durable.md); the same
+        idempotency key records it once."""
+        return await self._requests.send_event(
+            key, payload, idempotency_key=idempotency_key, sender=sender
+        )
 
     async def retry_step(
         self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None

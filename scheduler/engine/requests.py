@@ -1,5 +1,5 @@
 """What clients and operators ask of the primary: submit (with idempotency keys),
-retry a step, skip a step, cancel a task.
+retry a step, skip a step, cancel a task, send an event (durable tasks' waits).
 
 Each request is checked against the state, written as one event (or one
 batch), and answered only once that is committed. The checks are pure
@@ -40,6 +40,12 @@ class Submitted:
     task_id: str
     created: bool  # False when an idempotency key returned an existing task
     event_id: int = 0  # the TASK_SUBMITTED event, when created
+
+
+@dataclass(frozen=True, slots=True)
+class EventSent:
+    event_id: int  # the EVENT recorded (the first one, when the idempotency key is known)
+    created: bool  # False when the idempotency key named an event already recorded
 
 
 class SubmitItem(NamedTuple):
@@ -98,6 +104,7 @@ class Requests:
         # Idempotency keys being written right now: a second submission with one
         # waits for the first instead of creating a second task.
         self._inflight: dict[str, asyncio.Future[Submitted]] = {}
+        self._events_inflight: dict[str, asyncio.Future[EventSent]] = {}
 
     async def submit(
         self,
@@ -217,6 +224,51 @@ class Requests:
         if task is None or p.clock.now() - task.submitted_ms / 1000 > p.idempotency_ttl_s:
             return None
         return task.task_id
+
+    # ------------------------------------------------------------ events
+
+    async def send_event(
+        self,
+        key: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        sender: str | None = None,
+    ) -> EventSent:
+        """Record an EVENT; an idempotency key already recorded (or being written)
+        answers with the first event instead (replay records a racing copy once too)."""
+        p = self._p
+        p.check_leading()
+        if not key or len(key) > KEY_MAX:
+            raise InvalidArgumentError(f"key must be 1 to {KEY_MAX} characters")
+        if idempotency_key is not None:
+            check_key(idempotency_key)
+            known = p.store.state.event_keys.get(idempotency_key)
+            if known is not None:
+                return EventSent(known, False)
+            pending = self._events_inflight.get(idempotency_key)
+            if pending is not None:
+                return EventSent((await asyncio.shield(pending)).event_id, False)
+        body: dict[str, Any] = {"key": key, "payload": payload}
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+            fut: asyncio.Future[EventSent] = asyncio.get_running_loop().create_future()
+            self._events_inflight[idempotency_key] = fut
+        if sender:
+            body["sender"] = sender
+        try:
+            event = await p.store.log.append(EventType.EVENT, "", payload=body)
+        except BaseException as e:
+            if idempotency_key is not None:
+                failed = self._events_inflight.pop(idempotency_key)
+                failed.set_exception(e)
+                failed.exception()  # retrieved: nobody may be waiting on it
+            raise
+        sent = EventSent(event.event_id, True)
+        if idempotency_key is not None:
+            self._events_inflight.pop(idempotency_key).set_result(sent)
+        await p.wait_commit(event.event_id)
+        return sent
 
     # ------------------------------------------------------------ operators
 

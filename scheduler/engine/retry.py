@@ -10,6 +10,9 @@ The rules:
 * An attempt that failed on its own uses one of `attempts`. One lost to a
   dying node (or a lost lease) does not, it uses one of `max_lost`: not the
   step's fault, but a step that keeps killing its node must stop somewhere.
+* An attempt of a durable main that ended in a WAIT (`StepState.waits`) is
+  neither: the task went to sleep, and a task that wakes a thousand times must
+  not use up its main's attempts (docs/durable.md).
 * An operator's retry gives a fresh budget: replay keeps, in the step's
   `override`, the attempt and loss counts it was given at (`_on_override`), and
   both budgets count from there.
@@ -45,13 +48,14 @@ class Budget(NamedTuple):
 
 
 def budget(step: StepState) -> Budget:
-    base_attempt = base_losses = 0
+    base_attempt = base_losses = base_waits = 0
     override = step.override
     if override and override.get("action") == "retry":
         base_attempt = int(override.get("attempt", 0))
         base_losses = int(override.get("losses", 0))
+        base_waits = int(override.get("waits", 0))
     lost = step.losses - base_losses
-    return Budget(step.attempt - base_attempt - lost, lost)
+    return Budget(step.attempt - base_attempt - lost - (step.waits - base_waits), lost)
 
 
 def may_run_again(step: StepState) -> bool:

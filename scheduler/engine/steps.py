@@ -31,6 +31,7 @@ from apollo11.scheduler.engine.executor import (
     Succeeded,
     failure,
 )
+from apollo11.scheduler.engine.journal import StoreJournal
 from apollo11.scheduler.engine.retry import (
     compensation_delay,
     final_after_failure,
@@ -115,6 +116,8 @@ class StepRunner:
         # the latest heartbeat details of each running attempt (written from a step's
         # thread too: one dict store, atomic under the GIL)
         self._beats: dict[Key, Any] = {}
+        # the journals of the running attempts of durable mains (`local` steps)
+        self._journals: dict[Key, StoreJournal] = {}
 
     # ------------------------------------------------------------ attempts
 
@@ -142,7 +145,8 @@ class StepRunner:
                 return
             timeout = self.timeout_for(task.workflow, name, spec)
             prepared = self._attempt(task, name, spec, attempt, timeout)
-            await self._execute(key, task, spec, attempt, timeout, self.executor.run(prepared))
+            executor = self.compensator if spec.local else self.executor  # local: in process
+            await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
         except ApolloError as e:
             log.error(
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
@@ -179,7 +183,18 @@ class StepRunner:
         self, task: TaskState, name: str, spec: Step, attempt: int, timeout: float
     ) -> Attempt:
         step = task.steps[name]
-        ctx = self.context(task, name, attempt, spec.after)
+        journal = None
+        if spec.local:
+            journal = self._journals[(task.task_id, name)] = StoreJournal(
+                store=self.store,
+                clock=self.clock,
+                task_id=task.task_id,
+                step=name,
+                attempt=attempt,
+                lease_valid=self._lease_valid,
+                committed=self._committed,
+            )
+        ctx = self.context(task, name, attempt, spec.after, journal)
         token = AttemptToken(step.started_term, step.started_event)
         return Attempt(spec.fn, ctx, self._lease_valid, token, timeout)
 
@@ -219,6 +234,9 @@ class StepRunner:
             # Its STARTED is committed: the next leader fails it as lost.
             self._lapsed(f"step {task_id}/{name} attempt {attempt} not begun")
             return
+        journal = self._journals.get(key)
+        if journal is not None and journal.ended:
+            return  # a durable main's WAIT ended this attempt: it has no outcome to record
         seconds, succeeded, failed, retries = self._step_metrics(task.workflow, name)
         seconds.observe(time.perf_counter() - t0)
         state = self.store.state.tasks[task_id].steps[name]
@@ -270,13 +288,14 @@ class StepRunner:
         task_id, name = key
         self._cancel_why.pop(key, None)
         self._beats.pop(key, None)
+        executor = self.compensator if self._journals.pop(key, None) else self.executor
         # The slot (and the step's place among the busy) stay taken while an
         # abandoned thread of this attempt still runs: no retry beside it.
-        lingering = self.executor.settle(task_id, name)
+        lingering = executor.settle(task_id, name)
         if lingering is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(lingering)
-        self.executor.release(task_id, name)
+        executor.release(task_id, name)
         self._ended()
 
     def cancel(self, key: Key, why: str | dict[str, Any], run: asyncio.Task[None] | None) -> None:
@@ -318,7 +337,12 @@ class StepRunner:
         return value
 
     def context(
-        self, task: TaskState, name: str, attempt: int, wf_deps: Sequence[str]
+        self,
+        task: TaskState,
+        name: str,
+        attempt: int,
+        wf_deps: Sequence[str],
+        journal: StoreJournal | None = None,
     ) -> StepContext:
         step = task.steps[name]
         beats = self._beats
@@ -341,6 +365,7 @@ class StepRunner:
             worker=step.worker or self.node_id,
             last_heartbeat=step.heartbeat,
             beat=beat,
+            journal=journal,
         )
 
     def _step_metrics(self, workflow: str, name: str) -> tuple[Any, Any, Any, Any]:

@@ -59,6 +59,11 @@ class EventType(enum.IntEnum):
     MANUAL_OVERRIDE = 7
     TASK_CANCELLED = 8
     TERM_STARTED = 9
+    # Durable tasks (docs/durable.md): a checkpoint of a durable main, a wait that
+    # ends its attempt, an external event (no task: waits match it by key).
+    CHECKPOINT = 10
+    WAIT = 11
+    EVENT = 12
 
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}

@@ -93,6 +93,8 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/RetryStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/SkipStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
+    # An event wakes the durable tasks waiting on its key: a submitter's input.
+    "/apollo11.v1.Scheduler/SendEvent": Role.SUBMITTER,
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
     "/apollo11.v1.Replication/Follow": Role.NODE,
     "/apollo11.v1.Replication/ReadRecords": Role.NODE,

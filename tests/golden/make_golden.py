@@ -166,6 +166,112 @@ def anomalous() -> list[tuple[int, list[Draft]]]:
     ]
 
 
+P1 = {"id": "p1"}
+P1_CHARGE = {"charge_id": "ch-p1", "amount": 0}
+P1_SHIP = {"shipment": "sh-p1", "items": []}
+P1_WAIT = {"key": "approval:p1", "timeout_s": 259200.0, "since": None}
+P1_RESULT = {"state": "shipped", "approved_by": {"by": "alice"}, **P1_SHIP}
+
+
+def real(d: Draft, asked: object) -> Draft:
+    """`d` with the input hash the code computes for what it was asked."""
+    from apollo11.scheduler.durable import input_hash
+
+    assert d.payload is not None
+    return d._replace(payload={**d.payload, "input_hash": input_hash(asked)})
+
+
+def durable() -> list[tuple[int, list[Draft]]]:
+    """Durable tasks (docs/durable.md): an approval that waits and is woken by an event
+    sent with a duplicate; one that times out and refunds; one stopped by a
+    non-determinism report; one waiting still, with its deadline."""
+
+    def sub(t: str) -> Draft:
+        payload = {"workflow": "approval", "version": 1, "input": {"id": t}, "steps": {"main": []}}
+        return Draft(E.TASK_SUBMITTED, t, payload=payload)
+
+    def cp(t: str, attempt: int, seq: int, kind: str, name: str, **more: object) -> Draft:
+        body = {"seq": seq, "kind": kind, "name": name, "input_hash": f"h{seq}", **more}
+        return Draft(E.CHECKPOINT, t, "main", body, attempt=attempt)
+
+    def wait(t: str, attempt: int, seq: int, **more: object) -> Draft:
+        key = f"approval:{t}"
+        body = {"seq": seq, "kind": "event", "name": key, "input_hash": f"h{seq}", "key": key}
+        return Draft(E.WAIT, t, "main", {**body, **more}, attempt=attempt)
+
+    def event(key: str, payload: object, idem: str | None = None) -> Draft:
+        body: dict[str, object] = {"key": key, "payload": payload, "sender": "alice"}
+        if idem:
+            body["idempotency_key"] = idem
+        return Draft(E.EVENT, "", payload=body)
+
+    start = Draft(E.STEP_STARTED, "", "main", attempt=1)
+    return [
+        (4, [Draft(E.TERM_STARTED, "", payload={"node": "node-1"})]),
+        (
+            4,
+            [
+                # p1 is what apollo11.scheduler.examples.approval records (real input
+                # hashes): tests replay it against that code, and against a changed one
+                sub("p1"),  # event 2
+                start._replace(task_id="p1"),
+                real(cp("p1", 1, 0, "step", "charge", output=P1_CHARGE, attempts=1), [P1]),
+                real(wait("p1", 1, 1, since=2, until_ms=1_700_259_200_000), P1_WAIT),
+                event("approval:p1", {"by": "alice"}, idem="ap-p1"),  # event 6
+                event("approval:p1", {"by": "mallory"}, idem="ap-p1"),  # a duplicate
+                Draft(E.STEP_STARTED, "p1", "main", attempt=2),
+                real(
+                    cp("p1", 2, 1, "event", "approval:p1", output={"by": "alice"}, event_id=6),
+                    P1_WAIT,
+                ),
+                real(cp("p1", 2, 2, "step", "ship", output=P1_SHIP, attempts=2), [P1]),
+                Draft(E.STEP_SUCCEEDED, "p1", "main", {"result": P1_RESULT}, attempt=2),
+            ],
+        ),
+        (
+            4,
+            [
+                sub("p2"),
+                start._replace(task_id="p2"),
+                cp("p2", 1, 0, "step", "charge", output={"charge_id": "ch-p2"}, attempts=1),
+                wait("p2", 1, 1, since=12, until_ms=1_700_000_004_000),
+                Draft(E.STEP_STARTED, "p2", "main", attempt=2),
+                cp("p2", 2, 1, "event", "approval:p2", output=None, timeout=True),
+                cp("p2", 2, 2, "step", "refund", output={"refunded": "ch-p2"}, attempts=1),
+                Draft(E.STEP_SUCCEEDED, "p2", "main", {"result": {"state": "refunded"}}, attempt=2),
+            ],
+        ),
+        (
+            4,
+            [
+                sub("p3"),
+                start._replace(task_id="p3"),
+                cp("p3", 1, 0, "step", "charge", output={"charge_id": "ch-p3"}, attempts=1),
+                Draft(
+                    E.STEP_FAILED,
+                    "p3",
+                    "main",
+                    {
+                        "error": "non-determinism at checkpoint 0: …",
+                        "final": True,
+                        "nondeterminism": {
+                            "seq": 0,
+                            "expected": {"kind": "step", "name": "charge", "input_hash": "h0"},
+                            "got": {"kind": "step", "name": "charge-v2", "input_hash": "h0"},
+                        },
+                    },
+                    attempt=1,
+                ),
+                sub("p4"),
+                start._replace(task_id="p4"),
+                cp("p4", 1, 0, "now", "now", output=1_700_000_010_000),
+                wait("p4", 1, 1, since=0, until_ms=1_800_000_000_000),
+                event("approval:other", 1),
+            ],
+        ),
+    ]
+
+
 async def write(root: Path, batches: list[tuple[int, list[Draft]]]) -> None:
     shutil.rmtree(root, ignore_errors=True)
     clock = itertools.count(1_700_000_000_000, 250)
@@ -192,6 +298,7 @@ def main() -> None:
         ("etl-happy", happy()),
         ("eventful", eventful()),
         ("anomalous", anomalous()),
+        ("durable", durable()),
     ):
         root = HERE / name
         asyncio.run(write(root, batches))

@@ -15,6 +15,8 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_SUCCEEDED: _ClassVar[TaskState]
     TASK_STATE_FAILED: _ClassVar[TaskState]
     TASK_STATE_CANCELLED: _ClassVar[TaskState]
+    TASK_STATE_WAITING: _ClassVar[TaskState]
+    TASK_STATE_NONDETERMINISTIC: _ClassVar[TaskState]
 
 class StepState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -26,6 +28,7 @@ class StepState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_STATE_COMPENSATING: _ClassVar[StepState]
     STEP_STATE_COMPENSATED: _ClassVar[StepState]
     STEP_STATE_SKIPPED: _ClassVar[StepState]
+    STEP_STATE_WAITING: _ClassVar[StepState]
 
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,12 +42,17 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_MANUAL_OVERRIDE: _ClassVar[EventType]
     EVENT_TYPE_TASK_CANCELLED: _ClassVar[EventType]
     EVENT_TYPE_TERM_STARTED: _ClassVar[EventType]
+    EVENT_TYPE_CHECKPOINT: _ClassVar[EventType]
+    EVENT_TYPE_WAIT: _ClassVar[EventType]
+    EVENT_TYPE_EVENT: _ClassVar[EventType]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_RUNNING: TaskState
 TASK_STATE_SUCCEEDED: TaskState
 TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELLED: TaskState
+TASK_STATE_WAITING: TaskState
+TASK_STATE_NONDETERMINISTIC: TaskState
 STEP_STATE_UNSPECIFIED: StepState
 STEP_STATE_PENDING: StepState
 STEP_STATE_STARTED: StepState
@@ -53,6 +61,7 @@ STEP_STATE_FAILED: StepState
 STEP_STATE_COMPENSATING: StepState
 STEP_STATE_COMPENSATED: StepState
 STEP_STATE_SKIPPED: StepState
+STEP_STATE_WAITING: StepState
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_TASK_SUBMITTED: EventType
 EVENT_TYPE_STEP_STARTED: EventType
@@ -63,6 +72,9 @@ EVENT_TYPE_STEP_COMPENSATED: EventType
 EVENT_TYPE_MANUAL_OVERRIDE: EventType
 EVENT_TYPE_TASK_CANCELLED: EventType
 EVENT_TYPE_TERM_STARTED: EventType
+EVENT_TYPE_CHECKPOINT: EventType
+EVENT_TYPE_WAIT: EventType
+EVENT_TYPE_EVENT: EventType
 
 class SubmitTaskRequest(_message.Message):
     __slots__ = ("workflow", "input_json", "idempotency_key", "version")
@@ -309,6 +321,24 @@ class ActionResponse(_message.Message):
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     def __init__(self, event_id: _Optional[int] = ...) -> None: ...
+
+class SendEventRequest(_message.Message):
+    __slots__ = ("key", "payload_json", "idempotency_key")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    payload_json: str
+    idempotency_key: str
+    def __init__(self, key: _Optional[str] = ..., payload_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SendEventResponse(_message.Message):
+    __slots__ = ("event_id", "created")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    created: bool
+    def __init__(self, event_id: _Optional[int] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

@@ -84,6 +84,11 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
                 _registered_method=True)
+        self.SendEvent = channel.unary_unary(
+                '/apollo11.v1.Scheduler/SendEvent',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -161,6 +166,15 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendEvent(self, request, context):
+        """Record an external event for durable tasks' waits (docs/durable.md): a wait
+        on its key matches the first event at or after the wait's position. The same
+        idempotency_key records it once (the answer names the first one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -213,6 +227,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.CancelTask,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.CancelTaskRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.SerializeToString,
+            ),
+            'SendEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendEvent,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -485,6 +504,33 @@ class Scheduler:
             '/apollo11.v1.Scheduler/CancelTask',
             apollo11_dot_v1_dot_scheduler__pb2.CancelTaskRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/SendEvent',
+            apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.SendEventResponse.FromString,
             options,
             channel_credentials,
             insecure,

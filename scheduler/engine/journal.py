@@ -1,0 +1,105 @@
+"""A durable main's window on the log: the engine's side of `workflow.Journal`.
+
+The attempt reads the task's checkpoints, its wait and the event index from the
+replayed state, and appends CHECKPOINT and WAIT records as it goes; each
+`record` returns only once its records are committed (durable, and replicated
+in synchronous mode), so the code after a `ctx.step` never runs before that
+step's checkpoint would survive a failover. A WAIT ends the attempt: `ended`
+tells the runner to record no outcome for it (docs/durable.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.errors import InvalidEventError, LeaseLostError
+from apollo11.scheduler.log import Draft, EventType
+from apollo11.scheduler.store import Store
+from apollo11.scheduler.workflow import StepError
+
+
+class StoreJournal:
+    """The journal of one attempt of a durable main."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        task_id: str,
+        step: str,
+        attempt: int,
+        lease_valid: Callable[[], bool],
+        committed: Callable[[int], Awaitable[bool]],
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._task_id = task_id
+        self._step = step
+        self._attempt = attempt
+        self._lease_valid = lease_valid
+        self._committed = committed
+        self.ended = False  # a WAIT was appended: the attempt is over
+
+    def _durable(self) -> Any:
+        task = self._store.state.tasks.get(self._task_id)
+        return task.durable if task is not None else None
+
+    @property
+    def checkpoints(self) -> Sequence[Mapping[str, Any]]:
+        d = self._durable()
+        return list(d.checkpoints) if d is not None else []
+
+    @property
+    def wait(self) -> Mapping[str, Any] | None:
+        d = self._durable()
+        return dict(d.wait) if d is not None and d.wait is not None else None
+
+    @property
+    def first_event_id(self) -> int:
+        task = self._store.state.tasks.get(self._task_id)
+        return task.first_event_id if task is not None else 0
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
+        return self._store.state.first_event(key, since)
+
+    def now_ms(self) -> int:
+        return self._clock.now_ms()
+
+    async def sleep(self, seconds: float) -> None:
+        await self._clock.sleep(seconds)
+
+    async def record(
+        self, checkpoints: Sequence[Mapping[str, Any]], wait: Mapping[str, Any] | None = None
+    ) -> None:
+        where = f"{self._task_id}/{self._step} attempt {self._attempt}"
+        if self.ended:
+            raise StepError(f"{where}: recorded after its WAIT ended it", final=True)
+        if not self._lease_valid():
+            # never write for an attempt this node may no longer own
+            raise LeaseLostError(f"{where}: checkpoint not recorded, the lease is in doubt")
+        drafts = [
+            Draft(EventType.CHECKPOINT, self._task_id, self._step, dict(c), self._attempt)
+            for c in checkpoints
+        ]
+        if wait is not None:
+            drafts.append(
+                Draft(EventType.WAIT, self._task_id, self._step, dict(wait), self._attempt)
+            )
+        if not drafts:
+            return
+        try:
+            events = await self._store.log.append_many(drafts)
+        except InvalidEventError as e:
+            last = checkpoints[-1] if checkpoints else wait or {}
+            raise StepError(
+                f"checkpoint {last.get('seq')} ({last.get('kind')} {last.get('name')!r}) "
+                f"refused: {e}",
+                final=True,
+            ) from e
+        if wait is not None:
+            self.ended = True
+        if not await self._committed(events[-1].event_id):
+            raise LeaseLostError(f"{where}: leadership lost before its checkpoint committed")

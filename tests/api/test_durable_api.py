@@ -1,0 +1,74 @@
+"""Durable tasks end to end: a real node process, SendEvent over gRPC, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from apollo11.scheduler.client import InvalidArgumentError, SyncClient
+from tests.nodes import NodeProc, cli, start_node
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    n = start_node(tmp_path_factory.mktemp("durable") / "data")
+    yield n
+    assert n.stop() == 0
+
+
+def _waiting(c: SyncClient, task_id: str) -> None:
+    deadline = time.monotonic() + 20
+    while c.task(task_id).state != "WAITING":
+        assert time.monotonic() < deadline, c.task(task_id)
+        time.sleep(0.05)
+
+
+def test_approval_waits_then_an_event_from_the_cli_ships_it(node: NodeProc, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    with SyncClient(node.address) as c:
+        sub = c.submit("approval", {"id": "A1", "amount": 3, "ledger": str(ledger)})
+        _waiting(c, sub.task_id)
+        res = cli("tasks", "--state", "waiting", "--json", server=node.address)
+        assert res.returncode == 0, res.stderr
+        assert sub.task_id in [t["task_id"] for t in json.loads(res.stdout)]
+        res = cli(
+            "event",
+            "send",
+            "approval:A1",
+            "--payload",
+            '{"by": "alice"}',
+            "--idempotency-key",
+            "approve-A1",
+            "--json",
+            server=node.address,
+        )
+        assert res.returncode == 0, res.stderr
+        first = json.loads(res.stdout)
+        assert first["created"] is True
+        again = c.send_event("approval:A1", {"by": "mallory"}, idempotency_key="approve-A1")
+        assert not again.created and again.event_id == first["event_id"]
+        done = c.wait(sub.task_id)
+    assert done.state == "SUCCEEDED"
+    assert done.steps[0].result["approved_by"] == {"by": "alice"}
+    assert [line.split()[1] for line in ledger.read_text().splitlines()] == ["charge", "ship"]
+    res = cli("events", "--task", sub.task_id, "--json", server=node.address)
+    kinds = [json.loads(line)["event_type"] for line in res.stdout.splitlines()]
+    assert kinds == [
+        "TASK_SUBMITTED",
+        "STEP_STARTED",
+        "CHECKPOINT",
+        "WAIT",
+        "STEP_STARTED",
+        "CHECKPOINT",
+        "CHECKPOINT",
+        "STEP_SUCCEEDED",
+    ]
+
+
+def test_send_event_checks_its_fields(node: NodeProc) -> None:
+    with SyncClient(node.address) as c, pytest.raises(InvalidArgumentError, match="key"):
+        c.send_event("")

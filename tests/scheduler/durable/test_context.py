@@ -1,0 +1,255 @@
+"""DurableContext replay against a fake journal: no store, no engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from apollo11.scheduler.durable import (
+    DedupeKey,
+    DurableContext,
+    DurableStepError,
+    DurableWorkflow,
+    Idempotent,
+    Retry,
+    current_step,
+)
+from apollo11.scheduler.workflow import StepContext, StepError
+
+T0 = 1_700_000_000_000
+
+
+class FakeJournal:
+    """A log of one task in a list: what the engine's journal reads and appends."""
+
+    def __init__(self) -> None:
+        self.cps: list[dict[str, Any]] = []
+        self.waiting: dict[str, Any] | None = None
+        self.events: list[tuple[int, str, Any]] = []
+        self.t = T0
+        self.writes: list[list[str]] = []  # the kinds of each record() call
+
+    @property
+    def checkpoints(self) -> Sequence[Mapping[str, Any]]:
+        return list(self.cps)
+
+    @property
+    def wait(self) -> Mapping[str, Any] | None:
+        return self.waiting
+
+    @property
+    def first_event_id(self) -> int:
+        return 1
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
+        return next(((i, p) for i, k, p in self.events if k == key and i >= since), None)
+
+    def now_ms(self) -> int:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += int(seconds * 1000)
+
+    async def record(
+        self, checkpoints: Sequence[Mapping[str, Any]], wait: Mapping[str, Any] | None = None
+    ) -> None:
+        for c in checkpoints:
+            assert c["seq"] == len(self.cps)
+            self.cps.append(dict(c))
+            if self.waiting is not None and self.waiting["seq"] == c["seq"]:
+                self.waiting = None
+        if wait is not None:
+            self.waiting = dict(wait)
+        self.writes.append([c["kind"] for c in checkpoints] + (["WAIT"] if wait else []))
+
+
+RAN: list[str] = []
+
+
+def charge(order: dict[str, Any]) -> dict[str, Any]:
+    info = current_step()
+    assert info is not None
+    RAN.append(f"charge {info.dedupe_key} {info.attempt}")
+    return {"id": order["id"], "amount": order["amount"]}
+
+
+def refund(charge: dict[str, Any]) -> str:
+    RAN.append("refund")
+    return f"refunded {charge['id']}"
+
+
+flow = DurableWorkflow("flow", version=1)
+
+
+@flow.main
+async def run(ctx: DurableContext, order: dict[str, Any]) -> dict[str, Any]:
+    token = str(ctx.uuid())
+    c = await ctx.step("charge", charge, order, idempotency=DedupeKey())
+    decision = await ctx.wait_for_event(f"approval:{order['id']}", timeout=timedelta(hours=1))
+    if decision is None:
+        return {"state": await ctx.step("refund", refund, c, idempotency=Idempotent())}
+    return {"state": "approved", "by": decision, "token": token, "at": ctx.now().isoformat()}
+
+
+async def attempt(j: FakeJournal, n: int, wf: DurableWorkflow = flow, input: Any = None) -> Any:
+    ctx = StepContext(
+        task_id="t1",
+        step="main",
+        attempt=n,
+        input=input if input is not None else {"id": "o1", "amount": 5},
+        results={},
+        node_id="n1",
+        workflow=wf.name,
+        version=wf.version,
+        journal=j,
+    )
+    return await wf.steps["main"].fn(ctx)
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    RAN.clear()
+
+
+async def test_the_first_run_records_and_waits_a_replay_runs_nothing_again() -> None:
+    j = FakeJournal()
+    assert await attempt(j, 1) is None  # ended by its wait
+    assert j.writes == [["uuid", "step"], ["WAIT"]]  # the uuid rode with the charge
+    assert RAN == ["charge t1:1:charge 1"]
+    assert j.waiting is not None and j.waiting["until_ms"] == T0 + 3600_000
+    assert j.waiting["since"] == 1
+    # woken too early (a lost attempt's re-run, say): the same wait again, same deadline
+    j.t += 1000
+    assert await attempt(j, 2) is None
+    assert j.writes[-1] == ["WAIT"] and j.waiting["until_ms"] == T0 + 3600_000
+    assert RAN == ["charge t1:1:charge 1"]
+    j.events.append((7, "approval:o1", {"by": "alice"}))
+    out = await attempt(j, 3)
+    assert out["state"] == "approved" and out["by"] == {"by": "alice"}
+    assert out["token"] == j.cps[0]["output"]  # the recorded uuid, not a new one
+    assert RAN == ["charge t1:1:charge 1"]
+    assert [c["kind"] for c in j.cps] == ["uuid", "step", "event", "now"]
+    assert j.cps[2]["event_id"] == 7
+    # a complete history replays to the same result, recording nothing
+    writes = len(j.writes)
+    assert await attempt(j, 4) == out and len(j.writes) == writes and len(RAN) == 1
+
+
+async def test_a_timeout_resolves_to_none() -> None:
+    j = FakeJournal()
+    await attempt(j, 1)
+    j.t += 3600_000
+    assert await attempt(j, 2) == {"state": "refunded o1"}
+    assert j.cps[2] == {**j.cps[2], "kind": "event", "output": None, "timeout": True}
+    assert RAN == ["charge t1:1:charge 1", "refund"]
+
+
+async def test_an_event_already_in_the_log_resolves_the_wait_without_eviction() -> None:
+    j = FakeJournal()
+    j.events.append((3, "approval:o1", "yes"))
+    out = await attempt(j, 1)
+    assert out["by"] == "yes" and not any("WAIT" in w for w in j.writes)
+
+
+def _changed(name: str) -> DurableWorkflow:
+    wf = DurableWorkflow("flow", version=1)
+
+    @wf.main
+    async def run2(ctx: DurableContext, order: dict[str, Any]) -> Any:
+        ctx.uuid()
+        return await ctx.step(name, charge, order, idempotency=DedupeKey())
+
+    return wf
+
+
+async def test_a_different_call_at_a_recorded_position_is_non_determinism() -> None:
+    j = FakeJournal()
+    await attempt(j, 1)
+    with pytest.raises(StepError) as exc:
+        await attempt(j, 2, _changed("charge-v2"))
+    report = exc.value.details["nondeterminism"]
+    assert exc.value.details["final"] is True
+    assert report["seq"] == 1
+    assert report["expected"] == {
+        "kind": "step",
+        "name": "charge",
+        "input_hash": j.cps[1]["input_hash"],
+    }
+    assert report["got"]["name"] == "charge-v2"
+    assert "non-determinism at checkpoint 1" in str(exc.value)
+    assert "step 'charge'" in str(exc.value) and "step 'charge-v2'" in str(exc.value)
+
+
+async def test_different_arguments_or_an_early_return_are_non_determinism() -> None:
+    j = FakeJournal()
+    await attempt(j, 1)
+    with pytest.raises(StepError) as exc:
+        await attempt(j, 2, input={"id": "o1", "amount": 6})
+    assert exc.value.details["nondeterminism"]["seq"] == 1  # same name, other input hash
+    with pytest.raises(StepError) as exc:  # returns where the log holds a wait
+        await attempt(j, 2, _changed("charge"))
+    report = exc.value.details["nondeterminism"]
+    assert report["seq"] == 2 and report["got"] is None
+    assert report["expected"]["kind"] == "event"
+
+
+async def test_a_step_that_fails_for_good_raises_the_same_error_at_every_replay() -> None:
+    tries: list[int] = []
+
+    def flaky() -> None:
+        info = current_step()
+        assert info is not None
+        tries.append(info.attempt)
+        raise StepError("card declined", code=51)
+
+    wf = DurableWorkflow("f", version=1)
+
+    @wf.main
+    async def main(ctx: DurableContext, _: Any) -> str:
+        try:
+            await ctx.step("pay", flaky, idempotency=Idempotent(), retry=Retry(attempts=3))
+        except DurableStepError as e:
+            return f"{e.error_type}|{e.message}|{e.details}"
+        return "paid"
+
+    j = FakeJournal()
+    first = await attempt(j, 1, wf)
+    assert tries == [1, 2, 3]
+    assert j.cps[0]["error"]["details"] == {"code": 51} and j.cps[0]["attempts"] == 3
+    assert await attempt(j, 2, wf) == first == "StepError|card declined|{'code': 51}"
+    assert tries == [1, 2, 3]
+
+
+async def test_not_idempotent_steps_are_refused() -> None:
+    from apollo11.scheduler.workflow import NotIdempotent
+
+    wf = DurableWorkflow("n", version=1)
+
+    @wf.main
+    async def main(ctx: DurableContext, _: Any) -> Any:
+        return await ctx.step("x", len, "a", idempotency=NotIdempotent(compensate=len))  # type: ignore[arg-type]
+
+    with pytest.raises(StepError, match="NotIdempotent"):
+        await attempt(FakeJournal(), 1, wf)
+
+
+async def test_sleep_and_memoized_values() -> None:
+    wf = DurableWorkflow("s", version=1)
+
+    @wf.main
+    async def main(ctx: DurableContext, _: Any) -> Any:
+        r = ctx.random()
+        await ctx.sleep(30)
+        return [r, ctx.random(), ctx.now().timestamp()]
+
+    j = FakeJournal()
+    assert await attempt(j, 1, wf) is None
+    assert j.writes == [["random", "WAIT"]] and j.waiting is not None
+    assert j.waiting["until_ms"] == T0 + 30_000
+    j.t = T0 + 30_000
+    out = await attempt(j, 2, wf)
+    assert out[0] == j.cps[0]["output"] and out[2] == (T0 + 30_000) / 1000
+    assert await attempt(j, 3, wf) == out

@@ -1,0 +1,188 @@
+"""Durable tasks through the engine, on a real store, with a fake clock: the approval
+flow of issue 18 (charge, wait for an event with a timeout, refund on timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from apollo11.scheduler.clock import FakeClock
+from apollo11.scheduler.durable import DedupeKey, DurableContext, DurableWorkflow
+from apollo11.scheduler.examples import approval
+from apollo11.scheduler.log import EventType
+from apollo11.scheduler.replay import StepStatus, TaskStatus
+from tests.scheduler.test_engine import Rig, make_rig
+
+DAY = 24 * 3600
+
+
+class ManualClock(FakeClock):
+    """Time moves only by `advance`; a sleep lasts until it has moved far enough (a
+    FakeClock's sleep jumps ahead, which would fire every wait's timer at once)."""
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        deadline = self.t + max(0.0, seconds)
+        while self.t < deadline:
+            await asyncio.sleep(0.002)
+
+
+async def _until(rig: Rig, task_id: str, *states: TaskStatus) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            task = rig.store.state.peek(task_id)
+            if (
+                task is not None
+                and task.status in states
+                and not rig.engine.is_busy(task_id, "main")
+            ):
+                return
+            await asyncio.sleep(0.005)
+
+
+def _ledger(path: Path) -> list[str]:
+    return [" ".join(line.split()[1:2]) for line in path.read_text().splitlines()]
+
+
+def _types(rig: Rig, task_id: str) -> list[str]:
+    return [e.event_type.name for e in rig.store.log.read() if e.task_id == task_id]
+
+
+async def _rig(tmp_path: Path, name: str = "d") -> Rig:
+    return await make_rig(tmp_path / name, ManualClock(), approval)
+
+
+async def test_approval_times_out_and_refunds(tmp_path: Path) -> None:
+    rig = await _rig(tmp_path)
+    ledger = tmp_path / "ledger"
+    try:
+        sub = await rig.engine.submit(
+            "approval", {"id": "o1", "amount": 5, "timeout_s": DAY, "ledger": str(ledger)}
+        )
+        await _until(rig, sub.task_id, TaskStatus.WAITING)
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.durable is not None
+        assert task.steps["main"].status is StepStatus.WAITING
+        assert task.durable.wait is not None and task.durable.wait["key"] == "approval:o1"
+        assert not rig.engine.is_busy(sub.task_id, "main")  # evicted: nothing runs for it
+        assert (sub.task_id, "main") in rig.engine._timers  # its deadline is armed
+        rig.clock.advance(DAY + 1)
+        async with asyncio.timeout(10):
+            done = await rig.engine.wait(sub.task_id)
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.steps["main"].result == {"state": "refunded", "refunded": "ch-o1"}
+        assert _ledger(ledger) == ["charge", "refund"]
+        assert _types(rig, sub.task_id) == [
+            "TASK_SUBMITTED",
+            "STEP_STARTED",
+            "CHECKPOINT",  # charge
+            "WAIT",
+            "STEP_STARTED",
+            "CHECKPOINT",  # the wait, timed out
+            "CHECKPOINT",  # refund
+            "STEP_SUCCEEDED",
+        ]
+        # the wake did not use up the main's single attempt
+        assert done.steps["main"].waits == 1 and done.steps["main"].attempt == 2
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+gate = DurableWorkflow("gated", version=1)
+GATES: dict[str, asyncio.Event] = {}
+CALLS: list[str] = []
+
+
+async def _held(order_id: str) -> str:
+    CALLS.append(f"charge:{order_id}")
+    await GATES[order_id].wait()
+    return f"ch-{order_id}"
+
+
+@gate.main
+async def gated(ctx: DurableContext, order_id: str) -> Any:
+    charge = await ctx.step("charge", _held, order_id, idempotency=DedupeKey())
+    first = await ctx.wait_for_event(f"ok:{order_id}", timeout=60)
+    second = await ctx.wait_for_event(f"ok:{order_id}", timeout=60)
+    return [charge, first, second]
+
+
+async def test_an_event_sent_before_the_wait_registers_is_matched_once(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path / "d", ManualClock(), gate)
+    GATES["o2"] = asyncio.Event()
+    try:
+        sub = await rig.engine.submit("gated", "o2")
+        async with asyncio.timeout(10):
+            while "charge:o2" not in CALLS:
+                await asyncio.sleep(0.005)
+        # the main runs its charge: no wait is registered yet when the events are sent
+        first = await rig.engine.send_event("ok:o2", {"n": 1}, idempotency_key="k1")
+        dup = await rig.engine.send_event("ok:o2", {"n": 99}, idempotency_key="k1")
+        assert first.created and not dup.created and dup.event_id == first.event_id
+        assert len(rig.store.state.events["ok:o2"]) == 1  # the duplicate counted once
+        GATES["o2"].set()
+        # the first wait takes the event sent before it; the second waits for the next
+        await _until(rig, sub.task_id, TaskStatus.WAITING)
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.durable is not None and task.durable.wait is not None
+        assert task.durable.wait["seq"] == 2 and task.durable.wait["since"] == first.event_id + 1
+        second = await rig.engine.send_event("ok:o2", {"n": 2})
+        async with asyncio.timeout(10):
+            done = await rig.engine.wait(sub.task_id)
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.steps["main"].result == ["ch-o2", {"n": 1}, {"n": 2}]
+        assert CALLS.count("charge:o2") == 1
+        cps = done.durable.checkpoints if done.durable else []
+        assert [c.get("event_id") for c in cps[1:]] == [first.event_id, second.event_id]
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_restart_while_waiting_resumes_without_repeating_steps(tmp_path: Path) -> None:
+    rig = await _rig(tmp_path)
+    ledger = tmp_path / "ledger"
+    sub = await rig.engine.submit("approval", {"id": "o3", "ledger": str(ledger)})
+    await _until(rig, sub.task_id, TaskStatus.WAITING)
+    rig = await rig.reopen(approval)  # the node restarts: the task is only its log
+    try:
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.status is TaskStatus.WAITING
+        sent = await rig.engine.send_event("approval:o3", {"by": "bob"})
+        assert sent.created
+        async with asyncio.timeout(10):
+            done = await rig.engine.wait(sub.task_id)
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.steps["main"].result["approved_by"] == {"by": "bob"}
+        assert _ledger(ledger) == ["charge", "ship"]  # the charge ran once
+        resolved = [
+            e.payload
+            for e in rig.store.log.read()
+            if e.task_id == sub.task_id and e.event_type is EventType.CHECKPOINT
+        ]
+        assert [c["kind"] for c in resolved] == ["step", "event", "step"]
+        assert resolved[1]["event_id"] == sent.event_id
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_the_timer_is_rearmed_after_a_restart(tmp_path: Path) -> None:
+    rig = await _rig(tmp_path)
+    sub = await rig.engine.submit("approval", {"id": "o4", "timeout_s": 60})
+    await _until(rig, sub.task_id, TaskStatus.WAITING)
+    rig = await rig.reopen(approval)
+    try:
+        # the new engine decides every unfinished task at start: the deadline is re-armed
+        async with asyncio.timeout(10):
+            while (sub.task_id, "main") not in rig.engine._timers:
+                await asyncio.sleep(0.002)
+        rig.clock.advance(61)
+        async with asyncio.timeout(10):
+            done = await rig.engine.wait(sub.task_id)
+        assert done.steps["main"].result["state"] == "refunded"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
