@@ -95,6 +95,12 @@ class InvalidArgumentError(ApolloError, ValueError):
     """A request field is missing or malformed; the message names it (INVALID_ARGUMENT)."""
 
 
+class AlreadyExistsError(ApolloError):
+    """The name is taken by something else: an idempotency key reused for another
+    submission (gRPC ALREADY_EXISTS; Stripe answers 422, Temporal raises
+    WorkflowAlreadyStartedError). The message names the key and the task."""
+
+
 class FailedPreconditionError(ApolloError):
     """The request is well formed but the state does not allow it now (FAILED_PRECONDITION)."""
 

@@ -29,6 +29,7 @@ from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
 from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.errors import (
+    AlreadyExistsError,
     ApolloError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -78,6 +79,8 @@ R = TypeVar("R")
 def _status_for(e: Exception) -> grpc.StatusCode:
     if isinstance(e, NotFoundError):
         return grpc.StatusCode.NOT_FOUND
+    if isinstance(e, AlreadyExistsError):
+        return grpc.StatusCode.ALREADY_EXISTS
     if isinstance(e, InvalidArgumentError | InvalidEventError):
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(e, NotLeaderError) and not e.leader:

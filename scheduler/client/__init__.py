@@ -42,6 +42,7 @@ from apollo11.scheduler.client._views import (
     WorkerView,
 )
 from apollo11.scheduler.errors import (
+    AlreadyExistsError,
     ApolloError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -52,6 +53,7 @@ from apollo11.scheduler.errors import (
 
 __all__ = [
     "DEFAULT_SERVER",
+    "AlreadyExistsError",
     "ApiError",
     "ApolloError",
     "Client",

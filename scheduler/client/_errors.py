@@ -11,6 +11,7 @@ import grpc
 
 from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.errors import (
+    AlreadyExistsError,
     ApolloError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -43,6 +44,8 @@ def translate(err: grpc.aio.AioRpcError) -> ApolloError:
     code, msg = err.code(), err.details() or ""
     if code is grpc.StatusCode.NOT_FOUND:
         return NotFoundError(msg)
+    if code is grpc.StatusCode.ALREADY_EXISTS:
+        return AlreadyExistsError(msg)
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(msg)
     if code is grpc.StatusCode.FAILED_PRECONDITION:

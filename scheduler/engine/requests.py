@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 from apollo11.scheduler import defaults, metrics
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.errors import (
+    AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -104,6 +105,7 @@ class Requests:
         # Idempotency keys being written right now: a second submission with one
         # waits for the first instead of creating a second task.
         self._inflight: dict[str, asyncio.Future[Submitted]] = {}
+        self._inflight_what: dict[str, tuple[str, Any]] = {}  # key -> (workflow, input)
         self._events_inflight: dict[str, asyncio.Future[EventSent]] = {}
 
     async def submit(
@@ -119,26 +121,30 @@ class Requests:
         wf = self._workflow(workflow, input, version)
         if idempotency_key is not None:
             check_key(idempotency_key)
-            existing = self._existing(idempotency_key)
+            existing = self._existing(idempotency_key, workflow, input)
             if existing is not None:
                 return Submitted(existing, False)
             pending = self._inflight.get(idempotency_key)
             if pending is not None:
+                self._same_as_pending(idempotency_key, workflow, input)
                 return Submitted((await asyncio.shield(pending)).task_id, False)
         task_id = new_task_id()
         payload = submission(wf, input, idempotency_key)
         if idempotency_key is not None:
             fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
             self._inflight[idempotency_key] = fut
+            self._inflight_what[idempotency_key] = (workflow, input)
         started = time.perf_counter()
         try:
             event = await p.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
         except BaseException as e:
             if idempotency_key is not None:
+                self._inflight_what.pop(idempotency_key, None)
                 self._inflight.pop(idempotency_key).set_exception(e)
             raise
         result = Submitted(task_id, True, event.event_id)
         if idempotency_key is not None:
+            self._inflight_what.pop(idempotency_key, None)
             self._inflight.pop(idempotency_key).set_result(result)
         await p.wait_commit(event.event_id)
         metrics.SUBMIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
@@ -156,6 +162,25 @@ class Requests:
             except (NotFoundError, InvalidArgumentError, WorkflowDefinitionError) as e:
                 raise type(e)(f"tasks[{i}]: {e}") from None
             plans.append((wf, item))
+        # A key reused for another submission refuses the whole batch, before anything
+        # is written or awaited.
+        first: dict[str, tuple[int, SubmitItem]] = {}
+        for i, (_, item) in enumerate(plans):
+            key = item.idempotency_key
+            if key is None:
+                continue
+            try:
+                self._existing(key, item.workflow, item.input)
+                if key in self._inflight:
+                    self._same_as_pending(key, item.workflow, item.input)
+            except AlreadyExistsError as e:
+                raise AlreadyExistsError(f"tasks[{i}]: {e}") from None
+            earlier = first.setdefault(key, (i, item))[1]
+            if (earlier.workflow, earlier.input) != (item.workflow, item.input):
+                raise AlreadyExistsError(
+                    f"tasks[{i}]: idempotency key {key!r} is used by tasks[{first[key][0]}] "
+                    f"of this batch with another submission"
+                )
         out: list[Submitted | None] = [None] * len(plans)
         drafts: list[Draft] = []
         owners: list[int] = []  # the item each draft is for
@@ -166,7 +191,7 @@ class Requests:
         for i, (wf, item) in enumerate(plans):
             key = item.idempotency_key
             if key is not None:
-                existing = self._existing(key)
+                existing = self._existing(key, item.workflow, item.input)
                 if existing is not None:
                     out[i] = Submitted(existing, False)
                     continue
@@ -178,6 +203,7 @@ class Requests:
                     continue
                 mine[key] = i
                 self._inflight[key] = loop.create_future()
+                self._inflight_what[key] = (item.workflow, item.input)
             payload = submission(wf, item.input, key)
             drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
             owners.append(i)
@@ -186,11 +212,13 @@ class Requests:
             events = await p.store.log.append_many(drafts) if drafts else []
         except BaseException as e:
             for key in mine:
+                self._inflight_what.pop(key, None)
                 self._inflight.pop(key).set_exception(e)
             raise
         for i, event in zip(owners, events, strict=True):
             out[i] = Submitted(event.task_id, True, event.event_id)
         for key, i in mine.items():
+            self._inflight_what.pop(key, None)
             self._inflight.pop(key).set_result(out[i])  # type: ignore[arg-type]
         for i, j in same_as.items():
             out[i] = Submitted(out[j].task_id, False)  # type: ignore[union-attr]
@@ -218,12 +246,22 @@ class Requests:
             raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
         return found
 
-    def _existing(self, key: str) -> str | None:
+    def _existing(self, key: str, workflow: str, input: Any) -> str | None:
+        """The live task of idempotency key `key`, if any; AlreadyExistsError when it
+        was submitted with another workflow or input (the same key must mean the same
+        request: answering the old task would hide the new input)."""
         p = self._p
         task = p.store.state.task_for_key(key)
         if task is None or p.clock.now() - task.submitted_ms / 1000 > p.idempotency_ttl_s:
             return None
+        if task.workflow != workflow or task.input != input:
+            raise AlreadyExistsError(_conflict(key, task.task_id, task.workflow, workflow))
         return task.task_id
+
+    def _same_as_pending(self, key: str, workflow: str, input: Any) -> None:
+        what = self._inflight_what.get(key)
+        if what is not None and what != (workflow, input):
+            raise AlreadyExistsError(_conflict(key, "being submitted", what[0], workflow))
 
     # ------------------------------------------------------------ events
 
@@ -426,3 +464,12 @@ def shown_as(payload: dict[str, Any], display: str | None) -> dict[str, Any]:
     if name and name != payload["operator"]:
         payload["as"] = name[:128]
     return payload
+
+
+def _conflict(key: str, task: str, had: str, asked: str) -> str:
+    which = f"task {task}" if task != "being submitted" else "a submission under way"
+    other = f"workflow {had}" if had != asked else "another input"
+    return (
+        f"idempotency key {key!r} already names {which} ({other}); the same key must "
+        f"carry the same workflow and input: use a new key for a new request"
+    )

@@ -12,7 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from apollo11.scheduler.client import Client, SyncClient
+from apollo11.scheduler.client import AlreadyExistsError, Client, SyncClient
 from apollo11.scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from apollo11.scheduler.log import EventLog
 from tests.nodes import NodeProc, cli, start_node
@@ -127,6 +127,8 @@ async def test_idempotent_submit_and_time_travel(node: NodeProc) -> None:
         a = await c.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-2026-11-30")
         b = await c.submit("etl", {"step_seconds": 0}, idempotency_key="nightly-2026-11-30")
         assert a.task_id == b.task_id and a.created and not b.created
+        with pytest.raises(AlreadyExistsError, match=f"already names task {a.task_id}"):
+            await c.submit("etl", {"step_seconds": 9}, idempotency_key="nightly-2026-11-30")
         done = await c.wait(a.task_id)
         assert done.state == "SUCCEEDED"
         early = await c.task(a.task_id, as_of=a.event_id + 2)
@@ -201,7 +203,9 @@ async def test_submit_many_in_one_call(node: NodeProc, tmp_path: Path) -> None:
                 {"workflow": "etl", "input": {"step_seconds": 0}, "idempotency_key": "b-1"},
                 {"workflow": "etl", "input": {"step_seconds": 0}},
                 {"workflow": "etl", "input": {"step_seconds": 0}, "idempotency_key": "b-1"},
-                {"workflow": "etl", "idempotency_key": "batch-old"},
+                # the same key and the same submission: the same task (another input
+                # would be ALREADY_EXISTS)
+                {"workflow": "etl", "input": {"step_seconds": 0}, "idempotency_key": "batch-old"},
             ]
         )
         assert [s.created for s in subs] == [True, True, False, False]

@@ -144,6 +144,7 @@ OK_CODES = {
     grpc.StatusCode.NOT_FOUND,
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.ALREADY_EXISTS,  # a fuzzed idempotency key reused with another input
 }
 WRITES = {
     "SubmitTask": EventType.TASK_SUBMITTED,

@@ -444,6 +444,38 @@ async def test_idempotency_keys_return_the_same_task_within_their_ttl(rig_factor
         await rig.engine.submit("nope")
 
 
+async def test_a_key_reused_for_another_submission_is_refused(rig_factory: Any) -> None:
+    from apollo11.scheduler.engine import SubmitItem
+    from apollo11.scheduler.errors import AlreadyExistsError
+    from apollo11.scheduler.examples import etl
+
+    rig = await rig_factory(etl)
+    first = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="order-8")
+    with pytest.raises(AlreadyExistsError, match=rf"'order-8' already names task {first.task_id}"):
+        await rig.engine.submit("etl", {"step_seconds": 1}, idempotency_key="order-8")
+    # ...while the first is still being written, too
+    a, b = await asyncio.gather(
+        rig.engine.submit("etl", {"n": 1}, idempotency_key="order-9"),
+        rig.engine.submit("etl", {"n": 2}, idempotency_key="order-9"),
+        return_exceptions=True,
+    )
+    assert not isinstance(a, BaseException) and isinstance(b, AlreadyExistsError)
+    # a batch is refused whole, naming the item, and writes nothing
+    before = rig.store.log.next_id
+    with pytest.raises(AlreadyExistsError, match=r"tasks\[1\]: .*'order-8'"):
+        await rig.engine.submit_many(
+            [SubmitItem("etl", {"x": 1}), SubmitItem("etl", {"step_seconds": 2}, "order-8")]
+        )
+    with pytest.raises(AlreadyExistsError, match=r"tasks\[1\]: .*used by tasks\[0\]"):
+        await rig.engine.submit_many(
+            [SubmitItem("etl", {"x": 1}, "k-new"), SubmitItem("etl", {"x": 2}, "k-new")]
+        )
+    assert rig.store.log.next_id == before
+    # the same submission again is the same task, as before
+    again = await rig.engine.submit("etl", {"step_seconds": 0}, idempotency_key="order-8")
+    assert again.task_id == first.task_id and not again.created
+
+
 async def test_a_key_still_dedupes_once_its_task_is_archived_and_after_a_restart(
     rig_factory: Any,
 ) -> None:
