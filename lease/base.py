@@ -182,6 +182,11 @@ class Lease(abc.ABC):
         """Put `node_id` on the roster (kept while the node is down; idempotent)."""
 
     @abc.abstractmethod
+    async def unregister(self, node_id: str) -> bool:
+        """Take `node_id` off the roster (a member gone for good); False: it was not on
+        it. Refused (NodeIdTaken) while the member is live."""
+
+    @abc.abstractmethod
     async def claim_cluster_id(self, proposed: str) -> str:
         """Store `proposed` as the cluster id unless one is stored; the stored one."""
 

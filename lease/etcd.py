@@ -319,6 +319,30 @@ class EtcdLease(Lease):
 
         await self._do("register on the roster", go)
 
+    async def unregister(self, node_id: str) -> bool:
+        key = self.roster_prefix + node_id.encode()
+        member = self.members_prefix + node_id.encode()
+
+        async def go(c: aetcd.Client) -> tuple[bool, bool]:
+            tx = c.transactions
+            # only while no live record exists: a live member stays counted
+            ok, responses = await c.transaction(
+                compare=[tx.version(member) == 0],
+                success=[tx.delete(key)],
+                failure=[tx.get(member)],
+            )
+            if not ok:
+                return False, True
+            # aetcd hands back the ResponseOp of each operation
+            op = responses[0] if responses else None
+            deleted = op.response_delete_range.deleted if op is not None else 0
+            return deleted > 0, False
+
+        removed, live = await self._do("remove from the roster", go)
+        if live:
+            raise NodeIdTaken(f"member {node_id!r} is live: stop it before removing it")
+        return removed
+
     async def claim_cluster_id(self, proposed: str) -> str:
         async def go(c: aetcd.Client) -> str:
             tx = c.transactions

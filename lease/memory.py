@@ -99,6 +99,17 @@ class MemoryLease(Lease):
             s.revision += 1
             s.roster.add(node_id)
 
+    async def unregister(self, node_id: str) -> bool:
+        s = self.store
+        held = s.members.get(node_id)
+        if held is not None and held[1] > s.clock():
+            raise NodeIdTaken(f"member {node_id!r} is live: stop it before removing it", held[0])
+        if node_id not in s.roster:
+            return False
+        s.revision += 1
+        s.roster.discard(node_id)
+        return True
+
     async def claim_cluster_id(self, proposed: str) -> str:
         s = self.store
         if s.cluster_id is None:

@@ -41,6 +41,10 @@ token_app = typer.Typer(help="Bearer tokens: create, list, revoke (the node re-r
 app.add_typer(token_app, name="token")
 event_app = typer.Typer(help="External events, which durable tasks wait for (docs/durable.md).")
 app.add_typer(event_app, name="event")
+roster_app = typer.Typer(
+    help="The members an election counts (kept in etcd while they are down): list, remove."
+)
+app.add_typer(roster_app, name="roster")
 
 # How client commands reach the nodes (the app's own options, before the command).
 _conn: dict[str, Any] = {}
@@ -1385,6 +1389,105 @@ def main() -> None:
         datefmt="%H:%M:%S",
     )
     app()
+
+
+# ------------------------------------------------------------------- roster
+
+RosterEtcd = Annotated[
+    str | None,
+    typer.Option("--etcd", envvar="APOLLO11_ETCD", help="etcd URLs, comma-separated."),
+]
+RosterCluster = Annotated[
+    str | None, typer.Option("--cluster", envvar="APOLLO11_CLUSTER", help="Cluster name.")
+]
+RosterConfig = Annotated[
+    Path | None, typer.Option("--config", help="A node's TOML config (for etcd's settings).")
+]
+
+
+def _roster_lease(config: Path | None, etcd: str | None, cluster: str | None) -> Any:
+    """The cluster's etcd, as its nodes reach it (their APOLLO11_ETCD_* security too)."""
+    from apollo11.lease.etcd import EtcdLease
+    from apollo11.scheduler.config import load_settings
+
+    try:
+        # (no data directory is read: any will do for the settings to be whole)
+        s = load_settings(config, etcd=etcd, cluster=cluster, data_dir=Path("."))
+    except ValueError as e:
+        raise _fail(str(e), 2) from e
+    if not s.etcd:
+        raise _fail("--etcd: the roster lives in etcd; give its URLs (or APOLLO11_ETCD)", 2)
+    return EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security())
+
+
+@roster_app.command("list")
+def roster_list(
+    etcd: RosterEtcd = None,
+    cluster: RosterCluster = None,
+    config: RosterConfig = None,
+    as_json: AsJson = False,
+) -> None:
+    """Every member on the roster, live or down, and its position when live."""
+
+    async def go() -> Any:
+        lease = _roster_lease(config, etcd, cluster)
+        try:
+            return await lease.world()
+        finally:
+            await lease.close()
+
+    world = _run(go())
+    rows = []
+    for node_id in sorted(world.roster | set(world.members)):
+        m = world.members.get(node_id)
+        rows.append(
+            {
+                "node_id": node_id,
+                "live": m is not None,
+                "role": m.role if m else "",
+                "position": list(m.position) if m else None,
+                "on_roster": node_id in world.roster,
+            }
+        )
+    if as_json:
+        _print_json(rows)
+        return
+    table = _Grid("member", "live", "role", "position (term, event)")
+    for r in rows:
+        pos = r["position"]
+        table.add_row(
+            str(r["node_id"]),
+            "yes" if r["live"] else "no",
+            str(r["role"]),
+            f"({pos[0]}, {pos[1]})" if pos else "",
+        )
+    table.show()
+
+
+@roster_app.command("remove")
+def roster_remove(
+    node: Annotated[str, typer.Argument(help="The member gone for good.")],
+    etcd: RosterEtcd = None,
+    cluster: RosterCluster = None,
+    config: RosterConfig = None,
+) -> None:
+    """Take a member gone for good off the roster: elections stop waiting for it.
+
+    Only for a member that will not come back with its data: one that does, while
+    the others elected without it, may hold acknowledged writes they lack."""
+
+    async def go() -> tuple[bool, int]:
+        lease = _roster_lease(config, etcd, cluster)
+        try:
+            removed = await lease.unregister(node)
+            return removed, len((await lease.world()).roster)
+        finally:
+            await lease.close()
+
+    removed, left = _run(go())  # a live member is refused, saying so
+    if not removed:
+        raise _fail(f"{node} is not on the roster", 2)
+    out.print(f"removed {node} from the roster: elections now count {left} member(s)")
 
 
 if __name__ == "__main__":

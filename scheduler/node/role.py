@@ -171,6 +171,7 @@ def _leaderless(me: Me, world: World) -> Move:
             f"{need} must before one may lead (so that none that missed acknowledged "
             f"writes does); waiting for "
             + (", ".join(sorted((world.roster | set(world.members)) - reporting)) or "them")
+            + " (one gone for good: apollo11 roster remove ID)"
         )
     best = elect(me.record, world)
     ahead = [

@@ -201,10 +201,32 @@ class DevCluster:
             self.etcd = LocalEtcd(self.root / "etcd", client_port=self.etcd_port).start()
         except RuntimeError as e:
             raise ApolloError(f"etcd did not start on port {self.etcd_port}: {e}") from e
+        self.prune_roster()
         for i in range(self.nodes):
             self.start_node(i)
         for i in range(self.workers):
             self.start_worker(i)
+
+    def prune_roster(self) -> None:
+        """This cluster is n1..nN now: members of an earlier run with more nodes (its
+        etcd data stays in the directory) would hold every election up."""
+        import asyncio
+
+        from apollo11.lease.etcd import EtcdLease
+
+        assert self.etcd is not None
+        url = self.etcd.url
+        mine = {f"n{i + 1}" for i in range(self.nodes)}
+
+        async def prune() -> None:
+            lease = EtcdLease([url], cluster="dev", ttl_s=self.lease_ttl)
+            try:
+                for node_id in (await lease.world()).roster - mine:
+                    await lease.unregister(node_id)
+            finally:
+                await lease.close()
+
+        asyncio.run(prune())
 
     def pids(self) -> dict[str, int]:
         """What it started: etcd and each node, by name."""

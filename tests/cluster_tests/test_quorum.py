@@ -59,3 +59,42 @@ def test_the_stale_member_that_comes_back_first_does_not_lead(cluster: Cluster) 
     with SyncClient(new.address) as c:  # (the stale member may still be catching up)
         for t in acked:
             assert c.wait(t).state == "SUCCEEDED", f"acknowledged task {t} was lost"
+
+
+def test_members_gone_for_good_are_taken_off_the_roster(cluster: Cluster) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.nodes import ROOT
+
+    def roster(*args: str) -> subprocess.CompletedProcess[str]:
+        etcd = cluster.etcd_url
+        return subprocess.run(
+            [sys.executable, "-m", "apollo11.scheduler.cli", "roster", *args,
+             "--etcd", etcd, "--cluster", cluster.name],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    cluster.primary()
+    cluster.wait_converged()
+    got = roster("list", "--json")
+    assert got.returncode == 0, got.stderr
+    listed = json.loads(got.stdout)
+    assert [(r["node_id"], r["live"]) for r in listed] == [("n1", True), ("n2", True), ("n3", True)]
+    live = roster("remove", "n2")
+    assert live.returncode != 0 and "'n2' is live: stop it before removing it" in live.stderr
+    for m in cluster.members:
+        m.signal(signal.SIGKILL)
+    keep = cluster.members[0]
+    keep.start()
+    deadline = time.monotonic() + 60
+    while "report their position" not in keep.log_text():
+        assert time.monotonic() < deadline, cluster.tail_logs()
+        time.sleep(0.1)
+    assert "one gone for good: apollo11 roster remove ID" in keep.log_text()
+    for gone in ("n2", "n3"):
+        done = roster("remove", gone)
+        assert done.returncode == 0, done.stderr
+    assert "elections now count 1 member(s)" in done.stdout
+    assert cluster.primary(timeout=60) is keep, "alone on the roster, it leads"

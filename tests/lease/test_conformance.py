@@ -137,6 +137,23 @@ async def test_the_cluster_id_is_created_once(world: tuple[Make, Wait]) -> None:
     await b.close()
 
 
+async def test_the_roster_keeps_members_that_are_down(world: tuple[Make, Wait]) -> None:
+    make, _ = world
+    a, b = make(), make()
+    await a.register("n1")
+    await a.register("n1")  # idempotent
+    await b.register("n2")
+    await b.publish(MemberInfo("n2", "standby", "n2:1", 0, 0))
+    assert (await a.world()).roster == frozenset({"n1", "n2"})
+    with pytest.raises(NodeIdTaken, match="'n2' is live"):
+        await a.unregister("n2")
+    assert await a.unregister("n1") is True
+    assert await a.unregister("n1") is False, "not on it any more"
+    await b.close()  # n2's record goes with its process; its roster entry stays
+    assert (await a.world()).roster == frozenset({"n2"})
+    await a.close()
+
+
 def test_ttl_below_two_seconds_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 2s"):
         MemoryLease(ttl_s=1.5)

@@ -67,7 +67,8 @@ def test_members_that_may_not_lead_are_no_candidates() -> None:
     waiting = role.decide(_me(N1), world)
     assert waiting == role.Wait(
         "no leader: 2 of 4 members report their position, 3 must before one may lead "
-        "(so that none that missed acknowledged writes does); waiting for n2, n3"
+        "(so that none that missed acknowledged writes does); waiting for n2, n3 (one gone "
+        "for good: apollo11 roster remove ID)"
     )
     live = (_rec("n5", 20), _rec("n6", 30))
     more = _world(N1, dead_primary, failed, repairing, *live)  # 4 of 6 report
