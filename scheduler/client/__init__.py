@@ -28,7 +28,12 @@ from apollo11.scheduler.client._connection import (
     channel_credentials_for,
     endpoints_from,
 )
-from apollo11.scheduler.client._errors import ApiError, UnavailableError
+from apollo11.scheduler.client._errors import (
+    ApiError,
+    TaskCancelled,
+    TaskFailed,
+    UnavailableError,
+)
 from apollo11.scheduler.client._views import (
     EventView,
     MemberView,
@@ -70,6 +75,8 @@ __all__ = [
     "StepView",
     "Submission",
     "SyncClient",
+    "TaskCancelled",
+    "TaskFailed",
     "TaskSummaryView",
     "TaskView",
     "UnavailableError",

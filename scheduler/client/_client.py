@@ -21,7 +21,12 @@ from apollo11.scheduler.client._connection import (
     endpoints_from,
     token_from_env,
 )
-from apollo11.scheduler.client._errors import UnavailableError, translate
+from apollo11.scheduler.client._errors import (
+    TaskCancelled,
+    TaskFailed,
+    UnavailableError,
+    translate,
+)
 from apollo11.scheduler.client._views import (
     EventView,
     Page,
@@ -314,11 +319,36 @@ class Client:
                 await asyncio.sleep(delay)
                 delay = min(self.max_backoff_s, delay * 2)
 
-    async def wait(self, task_id: str) -> TaskView:
-        """Wait for a task to finish; returns its final state."""
-        async for _ in self.watch(task_id):
-            pass
-        return await self.task(task_id)
+    # `timeout=` rather than asyncio.timeout around the call: the SyncClient has the
+    # same signature, and temporalio's and Hatchet's clients take one too.
+    async def wait(
+        self,
+        task_id: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        check: bool = True,
+    ) -> TaskView:
+        """Wait for a task to finish and return it. Raises TaskFailed (FAILED or
+        NONDETERMINISTIC) or TaskCancelled, each carrying the task, unless `check` is
+        False; TimeoutError after `timeout` seconds (None: no limit)."""
+        async with asyncio.timeout(timeout):
+            async for _ in self.watch(task_id):
+                pass
+            task = await self.task(task_id)
+        if check:
+            if task.state == "CANCELLED":
+                raise TaskCancelled(task)
+            if task.state in ("FAILED", "NONDETERMINISTIC"):
+                raise TaskFailed(task)
+        return task
+
+    async def result(self, task_id: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Wait for the task to succeed and return its result: a durable task's main's,
+        or each step's by name. Raises as `wait` does."""
+        task = await self.wait(task_id, timeout=timeout)
+        if [s.name for s in task.steps] == ["main"]:
+            return task.steps[0].result
+        return {s.name: s.result for s in task.steps}
 
 
 _shared: asyncio.AbstractEventLoop | None = None
@@ -392,8 +422,13 @@ class SyncClient:
     def send_event(self, key: str, payload: Any = None, **kw: Any) -> SentEvent:
         return self._run(self._client.send_event(key, payload, **kw))
 
-    def wait(self, task_id: str) -> TaskView:
-        return self._run(self._client.wait(task_id))
+    def wait(self, task_id: str, *, timeout: float | None = None, check: bool = True) -> TaskView:
+        """As Client.wait."""
+        return self._run(self._client.wait(task_id, timeout=timeout, check=check))
+
+    def result(self, task_id: str, *, timeout: float | None = None) -> Any:
+        """As Client.result."""
+        return self._run(self._client.result(task_id, timeout=timeout))
 
     def watch(self, task_id: str) -> Iterator[EventView]:
         """Blocking iterator over the task's events (past, then live)."""

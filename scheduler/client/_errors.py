@@ -10,6 +10,7 @@ from __future__ import annotations
 import grpc
 
 from apollo11.scheduler.api.wire import LEADER_METADATA
+from apollo11.scheduler.client._views import TaskView
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
     ApolloError,
@@ -23,6 +24,27 @@ from apollo11.scheduler.errors import (
 
 class UnavailableError(ApolloError):
     """No node could serve the call (after retries)."""
+
+
+class TaskFailed(ApolloError):
+    """`wait` or `result`: the task ended FAILED (or NONDETERMINISTIC); `task` is how."""
+
+    def __init__(self, task: TaskView) -> None:
+        failed = [s for s in task.steps if s.state == "FAILED"]
+        why = f": step {failed[0].name}: {failed[0].error}" if failed else ""
+        super().__init__(f"task {task.task_id} ({task.workflow}) ended {task.state}{why}")
+        self.task = task
+
+
+class TaskCancelled(ApolloError):
+    """`wait` or `result`: the task was cancelled; `task` says by whom and why."""
+
+    def __init__(self, task: TaskView) -> None:
+        by = task.cancelled or {}
+        who = f" by {by.get('operator')}" if by.get("operator") else ""
+        why = f": {by.get('reason')}" if by.get("reason") else ""
+        super().__init__(f"task {task.task_id} ({task.workflow}) was cancelled{who}{why}")
+        self.task = task
 
 
 class ApiError(ApolloError):
