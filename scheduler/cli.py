@@ -1068,6 +1068,31 @@ def _workers_table(workers: Any) -> None:
 
 
 @app.command()
+def workflows(server: Server = None, as_json: AsJson = False) -> None:
+    """The workflows the primary has loaded: versions, steps, idempotency per step."""
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            return await c.workflows()
+
+    listed = _run(go())
+    if as_json:
+        _print_json(listed)
+        return
+    if not listed:
+        out.print("no workflow loaded (the node's --workflows names the modules)")
+        return
+    table = _Grid("workflow", "version", "kind", "steps (idempotency, attempts)")
+    for wf in listed:
+        steps = ", ".join(
+            f"{st['name']} ({st['idempotency'] or '-'}, {st['attempts']})" for st in wf["steps"]
+        )
+        kind = "durable" if wf["durable"] else "dag"
+        table.add_row(wf["name"], str(wf["version"]), kind, steps)
+    table.show()
+
+
+@app.command()
 def workers(server: Server = None, as_json: AsJson = False) -> None:
     """The workers connected to the primary: slots, attempts running, last heartbeat."""
 

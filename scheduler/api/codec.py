@@ -18,6 +18,14 @@ import orjson
 from apollo11.scheduler.api import wire
 from apollo11.scheduler.log.record import Event, EventType
 from apollo11.scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from apollo11.scheduler.workflow import (
+    AUTO,
+    Checkpoint,
+    DedupeKey,
+    Idempotent,
+    NotIdempotent,
+    Workflow,
+)
 from apollo11.v1 import scheduler_pb2 as pb
 
 # Built from the domain's enums: a status or event type the wire cannot carry
@@ -108,3 +116,33 @@ def task_state_filter(value: pb.TaskState) -> str | None:
     if value == pb.TASK_STATE_UNSPECIFIED:
         return None
     return TASK_STATE_NAME.get(value)
+
+
+_IDEMPOTENCY = {
+    Idempotent: "idempotent",
+    DedupeKey: "dedupe_key",
+    Checkpoint: "checkpoint",
+    NotIdempotent: "not_idempotent",
+}
+
+
+def workflow_to_pb(wf: Workflow) -> pb.WorkflowInfo:
+    """A loaded workflow version and how each of its steps is declared."""
+    return pb.WorkflowInfo(
+        name=wf.name,
+        version=wf.version,
+        description=wf.description,
+        durable=any(s.local for s in wf.steps.values()),
+        steps=[
+            pb.WorkflowStep(
+                name=s.name,
+                after=list(s.after),
+                idempotency=_IDEMPOTENCY.get(type(s.idempotency), "") if s.idempotency else "",
+                attempts=s.retry.attempts,
+                timeout=AUTO if s.timeout == AUTO else f"{float(s.timeout):g}",
+                labels=dict(s.labels),
+                compensated=s.compensate is not None,
+            )
+            for s in wf.steps.values()
+        ],
+    )

@@ -418,6 +418,14 @@ class SchedulerService(pbg.SchedulerServicer):
             )
         return pb.SendEventResponse(event_id=sent.event_id, created=sent.created)
 
+    @rpc
+    async def ListWorkflows(
+        self, request: pb.ListWorkflowsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListWorkflowsResponse:
+        engine = self.node.engine
+        loaded = engine.registry.all() if engine is not None else []
+        return pb.ListWorkflowsResponse(workflows=[codec.workflow_to_pb(wf) for wf in loaded])
+
 
 class ClusterService(pbg.ClusterServicer):
     def __init__(self, node: NodeView) -> None:

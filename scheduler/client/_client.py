@@ -36,6 +36,7 @@ from apollo11.scheduler.client._views import (
     TaskView,
 )
 from apollo11.scheduler.errors import ApolloError, NotLeaderError
+from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 T = TypeVar("T")
@@ -244,6 +245,15 @@ class Client:
 
     # --------------------------------------------------------------- reads
 
+    async def workflows(self) -> list[dict[str, Any]]:
+        """The workflows the node has loaded (every node loads the same modules): each
+        version, its steps and their declarations (JSON-shaped dicts, as `apollo11
+        workflows --json` prints)."""
+        resp = await self._call(
+            "scheduler", "ListWorkflows", pb.ListWorkflowsRequest(), write=False, retry=True
+        )
+        return [convert.workflow_from_pb(w) for w in resp.workflows]
+
     async def task(self, task_id: str, *, as_of: int = 0) -> TaskView:
         req = build.get_task_request(task_id, as_of)
         return convert.task_from_pb(
@@ -421,6 +431,10 @@ class SyncClient:
 
     def send_event(self, key: str, payload: Any = None, **kw: Any) -> SentEvent:
         return self._run(self._client.send_event(key, payload, **kw))
+
+    def workflows(self) -> list[dict[str, Any]]:
+        """As Client.workflows."""
+        return self._run(self._client.workflows())
 
     def wait(self, task_id: str, *, timeout: float | None = None, check: bool = True) -> TaskView:
         """As Client.wait."""

@@ -177,3 +177,24 @@ def sent_event_from_pb(m: pb.SendEventResponse) -> SentEvent:
 
 def submission_from_pb(m: pb.SubmitTaskResponse) -> Submission:
     return Submission(task_id=m.task_id, created=m.created, event_id=m.event_id)
+
+
+def workflow_from_pb(m: pb.WorkflowInfo) -> dict[str, Any]:
+    return {
+        "name": m.name,
+        "version": m.version,
+        "description": m.description,
+        "durable": m.durable,
+        "steps": [
+            {
+                "name": st.name,
+                "after": list(st.after),
+                "idempotency": st.idempotency,
+                "attempts": st.attempts,
+                "timeout": st.timeout,
+                "labels": dict(st.labels),
+                "compensated": st.compensated,
+            }
+            for st in m.steps
+        ],
+    }

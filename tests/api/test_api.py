@@ -270,3 +270,23 @@ def test_submitted_text_is_not_markup_to_the_cli(node: NodeProc) -> None:
     assert "[/bold][link=http://x]" in res.stdout
     res = cli("task", sub.task_id, server=node.address)
     assert res.returncode == 0, res.stderr
+
+
+def test_the_workflows_command_lists_what_is_loaded(node: NodeProc) -> None:
+    res = cli("workflows", "--json", server=node.address)
+    assert res.returncode == 0, res.stderr
+    loaded = {(w["name"], w["version"]): w for w in json.loads(res.stdout)}
+    etl = loaded[("etl", 1)]
+    assert not etl["durable"]
+    assert [(s["name"], s["idempotency"]) for s in etl["steps"]] == [
+        ("collect", "idempotent"),
+        ("clean", "idempotent"),
+        ("feature", "checkpoint"),
+        ("infer", "dedupe_key"),
+        ("persist", "dedupe_key"),
+    ]
+    assert etl["steps"][1]["after"] == ["collect"] and etl["steps"][0]["attempts"] == 4
+    assert loaded[("approval", 1)]["durable"]
+    plain = cli("workflows", server=node.address)  # a pipe: plain columns
+    rows = [line.split()[:3] for line in plain.stdout.splitlines()]
+    assert ["etl", "1", "dag"] in rows and ["approval", "1", "durable"] in rows

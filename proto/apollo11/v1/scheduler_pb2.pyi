@@ -76,6 +76,55 @@ EVENT_TYPE_CHECKPOINT: EventType
 EVENT_TYPE_WAIT: EventType
 EVENT_TYPE_EVENT: EventType
 
+class ListWorkflowsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkflowStep(_message.Message):
+    __slots__ = ("name", "after", "idempotency", "attempts", "timeout", "labels", "compensated")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    after: _containers.RepeatedScalarFieldContainer[str]
+    idempotency: str
+    attempts: int
+    timeout: str
+    labels: _containers.ScalarMap[str, str]
+    compensated: bool
+    def __init__(self, name: _Optional[str] = ..., after: _Optional[_Iterable[str]] = ..., idempotency: _Optional[str] = ..., attempts: _Optional[int] = ..., timeout: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., compensated: _Optional[bool] = ...) -> None: ...
+
+class WorkflowInfo(_message.Message):
+    __slots__ = ("name", "version", "description", "durable", "steps")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    description: str
+    durable: bool
+    steps: _containers.RepeatedCompositeFieldContainer[WorkflowStep]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., description: _Optional[str] = ..., durable: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[WorkflowStep, _Mapping]]] = ...) -> None: ...
+
+class ListWorkflowsResponse(_message.Message):
+    __slots__ = ("workflows",)
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    workflows: _containers.RepeatedCompositeFieldContainer[WorkflowInfo]
+    def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
+
 class SubmitTaskRequest(_message.Message):
     __slots__ = ("workflow", "input_json", "idempotency_key", "version")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]

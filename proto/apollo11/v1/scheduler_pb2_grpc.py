@@ -89,6 +89,11 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventResponse.FromString,
                 _registered_method=True)
+        self.ListWorkflows = channel.unary_unary(
+                '/apollo11.v1.Scheduler/ListWorkflows',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -175,6 +180,14 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkflows(self, request, context):
+        """The workflows this node has loaded: every version, its steps and how each is
+        declared (what `apollo11 workflows` shows).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -232,6 +245,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.SendEvent,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventResponse.SerializeToString,
+            ),
+            'ListWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflows,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -531,6 +549,33 @@ class Scheduler:
             '/apollo11.v1.Scheduler/SendEvent',
             apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.SendEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/ListWorkflows',
+            apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsResponse.FromString,
             options,
             channel_credentials,
             insecure,
