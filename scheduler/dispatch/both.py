@@ -13,8 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from apollo11.scheduler.dispatch.remote import RemoteExecutor
 from apollo11.scheduler.engine.executor import EMBEDDED, Attempt, InProcessExecutor, Outcome
-
-Key = tuple[str, str]
+from apollo11.scheduler.engine.steps import Key
 
 
 class BothExecutor:

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from apollo11.scheduler.engine.executor import AttemptToken
+from apollo11.scheduler.engine.steps import Key
 from apollo11.v1 import worker_pb2 as wpb
 
-Key = tuple[str, str]  # (task_id, step)
 ASSIGN_BATCH_BYTES = 1 << 20
 
 

@@ -41,7 +41,7 @@ import orjson
 from apollo11.scheduler import metrics
 from apollo11.scheduler.api.status import WorkerStatus
 from apollo11.scheduler.dispatch.choose import Offer, choose, free_for, why_none
-from apollo11.scheduler.dispatch.conn import Key, WorkerConn, to_pb
+from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
 from apollo11.scheduler.engine.executor import (
     Attempt,
     AttemptToken,
@@ -50,6 +50,7 @@ from apollo11.scheduler.engine.executor import (
     Outcome,
     Succeeded,
 )
+from apollo11.scheduler.engine.steps import Key
 from apollo11.v1 import worker_pb2 as wpb
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,6 @@ class _Reported:
     """An attempt a worker reported (running, or finished) that nothing waits on yet."""
 
     worker: str
-    key: Key
     outcome: Outcome | None
 
 
@@ -113,8 +113,6 @@ class RemoteExecutor:
         self._acks: dict[Key, tuple[str, AttemptToken]] = {}  # acknowledged at release
         self._notify: list[Callable[[], None]] = []
         self._watchdog: asyncio.Task[None] | None = None
-        self.lost_attempts = 0
-        self.refused_results = 0
 
     # ------------------------------------------------------------ leadership
 
@@ -343,7 +341,7 @@ class RemoteExecutor:
                 if inflight.cancelling:
                     conn.cancel(token, "cancelled")  # the cancel may have gone with the stream
             elif inflight is None and self._is_current(r.task_id, r.step, token, conn.name):
-                self._reported[token] = _Reported(conn.name, key, None)
+                self._reported[token] = _Reported(conn.name, None)
                 conn.held.add(key)
             else:
                 stale.append(token)  # not this worker's current attempt: stop it
@@ -429,7 +427,7 @@ class RemoteExecutor:
             return
         if kind != "cancelled" and self._is_current(r.task_id, r.step, token, conn.name):
             # Finished while no primary was there to hear it: kept for adoption.
-            self._reported[token] = _Reported(conn.name, key, _outcome(r))
+            self._reported[token] = _Reported(conn.name, _outcome(r))
             conn.held.add(key)
             return
         if kind == "cancelled":
@@ -443,7 +441,6 @@ class RemoteExecutor:
 
     def _refuse(self, conn: WorkerConn, r: wpb.StepResult, why: str, *, ack: bool = True) -> None:
         token = AttemptToken(r.token.term, r.token.event_id)
-        self.refused_results += 1
         metrics.REFUSED_RESULTS.inc()
         log.warning(
             "refused a late result from worker %s for %s/%s attempt %d (token %s): %s",
@@ -532,7 +529,6 @@ class RemoteExecutor:
         ]
 
     def _count_lost(self, how: str, n: int = 1) -> None:
-        self.lost_attempts += n
         metrics.WORKER_LOST_ATTEMPTS.labels(how).inc(n)
 
     def _gauges(self) -> None:
