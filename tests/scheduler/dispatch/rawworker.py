@@ -24,6 +24,10 @@ class RawWorker:
         self.inbox: asyncio.Queue[wpb.DispatchMessage] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
         self._beater: asyncio.Task[None] | None = None
+        # grpc.aio takes one write at a time on a call: a second one while the first
+        # is in flight fails the whole call (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS), and
+        # the heartbeat task writes beside the test's own results
+        self._writing = asyncio.Lock()
         self.beating = True  # heartbeats every 0.2 s while True (a silent worker: False)
 
     async def connect(
@@ -80,12 +84,14 @@ class RawWorker:
             r.cancelled = True
         else:
             r.result_json = orjson.dumps(value)
-        await self.call.write(wpb.WorkerMessage(results=wpb.Results(results=[r])))
+        await self._write(wpb.WorkerMessage(results=wpb.Results(results=[r])))
+
+    async def _write(self, message: wpb.WorkerMessage) -> None:
+        async with self._writing:
+            await self.call.write(message)
 
     async def heartbeat(self, *running: wpb.RunningAttempt) -> None:
-        await self.call.write(
-            wpb.WorkerMessage(heartbeat=wpb.WorkerHeartbeat(running=list(running)))
-        )
+        await self._write(wpb.WorkerMessage(heartbeat=wpb.WorkerHeartbeat(running=list(running))))
 
     async def close(self) -> None:
         for t in (self._reader, self._beater):
