@@ -152,6 +152,7 @@ class Node:
         self.started_at = time.time()
         self._tasks: list[asyncio.Task[None]] = []
         self._leaderless_since: float | None = None
+        self._leaderless_at = 0  # the store's revision then (role.Me.leaderless_at)
         self._published_at = -1e9  # monotonic time of the last member record published
         self._last_sentence = ""
         self._stopping = False
@@ -498,6 +499,10 @@ class Node:
             await self.lease.publish(self._me())
             self._published_at = now
         world = self.world = await self.lease.world()
+        if world.revision < self._leaderless_at:
+            # etcd restored: its revisions started again; only records put from now on
+            # are known to be live members'
+            self._leaderless_at = world.revision
         foreign = await self._check_cluster(world)
         if foreign is not None:
             return foreign
@@ -521,6 +526,7 @@ class Node:
             log_trouble=self._log_trouble,
             needs_through=self.repair.needs_through if self.repair is not None else None,
             leaderless_for=None if since is None else now - since,
+            leaderless_at=self._leaderless_at,
             store_behind=self._store_behind,
             store_behind_for=now - self._store_behind_since,
             ttl_s=self.lease.ttl_s,
@@ -571,6 +577,7 @@ class Node:
         await self._stop_following()
         if self._leaderless_since is None:
             self._leaderless_since = time.monotonic()
+            self._leaderless_at = self.world.revision if self.world is not None else 0
 
     async def _check_repaired(self, leader: LeaderInfo) -> str:
         """A repairing standby is repaired once it holds every event it held before

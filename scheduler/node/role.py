@@ -34,6 +34,9 @@ class Me:
     log_trouble: str | None = None  # why its log refuses writes
     needs_through: int | None = None  # while repairing: the event it must hold again
     leaderless_for: float | None = None  # seconds since it first saw no leader (None: not)
+    # the store's revision when it first saw no leader: a record not put since is
+    # a dead member's, whose position is what it published while it still lived
+    leaderless_at: int = 0
     store_behind: str | None = None  # etcd knows less than this node: why
     store_behind_for: float = 0.0  # seconds since it noticed
     ttl_s: float = 5.0
@@ -160,8 +163,16 @@ def _leaderless(me: Me, world: World) -> Move:
         )
     # Reporters: a record still marked primary is the one that died (its position is
     # no one's to take over), a failed log takes no more events. A repairing member
-    # cannot lead, but what it refilled it holds: it reports (and see below).
-    reporting = {m.node_id for m in world.members.values() if m.role not in NOT_REPORTERS}
+    # cannot lead, but what it refilled it holds: it reports (and see below). A live
+    # member republishes every cycle; a record not put since the leader went is that
+    # of a member killed with it, live until its TTL: it may understate what that
+    # member holds, so it vouches for nothing.
+    reporting = {
+        m.node_id
+        for m in world.members.values()
+        if m.role not in NOT_REPORTERS
+        and world.member_revisions.get(m.node_id, 0) > me.leaderless_at
+    }
     reporting.add(me.record.node_id)
     members = len(world.roster | set(world.members) | reporting)
     need = quorum(members, me.sync_replicas)

@@ -23,7 +23,13 @@ def _rec(node_id: str, last: int, term: int = 1, r: str = "standby") -> MemberIn
 
 
 def _world(*members: MemberInfo, leader: LeaderInfo | None = None) -> World:
-    return World(leader, {m.node_id: m for m in members})
+    # every record republished since the node saw the leader go (leaderless_at=0)
+    return World(
+        leader,
+        {m.node_id: m for m in members},
+        revision=100,
+        member_revisions={m.node_id: 100 for m in members},
+    )
 
 
 def _me(rec: MemberInfo, **kw: object) -> role.Me:
@@ -98,10 +104,45 @@ def test_a_member_back_first_after_a_whole_cluster_stopped_waits_for_the_others(
     assert isinstance(role.decide(me, alone), role.Wait)
     assert "1 of 3 members report" in role.decide(me, alone).sentence  # type: ignore[union-attr]
     n2 = _rec("n2", 50)
-    two = World(None, {"n1": me.record, "n2": n2}, roster=frozenset({"n1", "n2", "n3"}))
+    two = World(
+        None,
+        {"n1": me.record, "n2": n2},
+        member_revisions={"n1": 1, "n2": 1},
+        roster=frozenset({"n1", "n2", "n3"}),
+    )
     assert role.decide(me, two) == role.Wait(
         "no leader: n2 is at (1, 50), ahead of this node at (1, 10); not campaigning"
     )
+
+
+def test_a_record_not_republished_since_the_leader_went_vouches_for_nothing() -> None:
+    # CI, stop 22: all three killed, n1 restarted within a TTL and found n2's and n3's
+    # records still live, from before the kill. It counted them as reporting and led
+    # alone. Their positions are what they published when they last lived: n2 may hold
+    # acknowledged writes its record never showed, and n1 would cut them.
+    me = _me(_rec("n1", 10), sync_replicas=1, leaderless_at=500)
+    dead = _rec("n2", 8)  # last published at revision 480, before the leader went
+    world = World(
+        None,
+        {"n1": me.record, "n2": dead},
+        revision=520,
+        member_revisions={"n1": 519, "n2": 480},
+        roster=frozenset({"n1", "n2", "n3"}),
+    )
+    assert role.decide(me, world) == role.Wait(
+        "no leader: 1 of 3 members report their position, 2 must before one may lead "
+        "(so that none that missed acknowledged writes does); waiting for n2, n3 (one gone "
+        "for good: apollo11 roster remove ID)"
+    )
+    # n2 alive publishes every cycle: once it has since the leader went, it counts
+    live = World(
+        None,
+        {"n1": me.record, "n2": dead},
+        revision=530,
+        member_revisions={"n1": 529, "n2": 525},
+        roster=frozenset({"n1", "n2", "n3"}),
+    )
+    assert role.decide(me, live) == role.Campaign(min_term=1)
 
 
 def test_a_primary_whose_leader_key_is_gone_demotes_itself() -> None:
