@@ -66,8 +66,11 @@ log = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = defaults.CONCURRENCY
 
 _STARTED = EventType.STEP_STARTED
+# a running step's own events: its runner's end decides the task (Engine._on_events)
+_OWN = frozenset({_STARTED, EventType.STEP_SUCCEEDED, EventType.STEP_FAILED})
 _EVENT = EventType.EVENT
 _NOTHING: frozenset[str] = frozenset()
+Group = tuple[str, int, tuple[tuple[str, str], ...]]  # workflow, version, labels
 
 
 def _always() -> bool:
@@ -122,9 +125,10 @@ class Engine:
         self._queued_set: set[str] = set()
         # the executor had no place for these: (workflow, version, labels) -> tasks,
         # oldest first
-        self._unplaced: dict[
-            tuple[str, int, tuple[tuple[str, str], ...]], tuple[deque[str], set[str]]
-        ] = {}
+        self._unplaced: dict[Group, tuple[deque[str], set[str]]] = {}
+        # how many of each group were sent to _ready for slots freed since the last
+        # pass: the next freed slot wakes one more, not as many as are free
+        self._woken: dict[Group, int] = {}
         self._starting: list[Draft] = []  # STARTED of the steps this pass starts
         self._start_gate: asyncio.Future[bool] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -201,6 +205,7 @@ class Engine:
         self._queued.clear()
         self._queued_set.clear()
         self._unplaced.clear()
+        self._woken.clear()
         self._ready.clear()
         self._loop_task = None
 
@@ -234,8 +239,10 @@ class Engine:
             # The STARTED of a step this engine is running changes nothing to decide:
             # the step is busy, and no other step waits on a start (a large share of
             # all decisions, docs/benchmarks.md). One it is not running (a former
-            # primary's) is decided.
-            if e.event_type is _STARTED:
+            # primary's) is decided. Its outcome is decided once the runner ends and
+            # frees the slot (`_spawn`'s done): decided now, its successor would find
+            # the slot still taken and queue for one.
+            if e.event_type in _OWN:
                 running = busy.get(e.task_id)
                 if running is not None and e.step_name in running:
                     continue
@@ -285,6 +292,7 @@ class Engine:
             # slot, and the waiting task, finding none, would queue again at the back
             # (many more decisions per task when slots are short, docs/benchmarks.md).
             ready, self._ready = self._ready, []
+            self._woken.clear()
             dirty.difference_update(ready)
             for task_id in itertools.chain(ready, dirty):
                 try:
@@ -537,16 +545,26 @@ class Engine:
             self._wake.set()
 
     def _retry_unplaced(self) -> None:
-        """Decide again, oldest first, as many tasks the executor had no place for as it
-        now has slots for, group by group (workflow, version, labels)."""
+        """Decide again first, oldest first, as many tasks the executor had no place for
+        as it now has slots for, group by group (workflow, version, labels).
+
+        Slots freed together (a worker's batch of results) call this once each: the
+        tasks already woken for the earlier ones count, or each call would wake as
+        many as are free, and all but one per slot would find none and queue again
+        (1 + 2 + ... + n decisions for n slots; docs/benchmarks.md)."""
         for group in list(self._unplaced):
             order, members = self._unplaced[group]
-            n = self.executor.free_for(group[0], group[1], dict(group[2]))
-            while order and n > 0:
+            woken = self._woken.get(group, 0)
+            n = self.executor.free_for(group[0], group[1], dict(group[2])) - woken
+            if n <= 0:
+                continue
+            moved = 0
+            while order and moved < n:
                 task_id = order.popleft()
                 members.discard(task_id)
-                self._dirty.add(task_id)
-                n -= 1
+                self._ready.append(task_id)
+                moved += 1
+            self._woken[group] = woken + moved
             if not order:
                 del self._unplaced[group]
         self._wake.set()

@@ -86,6 +86,20 @@ class RawWorker:
             r.result_json = orjson.dumps(value)
         await self._write(wpb.WorkerMessage(results=wpb.Results(results=[r])))
 
+    async def results(self, done: list[tuple[wpb.Assignment, Any]]) -> None:
+        """Several results in one message, as a busy worker sends them."""
+        rs = [
+            wpb.StepResult(
+                token=a.token,
+                task_id=a.task_id,
+                step=a.step,
+                attempt=a.attempt,
+                result_json=orjson.dumps(value),
+            )
+            for a, value in done
+        ]
+        await self._write(wpb.WorkerMessage(results=wpb.Results(results=rs)))
+
     async def _write(self, message: wpb.WorkerMessage) -> None:
         async with self._writing:
             await self.call.write(message)
