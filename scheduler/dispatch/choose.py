@@ -11,11 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Offering(Protocol):
+    """What one connected worker offers now (a connection is one: choosing reads
+    the connections themselves, with no copy per placement)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def workflows(self) -> frozenset[tuple[str, int]]: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """What one connected worker offers now."""
+    """An offer as plain data (tests, and anything that is not a connection)."""
 
     name: str
     free: int
@@ -23,14 +38,14 @@ class Offer:
     labels: Mapping[str, str]
 
 
-def _fits(o: Offer, labels: Mapping[str, str]) -> bool:
+def _fits(o: Offering, labels: Mapping[str, str]) -> bool:
     return all(o.labels.get(k) == v for k, v in labels.items())
 
 
 def choose(
-    offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
+    offers: Iterable[Offering], workflow: str, version: int, labels: Mapping[str, str]
 ) -> str | None:
-    best: Offer | None = None
+    best: Offering | None = None
     want = (workflow, version)
     for o in offers:
         if o.free <= 0 or want not in o.workflows or not _fits(o, labels):
@@ -41,7 +56,7 @@ def choose(
 
 
 def free_for(
-    offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
+    offers: Iterable[Offering], workflow: str, version: int, labels: Mapping[str, str]
 ) -> int:
     """The free slots of the workers that could take such an attempt."""
     want = (workflow, version)
@@ -49,7 +64,7 @@ def free_for(
 
 
 def why_none(
-    offers: Iterable[Offer], workflow: str, version: int, labels: Mapping[str, str]
+    offers: Iterable[Offering], workflow: str, version: int, labels: Mapping[str, str]
 ) -> str | None:
     """Why `choose` found nobody, in a sentence for operators; None when every worker
     that could take it is merely busy."""

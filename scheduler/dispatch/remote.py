@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ import orjson
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.api.status import WorkerStatus
-from apollo11.scheduler.dispatch.choose import Offer, choose, free_for, why_none
+from apollo11.scheduler.dispatch.choose import choose, free_for, why_none
 from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
 from apollo11.scheduler.engine.executor import (
     Attempt,
@@ -71,11 +71,23 @@ class _Inflight:
     key: Key
     worker: str
     beat: Callable[[Any], None] | None
-    outcome: asyncio.Future[Outcome] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)  # its worker holds it
     cancelling: bool = False
+    # How it ended (None: not yet). Kept apart from the future the step's runner
+    # awaits, so that cancelling the runner (a timeout, a cancel) leaves it unended
+    # until the worker answers, without a shield around every await.
+    outcome: Outcome | None = None
+    waiter: asyncio.Future[Outcome] | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    def end(self, outcome: Outcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +144,8 @@ class RemoteExecutor:
             conn.close(why)
         self.workers.clear()
         for inflight in self._inflight.values():
-            if not inflight.outcome.done():
-                inflight.outcome.cancel()
+            if inflight.waiter is not None:
+                inflight.waiter.cancel()
         for fut in self._settling.values():
             if not fut.done():
                 fut.set_result(None)
@@ -148,7 +160,6 @@ class RemoteExecutor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
             self._watchdog = None
-        self._gauges()
 
     # ------------------------------------------------------- the executor seam
 
@@ -161,7 +172,6 @@ class RemoteExecutor:
         key = (task_id, step)
         self.workers[name].held.add(key)
         self._held[key] = name
-        self._gauges()
         return name
 
     def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
@@ -192,7 +202,6 @@ class RemoteExecutor:
         if token is not None:
             self._inflight.pop(token, None)
         self._settling.pop(key, None)
-        self._gauges()
 
     async def run(self, attempt: Attempt) -> Outcome:
         ctx = attempt.ctx
@@ -242,7 +251,7 @@ class RemoteExecutor:
             inflight.confirmed.set()
             if reported.outcome is not None:
                 self._acks[key] = (reported.worker, token)
-                inflight.outcome.set_result(reported.outcome)
+                inflight.end(reported.outcome)
         if not inflight.confirmed.is_set():
             # Wait for the worker to come back and report it, for as long as a
             # silent worker would be given.
@@ -259,8 +268,11 @@ class RemoteExecutor:
         return await self._wait(inflight)
 
     async def _wait(self, inflight: _Inflight) -> Outcome:
+        if inflight.outcome is not None:
+            return inflight.outcome
+        inflight.waiter = asyncio.get_running_loop().create_future()
         try:
-            return await asyncio.shield(inflight.outcome)
+            return await inflight.waiter
         except asyncio.CancelledError:
             if not inflight.cancelling:
                 # Leadership lost (or the node stops): the worker keeps the attempt
@@ -274,7 +286,7 @@ class RemoteExecutor:
         inflight = None if token is None else self._inflight.get(token)
         if inflight is None or inflight.cancelling:
             return
-        if inflight.outcome.done():
+        if inflight.ended:
             # Its result arrived, but the timeout (or cancel) got there first: the log
             # records that, so the worker is told its result was not taken.
             ack = self._acks.pop(key, None)
@@ -332,7 +344,7 @@ class RemoteExecutor:
             reported.add(token)
             inflight = self._inflight.get(token)
             if inflight is not None and inflight.key == key and inflight.worker == conn.name:
-                if inflight.outcome.done():
+                if inflight.ended:
                     stale.append(token)  # lost, or ended, here already: it must stop
                     continue
                 inflight.confirmed.set()
@@ -359,10 +371,8 @@ class RemoteExecutor:
                 ):
                     if inflight.cancelling:
                         self._settled(inflight.key)
-                    elif not inflight.outcome.done():
-                        inflight.outcome.set_result(
-                            Lost(f"worker {conn.name} reconnected without it")
-                        )
+                    elif not inflight.ended:
+                        inflight.end(Lost(f"worker {conn.name} reconnected without it"))
                         self._count_lost("closed")
         log.info(
             "worker %s connected from %s: %d slots, %d workflow(s), %d attempt(s) running",
@@ -372,7 +382,6 @@ class RemoteExecutor:
             len(conn.workflows),
             len(running),
         )
-        self._gauges()
         for notify in self._notify:
             notify()
         return stale
@@ -417,12 +426,12 @@ class RemoteExecutor:
                     self._refuse(conn, r, "its attempt was cancelled", ack=False)
                 return
             if kind == "cancelled":  # cancelled by the worker itself (it is stopping)
-                inflight.outcome.set_result(Lost(f"worker {conn.name} cancelled it"))
+                inflight.end(Lost(f"worker {conn.name} cancelled it"))
                 self._acks[key] = (conn.name, token)
                 return
-            if not inflight.outcome.done():
+            if not inflight.ended:
                 inflight.confirmed.set()
-                inflight.outcome.set_result(_outcome(r))
+                inflight.end(_outcome(r))
                 self._acks[key] = (conn.name, token)
             return
         if kind != "cancelled" and self._is_current(r.task_id, r.step, token, conn.name):
@@ -469,8 +478,8 @@ class RemoteExecutor:
                 continue
             if inflight.cancelling:
                 self._settled(inflight.key)
-            elif not inflight.outcome.done():
-                inflight.outcome.set_result(Lost(f"worker {conn.name}: {how}"))
+            elif not inflight.ended:
+                inflight.end(Lost(f"worker {conn.name}: {how}"))
                 lost += 1
         for token, rep in list(self._reported.items()):
             if rep.worker == conn.name and rep.outcome is None:
@@ -478,7 +487,6 @@ class RemoteExecutor:
         if lost:
             self._count_lost(counted, lost)
         log.warning("worker %s is gone (%s): %d attempt(s) lost", conn.name, how, lost)
-        self._gauges()
 
     async def _watch(self) -> None:
         """Cut off workers silent for longer than the heartbeat timeout."""
@@ -521,22 +529,11 @@ class RemoteExecutor:
             for c in sorted(self.workers.values(), key=lambda c: c.name)
         )
 
-    def _offers(self) -> list[Offer]:
-        return [
-            Offer(c.name, c.free, c.workflows, c.labels)
-            for c in self.workers.values()
-            if c.closed is None
-        ]
+    def _offers(self) -> Iterator[WorkerConn]:
+        return (c for c in self.workers.values() if c.closed is None)
 
     def _count_lost(self, how: str, n: int = 1) -> None:
         metrics.WORKER_LOST_ATTEMPTS.labels(how).inc(n)
-
-    def _gauges(self) -> None:
-        busy = sum(len(c.held) for c in self.workers.values())
-        total = sum(c.slots for c in self.workers.values())
-        metrics.WORKERS_CONNECTED.set(len(self.workers))
-        metrics.WORKER_SLOTS.labels("busy").set(busy)
-        metrics.WORKER_SLOTS.labels("free").set(max(0, total - busy))
 
 
 def _outcome(r: wpb.StepResult) -> Outcome:

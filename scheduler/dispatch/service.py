@@ -111,10 +111,9 @@ class WorkersService:
                     )
                 )
             )
+            reader.add_done_callback(lambda _: conn.wake_up())
             while conn.closed is None and not reader.done():
-                waiter = asyncio.ensure_future(conn.wake.wait())
-                await asyncio.wait((waiter, reader), return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+                await conn.work()
                 messages, queued = conn.drain()
                 for m in messages:
                     await context.write(m)

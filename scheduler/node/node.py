@@ -51,7 +51,13 @@ from apollo11.replicator.hub import ReplicationHub, ReplicationTimeout
 from apollo11.replicator.receiver import Follower
 from apollo11.scheduler import identity, merger, metrics, repair, scrub
 from apollo11.scheduler.api.server import ApiServer
-from apollo11.scheduler.api.status import ClusterStatus, LeaseStatus, MemberStatus, members
+from apollo11.scheduler.api.status import (
+    ClusterStatus,
+    LeaseStatus,
+    MemberStatus,
+    WorkerStatus,
+    members,
+)
 from apollo11.scheduler.archive import Archive
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
@@ -1143,9 +1149,12 @@ class Node:
             active_tasks=sum(1 for t in store.state.tasks.values() if not t.quiescent),
             security=protect.describe(self.settings),
             notice=self.notice,
-            workers=() if self.dispatch is None else self.dispatch.statuses(),
+            workers=self.workers(),
             execution=self.settings.execution,
         )
+
+    def workers(self) -> tuple[WorkerStatus, ...]:
+        return () if self.dispatch is None else self.dispatch.statuses()
 
     # ------------------------------------------------------------- stop
 

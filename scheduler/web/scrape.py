@@ -30,6 +30,11 @@ def refresh(node: NodeView) -> None:
     tasks = store.state.tasks.values()
     metrics.ACTIVE_TASKS.set(sum(1 for t in tasks if not t.quiescent))
     owed = sum(t.owed for t in tasks)
+    workers = node.workers()
+    metrics.WORKERS_CONNECTED.set(len(workers))
+    busy = sum(w.slots_used for w in workers)
+    metrics.WORKER_SLOTS.labels("busy").set(busy)
+    metrics.WORKER_SLOTS.labels("free").set(max(0, sum(w.slots for w in workers) - busy))
     metrics.RUNNING_STEPS.set(node.engine.running() if node.engine else 0)
     backlog = node.engine.compensation_backlog() if node.engine else 0
     metrics.COMPENSATION_BACKLOG.set(max(owed, backlog))
