@@ -127,9 +127,9 @@ class StepRunner:
         """Run attempt `attempt` once `started` (its STARTED committed) says it may."""
         key = (task_id, name)
         try:
-            # The future is shared by the steps started together: shielded, so
-            # cancelling one spares the rest.
-            if not await asyncio.shield(started):
+            # The step's own future (engine.py's _StartGate): cancelling it spares
+            # the steps started with it.
+            if not await started:
                 return
             task = self.store.state.tasks[task_id]
             if task.cancelled is not None or task.failed_final:
