@@ -1408,6 +1408,13 @@ def token_revoke(
 
 
 def main() -> None:
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        # In a pipe or a file: click's plain help and errors ("Error: No such option:
+        # --bogus" on one line), not rich's boxes drawn at 80 columns, which cut
+        # and wrap what a script or a log then reads.
+        import typer.core
+
+        typer.core.HAS_RICH = False
     logging.basicConfig(
         level=logging.WARNING,
         format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,7 @@ class Client:
         endpoints: str | Sequence[str] | None = None,
         *,
         timeout_s: float = 10.0,
+        connect_timeout_s: float = 2.0,
         retries: int = 6,
         backoff_s: float = 0.2,
         max_backoff_s: float = 3.0,
@@ -61,12 +63,22 @@ class Client:
         a client certificate and key where the nodes require one); `token`: a bearer
         token. Each defaults to its APOLLO11_* variable (APOLLO11_CA, APOLLO11_CERT,
         APOLLO11_KEY, APOLLO11_TOKEN or APOLLO11_TOKEN_FILE). TLS is on when a CA or
-        a certificate is given, or `tls` (the system's roots then)."""
+        a certificate is given, or `tls` (the system's roots then).
+
+        `connect_timeout_s`: until this client has reached a node once, a call that
+        reaches none gives up after this long (UnavailableError naming the
+        endpoints), where a wrong address or a cluster that is down shows at once.
+        Once a node answered, calls retry through a failover for `retries` rounds
+        with backoff (about 9 s), as a new primary takes over within a TTL."""
+        if connect_timeout_s <= 0:
+            raise ValueError(f"connect_timeout_s must be > 0, got {connect_timeout_s}")
         self.endpoints = endpoints_from(endpoints)
         self._credentials = channel_credentials_for(ca, cert, key, tls)
         token = token or token_from_env()
         self._metadata = None if not token else (("authorization", f"Bearer {token}"),)
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._reached = False  # a node has answered this client (anything but no connection)
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -124,9 +136,17 @@ class Client:
         delay = self.backoff_s
         last: ApolloError | None = None
         redirects = 0
+        t0 = time.monotonic()
         for round_ in range(self.retries + 1):
             if round_:
-                await asyncio.sleep(delay * (0.5 + random.random()))
+                pause = delay * (0.5 + random.random())
+                if not self._reached:
+                    left = self.connect_timeout_s - (time.monotonic() - t0)
+                    if left <= 0:
+                        assert last is not None
+                        raise self._unreachable(last)
+                    pause = min(pause, left)
+                await asyncio.sleep(pause)
                 delay = min(self.max_backoff_s, delay * 2)
             eps = self._order(write)
             tried: set[str] = set()
@@ -139,12 +159,14 @@ class Client:
                 tried.add(ep)
                 try:
                     result = await getattr(self._stub(service, ep), method)(
-                        request, timeout=self.timeout_s, metadata=self._metadata
+                        request, timeout=self._call_timeout(), metadata=self._metadata
                     )
+                    self._reached = True
                     if write:
                         self._primary = ep
                     return result
                 except grpc.aio.AioRpcError as err:
+                    self._reached = self._reached or not _no_connection(err)
                     last = translate(err)
                     if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
                         redirects += 1
@@ -166,7 +188,21 @@ class Client:
                     if not (retry and (transient or isinstance(last, NotLeaderError))):
                         raise last from None
         assert last is not None
-        raise self._hinted(last)
+        raise self._hinted(last) if self._reached else self._unreachable(last)
+
+    def _call_timeout(self) -> float:
+        """A call's deadline: a node never reached gets the connect deadline (a port
+        that takes the connection and never answers would hold it for timeout_s)."""
+        return self.timeout_s if self._reached else min(self.timeout_s, self.connect_timeout_s)
+
+    def _unreachable(self, last: ApolloError) -> ApolloError:
+        where = ", ".join(self.endpoints)
+        return self._hinted(
+            UnavailableError(
+                f"cannot reach any node ({where}) within {self.connect_timeout_s:g}s: {last} "
+                f"(is the node running, and is that its --listen address?)"
+            )
+        )
 
     def _hinted(self, err: ApolloError) -> ApolloError:
         """A plaintext call to a TLS port ends in "Socket closed": say what fixes it."""
@@ -285,19 +321,25 @@ class Client:
         """The cluster as the primary sees it (member lag and connections are the
         primary's knowledge); the first node that answers when no primary does."""
         first: StatusView | None = None
+        failed: grpc.aio.AioRpcError | None = None
         for ep in self.endpoints:
             try:
                 resp = await self._stub("cluster", ep).GetStatus(
-                    build.status_request(), timeout=self.timeout_s, metadata=self._metadata
+                    build.status_request(), timeout=self._call_timeout(), metadata=self._metadata
                 )
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as err:
+                self._reached = self._reached or not _no_connection(err)
+                failed = err
                 continue
+            self._reached = True
             view = convert.status_from_pb(resp)
             if view.role == "primary":
                 return view
             first = first or view
         if first is not None:
             return first
+        if failed is not None and not self._reached:
+            raise self._unreachable(translate(failed))
         resp = await self._call(
             "cluster", "GetStatus", build.status_request(), write=False, retry=True
         )
@@ -363,6 +405,30 @@ class Client:
 
 _shared: asyncio.AbstractEventLoop | None = None
 _shared_lock = threading.Lock()
+
+
+def _no_connection(err: grpc.aio.AioRpcError) -> bool:
+    """The call reached no node: no connection, or none that answered in time (a
+    node that answers UNAVAILABLE itself, say while no primary is elected, was
+    reached)."""
+    if err.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return True
+    if err.code() is not grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = (err.details() or "").lower()
+    return any(s in details for s in _CONNECT_FAILURES)
+
+
+# how gRPC's core words a call that found no connection (UNAVAILABLE)
+_CONNECT_FAILURES = (
+    "failed to connect",
+    "connection refused",
+    "socket closed",
+    "dns resolution failed",
+    "name resolution",
+    "connection reset",
+    "handshake failed",
+)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:

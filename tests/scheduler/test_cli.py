@@ -67,3 +67,17 @@ def test_version() -> None:
         text=True,
     )
     assert res.returncode == 0 and res.stdout == f"apollo11 {version('apollo11')}\n"
+
+
+def test_in_a_pipe_errors_are_one_plain_line() -> None:
+    """Issue 19: rich drew usage errors as 80-column boxes in pipes and logs."""
+    from tests.nodes import cli
+
+    res = cli("status", "--bogus")  # stdout and stderr are pipes here
+    assert res.returncode == 2
+    assert "Error: No such option: --bogus" in res.stderr.splitlines()
+    assert not any(ch in res.stderr for ch in "╭│╰─"), res.stderr
+    res = cli("status", "--server", "127.0.0.1:1")  # nothing listens on port 1
+    assert res.returncode != 0
+    (line,) = [x for x in res.stderr.splitlines() if x.strip()]
+    assert line.startswith("error: cannot reach any node (127.0.0.1:1) within 2s"), line

@@ -1,0 +1,50 @@
+"""A client that cannot reach any node says so within its connect deadline, instead
+of retrying for its whole failover budget (issue 19: a dead endpoint took 7-8 s)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from apollo11.scheduler.client import Client, UnavailableError
+
+
+@pytest.fixture
+def refused() -> str:
+    """An address where nothing listens: connection refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A port that takes the TCP connection and never answers (a hung process, a
+    firewall that drops): only a deadline ends the wait."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("where", ["refused", "silent"])
+async def test_no_node_reachable_fails_within_the_connect_deadline(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    address = request.getfixturevalue(where)
+    async with Client(address, connect_timeout_s=0.5) as c:
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError) as e:
+            await c.status()
+        took = time.monotonic() - t0
+    assert f"cannot reach any node ({address}) within 0.5s" in str(e.value)
+    # the whole failover budget (6 rounds, backoff to 3 s) took 7-9 s here
+    assert took < 3.0, f"took {took:.1f}s"
+
+
+def test_the_connect_deadline_is_checked() -> None:
+    with pytest.raises(ValueError, match="connect_timeout_s must be > 0"):
+        Client("127.0.0.1:1", connect_timeout_s=0)
