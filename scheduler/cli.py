@@ -1004,7 +1004,9 @@ def status(server: Server = None, as_json: AsJson = False) -> None:
         return
     leader = s.leader
     out.print(
-        f"node [bold]{s.node_id}[/bold] is [bold]{s.role}[/bold], term {s.term}; "
+        f"node [bold]{s.node_id}[/bold] is [bold]{s.role}[/bold], term {s.term}"
+        + (f" ({_nth(s.terms_started)} leader in the log)" if s.terms_started else "")
+        + "; "
         + (
             f"primary {leader['node_id']} at {leader['address']}"
             if leader
@@ -1065,6 +1067,50 @@ def _workers_table(workers: Any) -> None:
             ",".join(f"{k}={v}" for k, v in sorted(w.labels.items())),
         )
     table.show()
+
+
+def _nth(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@app.command()
+def history(server: Server = None, as_json: AsJson = False) -> None:
+    """Every leader the log records, oldest first: term, node, first event, when.
+
+    A term is a fencing token, not a count: after an election it is above every
+    term any member knew, so it may jump by thousands; the rows are the takeovers."""
+
+    async def go() -> Any:
+        async with _client(server) as c:
+            return await c.history()
+
+    terms = _run(go())
+    if as_json:
+        _print_json([t.to_json() for t in terms])
+        return
+    if not terms:
+        out.print("no term in this node's log yet (no primary has led it)")
+        return
+    table = _Grid("#", "term", "leader", "address", "first event", "started")
+    for i, t in enumerate(terms, 1):
+        started = _utc(t.started_ms) if t.started_ms else ""
+        table.add_row(
+            str(i),
+            str(t.term),
+            t.node_id or "(not kept)",
+            t.address,
+            str(t.first_event_id),
+            started,
+        )
+    table.show()
+
+
+def _utc(ms: int) -> str:
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @app.command()

@@ -13,7 +13,7 @@ from apollo11.replicator.ports import PrimarySide
 
 if TYPE_CHECKING:
     from apollo11.lease import LeaderInfo
-    from apollo11.scheduler.api.status import ClusterStatus, WorkerStatus
+    from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
     from apollo11.scheduler.engine import Engine
     from apollo11.scheduler.errors import ApolloError
     from apollo11.scheduler.replay import TaskState
@@ -47,6 +47,9 @@ class NodeView(PrimarySide, Protocol):
         """Time travel for one task."""
 
     def status(self) -> ClusterStatus: ...
+
+    def history(self) -> list[TermRecord]:
+        """Every term in this node's log, oldest first."""
 
     def workers(self) -> tuple[WorkerStatus, ...]:
         """The connected workers (none unless this node is the primary)."""

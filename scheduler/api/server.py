@@ -449,6 +449,7 @@ class ClusterService(pbg.ClusterServicer):
             notice=s.notice,
             members=[pb.Member(**dataclasses.asdict(m)) for m in s.members],
             execution=s.execution,
+            terms_started=s.terms_started,
             workers=[
                 pb.WorkerInfo(
                     name=w.name,
@@ -473,6 +474,14 @@ class ClusterService(pbg.ClusterServicer):
         if s.lease is not None:
             msg.lease.CopyFrom(pb.LeaseInfo(ttl_s=s.lease.ttl_s, remaining_s=s.lease.remaining_s))
         return msg
+
+    @rpc
+    async def GetHistory(
+        self, request: pb.GetHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetHistoryResponse:
+        return pb.GetHistoryResponse(
+            terms=[pb.TermInfo(**dataclasses.asdict(t)) for t in self.node.history()]
+        )
 
 
 class Watchers:

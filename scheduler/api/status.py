@@ -71,6 +71,18 @@ class ClusterStatus:
     notice: str
     workers: tuple[WorkerStatus, ...] = ()
     execution: str = "embedded"
+    terms_started: int = 0  # leaders that took over, as this node's log records them
+
+
+@dataclass(frozen=True, slots=True)
+class TermRecord:
+    """One term of the history (`apollo11 history`): who led it, from which event."""
+
+    term: int
+    first_event_id: int
+    node_id: str = ""  # "": the log no longer keeps its TERM_STARTED (retention)
+    address: str = ""
+    started_ms: int = 0
 
 
 def members(

@@ -44,6 +44,7 @@ from apollo11.scheduler.client._views import (
     Submission,
     TaskSummaryView,
     TaskView,
+    TermView,
     WorkerView,
 )
 from apollo11.scheduler.errors import (
@@ -79,6 +80,7 @@ __all__ = [
     "TaskFailed",
     "TaskSummaryView",
     "TaskView",
+    "TermView",
     "UnavailableError",
     "WorkerView",
     "channel_credentials_for",

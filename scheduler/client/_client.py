@@ -35,6 +35,7 @@ from apollo11.scheduler.client._views import (
     StatusView,
     Submission,
     TaskView,
+    TermView,
 )
 from apollo11.scheduler.errors import ApolloError, NotLeaderError
 from apollo11.v1 import scheduler_pb2 as pb
@@ -281,6 +282,14 @@ class Client:
 
     # --------------------------------------------------------------- reads
 
+    async def history(self) -> list[TermView]:
+        """Every term the node's log holds, oldest first: who led it, from which event,
+        since when (`apollo11 history`)."""
+        resp = await self._call(
+            "cluster", "GetHistory", pb.GetHistoryRequest(), write=False, retry=True
+        )
+        return [convert.term_from_pb(t) for t in resp.terms]
+
     async def workflows(self) -> list[dict[str, Any]]:
         """The workflows the node has loaded (every node loads the same modules): each
         version, its steps and their declarations (JSON-shaped dicts, as `apollo11
@@ -497,6 +506,10 @@ class SyncClient:
 
     def send_event(self, key: str, payload: Any = None, **kw: Any) -> SentEvent:
         return self._run(self._client.send_event(key, payload, **kw))
+
+    def history(self) -> list[TermView]:
+        """As Client.history."""
+        return self._run(self._client.history())
 
     def workflows(self) -> list[dict[str, Any]]:
         """As Client.workflows."""

@@ -22,6 +22,7 @@ from apollo11.scheduler.client._views import (
     Submission,
     TaskSummaryView,
     TaskView,
+    TermView,
     WorkerView,
 )
 from apollo11.v1 import scheduler_pb2 as pb
@@ -153,6 +154,7 @@ def status_from_pb(m: pb.ClusterStatus) -> StatusView:
         security=m.security,
         notice=m.notice,
         execution=m.execution or "embedded",
+        terms_started=m.terms_started,
         workers=tuple(
             WorkerView(
                 name=w.name,
@@ -198,3 +200,13 @@ def workflow_from_pb(m: pb.WorkflowInfo) -> dict[str, Any]:
             for st in m.steps
         ],
     }
+
+
+def term_from_pb(m: pb.TermInfo) -> TermView:
+    return TermView(
+        term=m.term,
+        first_event_id=m.first_event_id,
+        node_id=m.node_id,
+        address=m.address,
+        started_ms=m.started_ms,
+    )

@@ -210,12 +210,14 @@ class StatusView:
     notice: str = ""
     workers: tuple[WorkerView, ...] = ()
     execution: str = "embedded"
+    terms_started: int = 0  # leaders that took over, as the node's log records them
 
     def to_json(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id,
             "role": self.role,
             "term": self.term,
+            "terms_started": self.terms_started,
             "leader": self.leader,
             "lease": self.lease,
             "members": [m.to_json() for m in self.members],
@@ -228,6 +230,26 @@ class StatusView:
             "notice": self.notice,
             "execution": self.execution,
             "workers": [w.to_json() for w in self.workers],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TermView:
+    """One term of the cluster's history: who led it, from which event, since when."""
+
+    term: int
+    first_event_id: int
+    node_id: str  # "": the log no longer keeps its first event (retention)
+    address: str
+    started_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "term": self.term,
+            "first_event_id": self.first_event_id,
+            "node_id": self.node_id,
+            "address": self.address,
+            "started_ms": self.started_ms,
         }
 
 

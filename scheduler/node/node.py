@@ -55,6 +55,7 @@ from apollo11.scheduler.api.status import (
     ClusterStatus,
     LeaseStatus,
     MemberStatus,
+    TermRecord,
     WorkerStatus,
     members,
 )
@@ -1151,7 +1152,31 @@ class Node:
             notice=self.notice,
             workers=self.workers(),
             execution=self.settings.execution,
+            terms_started=len(store.state.terms),
         )
+
+    def history(self) -> list[TermRecord]:
+        """Every term in this node's log, oldest first, with its TERM_STARTED's leader
+        and time (one indexed read for all of them)."""
+        store = self.store
+        if store is None:
+            return []
+        terms = list(store.state.terms)
+        events = {e.event_id: e for e in store.log.read_ids([eid for _, eid in terms])}
+        out = []
+        for term, eid in terms:
+            e = events.get(eid)
+            p = e.payload if e is not None else {}
+            out.append(
+                TermRecord(
+                    term,
+                    eid,
+                    str(p.get("node_id", "")),
+                    str(p.get("address", "")),
+                    e.timestamp if e is not None else 0,
+                )
+            )
+        return out
 
     def workers(self) -> tuple[WorkerStatus, ...]:
         return () if self.dispatch is None else self.dispatch.statuses()

@@ -97,6 +97,7 @@ METHOD_ROLES: dict[str, Role] = {
     # An event wakes the durable tasks waiting on its key: a submitter's input.
     "/apollo11.v1.Scheduler/SendEvent": Role.SUBMITTER,
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
+    "/apollo11.v1.Cluster/GetHistory": Role.READER,
     "/apollo11.v1.Replication/Follow": Role.NODE,
     "/apollo11.v1.Replication/ReadRecords": Role.NODE,
     "/apollo11.v1.Workers/Connect": Role.WORKER,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -18,6 +19,7 @@ from apollo11.scheduler.log import EventLog, EventType
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 from tests.cluster import TTL, Cluster, segment_digest, segment_files, stubborn_client
+from tests.nodes import cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
@@ -248,3 +250,18 @@ def test_sigterm_on_the_primary_hands_over_at_once(cluster: Cluster) -> None:
     cluster.primary(exclude=old.node_id, timeout=TTL + 5)
     took = time.monotonic() - t0
     assert took < TTL, f"a resigned lease is taken over without waiting for the TTL ({took:.1f}s)"
+    # The history (issue 19): the two leaders in order, each from its TERM_STARTED,
+    # and status counts them beside the fencing term.
+    new = cluster.primary(exclude=old.node_id)
+    res = cli("history", "--json", server=new.address)
+    assert res.returncode == 0, res.stderr
+    terms = json.loads(res.stdout)
+    assert [t["node_id"] for t in terms] == [old.node_id, new.node_id], terms
+    assert terms[0]["term"] < terms[1]["term"]
+    assert terms[0]["first_event_id"] < terms[1]["first_event_id"]
+    assert all(t["started_ms"] > 0 and t["address"] for t in terms)
+    plain = cli("history", server=new.address).stdout.splitlines()
+    assert plain[0].split()[:3] == ["#", "term", "leader"]
+    assert plain[2].split()[:3] == ["2", str(terms[1]["term"]), new.node_id]
+    status = cli("status", server=new.address).stdout
+    assert f"term {terms[1]['term']} (2nd leader in the log)" in status, status

@@ -125,6 +125,30 @@ class ListWorkflowsResponse(_message.Message):
     workflows: _containers.RepeatedCompositeFieldContainer[WorkflowInfo]
     def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
 
+class GetHistoryRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TermInfo(_message.Message):
+    __slots__ = ("term", "first_event_id", "node_id", "address", "started_ms")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    first_event_id: int
+    node_id: str
+    address: str
+    started_ms: int
+    def __init__(self, term: _Optional[int] = ..., first_event_id: _Optional[int] = ..., node_id: _Optional[str] = ..., address: _Optional[str] = ..., started_ms: _Optional[int] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ("terms",)
+    TERMS_FIELD_NUMBER: _ClassVar[int]
+    terms: _containers.RepeatedCompositeFieldContainer[TermInfo]
+    def __init__(self, terms: _Optional[_Iterable[_Union[TermInfo, _Mapping]]] = ...) -> None: ...
+
 class SubmitTaskRequest(_message.Message):
     __slots__ = ("workflow", "input_json", "idempotency_key", "version")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
@@ -438,7 +462,7 @@ class Member(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., last_event_id: _Optional[int] = ..., term: _Optional[int] = ..., lag_events: _Optional[int] = ..., lag_ms: _Optional[float] = ..., connected: _Optional[bool] = ..., synchronous: _Optional[bool] = ..., ack_p50_ms: _Optional[float] = ..., ack_p99_ms: _Optional[float] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security", "notice", "workers", "execution")
+    __slots__ = ("node_id", "role", "term", "leader", "lease", "members", "last_event_id", "applied_event_id", "recovery", "running_steps", "active_tasks", "security", "notice", "workers", "execution", "terms_started")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -454,6 +478,7 @@ class ClusterStatus(_message.Message):
     NOTICE_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    TERMS_STARTED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     role: str
     term: int
@@ -469,7 +494,8 @@ class ClusterStatus(_message.Message):
     notice: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
     execution: str
-    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ..., notice: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., execution: _Optional[str] = ...) -> None: ...
+    terms_started: int
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., lease: _Optional[_Union[LeaseInfo, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., last_event_id: _Optional[int] = ..., applied_event_id: _Optional[int] = ..., recovery: _Optional[str] = ..., running_steps: _Optional[int] = ..., active_tasks: _Optional[int] = ..., security: _Optional[str] = ..., notice: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., execution: _Optional[str] = ..., terms_started: _Optional[int] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
     __slots__ = ("name", "address", "slots", "slots_used", "workflows", "labels", "last_heartbeat_s_ago", "attempts_running", "connected_s_ago", "version")

@@ -601,6 +601,11 @@ class ClusterStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ClusterStatus.FromString,
                 _registered_method=True)
+        self.GetHistory = channel.unary_unary(
+                '/apollo11.v1.Cluster/GetHistory',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -613,6 +618,14 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHistory(self, request, context):
+        """Every term this node's log holds, oldest first: who led it, from which event,
+        since when (`apollo11 history`, Patroni's `patronictl history`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -620,6 +633,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.GetStatusRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ClusterStatus.SerializeToString,
+            ),
+            'GetHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHistory,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -649,6 +667,33 @@ class Cluster:
             '/apollo11.v1.Cluster/GetStatus',
             apollo11_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.ClusterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Cluster/GetHistory',
+            apollo11_dot_v1_dot_scheduler__pb2.GetHistoryRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.GetHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
