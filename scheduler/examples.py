@@ -1,6 +1,6 @@
 """Bundled workflows. `etl` is the seed notes' five-stage pipeline; `approval` is a
 durable task (docs/durable.md): charge, wait for an approval event, refund if none
-comes in time.
+comes in time; `invoice` has a typed input (a pydantic model, checked at submit).
 
 Its input controls what it does, so tests and demos can script failures:
 
@@ -28,7 +28,9 @@ import os
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow, current_step
 from apollo11.scheduler.workflow import (
@@ -214,3 +216,38 @@ async def run_approval(ctx: DurableContext, order: dict[str, Any]) -> dict[str, 
         await ctx.sleep(float(order["cooldown_s"]))
     shipment = await ctx.step("ship", ship, order, idempotency=DedupeKey())
     return {"state": "shipped", "approved_by": decision, **shipment}
+
+
+# ------------------------------------------------------------------- invoice
+
+
+class Customer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    email: str = ""
+
+
+class InvoiceInput(BaseModel):
+    """What `invoice` takes; anything else is refused at submit, naming the field."""
+
+    model_config = ConfigDict(extra="forbid")
+    customer: Customer
+    amount_cents: int = Field(gt=0)
+    currency: Literal["EUR", "USD"] = "EUR"
+
+
+invoice = Workflow(
+    "invoice", version=1, description="a typed input: price → issue", input=InvoiceInput
+)
+
+
+@invoice.step(idempotency=Idempotent())
+def price(ctx: StepContext) -> dict[str, Any]:
+    order: InvoiceInput = ctx.input  # the model, not a dict
+    return {"total_cents": order.amount_cents, "currency": order.currency}
+
+
+@invoice.step(after=["price"], idempotency=Idempotent())
+def issue(ctx: StepContext) -> dict[str, Any]:
+    order: InvoiceInput = ctx.input
+    return {"invoice": f"inv-{order.customer.id}", **ctx.results["price"]}

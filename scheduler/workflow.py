@@ -27,6 +27,7 @@ Registration validates everything and names the workflow and step at fault.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -35,6 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
+from apollo11.scheduler import typed
 from apollo11.scheduler.errors import WorkflowDefinitionError
 from apollo11.scheduler.guard import guarded
 
@@ -301,6 +303,9 @@ class Workflow:
     compensate_on_cancel: bool = True
     steps: dict[str, Step] = field(default_factory=dict)
     _errors: list[str] = field(default_factory=list)
+    # A pydantic model the input must fit (scheduler/typed.py): checked at submit,
+    # and each step's ctx.input is an instance of it. None: any JSON.
+    input: Any = None
 
     def step(
         self,
@@ -336,7 +341,19 @@ class Workflow:
     def add_step(self, step: Step) -> None:
         if step.name in self.steps:
             self._errors.append(f"step {step.name!r} is defined twice")
+        if self.input is not None and typed.is_model(self.input) and callable(step.fn):
+            step = dataclasses.replace(step, fn=typed.typed_step(step.fn, self.input))
         self.steps[step.name] = step
+
+    def check_input(self, raw: Any) -> None:
+        """Refuse an input that does not fit the workflow's model (InvalidArgumentError
+        naming the fields); any input when it declares none."""
+        if self.input is not None:
+            typed.check_input(self.input, raw)
+
+    def input_schema(self) -> dict[str, Any] | None:
+        """The input model's JSON Schema; None for an untyped workflow."""
+        return None if self.input is None else typed.schema(self.input)
 
     @property
     def deps(self) -> dict[str, list[str]]:
@@ -362,6 +379,8 @@ class Workflow:
             problems.append(f"version must be 1 or more, got {self.version}")
         if not self.steps:
             problems.append("it has no steps")
+        if self.input is not None and not typed.is_model(self.input):
+            problems.append(f"input= must be a pydantic model class, got {self.input!r}")
         for s in self.steps.values():
             if not s.name:
                 problems.append("a step has no name")

@@ -45,6 +45,9 @@ def stubborn_client(address: str, acks: list[str], stop: threading.Event) -> thr
     return t
 
 
+SERVING = "serving on port"  # what a node prints once it takes calls
+
+
 @dataclass
 class Member:
     node_id: str
@@ -169,8 +172,20 @@ class Cluster:
         return ",".join(m.address for m in self.members)
 
     def start(self) -> None:
+        """Start every member and wait until each serves (or exits): a client that
+        reached no node gives up after its connect deadline (2 s), and a node takes
+        longer than that to start on a loaded machine."""
+        before = {m.node_id: m.log_text().count(SERVING) for m in self.members}
         for m in self.members:
             m.start()
+        deadline = time.monotonic() + 60
+        for m in self.members:
+            while (
+                m.alive()
+                and m.log_text().count(SERVING) <= before[m.node_id]
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
 
     def stop(self) -> None:
         for m in self.members:

@@ -145,4 +145,7 @@ def workflow_to_pb(wf: Workflow) -> pb.WorkflowInfo:
             )
             for s in wf.steps.values()
         ],
+        input_schema_json=(
+            "" if (schema := wf.input_schema()) is None else orjson.dumps(schema).decode()
+        ),
     )

@@ -426,6 +426,18 @@ class SchedulerService(pbg.SchedulerServicer):
         loaded = engine.registry.all() if engine is not None else []
         return pb.ListWorkflowsResponse(workflows=[codec.workflow_to_pb(wf) for wf in loaded])
 
+    @rpc
+    async def DescribeWorkflow(
+        self, request: pb.DescribeWorkflowRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WorkflowInfo:
+        engine = self.node.engine
+        wf = engine.registry.get(request.name, request.version or None) if engine else None
+        if wf is None:
+            known = ", ".join(engine.registry.names()) if engine else ""
+            which = f"{request.name!r}" + (f" v{request.version}" if request.version else "")
+            raise NotFoundError(f"unknown workflow {which} (loaded: {known or 'none'})")
+        return codec.workflow_to_pb(wf)
+
 
 class ClusterService(pbg.ClusterServicer):
     def __init__(self, node: NodeView) -> None:

@@ -290,6 +290,13 @@ class Client:
         )
         return [convert.term_from_pb(t) for t in resp.terms]
 
+    async def workflow(self, name: str, version: int | None = None) -> dict[str, Any]:
+        """One loaded workflow version (the latest when `version` is None), as one item
+        of `workflows()`, with its input's JSON Schema (None when untyped)."""
+        req = pb.DescribeWorkflowRequest(name=name, version=version or 0)
+        resp = await self._call("scheduler", "DescribeWorkflow", req, write=False, retry=True)
+        return convert.workflow_from_pb(resp)
+
     async def workflows(self) -> list[dict[str, Any]]:
         """The workflows the node has loaded (every node loads the same modules): each
         version, its steps and their declarations (JSON-shaped dicts, as `apollo11
@@ -510,6 +517,10 @@ class SyncClient:
     def history(self) -> list[TermView]:
         """As Client.history."""
         return self._run(self._client.history())
+
+    def workflow(self, name: str, version: int | None = None) -> dict[str, Any]:
+        """As Client.workflow."""
+        return self._run(self._client.workflow(name, version))
 
     def workflows(self) -> list[dict[str, Any]]:
         """As Client.workflows."""

@@ -199,6 +199,7 @@ def workflow_from_pb(m: pb.WorkflowInfo) -> dict[str, Any]:
             }
             for st in m.steps
         ],
+        "input_schema": orjson.loads(m.input_schema_json) if m.input_schema_json else None,
     }
 
 

@@ -244,6 +244,7 @@ class Requests:
         if found is None:
             known = ", ".join(p.registry.names()) or "none"
             raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
+        found.check_input(input)
         return found
 
     def _existing(self, key: str, workflow: str, input: Any) -> str | None:

@@ -290,3 +290,33 @@ def test_the_workflows_command_lists_what_is_loaded(node: NodeProc) -> None:
     plain = cli("workflows", server=node.address)  # a pipe: plain columns
     rows = [line.split()[:3] for line in plain.stdout.splitlines()]
     assert ["etl", "1", "dag"] in rows and ["approval", "1", "durable"] in rows
+
+
+def test_a_typed_input_is_checked_at_submit_and_the_steps_get_the_model(node: NodeProc) -> None:
+    with SyncClient(node.address) as c:
+        with pytest.raises(InvalidArgumentError) as e:
+            c.submit("invoice", {"customer": {}, "amount_cents": "5x"})
+        assert "input.customer.id: Field required" in str(e.value)
+        assert "input.amount_cents: Input should be a valid integer" in str(e.value)
+        with pytest.raises(InvalidArgumentError, match=r"tasks\[1\]: input.coupon: Extra"):
+            c.submit_many(
+                [
+                    {"workflow": "invoice", "input": {"customer": {"id": "a"}, "amount_cents": 1}},
+                    {"workflow": "invoice", "input": {"customer": {"id": "b"}, "amount_cents": 1,
+                                                      "coupon": "x"}},
+                ]
+            )  # fmt: skip
+        assert not c.tasks(workflow="invoice").tasks, "nothing of a refused batch is written"
+        sub = c.submit("invoice", {"customer": {"id": "c7"}, "amount_cents": 250})
+        results = c.result(sub.task_id, timeout=30)
+        assert results["issue"] == {"invoice": "inv-c7", "total_cents": 250, "currency": "EUR"}
+        described = c.workflow("invoice")
+        assert described["input_schema"]["required"] == ["customer", "amount_cents"]
+        assert c.workflow("etl")["input_schema"] is None
+        with pytest.raises(NotFoundError, match="unknown workflow 'nope'"):
+            c.workflow("nope")
+    res = cli("workflows", "--json", server=node.address)
+    listed = {w["name"]: w for w in json.loads(res.stdout)}
+    assert listed["invoice"]["input_schema"]["additionalProperties"] is False
+    res = cli("submit", "invoice", "--input", '{"amount_cents": 1}', server=node.address)
+    assert res.returncode != 0 and "input.customer: Field required" in res.stderr, res.stderr

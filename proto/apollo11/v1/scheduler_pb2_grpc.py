@@ -94,6 +94,11 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsResponse.FromString,
                 _registered_method=True)
+        self.DescribeWorkflow = channel.unary_unary(
+                '/apollo11.v1.Scheduler/DescribeWorkflow',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeWorkflowRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.WorkflowInfo.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -188,6 +193,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeWorkflow(self, request, context):
+        """One workflow version (NOT_FOUND naming what is loaded), with its input schema.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +262,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ListWorkflows,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsResponse.SerializeToString,
+            ),
+            'DescribeWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeWorkflow,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeWorkflowRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.WorkflowInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -576,6 +593,33 @@ class Scheduler:
             '/apollo11.v1.Scheduler/ListWorkflows',
             apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.ListWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/DescribeWorkflow',
+            apollo11_dot_v1_dot_scheduler__pb2.DescribeWorkflowRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.WorkflowInfo.FromString,
             options,
             channel_credentials,
             insecure,
