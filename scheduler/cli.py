@@ -1195,6 +1195,72 @@ def replay(
     _show_state(state)
 
 
+@app.command("replay-check")
+def replay_check(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="A node's data directory.")],
+    workflows_: Annotated[
+        str,
+        typer.Option(
+            "--workflows", help="The workflow modules about to be deployed, comma-separated."
+        ),
+    ],
+    as_json: AsJson = False,
+) -> None:
+    """Replay the durable runs a log records against the code about to be deployed:
+    which runs would break, at which checkpoint, what the log holds and what the code
+    asks for. Exit 1 if any would (a deploy gate); read-only, runs no side effect."""
+    from apollo11.scheduler.durable import check_all
+    from apollo11.scheduler.store import state_at
+    from apollo11.scheduler.workflow import Registry
+
+    registry = Registry()
+    try:
+        for module in (m.strip() for m in workflows_.split(",") if m.strip()):
+            registry.load_module(module)
+        state = state_at(data_dir)
+    except DAMAGE as e:
+        raise _fail(str(e), 2) from e
+    except ApolloError as e:
+        raise _fail(str(e), 2) from e
+    except OSError as e:
+        raise _fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
+    runs, skipped = check_all(state.iter_tasks(), registry, state.first_event)
+    bad = [r for r in runs if r.outcome != "ok"]
+    if as_json:
+        _print_json(
+            {
+                "runs": len(runs),
+                "breaking": [
+                    {"task_id": r.task_id, "workflow": r.workflow, "version": r.version,
+                     "outcome": r.outcome, "detail": r.detail, "report": dict(r.report)}
+                    for r in bad
+                ],
+                "skipped": [{"workflow": n, "version": v, "runs": c} for n, v, c in skipped],
+            }
+        )  # fmt: skip
+    else:
+        per: dict[tuple[str, int], list[int]] = {}
+        for r in runs:
+            counts = per.setdefault((r.workflow, r.version), [0, 0])
+            counts[0] += 1
+            counts[1] += r.outcome != "ok"
+        table = _Grid("workflow", "version", "runs", "would break")
+        for (name, version), (n, broken) in sorted(per.items()):
+            table.add_row(name, str(version), str(n), str(broken))
+        for name, version, n in skipped:
+            table.add_row(name, str(version), str(n), "not loaded: not checked")
+        if per or skipped:
+            table.show()
+        else:
+            out.print("no durable run in this log")
+        for r in bad:
+            out.print(
+                f"{r.task_id} ({r.workflow} v{r.version}): {escape(r.detail)}", soft_wrap=True
+            )
+    if bad:
+        raise typer.Exit(1)
+
+
 def _show_state(state: State) -> None:
     tasks = sorted(state.iter_tasks(), key=lambda t: t.first_event_id)
     out.print(

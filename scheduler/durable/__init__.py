@@ -19,6 +19,7 @@ names and arguments for the life of a version (a changed flow is a new version).
 Do not catch `BaseException` around a `ctx.*` call: waits unwind the main with one.
 """
 
+from apollo11.scheduler.durable._check import Run, check_all, check_run
 from apollo11.scheduler.durable._context import (
     DurableContext,
     DurableStepError,
@@ -40,8 +41,11 @@ __all__ = [
     "Idempotent",
     "NonDeterminism",
     "Retry",
+    "Run",
     "StepError",
     "StepInfo",
+    "check_all",
+    "check_run",
     "current_step",
     "input_hash",
 ]

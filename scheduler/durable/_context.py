@@ -103,6 +103,15 @@ class Suspended(BaseException):  # a signal, like CancelledError
         self.wait = wait
 
 
+class Frontier(BaseException):  # a signal, like CancelledError
+    """A replay-only run (`apollo11 replay-check`) reached a position the log does not
+    hold: everything before it matched, and nothing past it may run."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
+
+
 class JournalFailed(BaseException):  # a signal, like CancelledError
     """Recording failed (the lease is in doubt, a payload over the cap): the attempt
     stops with `error`, which user code must not be able to catch and carry on past."""
@@ -167,6 +176,8 @@ class DurableContext:
         self._seq = 0
         self._pending: list[dict[str, Any]] = []  # now/uuid/random not yet in the log
         self._consumed: dict[str, int] = {}  # event key -> the last event id a wait took
+        # replay-check: stop at the first position past the log, before any side effect
+        self._replay_only = bool(getattr(journal, "replay_only", False))
 
     @property
     def replaying(self) -> bool:
@@ -189,6 +200,8 @@ class DurableContext:
         w = self._wait
         if w is not None and w.get("seq") == seq:
             self._check(seq, w, got)
+        if self._replay_only:
+            raise Frontier(seq)
         return seq, None
 
     @staticmethod
