@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from apollo11.scheduler import logfmt
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
@@ -87,6 +88,15 @@ def _connection(
         typer.Option("--token", envvar="APOLLO11_TOKEN", help="Bearer token.", show_default=False),
     ] = None,
     token_file: TokenFileOption = None,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            envvar="APOLLO11_LOG_FORMAT",
+            help="text, or json: one object a line, with task_id/step/attempt/term "
+            "on the lines of a running attempt.",
+        ),
+    ] = "text",
     version: Annotated[
         bool,
         typer.Option(
@@ -99,6 +109,10 @@ def _connection(
     Client commands take the connection's credentials here, before the command
     (`apollo11 --ca ca.pem --token-file me.token status`), or from APOLLO11_*.
     """
+    if log_format not in logfmt.FORMATS:
+        raise _fail(f"--log-format must be text or json, got {log_format!r}", 2)
+    if log_format != "text":
+        logfmt.configure(log_format, logging.getLogger().level)
     if token is None and token_file is not None:
         try:
             token = token_file.read_text().strip()
@@ -1527,11 +1541,11 @@ def main() -> None:
         import typer.core
 
         typer.core.HAS_RICH = False
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    # gRPC's C core writes its own lines to stderr ("I1201 ... chttp2_transport.cc:
+    # 1403] ... Got goaway"), beside the log and in no format of ours: errors only,
+    # unless the operator asks for more (GRPC_VERBOSITY=INFO, GRPC_TRACE=...).
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    logfmt.configure("text", logging.WARNING)
     app()
 
 

@@ -5,6 +5,10 @@ import os
 import sys
 from collections.abc import Callable
 
+# gRPC's C core writes INFO lines of its own to stderr ("Got goaway") into the test
+# output; the processes the tests start inherit this too. Set before grpc loads.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import pytest
 from hypothesis import settings
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import logging
 import sys
@@ -212,7 +213,8 @@ class InProcessExecutor:
                     return NOT_BEGUN
                 return Succeeded(await fn(ctx))
             # Checked in the thread: a thread of the pool may begin it well after this line.
-            cf = self._pool.submit(_begun, may_begin, fn, ctx)
+            # in this task's context: its log lines carry the attempt's fields (logfmt)
+            cf = self._pool.submit(contextvars.copy_context().run, _begun, may_begin, fn, ctx)
             try:
                 result = await asyncio.wrap_future(cf)
             except asyncio.CancelledError:

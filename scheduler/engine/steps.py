@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from apollo11.scheduler import metrics
+from apollo11.scheduler import logfmt, metrics
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import FailLost
 from apollo11.scheduler.engine.executor import (
@@ -146,7 +146,8 @@ class StepRunner:
             timeout = self.timeout_for(task.workflow, name, spec)
             prepared = self._attempt(task, name, spec, attempt, timeout)
             executor = self.compensator if spec.local else self.executor  # local: in process
-            await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
+            with logfmt.attempt_fields(task_id, name, attempt, prepared.token.term):
+                await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
         except ApolloError as e:
             log.error(
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e

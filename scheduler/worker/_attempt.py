@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import inspect
 import logging
 import os
@@ -110,7 +112,9 @@ class Attempt:
             inner: asyncio.Future[Any] = asyncio.ensure_future(self._fn(ctx))
         else:
             # never cancelled (that would only stop waiting): a stop waits for the thread
-            inner = asyncio.get_running_loop().run_in_executor(self._pool, self._fn, ctx)
+            # in this task's context: its log lines carry the attempt's fields (logfmt)
+            run = functools.partial(contextvars.copy_context().run, self._fn, ctx)
+            inner = asyncio.get_running_loop().run_in_executor(self._pool, run)
         self._inner = inner
         try:
             # shielded: cancelling this task (the worker going away) is told apart from

@@ -35,6 +35,7 @@ from typing import Any, cast
 
 import grpc
 
+from apollo11.scheduler import logfmt
 from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.client._connection import (
     CLIENT_OPTIONS,
@@ -466,7 +467,8 @@ class Worker:
                 a.timeout_s + self.timeout_grace_s, self._time_out, attempt
             )
         try:
-            outcome = await attempt.run()
+            with logfmt.attempt_fields(a.task_id, a.step, a.attempt, a.token.term):
+                outcome = await attempt.run()
         finally:
             if timer is not None:
                 timer.cancel()

@@ -1,0 +1,75 @@
+"""Logs as JSON (scheduler/logfmt.py): one object a line, and the lines of a running
+attempt carry its task id, step, attempt and term."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from apollo11.scheduler import logfmt
+from apollo11.scheduler.client import SyncClient
+from tests.nodes import start_node
+
+
+def _record(msg: str, exc: bool = False) -> logging.LogRecord:
+    info = None
+    if exc:
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            import sys
+
+            info = sys.exc_info()
+    return logging.LogRecord("apollo11.x", logging.WARNING, __file__, 1, msg, ("a",), info)
+
+
+def test_a_line_is_one_json_object_with_the_attempt_when_one_runs() -> None:
+    f = logfmt.JsonFormatter()
+    plain = json.loads(f.format(_record("hello %s")))
+    assert plain["message"] == "hello a" and plain["level"] == "WARNING"
+    assert plain["logger"] == "apollo11.x" and plain["ts"].endswith("Z")
+    assert "task_id" not in plain
+    with logfmt.attempt_fields("t1", "charge", 2, 7):
+        inside = json.loads(f.format(_record("x %s", exc=True)))
+    assert (inside["task_id"], inside["step"], inside["attempt"], inside["term"]) == (
+        "t1",
+        "charge",
+        2,
+        7,
+    )
+    assert "ValueError: boom" in inside["exc"]
+    assert "task_id" not in json.loads(f.format(_record("after %s"))), "reset on the way out"
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be one of text, json"):
+        logfmt.configure("xml")
+
+
+def test_a_node_logging_json_tags_its_steps_lines(tmp_path: Path) -> None:
+    node = start_node(
+        tmp_path / "data",
+        "--workflows",
+        "tests.scheduler.logflows",
+        env={"APOLLO11_LOG_FORMAT": "json"},
+    )
+    try:
+        with SyncClient(node.address) as c:
+            sub = c.submit("chatty", "order-9")
+            assert c.wait(sub.task_id).state == "SUCCEEDED"
+    finally:
+        assert node.stop() == 0
+    assert node.proc.stdout is not None
+    text = "".join(node.lines) + node.proc.stdout.read()
+    logged = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert logged, text
+    by_step = {r.get("step"): r for r in logged if "working on order-9" in r["message"]}
+    for step in ("in_a_thread", "on_the_loop"):
+        r = by_step[step]
+        assert r["task_id"] == sub.task_id and r["attempt"] == 1 and r["term"] >= 1, r
+    # the node's own lines are JSON too (its start-up, its stop)
+    assert any(r["logger"].startswith("apollo11.") for r in logged)
+    assert not [line for line in text.splitlines() if " INFO apollo11." in line], "no text lines"
