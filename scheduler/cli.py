@@ -763,6 +763,34 @@ def _show_task_view(t: Any) -> None:
         )
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
+    if t.durable:
+        _show_durable(t.durable)
+
+
+def _show_durable(d: dict[str, Any]) -> None:
+    """A durable task's checkpoints, and what it waits for until when."""
+    checkpoints = d.get("checkpoints") or []
+    if checkpoints:
+        out.print(f"checkpoints: {len(checkpoints)}")
+        table = _Grid("seq", "kind", "name", "outcome")
+        for c in checkpoints:
+            if "error" in c:
+                outcome = f"error {c['error'].get('type')}: {c['error'].get('message')}"
+            elif c.get("timeout"):
+                outcome = "timed out"
+            else:
+                outcome = orjson.dumps(c.get("output")).decode()
+            table.add_row(str(c.get("seq")), str(c.get("kind")), str(c.get("name")), outcome[:80])
+        table.show()
+    w = d.get("wait")
+    if w:
+        what = f"event {w.get('key') or w.get('name')}" if w.get("kind") == "event" else "a timer"
+        since = f" from event {w['since']}" if w.get("since") else ""
+        until = f" until {_utc(int(w['until_ms']))}" if w.get("until_ms") else ""
+        out.print(f"waiting for {escape(what)}{since}{until} (checkpoint {w.get('seq')})")
+    n = d.get("nondeterminism")
+    if n:
+        out.print(f"[red]non-determinism[/red] at checkpoint {n.get('seq')}", markup=True)
 
 
 TASK_STATES = tuple(s.value for s in TaskStatus)

@@ -90,6 +90,7 @@ def task_to_pb(t: TaskState, as_of: int) -> pb.Task:
         idempotency_key=t.idempotency_key or "",
         anomalies=t.anomalies,
         as_of_event_id=as_of,
+        durable_json="" if t.durable is None else dumps(t.durable.to_dict()),
     )
     o = _override(t.cancelled)
     if o is not None:

@@ -80,6 +80,7 @@ def task_from_pb(m: pb.Task) -> TaskView:
         cancelled=_override_view(m.cancelled, m.HasField("cancelled")),
         anomalies=tuple(m.anomalies),
         as_of_event_id=m.as_of_event_id,
+        durable=_loads(m.durable_json) if m.durable_json else None,
     )
 
 

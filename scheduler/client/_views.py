@@ -62,6 +62,8 @@ class TaskView:
     cancelled: dict[str, Any] | None
     anomalies: tuple[str, ...]
     as_of_event_id: int
+    # a durable task: its checkpoints, the wait in force, a non-determinism report
+    durable: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -82,6 +84,7 @@ class TaskView:
             "as_of_event_id": self.as_of_event_id,
             "cancelled": self.cancelled,
             "anomalies": list(self.anomalies),
+            "durable": self.durable,
         }
 
 

@@ -35,6 +35,14 @@ def test_approval_waits_then_an_event_from_the_cli_ships_it(node: NodeProc, tmp_
         res = cli("tasks", "--state", "waiting", "--json", server=node.address)
         assert res.returncode == 0, res.stderr
         assert sub.task_id in [t["task_id"] for t in json.loads(res.stdout)]
+        # what it has done and what it waits for (issue 18, operators)
+        durable = c.task(sub.task_id).durable
+        assert durable is not None
+        assert [(k["kind"], k["name"]) for k in durable["checkpoints"]] == [("step", "charge")]
+        assert durable["wait"]["kind"] == "event" and durable["wait"]["key"] == "approval:A1"
+        shown = cli("task", sub.task_id, server=node.address).stdout
+        assert "checkpoints: 1" in shown and "waiting for event approval:A1 from event" in shown
+        assert " until " in shown, shown  # its timeout: 3 days from the wait
         res = cli(
             "event",
             "send",
