@@ -81,6 +81,38 @@ def test_task_page_timeline_and_time_travel(web: tuple[NodeProc, str]) -> None:
     assert "do-retry" not in r.text, "the past is read-only"
     assert httpx.get(f"{base}/tasks/{task_id}", params={"as_of": 10**9}).status_code == 400
     assert httpx.get(f"{base}/tasks/nope").status_code == 404
+    # the task's input, as submitted (issue 19)
+    r = httpx.get(f"{base}/tasks/{task_id}")
+    assert 'id="task-input"' in r.text and '"fail_step": "infer"' in r.text
+
+
+def test_a_finished_task_offers_no_step_actions_and_a_durable_one_shows_its_wait(
+    web: tuple[NodeProc, str],
+) -> None:
+    node, base = web
+    with SyncClient(node.address) as c:
+        sub = c.submit("etl", {"step_seconds": 0, "fail_step": "collect", "fail_times": 9})
+        c.wait(sub.task_id, check=False)
+        page = httpx.get(f"{base}/tasks/{sub.task_id}").text
+        assert "do-retry" in page and "do-skip" in page, "a failed task's step may be retried"
+        c.cancel(sub.task_id, reason="not needed", operator="ana")
+        page = httpx.get(f"{base}/tasks/{sub.task_id}").text
+        assert "do-retry" not in page and "do-skip" not in page, "cancelled: nothing to act on"
+        waiting = c.submit("approval", {"id": "W9", "amount": 2})
+        deadline = time.monotonic() + 20
+        while c.task(waiting.task_id).state != "WAITING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    page = httpx.get(f"{base}/tasks/{waiting.task_id}").text
+    m = re.search(r'<p id="durable-wait">([^<]*<code>[^<]*</code>[^<]*)</p>', page)
+    assert m is not None, page
+    assert (
+        "waiting for event" in m.group(1)
+        and "approval:W9" in m.group(1)
+        and " until " in m.group(1)
+    )
+    rows = re.findall(r"<tr><td>(\d+)</td><td>(\w+)</td><td>([^<]*)</td>", page)
+    assert ("0", "step", "charge") in rows, rows
 
 
 def csrf_of(page: str) -> str:
