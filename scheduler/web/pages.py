@@ -17,7 +17,7 @@ import getpass
 import os
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -26,7 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.replay import TERMINAL, TaskStatus
 from apollo11.scheduler.security import Role
 from apollo11.scheduler.web import timeline
 from apollo11.scheduler.web.flash import Notice
@@ -104,28 +104,44 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     @app.get("/tasks", response_class=HTMLResponse)
     async def tasks(request: Request, workflow: str = "") -> HTMLResponse:
         viewer = gate.reader(request)
-        st = (request.query_params.get("state") or "").upper()
-        if st and st not in TaskStatus.__members__:
-            return render(
-                "tasks.html",
-                400,
-                viewer=viewer,
-                tasks=[],
-                states=list(TaskStatus.__members__),
-                state="",
-                workflow=workflow,
-                limit=LIST_LIMIT,
-                error=f"state {st!r} is not a task state",
+        q = request.query_params
+        st = (q.get("state") or "").upper()
+        prefix = (q.get("prefix") or "").strip()
+        before = q.get("before") or None
+        form = {"state": st, "workflow": workflow, "prefix": prefix}
+        form.update(since=q.get("since") or "", until=q.get("until") or "")
+        shown: dict[str, Any] = {
+            "viewer": viewer,
+            "states": list(TaskStatus.__members__),
+            "limit": LIST_LIMIT,
+            **form,
+        }
+        try:
+            if st and st not in TaskStatus.__members__:
+                raise ValueError(f"state {st!r} is not a task state")
+            since = _utc_ms(form["since"], "since")
+            until = _utc_ms(form["until"], "until")
+        except ValueError as e:
+            return render("tasks.html", 400, tasks=[], error=str(e), nxt=None, **shown)
+
+        def match(t: Any) -> bool:
+            return (
+                (not st or t.status.value == st)
+                and (not workflow or t.workflow == workflow)
+                and (not prefix or t.task_id.startswith(prefix))
+                and (since is None or t.submitted_ms >= since)
+                and (until is None or t.submitted_ms < until)
             )
-        return render(
-            "tasks.html",
-            viewer=viewer,
-            tasks=recent(st or None, workflow),
-            states=list(TaskStatus.__members__),
-            state=st,
-            workflow=workflow,
-            limit=LIST_LIMIT,
+
+        filtered = st or workflow or prefix or since is not None or until is not None
+        archived = not st or TaskStatus(st) in TERMINAL
+        rows, nxt = state().list_summaries(
+            match if filtered else None, before, LIST_LIMIT, archived=archived
         )
+        older = None
+        if nxt is not None:
+            older = "/tasks?" + urlencode({k: v for k, v in form.items() if v} | {"before": nxt})
+        return render("tasks.html", tasks=rows, nxt=older, **shown)
 
     @app.get("/tasks/{task_id}", response_class=HTMLResponse)
     async def task(task_id: str, request: Request, as_of: str = "") -> HTMLResponse:
@@ -276,3 +292,19 @@ def _default_display() -> str:
         return getpass.getuser()
     except Exception:
         return ""
+
+
+def _utc_ms(text: str, what: str) -> int | None:
+    """A `since`/`until` filter: an ISO 8601 date or time (UTC unless it says), in ms."""
+    if not text.strip():
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{what} must be an ISO 8601 date or time (2026-12-01 or 2026-12-01T17:30), "
+            f"got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)

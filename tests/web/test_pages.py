@@ -57,11 +57,49 @@ def test_cluster_tasks_and_events_pages(web: tuple[NodeProc, str]) -> None:
     r = httpx.get(base + "/tasks", params={"state": "SUCCEEDED"})
     assert task_id not in r.text
     assert httpx.get(base + "/tasks", params={"state": "BOGUS"}).status_code == 400
+    # a task id prefix, a submission time range (issue 19)
+    r = httpx.get(base + "/tasks", params={"prefix": task_id[:16]})
+    assert task_id in r.text
+    r = httpx.get(base + "/tasks", params={"prefix": "ffff"})
+    assert task_id not in r.text and "no tasks" in r.text
+    r = httpx.get(base + "/tasks", params={"since": "2000-01-01", "until": "2999-01-01T00:00"})
+    assert task_id in r.text
+    assert task_id not in httpx.get(base + "/tasks", params={"until": "2000-01-01"}).text
+    bad = httpx.get(base + "/tasks", params={"since": "yesterday"})
+    assert bad.status_code == 400 and "since must be an ISO 8601 date or time" in bad.text
     r = httpx.get(base + "/events", params={"task": task_id})
     assert r.status_code == 200 and "TASK_SUBMITTED" in r.text and "STEP_FAILED" in r.text
     assert httpx.get(base + "/events", params={"from": "x"}).status_code == 400
     r = httpx.get(base + "/static/style.css")
     assert r.status_code == 200
+
+
+def test_the_tasks_page_goes_page_by_page(tmp_path: Path) -> None:
+    from apollo11.scheduler.web import pages
+
+    port = free_port()
+    node = start_node(tmp_path / "d", "--http", f"127.0.0.1:{port}")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with SyncClient(node.address) as c:
+            subs = c.submit_many(
+                [
+                    {"workflow": "etl", "input": {"step_seconds": 0}}
+                    for _ in range(pages.LIST_LIMIT + 5)
+                ]
+            )
+        ids = {s.task_id for s in subs}
+        first = httpx.get(base + "/tasks", params={"workflow": "etl"}).text
+        seen = set(re.findall(r'<a href="/tasks/([0-9a-f-]+)">', first))
+        assert len(seen & ids) == pages.LIST_LIMIT
+        m = re.search(r'<a id="older" href="([^"]+)">', first)
+        assert m is not None, "a full page links to the older tasks"
+        older = httpx.get(base + m.group(1).replace("&amp;", "&")).text
+        rest = set(re.findall(r'<a href="/tasks/([0-9a-f-]+)">', older))
+        assert (seen | rest) & ids == ids and not seen & rest
+        assert 'id="older"' not in older
+    finally:
+        assert node.stop() == 0
 
 
 def test_task_page_timeline_and_time_travel(web: tuple[NodeProc, str]) -> None:
