@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -166,7 +167,28 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-@app.command()
+class _NodeCommand(typer.core.TyperCommand):
+    """`node --help` shows each flag's APOLLO11_* variable and default, read from the
+    settings (NodeSettings) at help time only: a command's start-up stays light."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from apollo11.scheduler.config import NodeSettings
+
+        fields = NodeSettings.model_fields
+        for param in self.params:
+            f = fields.get(param.name or "")
+            help_ = getattr(param, "help", None)
+            if f is None or help_ is None or "[env APOLLO11_" in help_:
+                continue
+            shown = f"env APOLLO11_{(param.name or '').upper()}"
+            default = f.get_default(call_default_factory=True)
+            if default not in (None, "", [], ()) and f.is_required() is False:
+                shown += f"; default {default}"
+            param.help = f"{help_} [{shown}]"  # type: ignore[attr-defined]
+        super().format_help(ctx, formatter)
+
+
+@app.command(cls=_NodeCommand)
 def node(
     node_id: Annotated[str | None, typer.Option("--node-id", help="This node's name.")] = None,
     data_dir: Annotated[

@@ -81,3 +81,18 @@ def test_in_a_pipe_errors_are_one_plain_line() -> None:
     assert res.returncode != 0
     (line,) = [x for x in res.stderr.splitlines() if x.strip()]
     assert line.startswith("error: cannot reach any node (127.0.0.1:1) within 2s"), line
+
+
+def test_node_help_names_every_flags_variable_and_default() -> None:
+    from tests.nodes import cli
+
+    res = cli("node", "--help")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())  # click wraps the help at 80 columns
+    assert "[env APOLLO11_CONCURRENCY; default 32]" in text
+    assert "[env APOLLO11_LEASE_TTL; default 5.0]" in text
+    assert "[env APOLLO11_DATA_DIR]" in text
+    import re
+
+    flags = set(re.findall(r"^  (--[a-z-]+)", res.stdout, re.M)) - {"--help", "--config"}
+    assert len(flags) > 30 and text.count("[env APOLLO11_") == len(flags), "every flag"
