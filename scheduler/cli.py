@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -23,7 +23,10 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.replay import State, TaskState, TaskStatus
+from apollo11.scheduler.taskstatus import TaskStatus
+
+if TYPE_CHECKING:
+    from apollo11.scheduler.replay import State, TaskState
 
 GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `node`)
 NODE_GRPC_EXPERIMENTS = (  # gRPC's I/O path in a node (see `node`)

@@ -26,21 +26,10 @@ from typing import Any, NamedTuple
 
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.taskstatus import TaskStatus as TaskStatus
 
 DURATION_HISTORY = 100  # per (workflow, step): what `timeout="auto"` looks at
 MAX_STATE_ANOMALIES = 1000
-
-
-class TaskStatus(enum.StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    # Durable tasks (docs/durable.md): nothing runs and a wait is registered; the code
-    # asked for something other than its log holds (stopped for an operator, like FAILED).
-    WAITING = "WAITING"
-    NONDETERMINISTIC = "NONDETERMINISTIC"
 
 
 TERMINAL = frozenset(
