@@ -158,9 +158,14 @@ class Client:
                 if ep in tried:
                     continue
                 tried.add(ep)
+                if not self._reached and not await self._connects(
+                    ep, t0 + self.connect_timeout_s
+                ):
+                    last = UnavailableError(f"no connection to {ep}")
+                    continue
                 try:
                     result = await getattr(self._stub(service, ep), method)(
-                        request, timeout=self._call_timeout(), metadata=self._metadata
+                        request, timeout=self.timeout_s, metadata=self._metadata
                     )
                     self._reached = True
                     if write:
@@ -191,10 +196,31 @@ class Client:
         assert last is not None
         raise self._hinted(last) if self._reached else self._unreachable(last)
 
-    def _call_timeout(self) -> float:
-        """A call's deadline: a node never reached gets the connect deadline (a port
-        that takes the connection and never answers would hold it for timeout_s)."""
-        return self.timeout_s if self._reached else min(self.timeout_s, self.connect_timeout_s)
+    async def _connects(self, ep: str, deadline: float) -> bool:
+        """Whether `ep`'s channel gets a connection (gRPC's READY) before `deadline`.
+        Until one node has answered, this is what the connect deadline bounds, not
+        the calls: a slow answer from a node that is there is waited for as long as
+        timeout_s allows. A refused port fails at once (TRANSIENT_FAILURE); one that
+        takes the connection and never speaks HTTP/2 runs out the deadline."""
+        ch = self._channel(ep)
+        state = ch.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            if state in (
+                grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                grpc.ChannelConnectivity.SHUTDOWN,
+            ):
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                async with asyncio.timeout(left):
+                    await ch.wait_for_state_change(state)
+            except TimeoutError:
+                return False
+            state = ch.get_state(try_to_connect=True)
+        self._reached = True
+        return True
 
     def _unreachable(self, last: ApolloError) -> ApolloError:
         where = ", ".join(self.endpoints)
@@ -337,15 +363,16 @@ class Client:
         """The cluster as the primary sees it (member lag and connections are the
         primary's knowledge); the first node that answers when no primary does."""
         first: StatusView | None = None
-        failed: grpc.aio.AioRpcError | None = None
+        deadline = time.monotonic() + self.connect_timeout_s
         for ep in self.endpoints:
+            if not self._reached and not await self._connects(ep, deadline):
+                continue
             try:
                 resp = await self._stub("cluster", ep).GetStatus(
-                    build.status_request(), timeout=self._call_timeout(), metadata=self._metadata
+                    build.status_request(), timeout=self.timeout_s, metadata=self._metadata
                 )
             except grpc.aio.AioRpcError as err:
                 self._reached = self._reached or not _no_connection(err)
-                failed = err
                 continue
             self._reached = True
             view = convert.status_from_pb(resp)
@@ -354,8 +381,6 @@ class Client:
             first = first or view
         if first is not None:
             return first
-        if failed is not None and not self._reached:
-            raise self._unreachable(translate(failed))
         resp = await self._call(
             "cluster", "GetStatus", build.status_request(), write=False, retry=True
         )
@@ -424,11 +449,9 @@ _shared_lock = threading.Lock()
 
 
 def _no_connection(err: grpc.aio.AioRpcError) -> bool:
-    """The call reached no node: no connection, or none that answered in time (a
-    node that answers UNAVAILABLE itself, say while no primary is elected, was
-    reached)."""
-    if err.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
-        return True
+    """The call reached no node: its connection failed (a node that answers
+    UNAVAILABLE itself, say while no primary is elected, was reached; so was one
+    that was too slow to answer)."""
     if err.code() is not grpc.StatusCode.UNAVAILABLE:
         return False
     details = (err.details() or "").lower()

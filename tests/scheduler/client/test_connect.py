@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,32 @@ async def test_no_node_reachable_fails_within_the_connect_deadline(
 def test_the_connect_deadline_is_checked() -> None:
     with pytest.raises(ValueError, match="connect_timeout_s must be > 0"):
         Client("127.0.0.1:1", connect_timeout_s=0)
+
+
+async def test_a_slow_first_answer_is_waited_for_not_taken_for_no_node() -> None:
+    """Review finding: the connect deadline was also the first call's deadline, so a
+    node that took over 2 s to answer (a write waiting for its sync standby, a big
+    batch on a loaded primary) was reported as unreachable, and the write, maybe
+    committed, lost to its caller."""
+    import asyncio
+
+    import grpc
+
+    from apollo11.v1 import scheduler_pb2 as pb
+    from apollo11.v1 import scheduler_pb2_grpc as pbg
+
+    class Slow(pbg.SchedulerServicer):
+        async def SubmitTask(self, request: Any, context: Any) -> Any:
+            await asyncio.sleep(1.5)
+            return pb.SubmitTaskResponse(task_id="t1", created=True, event_id=1)
+
+    server = grpc.aio.server()
+    pbg.add_SchedulerServicer_to_server(Slow(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with Client(f"127.0.0.1:{port}", timeout_s=10, connect_timeout_s=0.5) as c:
+            sub = await c.submit("etl", {})
+        assert sub.task_id == "t1"
+    finally:
+        await server.stop(0)
