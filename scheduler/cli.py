@@ -1271,11 +1271,18 @@ def replay_check(
             "--workflows", help="The workflow modules about to be deployed, comma-separated."
         ),
     ],
+    finished: Annotated[
+        bool,
+        typer.Option(
+            "--finished", help="Check finished runs too (they never replay again otherwise)."
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Replay the durable runs a log records against the code about to be deployed:
     which runs would break, at which checkpoint, what the log holds and what the code
-    asks for. Exit 1 if any would (a deploy gate); read-only, runs no side effect."""
+    asks for. Exit 1 if any would (a deploy gate); read-only, runs no side effect.
+    Checked: the runs that will replay (waiting, running, non-deterministic)."""
     from apollo11.scheduler.durable import check_all
     from apollo11.scheduler.store import state_at
     from apollo11.scheduler.workflow import Registry
@@ -1291,7 +1298,7 @@ def replay_check(
         raise _fail(str(e), 2) from e
     except OSError as e:
         raise _fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
-    runs, skipped = check_all(state.iter_tasks(), registry, state.first_event)
+    runs, skipped = check_all(state.iter_tasks(), registry, state.first_event, finished=finished)
     bad = [r for r in runs if r.outcome != "ok"]
     if as_json:
         _print_json(

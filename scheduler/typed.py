@@ -21,6 +21,7 @@ from typing import Any
 
 from apollo11.scheduler.errors import InvalidArgumentError
 
+_TYPED = "__apollo11_input_model__"  # set on a function typed_step made
 ERRORS_SHOWN = 5  # a payload with more wrong fields: the first five, and how many more
 
 
@@ -53,20 +54,38 @@ def schema(model: Any) -> dict[str, Any]:
 
 
 def typed_step(fn: Any, model: Any) -> Any:
-    """`fn`, given `ctx.input` as an instance of `model`."""
+    """`fn`, given `ctx.input` as an instance of `model` (once: a function already
+    typed is returned as it is)."""
+    if getattr(fn, _TYPED, None) is not None:
+        return fn
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def run_async(ctx: Any) -> Any:
             return await fn(dataclasses.replace(ctx, input=model.model_validate(ctx.input)))
 
+        setattr(run_async, _TYPED, model)
         return run_async
 
     @functools.wraps(fn)
     def run(ctx: Any) -> Any:
         return fn(dataclasses.replace(ctx, input=model.model_validate(ctx.input)))
 
+    setattr(run, _TYPED, model)
     return run
+
+
+def typed(step: Any, model: Any) -> Any:
+    """`step` (a workflow.Step) with its function and its compensation typed."""
+    changes: dict[str, Any] = {}
+    if callable(step.fn):
+        changes["fn"] = typed_step(step.fn, model)
+    comp = getattr(step.idempotency, "compensate", None)
+    if callable(comp):
+        changes["idempotency"] = dataclasses.replace(
+            step.idempotency, compensate=typed_step(comp, model)
+        )
+    return dataclasses.replace(step, **changes) if changes else step
 
 
 def _path(what: str, loc: tuple[int | str, ...]) -> str:

@@ -27,7 +27,6 @@ Registration validates everything and names the workflow and step at fault.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 import functools
 import hashlib
@@ -341,8 +340,8 @@ class Workflow:
     def add_step(self, step: Step) -> None:
         if step.name in self.steps:
             self._errors.append(f"step {step.name!r} is defined twice")
-        if self.input is not None and typed.is_model(self.input) and callable(step.fn):
-            step = dataclasses.replace(step, fn=typed.typed_step(step.fn, self.input))
+        if self.input is not None and typed.is_model(self.input):
+            step = typed.typed(step, self.input)
         self.steps[step.name] = step
 
     def check_input(self, raw: Any) -> None:
@@ -381,6 +380,11 @@ class Workflow:
             problems.append("it has no steps")
         if self.input is not None and not typed.is_model(self.input):
             problems.append(f"input= must be a pydantic model class, got {self.input!r}")
+        elif self.input is not None:
+            # a model set after some steps were added: those are typed here, at
+            # registration (typing a typed step again changes nothing)
+            for name, step in list(self.steps.items()):
+                self.steps[name] = typed.typed(step, self.input)
         for s in self.steps.values():
             if not s.name:
                 problems.append("a step has no name")

@@ -158,9 +158,7 @@ class Client:
                 if ep in tried:
                     continue
                 tried.add(ep)
-                if not self._reached and not await self._connects(
-                    ep, t0 + self.connect_timeout_s
-                ):
+                if not self._reached and not await self._connects(ep, t0 + self.connect_timeout_s):
                     last = UnavailableError(f"no connection to {ep}")
                     continue
                 try:

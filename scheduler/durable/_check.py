@@ -89,18 +89,23 @@ def check_run(
     wait: Mapping[str, Any] | None,
     first_event_id: int,
     first_event: FirstEvent,
+    failed: bool = False,
 ) -> Run:
-    """Replay one recorded run of `wf` (its own event loop: the main is async)."""
+    """Replay one recorded run of `wf` (its own event loop: the main is async).
+    `failed`: the run ended FAILED, so its main raising again is what the log holds."""
     main = wf.main_fn
     assert main is not None
     journal = _ReplayJournal(checkpoints, wait, first_event_id, first_event)
     ctx = DurableContext(journal, task_id=task_id, attempt=0)
-    given = input if wf.input is None else wf.input.model_validate(input)
 
     def run(outcome: str, detail: str = "", report: Mapping[str, Any] | None = None) -> Run:
         return Run(task_id, wf.name, wf.version, outcome, len(checkpoints), detail, report or {})
 
     async def go() -> Run:
+        try:
+            given = input if wf.input is None else wf.input.model_validate(input)
+        except Exception as e:  # the model changed under a recorded input
+            return run("error", f"its input no longer fits {wf.input.__name__}: {e}")
         try:
             await main(ctx, given)
             ctx.finished()
@@ -110,21 +115,31 @@ def check_run(
         except NonDeterminism as n:
             return run("breaks", n.describe(), n.report())
         except Exception as e:
+            if failed:
+                return run("ok")  # it failed so, the first time too
             return run("error", f"the main raised {type(e).__name__}: {e}")
         return run("ok")
 
     return asyncio.run(go())
 
 
+FINISHED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})  # runs that never replay again
+
+
 def check_all(
-    tasks: Iterable[Any], registry: Any, first_event: FirstEvent
+    tasks: Iterable[Any], registry: Any, first_event: FirstEvent, *, finished: bool = False
 ) -> tuple[list[Run], list[tuple[str, int, int]]]:
-    """Replay every durable task in `tasks` (replay.TaskState) whose workflow version
-    `registry` holds. Returns the runs and, for versions it does not hold, (workflow,
-    version, how many runs) as skipped."""
+    """Replay the durable tasks in `tasks` (replay.TaskState) whose workflow version
+    `registry` holds: those that will replay after a deploy (waiting, running,
+    stopped as non-deterministic), and with `finished` the finished ones too (a
+    corpus of histories the code must still replay). Returns the runs and, for
+    versions it does not hold, (workflow, version, how many runs) as skipped."""
     runs: list[Run] = []
     skipped: dict[tuple[str, int], int] = {}
     for t in tasks:
+        status = str(getattr(t.status, "value", t.status))
+        if status in FINISHED and not finished:
+            continue
         d = getattr(t, "durable", None)  # None: no checkpoint yet (or not durable)
         wf = registry.get(t.workflow, t.version)
         if not isinstance(wf, DurableWorkflow):
@@ -141,6 +156,7 @@ def check_all(
                 wait=d.wait if d is not None else None,
                 first_event_id=t.first_event_id,
                 first_event=first_event,
+                failed=status == "FAILED",
             )
         )
     return runs, [(n, v, c) for (n, v), c in sorted(skipped.items())]

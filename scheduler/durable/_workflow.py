@@ -52,8 +52,10 @@ class DurableWorkflow(Workflow):
         description: str = "",
         timeout_s: float = DEFAULT_MAIN_TIMEOUT_S,
         retry: Retry | None = None,
+        input: Any = None,
     ) -> None:
-        super().__init__(name=name, version=version, description=description)
+        # input: a pydantic model the input must fit; the main gets an instance of it
+        super().__init__(name=name, version=version, description=description, input=input)
         self.compensate_on_cancel = False  # its ctx.steps declare no compensations yet
         self.timeout_s = timeout_s
         self.retry = retry or Retry(attempts=1)

@@ -120,3 +120,47 @@ def test_input_must_be_a_model_class() -> None:
         wf.validate()
     with pytest.raises(WorkflowDefinitionError):
         Workflow("x", input=ConfigDict(extra="forbid")).validate()
+
+
+def test_compensations_get_the_model_too_and_a_model_set_late_still_applies() -> None:
+    # review finding: only the step's function was wrapped; its compensation got the
+    # dict, raised AttributeError, and was retried forever
+    from apollo11.scheduler.workflow import NotIdempotent
+
+    def undo(ctx: StepContext) -> str:
+        return str(ctx.input.customer.id)
+
+    wf = Workflow("c", input=InvoiceInput)
+
+    @wf.step(idempotency=NotIdempotent(compensate=undo))
+    def charge(ctx: StepContext) -> str:
+        return str(ctx.input.customer.id)
+
+    ctx = _ctx({"customer": {"id": "c1"}, "amount_cents": 5})
+    compensate = wf.steps["charge"].compensate
+    assert compensate is not None and compensate(ctx) == "c1"
+
+    late = Workflow("late")
+
+    @late.step(idempotency=Idempotent())
+    def only(ctx: StepContext) -> str:
+        return str(ctx.input.customer.id)
+
+    late.input = InvoiceInput  # after its steps: registration (validate) still wraps them
+    late.validate()
+    late.validate()  # once only
+    assert late.steps["only"].fn(ctx) == "c1"
+
+
+def test_a_durable_workflow_takes_an_input_model() -> None:
+    from apollo11.scheduler.durable import DurableContext, DurableWorkflow
+
+    wf = DurableWorkflow("d", input=InvoiceInput)
+
+    @wf.main
+    async def main(ctx: DurableContext, order: InvoiceInput) -> str:
+        return order.customer.id
+
+    wf.validate()
+    with pytest.raises(InvalidArgumentError, match="input.customer: Field required"):
+        wf.check_input({"amount_cents": 1})
