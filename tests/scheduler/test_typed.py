@@ -162,5 +162,5 @@ def test_a_durable_workflow_takes_an_input_model() -> None:
         return order.customer.id
 
     wf.validate()
-    with pytest.raises(InvalidArgumentError, match="input.customer: Field required"):
+    with pytest.raises(InvalidArgumentError, match=r"input\.customer: Field required"):
         wf.check_input({"amount_cents": 1})
