@@ -158,12 +158,20 @@ class Client:
                 if ep in tried:
                     continue
                 tried.add(ep)
-                if not self._reached and not await self._connects(ep, t0 + self.connect_timeout_s):
-                    last = UnavailableError(f"no connection to {ep}")
-                    continue
+                timeout = self.timeout_s
+                if not self._reached:
+                    deadline = t0 + self.connect_timeout_s
+                    how = await self._connects(ep, deadline)
+                    if how == _SILENT:
+                        last = UnavailableError(f"{ep} took no connection")
+                        continue
+                    if how == _FAILED:
+                        # the call fails at once, with gRPC's reason ("Connection
+                        # refused", "Socket closed" from a TLS port): the message
+                        timeout = max(0.05, min(timeout, deadline - time.monotonic()))
                 try:
                     result = await getattr(self._stub(service, ep), method)(
-                        request, timeout=self.timeout_s, metadata=self._metadata
+                        request, timeout=timeout, metadata=self._metadata
                     )
                     self._reached = True
                     if write:
@@ -194,12 +202,13 @@ class Client:
         assert last is not None
         raise self._hinted(last) if self._reached else self._unreachable(last)
 
-    async def _connects(self, ep: str, deadline: float) -> bool:
-        """Whether `ep`'s channel gets a connection (gRPC's READY) before `deadline`.
-        Until one node has answered, this is what the connect deadline bounds, not
-        the calls: a slow answer from a node that is there is waited for as long as
-        timeout_s allows. A refused port fails at once (TRANSIENT_FAILURE); one that
-        takes the connection and never speaks HTTP/2 runs out the deadline."""
+    async def _connects(self, ep: str, deadline: float) -> str:
+        """Whether `ep`'s channel gets a connection (gRPC's READY) before `deadline`:
+        _READY, _FAILED (refused, or a handshake that failed: a call then fails at
+        once and says why) or _SILENT (it took the connection and never spoke
+        HTTP/2 in time). Until one node has answered, this is what the connect
+        deadline bounds, not the calls: a slow answer from a node that is there is
+        waited for as long as timeout_s allows."""
         ch = self._channel(ep)
         state = ch.get_state(try_to_connect=True)
         while state is not grpc.ChannelConnectivity.READY:
@@ -207,18 +216,18 @@ class Client:
                 grpc.ChannelConnectivity.TRANSIENT_FAILURE,
                 grpc.ChannelConnectivity.SHUTDOWN,
             ):
-                return False
+                return _FAILED
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return _SILENT
             try:
                 async with asyncio.timeout(left):
                     await ch.wait_for_state_change(state)
             except TimeoutError:
-                return False
+                return _SILENT
             state = ch.get_state(try_to_connect=True)
         self._reached = True
-        return True
+        return _READY
 
     def _unreachable(self, last: ApolloError) -> ApolloError:
         where = ", ".join(self.endpoints)
@@ -363,8 +372,8 @@ class Client:
         first: StatusView | None = None
         deadline = time.monotonic() + self.connect_timeout_s
         for ep in self.endpoints:
-            if not self._reached and not await self._connects(ep, deadline):
-                continue
+            if not self._reached and await self._connects(ep, deadline) != _READY:
+                continue  # the retrying call below says why, within the deadline
             try:
                 resp = await self._stub("cluster", ep).GetStatus(
                     build.status_request(), timeout=self.timeout_s, metadata=self._metadata
@@ -444,6 +453,9 @@ class Client:
 
 _shared: asyncio.AbstractEventLoop | None = None
 _shared_lock = threading.Lock()
+
+
+_READY, _FAILED, _SILENT = "ready", "failed", "silent"  # Client._connects
 
 
 def _no_connection(err: grpc.aio.AioRpcError) -> bool:
