@@ -1235,18 +1235,9 @@ def replay(
     as_json: AsJson = False,
 ) -> None:
     """Rebuild state offline from a data directory (read-only; time travel with --until)."""
-    from apollo11.scheduler.store import state_at
-
     if until is not None and until < 0:
         raise _fail("--until must be an event id (0 or more)", 2)
-    try:
-        state = state_at(data_dir, until)
-    except DAMAGE as e:
-        raise _fail(str(e), 2) from e
-    except ApolloError as e:
-        raise _fail(str(e)) from e
-    except OSError as e:  # anything the log and snapshot code did not name itself
-        raise _fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
+    state = _read_state(data_dir, until)
     if task is not None:
         t = state.peek(task)
         if t is None:
@@ -1260,6 +1251,22 @@ def replay(
         _print_json(state.to_dict())
         return
     _show_state(state)
+
+
+def _read_state(data_dir: Path, until: int | None = None, *, refused: int = 1) -> State:
+    """The state a data directory's log and snapshots rebuild, or the command's end
+    in one line: exit 2 for a damaged or unreadable directory, `refused` for an
+    error the store names itself."""
+    from apollo11.scheduler.store import state_at
+
+    try:
+        return state_at(data_dir, until)
+    except DAMAGE as e:
+        raise _fail(str(e), 2) from e
+    except ApolloError as e:
+        raise _fail(str(e), refused) from e
+    except OSError as e:  # anything the log and snapshot code did not name itself
+        raise _fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
 
 
 @app.command("replay-check")
@@ -1284,20 +1291,16 @@ def replay_check(
     asks for. Exit 1 if any would (a deploy gate); read-only, runs no side effect.
     Checked: the runs that will replay (waiting, running, non-deterministic)."""
     from apollo11.scheduler.durable import check_all
-    from apollo11.scheduler.store import state_at
     from apollo11.scheduler.workflow import Registry
 
     registry = Registry()
     try:
         for module in (m.strip() for m in workflows_.split(",") if m.strip()):
             registry.load_module(module)
-        state = state_at(data_dir)
-    except DAMAGE as e:
-        raise _fail(str(e), 2) from e
     except ApolloError as e:
         raise _fail(str(e), 2) from e
-    except OSError as e:
-        raise _fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
+    # 2, not 1, when nothing could be checked: 1 says a run would break
+    state = _read_state(data_dir, refused=2)
     runs, skipped = check_all(state.iter_tasks(), registry, state.first_event, finished=finished)
     bad = [r for r in runs if r.outcome != "ok"]
     if as_json:
