@@ -178,7 +178,9 @@ class Client:
                         self._primary = ep
                     return result
                 except grpc.aio.AioRpcError as err:
-                    self._reached = self._reached or not _no_connection(err)
+                    # a node answered (UNAVAILABLE itself, say while no primary is
+                    # elected) if the channel got its connection after all
+                    self._reached = self._reached or self._connected(ep)
                     last = translate(err)
                     if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
                         redirects += 1
@@ -228,6 +230,9 @@ class Client:
             state = ch.get_state(try_to_connect=True)
         self._reached = True
         return _READY
+
+    def _connected(self, ep: str) -> bool:
+        return self._channel(ep).get_state() is grpc.ChannelConnectivity.READY
 
     def _unreachable(self, last: ApolloError) -> ApolloError:
         where = ", ".join(self.endpoints)
@@ -378,10 +383,8 @@ class Client:
                 resp = await self._stub("cluster", ep).GetStatus(
                     build.status_request(), timeout=self.timeout_s, metadata=self._metadata
                 )
-            except grpc.aio.AioRpcError as err:
-                self._reached = self._reached or not _no_connection(err)
+            except grpc.aio.AioRpcError:
                 continue
-            self._reached = True
             view = convert.status_from_pb(resp)
             if view.role == "primary":
                 return view
@@ -456,28 +459,6 @@ _shared_lock = threading.Lock()
 
 
 _READY, _FAILED, _SILENT = "ready", "failed", "silent"  # Client._connects
-
-
-def _no_connection(err: grpc.aio.AioRpcError) -> bool:
-    """The call reached no node: its connection failed (a node that answers
-    UNAVAILABLE itself, say while no primary is elected, was reached; so was one
-    that was too slow to answer)."""
-    if err.code() is not grpc.StatusCode.UNAVAILABLE:
-        return False
-    details = (err.details() or "").lower()
-    return any(s in details for s in _CONNECT_FAILURES)
-
-
-# how gRPC's core words a call that found no connection (UNAVAILABLE)
-_CONNECT_FAILURES = (
-    "failed to connect",
-    "connection refused",
-    "socket closed",
-    "dns resolution failed",
-    "name resolution",
-    "connection reset",
-    "handshake failed",
-)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
