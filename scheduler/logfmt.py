@@ -26,6 +26,13 @@ _ATTEMPT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar
 )
 
 
+def tag_task(task_id: str, step: str, attempt: int, term: int) -> None:
+    """Every log line of the current asyncio task from now on carries these: for a
+    task that runs one attempt and ends (the engine's step runner). Other tasks,
+    and the caller's own context, are not touched: a task runs in a copy."""
+    _ATTEMPT.set({"task_id": task_id, "step": step, "attempt": attempt, "term": term})
+
+
 @contextmanager
 def attempt_fields(task_id: str, step: str, attempt: int, term: int) -> Iterator[None]:
     """Within: every log line carries these (JSON format; text lines are unchanged)."""
@@ -34,10 +41,6 @@ def attempt_fields(task_id: str, step: str, attempt: int, term: int) -> Iterator
         yield
     finally:
         _ATTEMPT.reset(token)
-
-
-def current_fields() -> dict[str, Any] | None:
-    return _ATTEMPT.get()
 
 
 class JsonFormatter(logging.Formatter):

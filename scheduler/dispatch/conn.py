@@ -47,15 +47,15 @@ class WorkerConn:
         self._assign.append(a)
         self._assigned_at.append(time.perf_counter())
         self.assigned += 1
-        self._wake()
+        self.wake()
 
     def cancel(self, token: AttemptToken, reason: str) -> None:
         self._cancel.append(wpb.CancelAttempt(token=to_pb(token), reason=reason))
-        self._wake()
+        self.wake()
 
     def ack(self, token: AttemptToken, accepted: bool, reason: str = "") -> None:
         self._acks.append(wpb.ResultAck(token=to_pb(token), accepted=accepted, reason=reason))
-        self._wake()
+        self.wake()
 
     def take_over(self, old: WorkerConn) -> set[AttemptToken]:
         """This is `old`'s process on a new stream: take its slots and what was still
@@ -68,13 +68,13 @@ class WorkerConn:
         old.held = set()
         old._assign, old._assigned_at, old._cancel, old._acks = [], [], [], []
         if self._assign or self._cancel or self._acks:
-            self._wake()
+            self.wake()
         return {from_pb(a.token) for a in self._assign}
 
     def close(self, why: str) -> None:
         if self.closed is None:
             self.closed = why
-        self._wake()
+        self.wake()
 
     def drain(self) -> tuple[list[wpb.DispatchMessage], list[float]]:
         """What to send now, one message per kind, and when each assignment was queued."""
@@ -103,13 +103,15 @@ class WorkerConn:
             self._acks = []
         return out, queued
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Make `work` return (something was queued, the stream closed or its reader
+        ended)."""
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
 
     async def work(self) -> None:
-        """Until there is something to send, or the connection is closed (`wake_up`).
+        """Until there is something to send, or the connection is closed (`wake`).
         One future per wait, woken by the first message queued: cheaper, at thousands
         of messages a second, than an Event and a task to wait on it."""
         if self._assign or self._cancel or self._acks or self.closed is not None:
@@ -119,10 +121,6 @@ class WorkerConn:
             await self._waiter
         finally:
             self._waiter = None
-
-    def wake_up(self) -> None:
-        """Make `work` return (the stream's reader ended)."""
-        self._wake()
 
 
 def to_pb(token: AttemptToken) -> wpb.AttemptToken:

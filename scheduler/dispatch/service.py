@@ -111,7 +111,7 @@ class WorkersService:
                     )
                 )
             )
-            reader.add_done_callback(lambda _: conn.wake_up())
+            reader.add_done_callback(lambda _: conn.wake())
             while conn.closed is None and not reader.done():
                 await conn.work()
                 messages, queued = conn.drain()

@@ -146,8 +146,7 @@ class StepRunner:
             timeout = self.timeout_for(task.workflow, name, spec)
             prepared = self._attempt(task, name, spec, attempt, timeout)
             executor = self.compensator if spec.local else self.executor  # local: in process
-            with logfmt.attempt_fields(task_id, name, attempt, prepared.token.term):
-                await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
+            await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
         except ApolloError as e:
             log.error(
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
@@ -210,6 +209,9 @@ class StepRunner:
     ) -> None:
         """Await an attempt's outcome under its timeout, and record it."""
         task_id, name = key
+        # the lines logged from here on carry the attempt, a run's and an adopted one's
+        # alike (each runs in an asyncio task of its own, which the fields end with)
+        logfmt.tag_task(task_id, name, attempt, task.steps[name].started_term)
         t0 = time.perf_counter()
         outcome: Outcome | None = None
         error: dict[str, Any] | None = None
