@@ -464,18 +464,32 @@ class State:
         return out, None
 
     def list_filtered(
-        self, status: str | None, workflow: str, before: str | None, limit: int
+        self,
+        status: str | None,
+        workflow: str,
+        before: str | None,
+        limit: int,
+        *,
+        prefix: str = "",
+        since_ms: int | None = None,
+        until_ms: int | None = None,
     ) -> tuple[list[Summary], str | None]:
-        """list_summaries by task state (a TaskStatus value) and workflow, either or
-        both empty for any: what ListTasks and the tasks page show."""
+        """list_summaries by task state (a TaskStatus value), workflow, task id prefix
+        and submission time (since inclusive, until exclusive), each empty or None for
+        any: what ListTasks and the tasks page show."""
 
         def match(s: Summary) -> bool:
-            return (not status or s.status.value == status) and (
-                not workflow or s.workflow == workflow
+            return (
+                (not status or s.status.value == status)
+                and (not workflow or s.workflow == workflow)
+                and (not prefix or s.task_id.startswith(prefix))
+                and (since_ms is None or s.submitted_ms >= since_ms)
+                and (until_ms is None or s.submitted_ms < until_ms)
             )
 
+        filtered = status or workflow or prefix or since_ms is not None or until_ms is not None
         return self.list_summaries(
-            match if status or workflow else None,
+            match if filtered else None,
             before,
             limit,
             archived=not status or TaskStatus(status) in TERMINAL,

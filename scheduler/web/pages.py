@@ -26,7 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
-from apollo11.scheduler.replay import TERMINAL, TaskStatus
+from apollo11.scheduler.replay import TaskStatus
 from apollo11.scheduler.security import Role
 from apollo11.scheduler.web import timeline
 from apollo11.scheduler.web.flash import Notice
@@ -108,8 +108,13 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         st = (q.get("state") or "").upper()
         prefix = (q.get("prefix") or "").strip()
         before = q.get("before") or None
-        form = {"state": st, "workflow": workflow, "prefix": prefix}
-        form.update(since=q.get("since") or "", until=q.get("until") or "")
+        form = {
+            "state": st,
+            "workflow": workflow,
+            "prefix": prefix,
+            "since": q.get("since") or "",
+            "until": q.get("until") or "",
+        }
         shown: dict[str, Any] = {
             "viewer": viewer,
             "states": list(TaskStatus.__members__),
@@ -124,19 +129,14 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         except ValueError as e:
             return render("tasks.html", 400, tasks=[], error=str(e), nxt=None, **shown)
 
-        def match(t: Any) -> bool:
-            return (
-                (not st or t.status.value == st)
-                and (not workflow or t.workflow == workflow)
-                and (not prefix or t.task_id.startswith(prefix))
-                and (since is None or t.submitted_ms >= since)
-                and (until is None or t.submitted_ms < until)
-            )
-
-        filtered = st or workflow or prefix or since is not None or until is not None
-        archived = not st or TaskStatus(st) in TERMINAL
-        rows, nxt = state().list_summaries(
-            match if filtered else None, before, LIST_LIMIT, archived=archived
+        rows, nxt = state().list_filtered(
+            st or None,
+            workflow,
+            before,
+            LIST_LIMIT,
+            prefix=prefix,
+            since_ms=since,
+            until_ms=until,
         )
         older = None
         if nxt is not None:
