@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from apollo11.scheduler import typed
-from apollo11.scheduler.errors import WorkflowDefinitionError
+from apollo11.scheduler.errors import NotFoundError, WorkflowDefinitionError
 from apollo11.scheduler.guard import guarded
 
 
@@ -499,6 +499,15 @@ class Registry:
         if version is None:
             return self._latest.get(name)
         return self._by_key.get((name, version))
+
+    def require(self, name: str, version: int | None = None) -> Workflow:
+        """`get`, or NotFoundError naming what is loaded (a submission, DescribeWorkflow)."""
+        found = self.get(name, version)
+        if found is None:
+            which = f"{name!r}" + (f" v{version}" if version else "")
+            known = ", ".join(self.names()) or "none"
+            raise NotFoundError(f"unknown workflow {which} (loaded: {known})")
+        return found
 
     def names(self) -> list[str]:
         return sorted(self._latest)

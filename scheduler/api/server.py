@@ -431,12 +431,9 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.DescribeWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> pb.WorkflowInfo:
         engine = self.node.engine
-        wf = engine.registry.get(request.name, request.version or None) if engine else None
-        if wf is None:
-            known = ", ".join(engine.registry.names()) if engine else ""
-            which = f"{request.name!r}" + (f" v{request.version}" if request.version else "")
-            raise NotFoundError(f"unknown workflow {which} (loaded: {known or 'none'})")
-        return codec.workflow_to_pb(wf)
+        if engine is None:
+            raise NotFoundError(f"unknown workflow {request.name!r} (loaded: none)")
+        return codec.workflow_to_pb(engine.registry.require(request.name, request.version or None))
 
 
 class ClusterService(pbg.ClusterServicer):

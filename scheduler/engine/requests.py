@@ -240,10 +240,7 @@ class Requests:
             if why:
                 raise FailedPreconditionError(why)
             return shell_workflow(input)
-        found = p.registry.get(workflow, version)
-        if found is None:
-            known = ", ".join(p.registry.names()) or "none"
-            raise NotFoundError(f"unknown workflow {workflow!r} (loaded: {known})")
+        found = p.registry.require(workflow, version)
         found.check_input(input)
         return found
 
