@@ -788,6 +788,12 @@ def _show_task_view(t: Any) -> None:
         )
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
+    if t.parent:
+        out.print(
+            f"child of task {t.parent.get('task_id')} (spawned at its checkpoint "
+            f"{t.parent.get('seq')}; if it closes first: {t.parent.get('close')})",
+            markup=False,
+        )
     if t.durable:
         _show_durable(t.durable)
 
@@ -807,12 +813,14 @@ def _show_durable(d: dict[str, Any]) -> None:
                 outcome = orjson.dumps(c.get("output")).decode()
             table.add_row(str(c.get("seq")), str(c.get("kind")), str(c.get("name")), outcome[:80])
         table.show()
+    from apollo11.scheduler import waits  # only here: a light module, for one command
+
+    kids = waits.spawned(checkpoints)
+    if kids:
+        out.print(f"children: {', '.join(f'{c} ({close})' for c, close in kids)}", markup=False)
     w = d.get("wait")
     if w:
-        what = f"event {w.get('key') or w.get('name')}" if w.get("kind") == "event" else "a timer"
-        since = f" from event {w['since']}" if w.get("since") else ""
-        until = f" until {_utc(int(w['until_ms']))}" if w.get("until_ms") else ""
-        out.print(f"waiting for {escape(what)}{since}{until} (checkpoint {w.get('seq')})")
+        out.print(f"waiting for {waits.describe(w)} (checkpoint {w.get('seq')})", markup=False)
     n = d.get("nondeterminism")
     if n:
         out.print(f"[red]non-determinism[/red] at checkpoint {n.get('seq')}", markup=True)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log.record import Event, EventType
 from apollo11.scheduler.taskstatus import TaskStatus as TaskStatus
@@ -191,6 +192,9 @@ class TaskState:
     # None for tasks from snapshots written before this was kept.
     event_ids: list[int] | None = None
     durable: DurableState | None = None  # a durable task's checkpoints and wait, once it has one
+    # A spawned task's parent: {"task_id", "seq" (the spawn's position), "close" (the
+    # parent-close policy: "cancel" or "abandon")}; None for a task submitted by a client.
+    parent: dict[str, Any] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -221,6 +225,7 @@ class TaskState:
             "event_ids": self.event_ids,
             # only when present: DAG tasks' dicts, snapshots and golden files stay as they were
             **({"durable": self.durable.to_dict()} if self.durable is not None else {}),
+            **({"parent": self.parent} if self.parent is not None else {}),
         }
 
     @classmethod
@@ -304,6 +309,25 @@ def summarize(t: TaskState) -> Summary:
     return Summary(
         t.task_id, t.workflow, t.status, t.submitted_ms, t.updated_ms, t.done, len(t.steps)
     )
+
+
+def outcome(t: TaskState) -> dict[str, Any]:
+    """A finished task as its parent sees it: {"status", "result", "error"}. The result
+    is a durable task's main's, or each step's by name (as the client's `result`);
+    the error, the first failed step's, or the cancel's reason."""
+    status = t.status.value
+    result: Any = None
+    if status == "SUCCEEDED":
+        if t.durable is not None and list(t.steps) == ["main"]:
+            result = t.steps["main"].result
+        else:
+            result = {name: s.result for name, s in t.steps.items()}
+    error = None
+    if t.cancelled is not None:
+        error = str(t.cancelled.get("reason") or "cancelled")
+    else:
+        error = next((s.error for s in t.steps.values() if s.status is _FAILED and s.error), None)
+    return {"status": status, "result": result, "error": error}
 
 
 class TaskStore:
@@ -555,7 +579,7 @@ def reindex(state: State) -> State:
             continue
         d.matched = None
         w = d.wait
-        if w is not None and w.get("kind") == "event" and task.cancelled is None:
+        if w is not None and task.cancelled is None:
             _index_wait(state, task, w)
     return state
 
@@ -695,6 +719,9 @@ def _on_submitted(state: State, event: Event) -> None:
         idempotency_key=key,
         event_ids=[event.event_id],
     )
+    parent = p.get("parent")
+    if parent is not None:
+        task.parent = dict(parent)
     _derive(task)
     state.tasks[event.task_id] = task
     if key:
@@ -946,14 +973,18 @@ def _durable(task: TaskState) -> DurableState:
 
 
 def _index_wait(state: State, task: TaskState, w: Mapping[str, Any]) -> None:
-    key = str(w.get("key"))
-    waiting = state.waits.get(key)
-    if waiting is None:
-        waiting = state.waits[key] = set()
-    waiting.add(task.task_id)
-    found = state.first_event(key, int(w.get("since") or 0))
+    """Index a wait by the event keys it may take, and note the first event recorded
+    already that one of them matches (`matched`)."""
     assert task.durable is not None
-    task.durable.matched = found[0] if found is not None else None
+    task.durable.matched = None
+    for key, since in _waits.event_keys(w):
+        waiting = state.waits.get(key)
+        if waiting is None:
+            waiting = state.waits[key] = set()
+        waiting.add(task.task_id)
+        found = state.first_event(key, since)
+        if found is not None and (task.durable.matched is None or found[0] < task.durable.matched):
+            task.durable.matched = found[0]
 
 
 def _unindex_wait(state: State, task: TaskState) -> None:
@@ -961,14 +992,12 @@ def _unindex_wait(state: State, task: TaskState) -> None:
     if d is None or d.wait is None:
         return
     d.matched = None
-    key = d.wait.get("key")
-    if key is None:
-        return
-    waiting = state.waits.get(key)
-    if waiting is not None:
-        waiting.discard(task.task_id)
-        if not waiting:
-            del state.waits[key]
+    for key, _ in _waits.event_keys(d.wait):
+        waiting = state.waits.get(key)
+        if waiting is not None:
+            waiting.discard(task.task_id)
+            if not waiting:
+                del state.waits[key]
 
 
 def _durable_record(state: State, event: Event) -> tuple[TaskState, StepState, int] | None:
@@ -1016,8 +1045,7 @@ def _on_wait(state: State, event: Event) -> None:
     d = _durable(task)
     _unindex_wait(state, task)
     d.wait = w = dict(event.payload)
-    if w.get("kind") == "event":
-        _index_wait(state, task, w)
+    _index_wait(state, task, w)
     step.waits += 1
     step.finished_ms = event.timestamp
     _move(task, step, _WAITING)
@@ -1043,7 +1071,7 @@ def _on_event(state: State, event: Event) -> None:
         d = task.durable if task is not None else None
         if d is None or d.wait is None or d.matched is not None:
             continue
-        if event.event_id >= int(d.wait.get("since") or 0):
+        if any(k == key and event.event_id >= since for k, since in _waits.event_keys(d.wait)):
             d.matched = event.event_id
 
 

@@ -174,12 +174,30 @@ class Journal(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Sleep on the engine's clock (a ctx.step's backoff between tries)."""
 
+    def child(self, task_id: str) -> Mapping[str, Any] | None:
+        """A spawned task that has finished (nothing of it runs or is owed):
+        {"status", "result", "error"}; None while it has not."""
+
+    def plan_child(
+        self,
+        workflow: str,
+        input: Any,
+        version: int | None,
+        key: str,
+        parent: Mapping[str, Any],
+    ) -> str:
+        """The task id of the child a `ctx.spawn` names: the task already submitted with
+        idempotency key `key` by this parent, or a new one, submitted with the record of
+        the spawn's checkpoint. Raises an ApolloError when the workflow is not loaded or
+        refuses the input."""
+
     async def record(
         self, checkpoints: Sequence[Mapping[str, Any]], wait: Mapping[str, Any] | None = None
     ) -> None:
-        """Append these CHECKPOINTs, then the WAIT if given (which ends the attempt:
-        nothing else is recorded for it), and return once they are committed. Raises
-        LeaseLostError when they cannot be (the attempt must stop)."""
+        """Append these CHECKPOINTs (a spawn's child's TASK_SUBMITTED before its own),
+        then the WAIT if given (which ends the attempt: nothing else is recorded for
+        it), and return once they are committed. Raises LeaseLostError when they
+        cannot be (the attempt must stop)."""
 
 
 @dataclass(frozen=True, slots=True)

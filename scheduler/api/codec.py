@@ -91,6 +91,7 @@ def task_to_pb(t: TaskState, as_of: int) -> pb.Task:
         anomalies=t.anomalies,
         as_of_event_id=as_of,
         durable_json="" if t.durable is None else dumps(t.durable.to_dict()),
+        parent_json="" if t.parent is None else dumps(t.parent),
     )
     o = _override(t.cancelled)
     if o is not None:

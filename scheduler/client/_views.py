@@ -64,6 +64,8 @@ class TaskView:
     as_of_event_id: int
     # a durable task: its checkpoints, the wait in force, a non-determinism report
     durable: dict[str, Any] | None = None
+    # a spawned task: {"task_id" (its parent), "seq", "close"}
+    parent: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -85,6 +87,7 @@ class TaskView:
             "cancelled": self.cancelled,
             "anomalies": list(self.anomalies),
             "durable": self.durable,
+            "parent": self.parent,
         }
 
 

@@ -21,10 +21,13 @@ Do not catch `BaseException` around a `ctx.*` call: waits unwind the main with o
 
 from apollo11.scheduler.durable._check import Run, check_all, check_run
 from apollo11.scheduler.durable._context import (
+    ChildFailed,
+    ChildHandle,
     DurableContext,
     DurableStepError,
     NonDeterminism,
     StepInfo,
+    Wait,
     current_step,
     input_hash,
 )
@@ -34,6 +37,8 @@ from apollo11.scheduler.workflow import Checkpoint, DedupeKey, Idempotent, Retry
 __all__ = [
     "MAIN",
     "Checkpoint",
+    "ChildFailed",
+    "ChildHandle",
     "DedupeKey",
     "DurableContext",
     "DurableStepError",
@@ -44,6 +49,7 @@ __all__ = [
     "Run",
     "StepError",
     "StepInfo",
+    "Wait",
     "check_all",
     "check_run",
     "current_step",

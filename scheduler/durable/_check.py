@@ -68,6 +68,19 @@ class _ReplayJournal:
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         return self._first_event(key, since)
 
+    def child(self, task_id: str) -> Mapping[str, Any] | None:
+        raise Frontier(-1)  # only asked past the log (a wait resolving)
+
+    def plan_child(
+        self,
+        workflow: str,
+        input: Any,
+        version: int | None,
+        key: str,
+        parent: Mapping[str, Any],
+    ) -> str:
+        raise Frontier(-1)  # only asked past the log (a new spawn)
+
     def now_ms(self) -> int:
         raise Frontier(-1)  # only asked past the log (a new deadline)
 

@@ -19,13 +19,14 @@ import hashlib
 import inspect
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
+from apollo11.scheduler import waits
 from apollo11.scheduler.workflow import (
     Idempotency,
     Journal,
@@ -35,11 +36,16 @@ from apollo11.scheduler.workflow import (
 )
 
 STEP = "step"
-SLEEP = "sleep"
-EVENT = "event"
+SLEEP = waits.SLEEP
+EVENT = waits.EVENT
+CHILD = waits.CHILD
+SPAWN = "spawn"
 NOW = "now"
 UUID = "uuid"
 RANDOM = "random"
+CLOSE_POLICIES = ("cancel", "abandon")
+
+T = TypeVar("T")
 
 _JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
@@ -64,6 +70,27 @@ class DurableStepError(Exception):
         self.error_type = error_type
         self.message = message
         self.details = dict(details)
+
+
+class ChildFailed(DurableStepError):
+    """A spawned task failed, was cancelled or stopped as non-deterministic: raised at
+    the `await` of its handle (or of a `gather`/`first` it decided), and again,
+    identically, at every replay."""
+
+    @property
+    def task_id(self) -> str:
+        return str(self.details.get("task_id", ""))
+
+    @property
+    def state(self) -> str:
+        """The child's state: FAILED, CANCELLED or NONDETERMINISTIC."""
+        return str(self.details.get("state", ""))
+
+
+def _raise_recorded(error: Mapping[str, Any]) -> None:
+    kind = str(error.get("type"))
+    cls = ChildFailed if kind == waits.CHILD_FAILED else DurableStepError
+    raise cls(kind, str(error.get("message")), error.get("details") or {})
 
 
 class NonDeterminism(BaseException):  # a signal, like CancelledError
@@ -266,10 +293,7 @@ class DurableContext:
         digest = input_hash(list(args))
         seq, rec = self._at(STEP, name, digest)
         if rec is not None:
-            if "error" in rec:
-                e = rec["error"]
-                raise DurableStepError(e["type"], e["message"], e.get("details") or {})
-            return rec.get("output")
+            return self._recorded(rec)
         policy = retry or Retry()
         base = {"seq": seq, "kind": STEP, "name": name, "input_hash": digest}
         tries = 0
@@ -295,70 +319,180 @@ class DurableContext:
 
     # ------------------------------------------------------------ waits
 
-    async def sleep(self, duration: timedelta | float) -> None:
+    def sleep(self, duration: timedelta | float) -> Wait[None]:
         """Sleep `duration` (a timedelta or seconds), measured from the first time the
-        code got here; the task is evicted meanwhile."""
+        code got here; the task is evicted meanwhile. Await it, or pass it to
+        `gather`/`first`."""
         seconds = _seconds(duration)
-        await self._sleep("sleep", {"seconds": seconds}, lambda now: now + int(seconds * 1000))
+        return Wait(
+            self,
+            SLEEP,
+            "sleep",
+            {"seconds": seconds},
+            lambda now: {"kind": SLEEP, "until_ms": now + int(seconds * 1000)},
+        )
 
-    async def sleep_until(self, when: datetime) -> None:
+    def sleep_until(self, when: datetime) -> Wait[None]:
         """Sleep until `when` (an aware datetime; naive is taken as UTC)."""
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         until = int(when.timestamp() * 1000)
-        await self._sleep("sleep_until", {"until_ms": until}, lambda now: until)
+        return Wait(
+            self,
+            SLEEP,
+            "sleep_until",
+            {"until_ms": until},
+            lambda now: {"kind": SLEEP, "until_ms": until},
+        )
 
-    async def _sleep(self, name: str, asked: Any, deadline: Callable[[int], int]) -> None:
-        digest = input_hash(asked)
-        seq, rec = self._at(SLEEP, name, digest)
-        if rec is not None:
-            return
-        w = self._registered(seq)
-        now = self._journal.now_ms()
-        until = int(w["until_ms"]) if w is not None else deadline(now)
-        base = {"seq": seq, "kind": SLEEP, "name": name, "input_hash": digest}
-        if now >= until:
-            await self._record({**base, "output": None})
-            return
-        raise Suspended({**base, "until_ms": until})
-
-    async def wait_for_event(
+    def wait_for_event(
         self,
         key: str,
         *,
-        timeout: timedelta | float | None = None,  # noqa: ASYNC109 - the API (issue 18)
+        timeout: timedelta | float | None = None,
         since: int | None = None,
-    ) -> Any:
+    ) -> Wait[Any]:
         """The payload of the first event sent with `key` at or after `since` (an event
         id; default: the task's start, or just after the event this task's previous
         wait on `key` received), or None once `timeout` has passed."""
         t = None if timeout is None else _seconds(timeout)
-        digest = input_hash({"key": key, "timeout_s": t, "since": since})
-        seq, rec = self._at(EVENT, key, digest)
-        if rec is not None:
-            return rec.get("output")
-        w = self._registered(seq)
-        now = self._journal.now_ms()
-        if w is not None:
-            start = int(w.get("since") or 0)
-            until = w.get("until_ms")
-        else:
+
+        def part(now: int) -> dict[str, Any]:
             start = since if since is not None else self._default_since(key)
-            until = None if t is None else now + int(t * 1000)
-        base = {"seq": seq, "kind": EVENT, "name": key, "input_hash": digest}
-        found = self._journal.first_event(key, start)
-        if found is not None:
-            event_id, payload = found
-            self._consumed[key] = event_id
-            await self._record({**base, "output": payload, "event_id": event_id})
-            return payload
-        if until is not None and now >= int(until):
-            await self._record({**base, "output": None, "timeout": True})
-            return None
-        wait = {**base, "key": key, "since": start}
-        if until is not None:
-            wait["until_ms"] = int(until)
-        raise Suspended(wait)
+            p: dict[str, Any] = {"kind": EVENT, "key": key, "since": start}
+            if t is not None:
+                p["until_ms"] = now + int(t * 1000)
+            return p
+
+        return Wait(self, EVENT, key, {"key": key, "timeout_s": t, "since": since}, part)
+
+    def spawn(
+        self,
+        workflow: str | Any,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        close: str = "cancel",
+    ) -> ChildHandle:
+        """Start a child task of `workflow` (a name, or the Workflow) with `input`; await
+        the handle (or pass it to `gather`/`first`) for its result. The child is an
+        ordinary task with a link to this one and the idempotency key `<task>:<key>`
+        (`key` defaults to this call's position), so a replay never starts it twice.
+        `close`: what becomes of it if this task is cancelled or returns first:
+        "cancel" (default) or "abandon" (it runs on)."""
+        name = workflow if isinstance(workflow, str) else str(workflow.name)
+        if close not in CLOSE_POLICIES:
+            raise ValueError(f"ctx.spawn {name!r}: close must be one of {CLOSE_POLICIES}")
+        if hasattr(input, "model_dump"):
+            input = input.model_dump(mode="json")  # a typed workflow's model, as JSON
+        asked = {"workflow": name, "input": input, "key": key, "version": version}
+        digest = input_hash(asked)
+        seq, rec = self._at(SPAWN, name, digest)
+        if rec is not None:
+            return ChildHandle(self, str(rec["child"]), name, seq)
+        ckey = f"{self.task_id}:{key if key is not None else seq}"
+        parent = {"task_id": self.task_id, "seq": seq, "close": close}
+        try:
+            child = self._journal.plan_child(name, input, version, ckey, parent)
+        except Exception as e:  # its position is taken: the main must not carry on past it
+            raise JournalFailed(
+                StepError(f"ctx.spawn {name!r} at checkpoint {seq}: {e}", final=True)
+            ) from e
+        self._pending.append(
+            {
+                "seq": seq,
+                "kind": SPAWN,
+                "name": name,
+                "input_hash": digest,
+                "output": child,
+                "child": child,
+                "close": close,
+            }
+        )
+        return ChildHandle(self, child, name, seq)
+
+    async def gather(self, *awaitables: Wait[Any]) -> list[Any]:
+        """Wait for all of them (children, sleeps, events): their values, in order. A
+        child that failed raises `ChildFailed` as soon as it is known, the others
+        running on."""
+        if not awaitables:
+            return []
+        out = await self._wait_many(waits.ALL, "gather", awaitables)
+        return list(out)
+
+    async def first(self, *awaitables: Wait[Any]) -> tuple[int, Any]:
+        """Wait for the first of them (children, sleeps, events): (its index, its value).
+        Those resolved at the same moment go by their order here; a child that failed
+        first raises `ChildFailed`."""
+        if not awaitables:
+            raise ValueError("ctx.first needs at least one thing to wait for")
+        index, value = await self._wait_many(waits.ANY, "first", awaitables)
+        return int(index), value
+
+    async def _wait_one(self, w: Wait[Any]) -> Any:
+        digest = input_hash(w.asked)
+        seq, rec = self._at(w.kind, w.name, digest)
+        if rec is not None:
+            return self._recorded(rec)
+        base = {"seq": seq, "kind": w.kind, "name": w.name, "input_hash": digest}
+        registered = self._registered(seq)
+        now = self._journal.now_ms()
+        wait = dict(registered) if registered is not None else {**base, **w.part(now)}
+        return await self._settle(base, wait, now, [w])
+
+    async def _wait_many(self, mode: str, name: str, ws: tuple[Wait[Any], ...]) -> Any:
+        for w in ws:
+            if not isinstance(w, Wait):
+                for c in ws:
+                    if inspect.iscoroutine(c):
+                        c.close()  # never to run: no "was never awaited" warning
+                raise TypeError(
+                    f"ctx.{name} takes what ctx.spawn, ctx.sleep, ctx.sleep_until and "
+                    f"ctx.wait_for_event return, not {type(w).__name__}: run ctx.step calls "
+                    f"one after the other"
+                )
+        digest = input_hash([[w.kind, w.name, input_hash(w.asked)] for w in ws])
+        seq, rec = self._at(mode, name, digest)
+        if rec is not None:
+            for i, taken in (rec.get("parts") or {}).items():
+                self._took(ws[int(i)], taken)
+            return self._recorded(rec)
+        base = {"seq": seq, "kind": mode, "name": name, "input_hash": digest}
+        registered = self._registered(seq)
+        now = self._journal.now_ms()
+        if registered is not None:
+            wait = dict(registered)
+        else:
+            wait = {**base, "parts": [w.part(now) for w in ws]}
+        return await self._settle(base, wait, now, list(ws))
+
+    async def _settle(
+        self, base: dict[str, Any], wait: dict[str, Any], now: int, ws: list[Wait[Any]]
+    ) -> Any:
+        """Resolve a wait now (recorded at its position before the code goes on), or
+        end the attempt with it registered."""
+        resolution = waits.resolve(wait, self._journal, now)
+        if resolution is None:
+            raise Suspended(wait)
+        if len(ws) == 1 and wait.get("kind") not in (waits.ALL, waits.ANY):
+            self._took(ws[0], resolution)
+        else:
+            for i, taken in (resolution.get("parts") or {}).items():
+                self._took(ws[int(i)], taken)
+        await self._record({**base, **resolution})
+        return self._recorded(resolution)
+
+    def _took(self, w: Wait[Any], taken: Mapping[str, Any]) -> None:
+        """An event wait took an event: a later wait on its key starts after it."""
+        if w.kind == EVENT and taken.get("event_id") is not None:
+            self._consumed[w.name] = int(taken["event_id"])
+
+    @staticmethod
+    def _recorded(rec: Mapping[str, Any]) -> Any:
+        if "error" in rec:
+            _raise_recorded(rec["error"])
+        return rec.get("output")
 
     def _default_since(self, key: str) -> int:
         taken = self._consumed.get(key)
@@ -399,3 +533,51 @@ class DurableContext:
 
 def _shape(rec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: rec.get(k) for k in ("kind", "name", "input_hash")}
+
+
+class Wait(Generic[T]):
+    """Something a durable main waits for (what `ctx.sleep`, `ctx.sleep_until`,
+    `ctx.wait_for_event` and `ctx.spawn` return): await it for its value, or hand it
+    to `ctx.gather` / `ctx.first`. It takes its checkpoint position when awaited
+    (or when the gather or first that holds it is), not when made."""
+
+    __slots__ = ("_ctx", "asked", "kind", "name", "part")
+
+    def __init__(
+        self,
+        ctx: DurableContext,
+        kind: str,
+        name: str,
+        asked: Any,
+        part: Callable[[int], dict[str, Any]],
+    ) -> None:
+        self._ctx = ctx
+        self.kind = kind
+        self.name = name
+        self.asked = asked  # what its input hash is taken over
+        self.part = part  # its condition, registered at `now` (ms)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._ctx._wait_one(self).__await__()
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name!r}>"
+
+
+class ChildHandle(Wait[Any]):
+    """A spawned child task: `task_id`, and its result when awaited (`ChildFailed`
+    when it failed, was cancelled or is non-deterministic)."""
+
+    __slots__ = ("seq", "task_id", "workflow")
+
+    def __init__(self, ctx: DurableContext, task_id: str, workflow: str, seq: int) -> None:
+        super().__init__(
+            ctx,
+            CHILD,
+            workflow,
+            {"spawn": seq},
+            lambda now: {"kind": CHILD, "task_id": task_id},
+        )
+        self.task_id = task_id
+        self.workflow = workflow
+        self.seq = seq  # the position of its spawn

@@ -1,4 +1,4 @@
-"""What happens next to one task: `decide(task, workflow, busy, now) -> list[Action]`.
+"""What happens next to one task: `decide(task, workflow, busy, now, world) -> list[Action]`.
 
 A pure function, like Temporal's activation -> completion and raft's `Ready`:
 it reads the task's replayed state, the workflow it runs, which of its steps
@@ -23,23 +23,30 @@ The rules, step by step in declaration order:
   step runs, is about to, owes one or is compensating (dependents first:
   reverse topological order);
 * nothing new starts in a task that is cancelled or failed for good;
+* a spawned task whose parent was cancelled or has returned is cancelled too,
+  unless it was spawned with the parent-close policy "abandon";
 * a durable main that is WAITING runs again (its code replays, docs/durable.md)
-  once its wait's event has been recorded or its deadline is due, and wakes
-  the engine at the deadline otherwise;
+  once its wait can resolve (an event it takes is recorded, a child it waits
+  for has finished, a deadline is due), and wakes the engine at the next
+  deadline otherwise;
 * otherwise a step whose dependencies are done runs when `retry` says it may
   (now, or a wake-up at the time its backoff ends).
 
 Time comes in as `now`, the retry times from the log, so a new primary
-deciding the same task reaches the same actions.
+deciding the same task reaches the same actions. `world` is the rest of the
+replayed state, read only: the event index, and a durable task's parent and
+children.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from apollo11.scheduler import waits
 from apollo11.scheduler.engine.retry import due_at, final_after_loss, may_run_again
-from apollo11.scheduler.replay import DONE, StepStatus, TaskState
+from apollo11.scheduler.replay import DONE, StepStatus, TaskState, TaskStatus, outcome
 from apollo11.scheduler.workflow import Workflow
 
 _STARTED = StepStatus.STARTED
@@ -110,7 +117,27 @@ class Stuck:
     reason: str
 
 
-Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Adopt | Compensate | Stuck
+@dataclass(frozen=True, slots=True)
+class CancelTask:
+    """Cancel the whole task (a spawned task whose parent closed), on behalf of
+    `operator` (the principal who cancelled the parent, or "apollo11")."""
+
+    operator: str
+    reason: str
+
+
+Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Adopt | Compensate | Stuck | CancelTask
+
+
+class World(Protocol):
+    """The replayed state beyond the task decided (replay.State is one)."""
+
+    def peek(self, task_id: str) -> TaskState | None: ...
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None: ...
+
+
+SYSTEM = "apollo11"  # who cancels an abandoned child of a parent that returned
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,21 +148,35 @@ class NoWorkflow:
 
 
 def decide(
-    task: TaskState, workflow: Workflow | NoWorkflow, busy: Container[str], now: float
+    task: TaskState,
+    workflow: Workflow | NoWorkflow,
+    busy: Container[str],
+    now: float,
+    world: World | None = None,
 ) -> list[Action]:
     """What happens next to `task`. `busy`: its steps this engine has something
-    running for (an attempt, a compensation, a lost step's FAILED being written)."""
+    running for (an attempt, a compensation, a lost step's FAILED being written).
+    `world`: the other tasks and the events (None: this task alone; its wait then
+    resolves only by a deadline or the event replay matched)."""
     try:
-        return _decide(task, workflow, busy, now)
+        return _decide(task, workflow, busy, now, world)
     except Exception as e:  # a state no rule foresaw: this task waits, the others go on
         return [Stuck(f"deciding it failed: {type(e).__name__}: {e}")]
 
 
 def _decide(
-    task: TaskState, workflow: Workflow | NoWorkflow, busy: Container[str], now: float
+    task: TaskState,
+    workflow: Workflow | NoWorkflow,
+    busy: Container[str],
+    now: float,
+    world: World | None,
 ) -> list[Action]:
     if task.quiescent:
         return []
+    if task.parent is not None and task.cancelled is None and world is not None:
+        closed = _parent_closed(task.parent, world)
+        if closed is not None:
+            return [closed]
     if task.anomalies:
         return [Stuck(f"has anomalies, an operator must look: {task.anomalies[0]}")]
     if isinstance(workflow, NoWorkflow):
@@ -183,7 +224,7 @@ def _decide(
         elif cancelled or failed:
             continue  # nothing new starts in a task that is cancelled or has failed
         elif status is _WAITING:
-            woken = _wake(task, name, step.attempt, now)
+            woken = _wake(task, name, step.attempt, now, world)
             if woken is not None:
                 actions.append(woken)
                 if isinstance(woken, Stuck):
@@ -208,20 +249,57 @@ def _decide(
     return actions
 
 
-def _wake(task: TaskState, name: str, attempt: int, now: float) -> Action | None:
-    """A waiting main: run it when its wait can resolve (its event is in the log, its
-    deadline is due), be woken at its deadline, or (None) wait for an event."""
+def _wake(
+    task: TaskState, name: str, attempt: int, now: float, world: World | None
+) -> Action | None:
+    """A waiting main: run it when its wait can resolve (waits.resolve), be woken at
+    its next deadline, or (None) wait for an event or a child."""
     d = task.durable
     wait = d.wait if d is not None else None
     if d is None or wait is None:
         return Stuck(f"step {name!r} is WAITING but no wait is registered")
-    if d.matched is not None:
+    view = _View(world, d.matched)
+    now_ms = int(now * 1000)
+    if waits.resolve(wait, view, now_ms) is not None:
         return StartAttempt(name, attempt + 1)
-    until = wait.get("until_ms")
-    if until is None:
+    at = waits.next_at(wait, view, now_ms)
+    return None if at is None else WakeAt(name, at / 1000)
+
+
+class _View:
+    """What resolving a wait reads, from the replayed state (read only)."""
+
+    __slots__ = ("_matched", "_world")
+
+    def __init__(self, world: World | None, matched: int | None) -> None:
+        self._world = world
+        self._matched = matched
+
+    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
+        if self._world is None:  # the task alone: what replay matched for it
+            return None if self._matched is None else (self._matched, None)
+        return self._world.first_event(key, since)
+
+    def child(self, task_id: str) -> Mapping[str, Any] | None:
+        t = self._world.peek(task_id) if self._world is not None else None
+        return outcome(t) if t is not None and t.quiescent else None
+
+
+def _parent_closed(parent: Mapping[str, Any], world: World) -> CancelTask | None:
+    """A spawned task's parent-close policy, applied: cancel it when its parent was
+    cancelled or returned (succeeded) without waiting for it."""
+    if parent.get("close", "cancel") != "cancel":
         return None
-    at = int(until) / 1000
-    return StartAttempt(name, attempt + 1) if now >= at else WakeAt(name, at)
+    p = world.peek(str(parent.get("task_id")))
+    if p is None:
+        return None
+    if p.cancelled is not None:
+        who = str(p.cancelled.get("operator") or SYSTEM)
+        why = p.cancelled.get("reason") or "cancelled"
+        return CancelTask(who, f"parent task {p.task_id} was cancelled: {why}")
+    if p.status is TaskStatus.SUCCEEDED:
+        return CancelTask(SYSTEM, f"parent task {p.task_id} returned without waiting for it")
+    return None
 
 
 def owed_compensations(task: TaskState, workflow: Workflow) -> set[str]:

@@ -25,12 +25,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, assert_never
 
-from apollo11.scheduler import defaults, metrics
+from apollo11.scheduler import defaults, metrics, waits
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import (
     Action,
     Adopt,
     CancelAttempt,
+    CancelTask,
     Compensate,
     FailLost,
     NoWorkflow,
@@ -56,7 +57,7 @@ from apollo11.scheduler.errors import (
     OutcomeUnknownError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.replay import TaskState
+from apollo11.scheduler.replay import TaskState, TaskStatus
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
 from apollo11.scheduler.store import Store
 from apollo11.scheduler.workflow import Registry, Step, Workflow
@@ -69,6 +70,16 @@ _STARTED = EventType.STEP_STARTED
 # a running step's own events: its runner's end decides the task (Engine._on_events)
 _OWN = frozenset({_STARTED, EventType.STEP_SUCCEEDED, EventType.STEP_FAILED})
 _EVENT = EventType.EVENT
+# what may finish a task, or close a parent: its spawned relatives are decided again
+_CLOSING = frozenset(
+    {
+        EventType.STEP_SUCCEEDED,
+        EventType.STEP_FAILED,
+        EventType.STEP_COMPENSATED,
+        EventType.MANUAL_OVERRIDE,
+        EventType.TASK_CANCELLED,
+    }
+)
 _NOTHING: frozenset[str] = frozenset()
 Group = tuple[str, int, tuple[tuple[str, str], ...]]  # workflow, version, labels
 
@@ -132,6 +143,7 @@ class Engine:
         self._starting: list[Draft] = []  # STARTED of the steps this pass starts
         self._start_gate: _StartGate | None = None
         self._flushes: set[asyncio.Task[None]] = set()
+        self._closing: set[str] = set()  # spawned tasks whose cancel is being written
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -157,6 +169,7 @@ class Engine:
                 if isinstance(self.executor, InProcessExecutor)
                 else InProcessExecutor(threads=min(concurrency, DEFAULT_CONCURRENCY))
             ),
+            resolve=self._child_workflow,
         )
         self._requests = Requests(self)
         store.add_observer(self._on_events)
@@ -201,6 +214,7 @@ class Engine:
                 await t
         self._busy.clear()
         self._timers.clear()
+        self._closing.clear()
         self._slots_used = 0
         self._queued.clear()
         self._queued_set.clear()
@@ -236,6 +250,8 @@ class Engine:
                     if waiting:
                         dirty.update(waiting)
                 continue
+            if e.event_type in _CLOSING:
+                self._relatives(e.task_id)
             # The STARTED of a step this engine is running changes nothing to decide:
             # the step is busy, and no other step waits on a start (a large share of
             # all decisions, docs/benchmarks.md). One it is not running (a former
@@ -251,6 +267,18 @@ class Engine:
             for task_id in {e.task_id for e in events} & self._waiters.keys():
                 self._check_waiters(task_id)
         self._wake.set()
+
+    def _relatives(self, task_id: str) -> None:
+        """A spawned task that finished wakes its parent's wait; a parent cancelled or
+        returned closes its children (decide applies their policy)."""
+        task = self.store.state.tasks.get(task_id)
+        if task is None:
+            return
+        if task.parent is not None and task.quiescent:
+            self._dirty.add(str(task.parent["task_id"]))
+        d = task.durable
+        if d is not None and (task.cancelled is not None or task.status is TaskStatus.SUCCEEDED):
+            self._dirty.update(child for child, _ in waits.spawned(d.checkpoints))
 
     def _check_waiters(self, task_id: str) -> None:
         if task_id not in self._waiters:
@@ -343,7 +371,7 @@ class Engine:
             return
         wf = self._resolve(task)
         now = self.clock.now()
-        actions = decide(task, wf, self._busy.get(task_id, _NOTHING), now)
+        actions = decide(task, wf, self._busy.get(task_id, _NOTHING), now, self.store.state)
         self._act(task, wf, actions, now)
 
     def _act(
@@ -397,6 +425,12 @@ class Engine:
                         self.steps.compensate(task_id, a.step, wf.steps[a.step], resume=a.resume),
                         f"compensate {key}",
                     )
+                case CancelTask():
+                    if task_id not in self._closing:
+                        self._closing.add(task_id)
+                        closing = asyncio.ensure_future(self._close(task_id, a))
+                        self._flushes.add(closing)
+                        closing.add_done_callback(self._flushes.discard)
                 case Stuck():
                     stuck = True
                     self._problem(task_id, a.reason)
@@ -412,6 +446,19 @@ class Engine:
             self._timers.pop(key, None)
         self._dirty.add(task_id)
         self._wake.set()
+
+    async def _close(self, task_id: str, a: CancelTask) -> None:
+        """Cancel a spawned task whose parent closed (its TASK_CANCELLED decides it again:
+        its running steps are cancelled, its compensations follow, its own children)."""
+        try:
+            await self._requests.close_child(task_id, operator=a.operator, reason=a.reason)
+        except ApolloError as e:
+            log.warning("task %s: cannot cancel it with its parent: %s", task_id, e)
+        finally:
+            self._closing.discard(task_id)
+
+    def _child_workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
+        return self._requests.workflow(workflow, input, version)
 
     def _problem(self, task_id: str, why: str) -> None:
         if self.problems.get(task_id) != why:

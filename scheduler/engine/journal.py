@@ -6,6 +6,12 @@ replayed state, and appends CHECKPOINT and WAIT records as it goes; each
 in synchronous mode), so the code after a `ctx.step` never runs before that
 step's checkpoint would survive a failover. A WAIT ends the attempt: `ended`
 tells the runner to record no outcome for it (docs/durable.md).
+
+A `ctx.spawn` plans its child here (its workflow checked, its task id chosen, or
+the one its idempotency key already names taken); the child's TASK_SUBMITTED is
+appended in the same batch as the spawn's checkpoint, before it, so a torn
+batch leaves at most a child without its checkpoint, which the re-run finds by
+its key instead of starting a second one.
 """
 
 from __future__ import annotations
@@ -14,10 +20,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.requests import new_task_id, submission
 from apollo11.scheduler.errors import InvalidEventError, LeaseLostError
 from apollo11.scheduler.log import Draft, EventType
+from apollo11.scheduler.replay import outcome
 from apollo11.scheduler.store import Store
-from apollo11.scheduler.workflow import StepError
+from apollo11.scheduler.workflow import StepError, Workflow
+
+# (workflow, input, version) -> the workflow a submission of it runs, or an ApolloError
+Resolve = Callable[[str, Any, "int | None"], Workflow]
 
 
 class StoreJournal:
@@ -33,8 +44,10 @@ class StoreJournal:
         attempt: int,
         lease_valid: Callable[[], bool],
         committed: Callable[[int], Awaitable[bool]],
+        resolve: Resolve | None = None,
     ) -> None:
         self._store = store
+        self._resolve = resolve
         self._clock = clock
         self._task_id = task_id
         self._step = step
@@ -42,6 +55,7 @@ class StoreJournal:
         self._lease_valid = lease_valid
         self._committed = committed
         self.ended = False  # a WAIT was appended: the attempt is over
+        self._children: dict[str, Draft] = {}  # planned, not recorded yet: task id -> draft
 
     def _durable(self) -> Any:
         task = self._store.state.tasks.get(self._task_id)
@@ -65,6 +79,30 @@ class StoreJournal:
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         return self._store.state.first_event(key, since)
 
+    def child(self, task_id: str) -> Mapping[str, Any] | None:
+        task = self._store.state.peek(task_id)
+        return outcome(task) if task is not None and task.quiescent else None
+
+    def plan_child(
+        self,
+        workflow: str,
+        input: Any,
+        version: int | None,
+        key: str,
+        parent: Mapping[str, Any],
+    ) -> str:
+        known = self._store.state.task_for_key(key)
+        if known is not None and (known.parent or {}).get("task_id") == self._task_id:
+            return known.task_id  # a run before this one submitted it, then died
+        if self._resolve is None:
+            raise StepError("this engine cannot start child tasks", final=True)
+        wf = self._resolve(workflow, input, version)
+        payload = submission(wf, input, key)
+        payload["parent"] = dict(parent)
+        task_id = new_task_id()
+        self._children[task_id] = Draft(EventType.TASK_SUBMITTED, task_id, payload=payload)
+        return task_id
+
     def now_ms(self) -> int:
         return self._clock.now_ms()
 
@@ -81,6 +119,11 @@ class StoreJournal:
             # never write for an attempt this node may no longer own
             raise LeaseLostError(f"{where}: checkpoint not recorded, the lease is in doubt")
         drafts = [
+            self._children.pop(str(c["child"]))
+            for c in checkpoints
+            if c.get("kind") == "spawn" and str(c.get("child")) in self._children
+        ]
+        drafts += [
             Draft(EventType.CHECKPOINT, self._task_id, self._step, dict(c), self._attempt)
             for c in checkpoints
         ]

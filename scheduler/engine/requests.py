@@ -118,7 +118,7 @@ class Requests:
     ) -> Submitted:
         p = self._p
         p.check_leading()
-        wf = self._workflow(workflow, input, version)
+        wf = self.workflow(workflow, input, version)
         if idempotency_key is not None:
             check_key(idempotency_key)
             existing = self._existing(idempotency_key, workflow, input)
@@ -156,7 +156,7 @@ class Requests:
         plans: list[tuple[Workflow, SubmitItem]] = []
         for i, item in enumerate(items):
             try:
-                wf = self._workflow(item.workflow, item.input, item.version)
+                wf = self.workflow(item.workflow, item.input, item.version)
                 if item.idempotency_key is not None:
                     check_key(item.idempotency_key)
             except (NotFoundError, InvalidArgumentError, WorkflowDefinitionError) as e:
@@ -232,7 +232,7 @@ class Requests:
             out[i] = Submitted((await asyncio.shield(fut)).task_id, False)
         return out  # type: ignore[return-value]
 
-    def _workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
+    def workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
         """The workflow a submission names, or the error that refuses it."""
         p = self._p
         if workflow == SHELL_WORKFLOW:
@@ -339,6 +339,23 @@ class Requests:
         require_reason(operator, reason)
         refuse_cancel(task)
         payload = shown_as({"operator": operator, "reason": reason}, display)
+        owed = owed_by_cancel(task, p.workflow_for(task))
+        if owed:
+            payload["compensate"] = owed
+        event = await p.store.log.append(EventType.TASK_CANCELLED, task_id, payload=payload)
+        await p.wait_commit(event.event_id)
+        return event
+
+    async def close_child(self, task_id: str, *, operator: str, reason: str) -> Event | None:
+        """Cancel a spawned task because its parent closed (decide's CancelTask); None
+        when it finished or was cancelled meanwhile."""
+        p = self._p
+        task = p.store.state.peek(task_id)
+        if task is None or task.cancelled is not None or task.quiescent:
+            return None
+        payload: dict[str, Any] = {"operator": operator, "reason": reason}
+        if task.parent is not None:
+            payload["parent"] = task.parent.get("task_id")
         owed = owed_by_cancel(task, p.workflow_for(task))
         if owed:
             payload["compensate"] = owed

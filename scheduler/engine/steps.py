@@ -31,7 +31,7 @@ from apollo11.scheduler.engine.executor import (
     Succeeded,
     failure,
 )
-from apollo11.scheduler.engine.journal import StoreJournal
+from apollo11.scheduler.engine.journal import Resolve, StoreJournal
 from apollo11.scheduler.engine.retry import (
     compensation_delay,
     final_after_failure,
@@ -97,8 +97,10 @@ class StepRunner:
         lapsed: Callable[[str], None],
         ended: Callable[[], None],
         compensator: Executor | None = None,
+        resolve: Resolve | None = None,
     ) -> None:
         self.store = store
+        self._resolve = resolve  # a durable main's ctx.spawn: the child's workflow
         self.executor = executor
         # Compensations run where this node is (workers run attempts only).
         self.compensator = compensator or executor
@@ -193,6 +195,7 @@ class StepRunner:
                 attempt=attempt,
                 lease_valid=self._lease_valid,
                 committed=self._committed,
+                resolve=self._resolve,
             )
         ctx = self.context(task, name, attempt, spec.after, journal)
         token = AttemptToken(step.started_term, step.started_event)

@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from apollo11.scheduler import waits
 from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.replay import TaskStatus
@@ -56,6 +57,8 @@ def make_env() -> Environment:
     )
     env.filters["clock"] = _clock
     env.filters["who"] = timeline.who
+    env.filters["wait_words"] = waits.describe
+    env.globals["spawned"] = waits.spawned
     return env
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from apollo11.scheduler.durable import (
+    ChildFailed,
     DedupeKey,
     DurableContext,
     DurableStepError,
@@ -31,6 +32,8 @@ class FakeJournal:
         self.events: list[tuple[int, str, Any]] = []
         self.t = T0
         self.writes: list[list[str]] = []  # the kinds of each record() call
+        self.finished: dict[str, dict[str, Any]] = {}  # child task id -> its outcome
+        self.planned: list[tuple[str, Any, str, dict[str, Any]]] = []  # (wf, input, key, parent)
 
     @property
     def checkpoints(self) -> Sequence[Mapping[str, Any]]:
@@ -46,6 +49,22 @@ class FakeJournal:
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         return next(((i, p) for i, k, p in self.events if k == key and i >= since), None)
+
+    def child(self, task_id: str) -> Mapping[str, Any] | None:
+        return self.finished.get(task_id)
+
+    def plan_child(
+        self,
+        workflow: str,
+        input: Any,
+        version: int | None,
+        key: str,
+        parent: Mapping[str, Any],
+    ) -> str:
+        if workflow == "missing":
+            raise LookupError("workflow 'missing' is not loaded")
+        self.planned.append((workflow, input, key, dict(parent)))
+        return f"c{len(self.planned)}"
 
     def now_ms(self) -> int:
         return self.t
@@ -253,3 +272,85 @@ async def test_sleep_and_memoized_values() -> None:
     out = await attempt(j, 2, wf)
     assert out[0] == j.cps[0]["output"] and out[2] == (T0 + 30_000) / 1000
     assert await attempt(j, 3, wf) == out
+
+
+kids = DurableWorkflow("kids", version=1)
+
+
+@kids.main
+async def run_kids(ctx: DurableContext, items: list[str]) -> Any:
+    handles = [ctx.spawn("ship", {"item": i}) for i in items]
+    try:
+        shipped = await ctx.gather(*handles)
+    except ChildFailed as e:
+        return ["failed", e.task_id, e.state]
+    which, got = await ctx.first(ctx.wait_for_event("go", timeout=60), handles[0])
+    return [shipped, which, got]
+
+
+def _done(result: Any) -> dict[str, Any]:
+    return {"status": "SUCCEEDED", "result": result, "error": None}
+
+
+async def test_children_are_spawned_once_gathered_and_replayed() -> None:
+    j = FakeJournal()
+    assert await attempt(j, 1, kids, ["a", "b"]) is None
+    # the spawns ride with the gather's WAIT: one record
+    assert j.writes == [["spawn", "spawn", "WAIT"]]
+    assert [(w, i, k, p) for w, i, k, p in j.planned] == [
+        ("ship", {"item": "a"}, "t1:0", {"task_id": "t1", "seq": 0, "close": "cancel"}),
+        ("ship", {"item": "b"}, "t1:1", {"task_id": "t1", "seq": 1, "close": "cancel"}),
+    ]
+    assert j.waiting is not None and j.waiting["kind"] == "all"
+    assert [p["task_id"] for p in j.waiting["parts"]] == ["c1", "c2"]
+    j.finished["c1"] = _done("A")
+    assert await attempt(j, 2, kids, ["a", "b"]) is None  # woken early: the same wait again
+    assert j.writes[-1] == ["WAIT"] and len(j.planned) == 2  # nothing spawned again
+    j.finished["c2"] = _done("B")
+    out = await attempt(j, 3, kids, ["a", "b"])
+    # first of (event, child c1): the child had finished, the event never came
+    assert out == [["A", "B"], 1, "A"]
+    assert j.cps[2]["output"] == ["A", "B"] and j.cps[3]["output"] == [1, "A"]
+    writes = len(j.writes)
+    assert await attempt(j, 4, kids, ["a", "b"]) == out and len(j.writes) == writes
+
+
+async def test_a_failed_child_raises_the_same_at_every_replay() -> None:
+    j = FakeJournal()
+    await attempt(j, 1, kids, ["a", "b"])
+    j.finished["c2"] = {"status": "CANCELLED", "result": None, "error": "stop"}
+    out = await attempt(j, 2, kids, ["a", "b"])  # fail-fast: c1 still runs
+    assert out == ["failed", "c2", "CANCELLED"]
+    assert j.cps[2]["error"]["type"] == "ChildFailed"
+    assert await attempt(j, 3, kids, ["a", "b"]) == out
+
+
+async def test_a_changed_spawn_is_non_determinism() -> None:
+    j = FakeJournal()
+    await attempt(j, 1, kids, ["a", "b"])
+    with pytest.raises(StepError) as exc:
+        await attempt(j, 2, kids, ["a", "c"])
+    report = exc.value.details["nondeterminism"]
+    assert report["seq"] == 1 and report["got"]["kind"] == "spawn"
+
+
+async def test_spawn_and_gather_refuse_what_they_cannot_take() -> None:
+    wf = DurableWorkflow("bad", version=1)
+
+    @wf.main
+    async def main(ctx: DurableContext, what: str) -> Any:
+        if what == "missing":
+            try:
+                ctx.spawn("missing", {})
+            except Exception:  # a spawn that cannot be made is not the code's to swallow
+                return "swallowed"
+        if what == "policy":
+            ctx.spawn("ship", {}, close="orphan")
+        return await ctx.gather(ctx.step("x", len, "a", idempotency=Idempotent()))  # type: ignore[arg-type]
+
+    with pytest.raises(StepError, match=r"ctx.spawn 'missing' at checkpoint 0: .*not loaded"):
+        await attempt(FakeJournal(), 1, wf, "missing")
+    with pytest.raises(ValueError, match="close must be one of"):
+        await attempt(FakeJournal(), 1, wf, "policy")
+    with pytest.raises(TypeError, match=r"ctx\.gather takes what ctx\.spawn"):
+        await attempt(FakeJournal(), 1, wf, "gather")

@@ -6,6 +6,7 @@ from typing import Any
 
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow, Idempotent
 from apollo11.scheduler.engine import StartAttempt, Stuck, WakeAt, decide, retry
+from apollo11.scheduler.engine.decide import CancelTask
 from apollo11.scheduler.log import Event
 from apollo11.scheduler.replay import (
     State,
@@ -163,3 +164,58 @@ def test_a_dag_task_dict_has_no_durable_entry() -> None:
     h = History({"a": []}).ok("a")
     assert "durable" not in h.task.to_dict() and "events" not in h.state.to_dict()
     assert "waits" not in h.task.to_dict()["steps"][0]
+
+
+def test_a_first_of_an_event_and_a_timer_is_indexed_by_its_key_and_woken_by_either() -> None:
+    h = History(MAIN).add(E.STEP_STARTED, "main", 1)
+    parts = [
+        {"kind": "event", "key": "k", "since": h.task.first_event_id},
+        {"kind": "sleep", "until_ms": T0_MS + 60_000},
+    ]
+    h.add(E.WAIT, "main", 1, _cp(0, "any", "first", parts=parts))
+    assert h.task.status is TaskStatus.WAITING and h.state.waits == {"k": {"t"}}
+    # nothing yet: woken at the timer's deadline
+    assert decide(h.task, wf, NOTHING, h.now, h.state) == [WakeAt("main", T0_MS / 1000 + 60)]
+    assert decide(h.task, wf, NOTHING, T0_MS / 1000 + 60, h.state) == [StartAttempt("main", 2)]
+    eid = _event(h, "k", "go")
+    assert h.task.durable is not None and h.task.durable.matched == eid
+    assert decide(h.task, wf, NOTHING, h.now, h.state) == [StartAttempt("main", 2)]
+    assert decide(h.task, wf, NOTHING, h.now) == [StartAttempt("main", 2)]  # alone: matched
+    # a snapshot's reindex finds the composite wait's key again
+    copy = State(tasks={"t": TaskState.from_dict(h.task.to_dict())})
+    copy.load_events(h.state.events_dict()["events"])
+    reindex(copy)
+    assert copy.waits == {"k": {"t"}} and copy.tasks["t"].durable is not None
+    assert copy.tasks["t"].durable.matched == eid
+
+
+def test_a_wait_on_children_wakes_when_they_have_finished() -> None:
+    parent = History(MAIN).add(E.STEP_STARTED, "main", 1)
+    kid = History({"pack": []}, task_id="c1")
+    parent.state.tasks["c1"] = kid.task  # one world: the parent and its child
+    parts = [{"kind": "child", "task_id": "c1"}]
+    parent.add(E.WAIT, "main", 1, _cp(0, "all", "gather", parts=parts))
+    p = parent.task
+    assert decide(p, wf, NOTHING, parent.now, parent.state) == []  # no timer: the child moves it
+    kid.add(E.STEP_STARTED, "pack", 1).add(E.STEP_SUCCEEDED, "pack", 1, {"result": 7})
+    assert decide(p, wf, NOTHING, parent.now, parent.state) == [StartAttempt("main", 2)]
+
+
+def test_a_child_is_cancelled_with_its_parent_unless_abandoned() -> None:
+    parent = History(MAIN).add(E.STEP_STARTED, "main", 1)
+    kids = {}
+    for name, close in (("c1", "cancel"), ("c2", "abandon")):
+        kid = History(MAIN, task_id=name)
+        kid.task.parent = {"task_id": "t", "seq": 0, "close": close}
+        parent.state.tasks[name] = kid.task
+        kids[name] = kid
+    assert decide(kids["c1"].task, wf, NOTHING, parent.now, parent.state) == [
+        StartAttempt("main", 1)
+    ]
+    parent.add(E.TASK_CANCELLED, payload={"operator": "alice", "reason": "no"})
+    (closing,) = decide(kids["c1"].task, wf, NOTHING, parent.now, parent.state)
+    assert isinstance(closing, CancelTask) and closing.operator == "alice"
+    assert "parent task t was cancelled: no" in closing.reason
+    assert decide(kids["c2"].task, wf, NOTHING, parent.now, parent.state) == [
+        StartAttempt("main", 1)
+    ]
