@@ -22,7 +22,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, assert_never
 
 from apollo11.scheduler import defaults, metrics, waits
@@ -49,6 +49,7 @@ from apollo11.scheduler.engine.requests import (
     Submitted,
 )
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
+from apollo11.scheduler.engine.timers import Timers
 from apollo11.scheduler.errors import (
     ApolloError,
     LeaseLostError,
@@ -129,7 +130,7 @@ class Engine:
         # task id -> step -> what runs for it here (an attempt, a lost step's FAILED
         # being written, a compensation); a task with nothing running has no entry
         self._busy: dict[str, dict[str, asyncio.Task[None]]] = {}
-        self._timers: dict[Key, asyncio.Task[None]] = {}
+        self._timers = Timers(self.clock, self._woken_up)  # wake-ups: one heap, one sleeper
         self._slots_used = 0
         self._queued: deque[str] = deque()
         self._ready: list[str] = []  # left the queue for a freed slot; decided first
@@ -200,9 +201,9 @@ class Engine:
         STARTED without an end and fails them as lost, by the same rules.
         """
         self._leading = False
+        await self._timers.stop()
         tasks = [
             *(t for steps in self._busy.values() for t in steps.values()),
-            *self._timers.values(),
             *self._flushes,
         ]
         if self._loop_task is not None:
@@ -213,7 +214,6 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._busy.clear()
-        self._timers.clear()
         self._closing.clear()
         self._slots_used = 0
         self._queued.clear()
@@ -402,11 +402,7 @@ class Engine:
                         self._dirty.add(task_id)
                         self._wake.set()
                 case WakeAt():
-                    key = (task_id, a.step)
-                    if key not in self._timers:
-                        self._timers[key] = asyncio.create_task(
-                            self._wake_at(key, task_id, a.at - now)
-                        )
+                    self._timers.arm((task_id, a.step), a.at)
                 case CancelAttempt():
                     run = self._busy.get(task_id, {}).get(a.step)
                     self.steps.cancel((task_id, a.step), a.reason, run)
@@ -439,12 +435,9 @@ class Engine:
         if not stuck:
             self.problems.pop(task_id, None)
 
-    async def _wake_at(self, key: Key, task_id: str, delay: float) -> None:
-        try:
-            await self.clock.sleep(delay)
-        finally:
-            self._timers.pop(key, None)
-        self._dirty.add(task_id)
+    def _woken_up(self, keys: list[Hashable]) -> None:
+        """Wake-ups that came due: decide their tasks again (all in the next pass)."""
+        self._dirty.update(k[0] for k in keys if isinstance(k, tuple))
         self._wake.set()
 
     async def _close(self, task_id: str, a: CancelTask) -> None:
