@@ -385,6 +385,11 @@ class State:
     # idempotency key -> the event it recorded (a duplicate is recorded once).
     events: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     event_keys: dict[str, int] = field(default_factory=dict)
+    # an event idempotency key's end (ms, the log's clock: the EVENT's time plus the TTL it
+    # recorded); gone from event_keys then, at the next EVENT. None: kept (older logs).
+    event_key_expires: dict[str, int] = field(default_factory=dict)
+    # Derived (rebuilt by load_events): (expires, key), earliest first
+    event_key_heap: list[tuple[int, str]] = field(default_factory=list, compare=False)
     # Derived (not serialized; `reindex` rebuilds it): event key -> the tasks waiting on it.
     waits: dict[str, set[str]] = field(default_factory=dict)
 
@@ -400,12 +405,13 @@ class State:
         """The event index as JSON (snapshots, `to_dict`); {} when there is none."""
         if not self.events:
             return {}
-        return {
-            "events": {
-                "by_key": {k: [list(r) for r in v] for k, v in sorted(self.events.items())},
-                "keys": dict(sorted(self.event_keys.items())),
-            }
+        out: dict[str, Any] = {
+            "by_key": {k: [list(r) for r in v] for k, v in sorted(self.events.items())},
+            "keys": dict(sorted(self.event_keys.items())),
         }
+        if self.event_key_expires:
+            out["expires"] = dict(sorted(self.event_key_expires.items()))
+        return {"events": out}
 
     def load_events(self, d: Mapping[str, Any] | None) -> None:
         """Restore what `events_dict` wrote (its "events" entry)."""
@@ -413,6 +419,8 @@ class State:
             return
         self.events = {k: [(int(i), p) for i, p in v] for k, v in d["by_key"].items()}
         self.event_keys = {k: int(v) for k, v in d["keys"].items()}
+        self.event_key_expires = {k: int(v) for k, v in (d.get("expires") or {}).items()}
+        self.event_key_heap = sorted((v, k) for k, v in self.event_key_expires.items())
 
     def task(self, task_id: str) -> TaskState | None:
         """The task, from memory or (faulted back in) from the archive."""
@@ -1057,11 +1065,20 @@ def _on_event(state: State, event: Event) -> None:
     if not isinstance(key, str) or not key:
         _state_anomaly(state, event, "EVENT without a key")
         return
+    _expire_event_keys(state, event.timestamp)
     idem = p.get("idempotency_key")
     if idem:
-        if idem in state.event_keys:
+        known = state.event_keys.get(idem)
+        if known is not None and p.get("renews") != known:
             return  # a duplicate: the first one with this key is the one recorded
         state.event_keys[idem] = event.event_id
+        ttl = p.get("ttl_ms")
+        if ttl:
+            ends = event.timestamp + int(ttl)
+            state.event_key_expires[idem] = ends
+            heapq.heappush(state.event_key_heap, (ends, idem))
+        else:
+            state.event_key_expires.pop(idem, None)
     refs = state.events.get(key)
     if refs is None:
         refs = state.events[key] = []
@@ -1073,6 +1090,17 @@ def _on_event(state: State, event: Event) -> None:
             continue
         if any(k == key and event.event_id >= since for k, since in _waits.event_keys(d.wait)):
             d.matched = event.event_id
+
+
+def _expire_event_keys(state: State, now_ms: int) -> None:
+    """Forget the event idempotency keys whose TTL ended before `now_ms` (an EVENT's
+    time: the same point of the log on every replica)."""
+    heap = state.event_key_heap
+    while heap and heap[0][0] <= now_ms:
+        ends, key = heapq.heappop(heap)
+        if state.event_key_expires.get(key) == ends:
+            del state.event_key_expires[key]
+            del state.event_keys[key]
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {

@@ -277,17 +277,26 @@ class Requests:
         p.check_leading()
         if not key or len(key) > KEY_MAX:
             raise InvalidArgumentError(f"key must be 1 to {KEY_MAX} characters")
+        renews = None
         if idempotency_key is not None:
             check_key(idempotency_key)
-            known = p.store.state.event_keys.get(idempotency_key)
+            state = p.store.state
+            known = state.event_keys.get(idempotency_key)
             if known is not None:
-                return EventSent(known, False)
+                ends = state.event_key_expires.get(idempotency_key)
+                if ends is None or p.clock.now_ms() < ends:
+                    return EventSent(known, False)
+                renews = known  # its TTL is over: a new event, which replay takes as one
             pending = self._events_inflight.get(idempotency_key)
             if pending is not None:
                 return EventSent((await asyncio.shield(pending)).event_id, False)
         body: dict[str, Any] = {"key": key, "payload": payload}
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
+            # how long a resend is recorded once: the same window as a submission's key
+            body["ttl_ms"] = int(p.idempotency_ttl_s * 1000)
+            if renews is not None:
+                body["renews"] = renews
             fut: asyncio.Future[EventSent] = asyncio.get_running_loop().create_future()
             self._events_inflight[idempotency_key] = fut
         if sender:

@@ -186,3 +186,23 @@ async def test_the_timer_is_rearmed_after_a_restart(tmp_path: Path) -> None:
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+async def test_an_event_key_dedupes_within_its_ttl_only(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path / "ttl", ManualClock(), approval)
+    try:
+        ttl = rig.engine.idempotency_ttl_s
+        first = await rig.engine.send_event("k", 1, idempotency_key="i")
+        again = await rig.engine.send_event("k", 2, idempotency_key="i")
+        assert first.created and not again.created and again.event_id == first.event_id
+        rig.clock.advance(ttl + 1)
+        later = await rig.engine.send_event("k", 3, idempotency_key="i")
+        assert later.created and later.event_id > first.event_id
+        assert [p for _, p in rig.store.state.events["k"]] == [1, 3]
+        # the log replays to the same index (the renewal is a fact in the log)
+        rig = await rig.reopen(approval)
+        assert [p for _, p in rig.store.state.events["k"]] == [1, 3]
+        assert rig.store.state.event_keys == {"i": later.event_id}
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()

@@ -219,3 +219,30 @@ def test_a_child_is_cancelled_with_its_parent_unless_abandoned() -> None:
     assert decide(kids["c2"].task, wf, NOTHING, parent.now, parent.state) == [
         StartAttempt("main", 1)
     ]
+
+
+def test_an_event_idempotency_key_is_forgotten_after_its_ttl() -> None:
+    h = History(MAIN)
+    body = {"key": "k", "payload": 1, "idempotency_key": "i", "ttl_ms": 60_000}
+
+    def send(payload: dict[str, Any], after_s: float) -> int:
+        h.now_ms += int(after_s * 1000)
+        eid = h.state.last_event_id + 1
+        apply(h.state, Event(eid, 1, "n1", "", "", E.EVENT, payload, h.now_ms, 0))
+        return eid
+
+    first = send(body, 0)
+    send({**body, "payload": 2}, 30)  # within the TTL: a duplicate
+    assert h.state.events["k"] == [(first, 1)] and h.state.event_keys == {"i": first}
+    # a resend after the TTL renews the key (SendEvent says which event it renews)
+    renewed = send({**body, "payload": 3, "renews": first}, 40)
+    assert h.state.events["k"][-1] == (renewed, 3) and h.state.event_keys == {"i": renewed}
+    # without a resend, the next event after the TTL cleans the key up
+    send({"key": "other", "payload": None}, 61)
+    assert h.state.event_keys == {} and h.state.event_key_expires == {}
+    # and a snapshot carries what is left of the index
+    send({**body, "payload": 4}, 0)
+    copy = State()
+    copy.load_events(h.state.events_dict()["events"])
+    assert copy.event_key_expires == h.state.event_key_expires != {}
+    assert copy.event_key_heap == [(h.now_ms + 60_000, "i")]
