@@ -1429,6 +1429,19 @@ def bench_grpc(
     _bench(run, summary_rows, "grpc", quick, as_json, workdir)
 
 
+@bench_app.command("durable")
+def bench_durable(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Durable tasks: memory per waiting task and a node's recovery holding 100k of
+    them, 10k timers due together, replay of 1,000 checkpoints, event to wake."""
+    from apollo11.scheduler.tools.bench.durable_bench import run, summary_rows
+
+    _bench(run, summary_rows, "durable", quick, as_json, workdir)
+
+
 @bench_app.command("failover")
 def bench_failover(
     cycles: Annotated[int | None, typer.Option("--cycles", help="Kills (default 20).")] = None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import enum
 import heapq
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -115,7 +116,7 @@ class StepState:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StepState:
-        s = cls(d["name"])
+        s = cls(sys.intern(d["name"]))
         for key, value in d.items():
             if key in _STEP_FIELDS and value != getattr(cls, key):
                 setattr(s, key, value)
@@ -161,9 +162,17 @@ class DurableState:
     def from_dict(cls, d: Mapping[str, Any]) -> DurableState:
         return cls(
             [dict(c) for c in d.get("checkpoints") or ()],
-            dict(d["wait"]) if d.get("wait") else None,
+            _interned(d["wait"]) if d.get("wait") else None,
             d.get("nondeterminism"),
         )
+
+
+def _interned(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy whose short strings are shared: a wait's kind, name and input hash are
+    the same for every task waiting at that point of a workflow."""
+    return {
+        k: sys.intern(v) if isinstance(v, str) and len(v) <= 64 else v for k, v in payload.items()
+    }
 
 
 @dataclass(slots=True)
@@ -231,6 +240,8 @@ class TaskState:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TaskState:
         fields = dict(d)
+        fields["deps"] = shared_deps(fields["deps"])
+        fields["workflow"] = sys.intern(fields["workflow"])
         steps = [StepState.from_dict(s) for s in fields.pop("steps")]
         durable = fields.pop("durable", None)
         t = cls(steps={s.name: s for s in steps}, **fields)
@@ -309,6 +320,23 @@ def summarize(t: TaskState) -> Summary:
     return Summary(
         t.task_id, t.workflow, t.status, t.submitted_ms, t.updated_ms, t.done, len(t.steps)
     )
+
+
+_DEPS: dict[tuple[tuple[str, tuple[str, ...]], ...], dict[str, list[str]]] = {}
+_DEPS_MAX = 10_000  # distinct DAG shapes kept (a shell DAG may be one of a kind)
+
+
+def shared_deps(deps: dict[str, list[str]]) -> dict[str, list[str]]:
+    """One dict per DAG shape, shared by every task of that shape: every task of a
+    workflow version has the same, and nothing changes a task's deps once submitted
+    (a sleeping durable task's state is mostly such constants: docs/benchmarks.md)."""
+    key = tuple((name, tuple(after)) for name, after in deps.items())
+    found = _DEPS.get(key)
+    if found is None:
+        if len(_DEPS) >= _DEPS_MAX:
+            return deps
+        found = _DEPS[key] = deps
+    return found
 
 
 def outcome(t: TaskState) -> dict[str, Any]:
@@ -711,11 +739,11 @@ def _on_submitted(state: State, event: Event) -> None:
     ):
         _state_anomaly(state, event, f"task {event.task_id!r} submitted twice")
         return
-    deps: dict[str, list[str]] = p.get("steps") or {}
+    deps: dict[str, list[str]] = shared_deps(p.get("steps") or {})
     key = p.get("idempotency_key")
     task = TaskState(
         task_id=event.task_id,
-        workflow=str(p.get("workflow", "")),
+        workflow=sys.intern(str(p.get("workflow", ""))),
         version=int(p.get("version", 1)),
         input=p.get("input"),
         deps=deps,
@@ -1052,7 +1080,7 @@ def _on_wait(state: State, event: Event) -> None:
     task, step, _ = found
     d = _durable(task)
     _unindex_wait(state, task)
-    d.wait = w = dict(event.payload)
+    d.wait = w = _interned(event.payload)
     _index_wait(state, task, w)
     step.waits += 1
     step.finished_ms = event.timestamp

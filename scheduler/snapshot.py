@@ -275,7 +275,7 @@ class Snapshots:
             pos = Position(*doc["position"])
             chunks = tuple(doc["chunks"])
             s = doc["state"]
-            tasks = [TaskState.from_dict(t) for t in s["tasks"]]
+            tasks = _tasks_of(s["tasks"])
             active_ids = {t.task_id for t in tasks}
             state = State(
                 tasks={t.task_id: t for t in tasks},
@@ -415,3 +415,15 @@ def _encode_paced(tasks: list[TaskState]) -> list[Record]:
 def _unlink(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def _tasks_of(docs: list[Any]) -> list[TaskState]:
+    """The tasks of a snapshot's document, each dict let go as soon as its task is
+    built: the next task is built in the memory it held, so a node holding 100k
+    waiting tasks does not keep the document's footprint besides its own
+    (docs/benchmarks.md, bench durable: 4.9 -> 2.x KB a task)."""
+    out = []
+    for i, d in enumerate(docs):
+        out.append(TaskState.from_dict(d))
+        docs[i] = None
+    return out

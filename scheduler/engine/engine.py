@@ -329,6 +329,7 @@ class Engine:
                     log.exception("scheduling task %s failed", task_id)
             spent = time.perf_counter() - t0
             self.decisions += len(ready) + len(dirty)
+            del ready, dirty  # not held while the loop waits (a restart's pass names every task)
             # A task taken from the queue may not have used its slot (cancelled since,
             # say): hand what is still free to the next ones.
             self._refill_ready()
