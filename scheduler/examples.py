@@ -1,6 +1,8 @@
 """Bundled workflows. `etl` is the seed notes' five-stage pipeline; `approval` is a
 durable task (docs/durable.md): charge, wait for an approval event, refund if none
-comes in time; `invoice` has a typed input (a pydantic model, checked at submit).
+comes in time; `fulfil` is a durable task with children: one `pack` task per item,
+spawned and gathered, the first failure refunding the order; `invoice` has a typed
+input (a pydantic model, checked at submit).
 
 Its input controls what it does, so tests and demos can script failures:
 
@@ -32,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from apollo11.scheduler.durable import DurableContext, DurableWorkflow, current_step
+from apollo11.scheduler.durable import ChildFailed, DurableContext, DurableWorkflow, current_step
 from apollo11.scheduler.workflow import (
     Checkpoint,
     DedupeKey,
@@ -111,12 +113,16 @@ def _ledger(ctx: StepContext) -> None:
         token = ctx.fencing_token
         where = ctx.worker or ctx.node_id
         line = f"{ctx.task_id} {ctx.step} {ctx.attempt} {ctx.node_id} {token} {where}\n".encode()
-        # O_NOFOLLOW: a symlink put in place of the file since the check is refused
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, line)  # one write(2): lines never interleave, and survive a SIGKILL
-        finally:
-            os.close(fd)
+        _append(path, line)
+
+
+def _append(path: str, line: bytes) -> None:
+    # O_NOFOLLOW: a symlink put in place of the file since the check is refused
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, line)  # one write(2): lines never interleave, and survive a SIGKILL
+    finally:
+        os.close(fd)
 
 
 async def _work(ctx: StepContext) -> dict[str, Any]:
@@ -174,14 +180,7 @@ def _book(order: dict[str, Any], what: str) -> None:
     given = order.get("ledger")
     info = current_step()
     if given and info is not None:
-        line = f"{info.dedupe_key} {what} {info.attempt}\n".encode()
-        fd = os.open(
-            ledger_path(given), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644
-        )
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        _append(ledger_path(given), f"{info.dedupe_key} {what} {info.attempt}\n".encode())
 
 
 def charge_card(order: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +215,57 @@ async def run_approval(ctx: DurableContext, order: dict[str, Any]) -> dict[str, 
         await ctx.sleep(float(order["cooldown_s"]))
     shipment = await ctx.step("ship", ship, order, idempotency=DedupeKey())
     return {"state": "shipped", "approved_by": decision, **shipment}
+
+
+# ------------------------------------------------------------------- fulfil
+
+pack = Workflow("pack", version=1, description="pack one item (a child of fulfil)")
+
+
+@pack.step(idempotency=DedupeKey())
+async def pack_item(ctx: StepContext) -> dict[str, Any]:
+    """Input: {"item", "order", "ledger", "step_seconds", "out_of_stock"}."""
+    given = dict(ctx.input or {})
+    if given.get("ledger"):
+        line = f"{ctx.dedupe_key} pack {ctx.attempt} {ctx.worker}\n".encode()
+        _append(ledger_path(given["ledger"]), line)
+    await asyncio.sleep(float(given.get("step_seconds", 0.05)))
+    if given.get("item") in (given.get("out_of_stock") or ()):
+        raise StepError(f"{given.get('item')} is out of stock", final=True)
+    return {"packed": given.get("item"), "order": given.get("order")}
+
+
+fulfil = DurableWorkflow(
+    "fulfil", version=1, description="charge → pack every item (children) → ship, or refund"
+)
+
+
+@fulfil.main
+async def run_fulfil(ctx: DurableContext, order: dict[str, Any]) -> dict[str, Any]:
+    """Input: {"id", "items", "ledger", "step_seconds", "out_of_stock": [items]}: one
+    `pack` child per item, all at once; a child that fails refunds the order."""
+    order = dict(order or {})
+    charge = await ctx.step("charge", charge_card, order, idempotency=DedupeKey())
+    children = [
+        ctx.spawn(
+            pack,
+            {
+                "item": item,
+                "order": order.get("id"),
+                "ledger": order.get("ledger"),
+                "step_seconds": order.get("step_seconds", 0.05),
+                "out_of_stock": order.get("out_of_stock", []),
+            },
+        )
+        for item in order.get("items", [])
+    ]
+    try:
+        packed = await ctx.gather(*children)
+    except ChildFailed as e:
+        refunded = await ctx.step("refund", refund, order, charge, idempotency=Idempotent())
+        return {"state": "refunded", "because": e.message, **refunded}
+    shipment = await ctx.step("ship", ship, order, idempotency=DedupeKey())
+    return {"state": "shipped", "packed": [p["pack_item"] for p in packed], **shipment}
 
 
 # ------------------------------------------------------------------- invoice

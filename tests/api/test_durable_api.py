@@ -80,3 +80,34 @@ def test_approval_waits_then_an_event_from_the_cli_ships_it(node: NodeProc, tmp_
 def test_send_event_checks_its_fields(node: NodeProc) -> None:
     with SyncClient(node.address) as c, pytest.raises(InvalidArgumentError, match="key"):
         c.send_event("")
+
+
+def test_fulfil_spawns_a_child_per_item_and_refunds_when_one_fails(
+    node: NodeProc, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    with SyncClient(node.address) as c:
+        ok = c.submit("fulfil", {"id": "F1", "items": ["a", "b"], "ledger": str(ledger)})
+        done = c.wait(ok.task_id)
+        assert done.state == "SUCCEEDED"
+        assert done.steps[0].result["state"] == "shipped"
+        assert [p["packed"] for p in done.steps[0].result["packed"]] == ["a", "b"]
+        kids = [c["child"] for c in (done.durable or {})["checkpoints"] if c["kind"] == "spawn"]
+        assert len(kids) == 2
+        child = c.task(kids[0])
+        assert child.workflow == "pack" and child.parent is not None
+        assert child.parent["task_id"] == ok.task_id and child.parent["close"] == "cancel"
+        shown = cli("task", ok.task_id, server=node.address).stdout
+        assert f"children: {kids[0]} (cancel), {kids[1]} (cancel)" in shown, shown
+        shown = cli("task", kids[1], server=node.address).stdout
+        assert f"child of task {ok.task_id} (spawned at its checkpoint 2" in shown, shown
+        bad = c.submit(
+            "fulfil",
+            {"id": "F2", "items": ["x", "y"], "out_of_stock": ["y"], "ledger": str(ledger)},
+        )
+        done = c.wait(bad.task_id)
+    result = done.steps[0].result
+    assert result["state"] == "refunded" and "y is out of stock" in result["because"]
+    booked = [line.split()[1] for line in ledger.read_text().splitlines()]
+    assert booked.count("charge") == 2 and booked.count("ship") == 1
+    assert booked.count("refund") == 1 and booked.count("pack") == 4

@@ -153,6 +153,20 @@ def test_a_finished_task_offers_no_step_actions_and_a_durable_one_shows_its_wait
     assert ("0", "step", "charge") in rows, rows
 
 
+def test_a_parent_links_its_children_and_a_child_its_parent(web: tuple[NodeProc, str]) -> None:
+    node, base = web
+    with SyncClient(node.address) as c:
+        sub = c.submit("fulfil", {"id": "P1", "items": ["a", "b"], "step_seconds": 0})
+        done = c.wait(sub.task_id)
+    kids = [k["child"] for k in (done.durable or {})["checkpoints"] if k["kind"] == "spawn"]
+    page = httpx.get(f"{base}/tasks/{sub.task_id}").text
+    m = re.search(r'<p id="children">(.*?)</p>', page)
+    assert m is not None, page
+    assert re.findall(r'href="/tasks/([^"]+)"', m.group(1)) == kids
+    page = httpx.get(f"{base}/tasks/{kids[0]}").text
+    assert f'<a id="parent" href="/tasks/{sub.task_id}">' in page
+
+
 def csrf_of(page: str) -> str:
     m = re.search(r'name="csrf" value="([^"]+)"', page)
     assert m is not None, "the page's forms carry a CSRF token"
