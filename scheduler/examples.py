@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -196,13 +197,16 @@ def refund(order: dict[str, Any], charge: dict[str, Any]) -> dict[str, Any]:
 
 
 def ship(order: dict[str, Any]) -> dict[str, Any]:
+    """Ship the order (`ship_seconds`: how long it takes; the shipper dedupes)."""
     _book(order, "ship")
+    time.sleep(float(order.get("ship_seconds", 0)))
     return {"shipment": f"sh-{order.get('id')}", "items": list(order.get("items", []))}
 
 
 @approval.main
 async def run_approval(ctx: DurableContext, order: dict[str, Any]) -> dict[str, Any]:
-    """Input: {"id", "amount", "items", "timeout_s" (default 3 days), "ledger"}. Send
+    """Input: {"id", "amount", "items", "timeout_s" (default 3 days), "ledger",
+    "cooldown_s", "ship_seconds"}. Send
     the event `approval:<id>` with a payload such as {"by": "alice"} to approve."""
     order = dict(order or {})
     charge = await ctx.step("charge", charge_card, order, idempotency=DedupeKey())

@@ -165,18 +165,16 @@ class Journal(Protocol):
     def first_event_id(self) -> int:
         """The task's first event (its TASK_SUBMITTED): a wait's default `since`."""
 
-    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
-        """The first EVENT with `key` at or after event id `since`: (id, payload)."""
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Mapping[str, Any] | None:
+        """What `wait` (a WAIT payload) resolves to now, against the log's events and
+        the task's children (`scheduler/waits.py`): the fields its checkpoint records;
+        None while it must go on waiting."""
 
     def now_ms(self) -> int:
         """The engine's clock (a deadline is computed from it once, then recorded)."""
 
     async def sleep(self, seconds: float) -> None:
         """Sleep on the engine's clock (a ctx.step's backoff between tries)."""
-
-    def child(self, task_id: str) -> Mapping[str, Any] | None:
-        """A spawned task that has finished (nothing of it runs or is owed):
-        {"status", "result", "error"}; None while it has not."""
 
     def plan_child(
         self,
@@ -262,9 +260,11 @@ class Step:
     # With remote execution: only a worker started with these labels (`--labels k=v`)
     # runs it (a GPU, a region, a licence). Embedded nodes ignore them.
     labels: Mapping[str, str] = field(default_factory=dict)
-    # Runs in the primary's process, with a `ctx.journal`, never on a worker: a durable
-    # main, which records checkpoints as it goes (docs/durable.md).
+    # Runs in the primary's process, never on a worker.
     local: bool = False
+    # Its attempt gets a `ctx.journal` (embedded, or on a worker through its stream): a
+    # durable main, which records checkpoints as it goes (docs/durable.md).
+    journaled: bool = False
 
     @property
     def compensate(self) -> StepFn | None:

@@ -134,7 +134,7 @@ def workflow_to_pb(wf: Workflow) -> pb.WorkflowInfo:
         name=wf.name,
         version=wf.version,
         description=wf.description,
-        durable=any(s.local for s in wf.steps.values()),
+        durable=any(s.journaled for s in wf.steps.values()),
         steps=[
             pb.WorkflowStep(
                 name=s.name,

@@ -37,6 +37,7 @@ class WorkerConn:
     _assigned_at: list[float] = field(default_factory=list)
     _cancel: list[wpb.CancelAttempt] = field(default_factory=list)
     _acks: list[wpb.ResultAck] = field(default_factory=list)
+    _replies: list[wpb.JournalReply] = field(default_factory=list)  # durable mains' journals
     _waiter: asyncio.Future[None] | None = None  # the writer, waiting for work
 
     @property
@@ -55,6 +56,10 @@ class WorkerConn:
 
     def ack(self, token: AttemptToken, accepted: bool, reason: str = "") -> None:
         self._acks.append(wpb.ResultAck(token=to_pb(token), accepted=accepted, reason=reason))
+        self.wake()
+
+    def reply(self, r: wpb.JournalReply) -> None:
+        self._replies.append(r)
         self.wake()
 
     def take_over(self, old: WorkerConn) -> set[AttemptToken]:
@@ -101,6 +106,9 @@ class WorkerConn:
         if self._acks:
             out.append(wpb.DispatchMessage(acks=wpb.Acks(acks=self._acks)))
             self._acks = []
+        for r in self._replies:
+            out.append(wpb.DispatchMessage(journal=r))
+        self._replies = []
         return out, queued
 
     def wake(self) -> None:
@@ -114,7 +122,7 @@ class WorkerConn:
         """Until there is something to send, or the connection is closed (`wake`).
         One future per wait, woken by the first message queued: cheaper, at thousands
         of messages a second, than an Event and a task to wait on it."""
-        if self._assign or self._cancel or self._acks or self.closed is not None:
+        if self._assign or self._cancel or self._acks or self._replies or self.closed is not None:
             return
         self._waiter = asyncio.get_running_loop().create_future()
         try:

@@ -50,7 +50,10 @@ from apollo11.scheduler.engine.executor import (
     Outcome,
     Succeeded,
 )
+from apollo11.scheduler.engine.journal import StoreJournal
 from apollo11.scheduler.engine.steps import Key
+from apollo11.scheduler.errors import ApolloError, LeaseLostError
+from apollo11.scheduler.workflow import StepError
 from apollo11.v1 import worker_pb2 as wpb
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,7 @@ class _Inflight:
     # until the worker answers, without a shield around every await.
     outcome: Outcome | None = None
     waiter: asyncio.Future[Outcome] | None = None
+    journal: StoreJournal | None = None  # a durable main's: what its worker records through
 
     @property
     def ended(self) -> bool:
@@ -125,6 +129,7 @@ class RemoteExecutor:
         self._acks: dict[Key, tuple[str, AttemptToken]] = {}  # acknowledged at release
         self._notify: list[Callable[[], None]] = []
         self._watchdog: asyncio.Task[None] | None = None
+        self._journaling: set[asyncio.Task[None]] = set()  # journal requests being answered
 
     # ------------------------------------------------------------ leadership
 
@@ -149,6 +154,8 @@ class RemoteExecutor:
         for fut in self._settling.values():
             if not fut.done():
                 fut.set_result(None)
+        for t in self._journaling:
+            t.cancel()
         self._inflight.clear()
         self._reported.clear()
         self._keys.clear()
@@ -213,11 +220,13 @@ class RemoteExecutor:
             return Lost(f"worker {name} went away before the attempt was sent to it")
         token = attempt.token
         inflight = _Inflight(token, key, name, ctx.beat)
+        inflight.journal = _journal_of(ctx.journal)
         inflight.confirmed.set()
         self._inflight[token] = inflight
         self._keys[key] = token
         conn.assign(
             wpb.Assignment(
+                durable=_durable_pb(inflight.journal),
                 token=to_pb(token),
                 task_id=ctx.task_id,
                 step=ctx.step,
@@ -244,6 +253,7 @@ class RemoteExecutor:
             conn.held.add(key)
         self._keys[key] = token
         inflight = _Inflight(token, key, where, ctx.beat)
+        inflight.journal = _journal_of(ctx.journal)
         self._inflight[token] = inflight
         reported = self._reported.pop(token, None)
         if reported is not None:
@@ -448,6 +458,55 @@ class RemoteExecutor:
             "it is not the step's current attempt (retried, skipped, cancelled, or declared lost)",
         )
 
+    def journal(self, conn: WorkerConn, req: wpb.JournalRequest) -> None:
+        """A durable main on `conn` asks to record, or to resolve a wait: answered once
+        done (a record, once committed), on a task of its own."""
+        conn.last_seen = time.monotonic()
+        task = asyncio.ensure_future(self._journal(conn, req))
+        self._journaling.add(task)
+        task.add_done_callback(self._journaling.discard)
+
+    async def _journal(self, conn: WorkerConn, req: wpb.JournalRequest) -> None:
+        token = AttemptToken(req.token.term, req.token.event_id)
+        reply = wpb.JournalReply(id=req.id)
+        inflight = self._inflight.get(token)
+        j = inflight.journal if inflight is not None else None
+        try:
+            if inflight is None or j is None:
+                if self._is_current(req.task_id, req.step, token, conn.name):
+                    reply.retry = True  # this node is taking it over: adopt() is on its way
+                else:
+                    reply.error = (
+                        "it is not the step's current attempt (retried, cancelled, or "
+                        "declared lost)"
+                    )
+            elif inflight.worker != conn.name or inflight.key != (req.task_id, req.step):
+                reply.error = f"the attempt was given to worker {inflight.worker}"
+            elif inflight.cancelling or inflight.ended:
+                reply.error = "the attempt was cancelled"
+            elif req.WhichOneof("body") == "record":
+                r = req.record
+                renamed = await j.record_planned(
+                    orjson.loads(r.checkpoints_json or b"[]"),
+                    orjson.loads(r.wait_json) if r.wait_json else None,
+                    orjson.loads(r.children_json or b"[]"),
+                )
+                if renamed:
+                    reply.children_json = orjson.dumps(renamed)
+            elif req.WhichOneof("body") == "resolve_wait_json":
+                found = await j.resolve(orjson.loads(req.resolve_wait_json), j.now_ms())
+                if found is not None:
+                    reply.resolution_json = orjson.dumps(found)
+            else:
+                reply.error = "a journal request with nothing to do"
+        except LeaseLostError:
+            reply.retry = True  # the worker follows the next primary and asks it
+        except (ApolloError, StepError, orjson.JSONDecodeError, TypeError, ValueError) as e:
+            reply.error = str(e)
+        if j is not None:
+            reply.now_ms = j.now_ms()
+        conn.reply(reply)
+
     def _refuse(self, conn: WorkerConn, r: wpb.StepResult, why: str, *, ack: bool = True) -> None:
         token = AttemptToken(r.token.term, r.token.event_id)
         metrics.REFUSED_RESULTS.inc()
@@ -534,6 +593,23 @@ class RemoteExecutor:
 
     def _count_lost(self, how: str, n: int = 1) -> None:
         metrics.WORKER_LOST_ATTEMPTS.labels(how).inc(n)
+
+
+def _journal_of(journal: object) -> StoreJournal | None:
+    return journal if isinstance(journal, StoreJournal) else None
+
+
+def _durable_pb(j: StoreJournal | None) -> wpb.DurableJournal | None:
+    """What a durable main's attempt replays from, for its worker."""
+    if j is None:
+        return None
+    wait = j.wait
+    return wpb.DurableJournal(
+        checkpoints_json=orjson.dumps(list(j.checkpoints)),
+        wait_json=b"" if wait is None else orjson.dumps(wait),
+        first_event_id=j.first_event_id,
+        now_ms=j.now_ms(),
+    )
 
 
 def _outcome(r: wpb.StepResult) -> Outcome:

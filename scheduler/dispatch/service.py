@@ -146,6 +146,8 @@ class WorkersService:
                 ex.heartbeat(conn, msg.heartbeat)
             elif kind == "results":
                 ex.results(conn, msg.results)
+            elif kind == "journal":
+                ex.journal(conn, msg.journal)
             elif kind == "register":
                 log.warning("worker %s registered twice on one stream; ignored", conn.name)
 

@@ -68,7 +68,7 @@ class _ReplayJournal:
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         return self._first_event(key, since)
 
-    def child(self, task_id: str) -> Mapping[str, Any] | None:
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Mapping[str, Any] | None:
         raise Frontier(-1)  # only asked past the log (a wait resolving)
 
     def plan_child(

@@ -390,7 +390,7 @@ class DurableContext:
         digest = input_hash(asked)
         seq, rec = self._at(SPAWN, name, digest)
         if rec is not None:
-            return ChildHandle(self, str(rec["child"]), name, seq)
+            return ChildHandle(self, rec, name, seq)
         ckey = f"{self.task_id}:{key if key is not None else seq}"
         parent = {"task_id": self.task_id, "seq": seq, "close": close}
         try:
@@ -399,18 +399,17 @@ class DurableContext:
             raise JournalFailed(
                 StepError(f"ctx.spawn {name!r} at checkpoint {seq}: {e}", final=True)
             ) from e
-        self._pending.append(
-            {
-                "seq": seq,
-                "kind": SPAWN,
-                "name": name,
-                "input_hash": digest,
-                "output": child,
-                "child": child,
-                "close": close,
-            }
-        )
-        return ChildHandle(self, child, name, seq)
+        spawned = {
+            "seq": seq,
+            "kind": SPAWN,
+            "name": name,
+            "input_hash": digest,
+            "output": child,
+            "child": child,
+            "close": close,
+        }
+        self._pending.append(spawned)
+        return ChildHandle(self, spawned, name, seq)
 
     async def gather(self, *awaitables: Wait[Any]) -> list[Any]:
         """Wait for all of them (children, sleeps, events): their values, in order. A
@@ -472,7 +471,10 @@ class DurableContext:
     ) -> Any:
         """Resolve a wait now (recorded at its position before the code goes on), or
         end the attempt with it registered."""
-        resolution = waits.resolve(wait, self._journal, now)
+        try:
+            resolution = await self._journal.resolve(wait, now)
+        except Exception as e:  # the main must not carry on past a wait it could not ask
+            raise JournalFailed(e) from e
         if resolution is None:
             raise Suspended(wait)
         if len(ws) == 1 and wait.get("kind") not in (waits.ALL, waits.ANY):
@@ -568,16 +570,22 @@ class ChildHandle(Wait[Any]):
     """A spawned child task: `task_id`, and its result when awaited (`ChildFailed`
     when it failed, was cancelled or is non-deterministic)."""
 
-    __slots__ = ("seq", "task_id", "workflow")
+    __slots__ = ("_spawn", "seq", "workflow")
 
-    def __init__(self, ctx: DurableContext, task_id: str, workflow: str, seq: int) -> None:
+    def __init__(
+        self, ctx: DurableContext, spawn: Mapping[str, Any], workflow: str, seq: int
+    ) -> None:
         super().__init__(
             ctx,
             CHILD,
             workflow,
             {"spawn": seq},
-            lambda now: {"kind": CHILD, "task_id": task_id},
+            lambda now: {"kind": CHILD, "task_id": self.task_id},
         )
-        self.task_id = task_id
+        self._spawn = spawn  # its checkpoint: the child's id as the log holds it
         self.workflow = workflow
         self.seq = seq  # the position of its spawn
+
+    @property
+    def task_id(self) -> str:
+        return str(self._spawn["child"])

@@ -3,9 +3,10 @@
 It is a `Workflow` like any other (loaded by `--workflows`, submitted with
 SubmitTask, versioned by the registry). Its step `main` is declared
 `Checkpoint()` (it resumes from its own progress markers: the checkpoints) and
-`local` (it runs in the primary's process, where its `ctx.journal` reaches the
-log). An attempt of `main` builds a `DurableContext` from the task's
-checkpoints and calls the user's function with it and the task's input:
+`journaled` (its attempt gets a `ctx.journal` that reaches the log: the engine's
+when it runs embedded, its worker's stream to the primary on a worker). An attempt
+of `main` builds a `DurableContext` from the task's checkpoints and calls the
+user's function with it and the task's input:
 
 * it returns: the buffered checkpoints are recorded, then its result is the
   step's (STEP_SUCCEEDED);
@@ -82,7 +83,7 @@ class DurableWorkflow(Workflow):
                 retry=self.retry,
                 timeout=self.timeout_s,
                 compensation_retry=Retry(),
-                local=True,
+                journaled=True,
             )
         )
         return fn
@@ -101,8 +102,8 @@ class DurableWorkflow(Workflow):
         main = self.main_fn
         if journal is None or main is None:
             raise StepError(
-                f"durable workflow {self.name!r}: its main runs only on the primary "
-                f"(it was given no journal)",
+                f"durable workflow {self.name!r}: its main was given no journal (run it "
+                f"through an engine or a worker, not by calling the step)",
                 final=True,
             )
         dctx = DurableContext(journal, task_id=ctx.task_id, attempt=ctx.attempt)

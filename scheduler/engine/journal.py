@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from apollo11.scheduler import waits
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.requests import new_task_id, submission
 from apollo11.scheduler.errors import InvalidEventError, LeaseLostError
 from apollo11.scheduler.log import Draft, EventType
 from apollo11.scheduler.replay import outcome
 from apollo11.scheduler.store import Store
+from apollo11.scheduler.taskid import is_task_id
 from apollo11.scheduler.workflow import StepError, Workflow
 
 # (workflow, input, version) -> the workflow a submission of it runs, or an ApolloError
@@ -103,8 +105,77 @@ class StoreJournal:
         self._children[task_id] = Draft(EventType.TASK_SUBMITTED, task_id, payload=payload)
         return task_id
 
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Mapping[str, Any] | None:
+        return waits.resolve(wait, self, now_ms)
+
     def now_ms(self) -> int:
         return self._clock.now_ms()
+
+    async def record_planned(
+        self,
+        checkpoints: Sequence[Mapping[str, Any]],
+        wait: Mapping[str, Any] | None,
+        children: Sequence[Mapping[str, Any]],
+    ) -> dict[str, str]:
+        """What a durable main on a worker asks to record (RemoteExecutor): as `record`,
+        but positions the log holds already are skipped (the same record sent again
+        after its reply was lost with a stream), and the children its spawns planned
+        are checked here: their workflow and input, an id of the right form that names
+        no task, a key of this parent's. A planned child whose key names a task this
+        parent spawned already (a batch torn by a crash) is that task: returns
+        {planned id: the id the log holds}, which the checkpoints then name."""
+        task = self._store.state.tasks.get(self._task_id)
+        d = task.durable if task is not None else None
+        have = len(d.checkpoints) if d is not None else 0
+        if wait is not None and d is not None and d.wait is not None:
+            step = task.steps.get(self._step) if task is not None else None
+            if step is not None and step.attempt == self._attempt and d.wait == dict(wait):
+                self.ended = True  # recorded already: its reply was lost
+                return {}
+        fresh = [dict(c) for c in checkpoints if int(c.get("seq", -1)) >= have]
+        planned = {str(c.get("task_id")): c for c in children}
+        renamed: dict[str, str] = {}
+        for c in fresh:
+            if c.get("kind") != "spawn":
+                continue
+            child = str(c.get("child"))
+            plan = planned.get(child)
+            if plan is None:
+                raise StepError(
+                    f"checkpoint {c.get('seq')}: spawn of {child} was not planned", final=True
+                )
+            self._plan_remote(c, plan, renamed)
+        if not fresh and wait is None:
+            return renamed
+        await self.record(fresh, wait)
+        return renamed
+
+    def _plan_remote(
+        self, c: dict[str, Any], plan: Mapping[str, Any], renamed: dict[str, str]
+    ) -> None:
+        seq, child = c.get("seq"), str(c.get("child"))
+        where = f"ctx.spawn {plan.get('workflow')!r} at checkpoint {seq}"
+        key = str(plan.get("key"))
+        parent = {"task_id": self._task_id, "seq": seq, "close": c.get("close")}
+        if not key.startswith(f"{self._task_id}:") or dict(plan.get("parent") or {}) != parent:
+            raise StepError(f"{where}: its key and parent must be this task's", final=True)
+        state = self._store.state
+        known = state.task_for_key(key)
+        if known is not None and (known.parent or {}).get("task_id") == self._task_id:
+            renamed[child] = known.task_id
+            c["child"] = c["output"] = known.task_id
+            return
+        if not is_task_id(child) or state.peek(child) is not None:
+            raise StepError(f"{where}: {child!r} is not a new task id", final=True)
+        if self._resolve is None:
+            raise StepError(f"{where}: this engine cannot start child tasks", final=True)
+        try:
+            wf = self._resolve(str(plan.get("workflow")), plan.get("input"), plan.get("version"))
+        except Exception as e:
+            raise StepError(f"{where}: {e}", final=True) from e
+        payload = submission(wf, plan.get("input"), key)
+        payload["parent"] = parent
+        self._children[child] = Draft(EventType.TASK_SUBMITTED, child, payload=payload)
 
     async def sleep(self, seconds: float) -> None:
         await self._clock.sleep(seconds)

@@ -11,7 +11,6 @@ functions of the task (`refuse_retry`, `refuse_skip`, `refuse_cancel`,
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.shell import SHELL_WORKFLOW, shell_workflow
 from apollo11.scheduler.store import Store
+from apollo11.scheduler.taskid import new_task_id as new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
 
 DEFAULT_IDEMPOTENCY_TTL_S = defaults.IDEMPOTENCY_TTL_S
@@ -56,15 +56,6 @@ class SubmitItem(NamedTuple):
     input: Any = None
     idempotency_key: str | None = None
     version: int | None = None
-
-
-_ids = random.Random()  # seeded from os.urandom: nodes and restarts differ
-
-
-def new_task_id() -> str:
-    """Sortable by submission time, unique without coordination (40 random bits per
-    millisecond; not a system call per task, which os.urandom was)."""
-    return f"{time.time_ns() // 1_000_000:012x}-{_ids.getrandbits(40):010x}"
 
 
 class Primary(Protocol):

@@ -118,8 +118,9 @@ class StepRunner:
         # the latest heartbeat details of each running attempt (written from a step's
         # thread too: one dict store, atomic under the GIL)
         self._beats: dict[Key, Any] = {}
-        # the journals of the running attempts of durable mains (`local` steps)
+        # the journals of the running attempts of durable mains (`journaled` steps)
         self._journals: dict[Key, StoreJournal] = {}
+        self._local: set[Key] = set()  # attempts of `local` steps: run by the compensator
 
     # ------------------------------------------------------------ attempts
 
@@ -147,7 +148,10 @@ class StepRunner:
                 return
             timeout = self.timeout_for(task.workflow, name, spec)
             prepared = self._attempt(task, name, spec, attempt, timeout)
-            executor = self.compensator if spec.local else self.executor  # local: in process
+            executor = self.executor
+            if spec.local:  # in process, whatever this node's execution
+                executor = self.compensator
+                self._local.add(key)
             await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
         except ApolloError as e:
             log.error(
@@ -186,7 +190,7 @@ class StepRunner:
     ) -> Attempt:
         step = task.steps[name]
         journal = None
-        if spec.local:
+        if spec.journaled:
             journal = self._journals[(task.task_id, name)] = StoreJournal(
                 store=self.store,
                 clock=self.clock,
@@ -294,7 +298,11 @@ class StepRunner:
         task_id, name = key
         self._cancel_why.pop(key, None)
         self._beats.pop(key, None)
-        executor = self.compensator if self._journals.pop(key, None) else self.executor
+        self._journals.pop(key, None)
+        executor = self.executor
+        if key in self._local:
+            self._local.discard(key)
+            executor = self.compensator
         # The slot (and the step's place among the busy) stay taken while an
         # abandoned thread of this attempt still runs: no retry beside it.
         lingering = executor.settle(task_id, name)

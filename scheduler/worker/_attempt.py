@@ -32,7 +32,7 @@ from typing import Any, Literal
 from apollo11.scheduler.worker import _child
 from apollo11.scheduler.worker._outcome import context, encode_details, failed, succeeded
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome, Running
-from apollo11.scheduler.workflow import StepFn
+from apollo11.scheduler.workflow import Journal, StepFn
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,10 @@ class Attempt:
         pool: ThreadPoolExecutor,
         processes: ForkServerContext,
         modules: tuple[str, ...],
+        journal: Journal | None = None,
     ) -> None:
         self.assignment = assignment
+        self._journal = journal  # a durable main's: it runs on the loop, never in a child
         self._fn = fn
         self._worker = worker
         self._isolation = isolation
@@ -105,9 +107,9 @@ class Attempt:
     async def run(self) -> Outcome:
         if self.stopped:
             return failed(asyncio.CancelledError("stopped before it began"))
-        if self._isolation == "process":
+        if self._isolation == "process" and self._journal is None:
             return await self._in_child()
-        ctx = context(self.assignment, self._worker, self.beat)
+        ctx = context(self.assignment, self._worker, self.beat, self._journal)
         if inspect.iscoroutinefunction(self._fn):
             inner: asyncio.Future[Any] = asyncio.ensure_future(self._fn(ctx))
         else:
@@ -135,7 +137,7 @@ class Attempt:
         """End the attempt early (idempotent): cancel, kill, or (a thread) wait."""
         if self.stopped is None:
             self.stopped = why
-        if self._isolation == "process":
+        if self._isolation == "process" and self._journal is None:
             self._kill()
         elif self._inner is not None and inspect.iscoroutinefunction(self._fn):
             self._inner.cancel()

@@ -19,7 +19,9 @@ from apollo11.scheduler.worker._records import (
     Cancel,
     Cancelled,
     Dispatch,
+    Durable,
     Failed,
+    JournalAnswer,
     Registration,
     Result,
     Running,
@@ -128,6 +130,33 @@ def results(batch: Iterable[Result]) -> list[pb.WorkerMessage]:
     return out
 
 
+def journal_request(
+    request_id: int,
+    a: Assignment,
+    *,
+    record: tuple[bytes, bytes, bytes] | None = None,
+    resolve: bytes | None = None,
+) -> pb.WorkerMessage:
+    """A durable main's journal request: `record` (checkpoints, wait, children; JSON)
+    or `resolve` (a WAIT payload, JSON)."""
+    m = pb.JournalRequest(id=request_id, token=_token(a.token), task_id=a.task_id, step=a.step)
+    if record is not None:
+        checkpoints, wait, children = record
+        m.record.CopyFrom(
+            pb.JournalRecord(checkpoints_json=checkpoints, wait_json=wait, children_json=children)
+        )
+    elif resolve is not None:
+        m.resolve_wait_json = resolve
+    return pb.WorkerMessage(journal=m)
+
+
+def _durable(m: pb.Assignment) -> Durable | None:
+    if not m.HasField("durable"):
+        return None
+    d = m.durable
+    return Durable(d.checkpoints_json, d.wait_json, d.first_event_id, d.now_ms)
+
+
 def _assignment(m: pb.Assignment) -> Assignment:
     return Assignment(
         token=token_of(m.token),
@@ -141,6 +170,7 @@ def _assignment(m: pb.Assignment) -> Assignment:
         timeout_s=m.timeout_s,
         last_heartbeat_json=m.last_heartbeat_json,
         node_id=m.node_id,
+        durable=_durable(m),
     )
 
 
@@ -172,6 +202,9 @@ def dispatch(m: pb.DispatchMessage) -> Dispatch | None:
         return Cancel(token_of(m.cancel.token), m.cancel.reason)
     if body == "acks":
         return Acks(tuple(Ack(token_of(a.token), a.accepted, a.reason) for a in m.acks.acks))
+    if body == "journal":
+        j = m.journal
+        return JournalAnswer(j.id, j.error, j.retry, j.resolution_json, j.children_json, j.now_ms)
     if body == "registered":
         raise ProtocolError("a second Registered on one stream")
     return None

@@ -12,14 +12,16 @@ from typing import Any
 import orjson
 
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome, Succeeded
-from apollo11.scheduler.workflow import FencingToken, StepContext, StepError
+from apollo11.scheduler.workflow import FencingToken, Journal, StepContext, StepError
 
 
 def _loads(body: bytes, empty: Any) -> Any:
     return empty if not body else orjson.loads(body)
 
 
-def context(a: Assignment, worker: str, beat: Callable[[Any], None]) -> StepContext:
+def context(
+    a: Assignment, worker: str, beat: Callable[[Any], None], journal: Journal | None = None
+) -> StepContext:
     return StepContext(
         task_id=a.task_id,
         step=a.step,
@@ -34,6 +36,7 @@ def context(a: Assignment, worker: str, beat: Callable[[Any], None]) -> StepCont
         worker=worker,
         last_heartbeat=_loads(a.last_heartbeat_json, None),
         beat=beat,
+        journal=journal,  # a durable main's (worker/_journal.py)
     )
 
 

@@ -23,6 +23,16 @@ class Token(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Durable:
+    """What a durable main's attempt replays from: its journal as the primary holds it."""
+
+    checkpoints_json: bytes  # a JSON list, in seq order
+    wait_json: bytes  # the wait registered; empty: none
+    first_event_id: int
+    now_ms: int  # the primary's clock as it sent the assignment
+
+
+@dataclass(frozen=True, slots=True)
 class Assignment:
     """One attempt the primary asked this worker to run."""
 
@@ -37,6 +47,7 @@ class Assignment:
     timeout_s: float  # 0: none given
     last_heartbeat_json: bytes  # the previous attempt's last heartbeat; empty: none
     node_id: str
+    durable: Durable | None = None  # a durable main: its journal
 
     @property
     def label(self) -> str:
@@ -126,9 +137,21 @@ class Assign:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalAnswer:
+    """The primary's reply to a durable main's journal request."""
+
+    id: int
+    error: str  # empty: done
+    retry: bool  # not answerable now: ask again
+    resolution_json: bytes  # a resolve's answer; empty: not yet
+    renamed_json: bytes  # a record's children the log holds under another id
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Acks:
     acks: tuple[Ack, ...]
 
 
 # What the primary sends after Registered.
-Dispatch = Assign | Cancel | Acks
+Dispatch = Assign | Cancel | Acks | JournalAnswer

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import logging
 import multiprocessing
 import os
@@ -46,6 +48,7 @@ from apollo11.scheduler.client._connection import (
 from apollo11.scheduler.errors import ApolloError, InvalidArgumentError
 from apollo11.scheduler.worker import _codec as codec
 from apollo11.scheduler.worker._attempt import Attempt, Isolation
+from apollo11.scheduler.worker._journal import RemoteJournal
 from apollo11.scheduler.worker._outbox import Outbox
 from apollo11.scheduler.worker._outcome import not_found
 from apollo11.scheduler.worker._reconnect import Ended, GiveUp, Reconnect
@@ -56,12 +59,13 @@ from apollo11.scheduler.worker._records import (
     Assignment,
     Cancel,
     Failed,
+    JournalAnswer,
     Outcome,
     Registration,
     Result,
     Token,
 )
-from apollo11.scheduler.workflow import Registry
+from apollo11.scheduler.workflow import Registry, StepError
 
 log = logging.getLogger("apollo11.worker")
 
@@ -74,6 +78,14 @@ TIMEOUT_GRACE_S = 5.0
 FLUSH_TIMEOUT_S = 5.0
 # A failing connection is logged when its sentence changes, and at most this often else.
 LOG_EVERY_S = 30.0
+# A durable main's journal request the primary cannot answer yet (it is taking over):
+# asked again after this, doubling up to the most.
+JOURNAL_RETRY_S = (0.1, 2.0)
+
+
+class _StreamLost(Exception):
+    """The stream a journal request went on ended before its reply."""
+
 
 # gRPC's own reconnect backoff (1 s, growing to 120 s) would fail calls to a node that
 # is back fast for as long: kept as short as our own retries (_reconnect).
@@ -183,6 +195,11 @@ class Worker:
         self._finished = asyncio.Event()
         self._changed = asyncio.Event()  # an attempt ended or a result was acknowledged
         self._wake = asyncio.Event()  # the writer has something to do: a result, a new interval
+        # durable mains' journal requests: queued for the writer, and their replies' futures
+        self._journal_out: list[codec.WorkerMessage] = []
+        self._asks: dict[int, asyncio.Future[JournalAnswer]] = {}
+        self._ask_ids = itertools.count(1)
+        self._up = asyncio.Event()  # a stream is registered: journal requests may go
         self._last_log: tuple[str, float] = ("", 0.0)
 
     def _step_modules(self) -> tuple[str, ...]:
@@ -327,6 +344,11 @@ class Worker:
                 t.cancel()
             call.cancel()
             self._session = None
+            self._up.clear()
+            self._journal_out.clear()
+            for fut in self._asks.values():  # asked again on the next stream
+                if not fut.done():
+                    fut.set_exception(_StreamLost())
 
     async def _ended(
         self, call: grpc.aio.StreamStreamCall[Any, Any], session: _Session, fallback: str
@@ -373,6 +395,10 @@ class Worker:
                         self._start(a)
                 case Cancel(token=token, reason=reason):
                     self._cancel(token, reason)
+                case JournalAnswer() as answer:
+                    fut = self._asks.get(answer.id)
+                    if fut is not None and not fut.done():
+                        fut.set_result(answer)
                 case Acks(acks=acks):
                     for ack in acks:
                         result = self._outbox.acknowledge(ack.token)
@@ -400,6 +426,7 @@ class Worker:
             self.slots,
         )
         self._last_log = ("", 0.0)
+        self._up.set()
         for token in reg.stale:
             self._outbox.forget(token)
             attempt = self._attempts.get(token)
@@ -420,6 +447,9 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
+            journal, self._journal_out = self._journal_out, []
+            for message in journal:
+                await call.write(message)
             batch = self._outbox.take_unsent()
             for message in codec.results(batch):
                 await call.write(message)
@@ -444,6 +474,9 @@ class Worker:
             log.warning("attempt %s failed: %s", a.label, outcome.message)
             self._finish(Result.of(a, outcome, 0.0))
             return
+        journal = None
+        if a.durable is not None:
+            journal = RemoteJournal(a.durable, functools.partial(self._ask, a))
         attempt = Attempt(
             a,
             step.fn,
@@ -452,6 +485,7 @@ class Worker:
             pool=self._pool,
             processes=self._processes,
             modules=self.modules,
+            journal=journal,
         )
         self._attempts[a.token] = attempt
         self._tasks[a.token] = asyncio.create_task(
@@ -528,6 +562,40 @@ class Worker:
             return  # it ended before the cancel: its result says so
         # Nothing runs here under that token: say so at once, so the step may run elsewhere.
         self._finish(Result(token, "", "", 0, CANCELLED, 0.0))
+
+    async def _ask(
+        self,
+        a: Assignment,
+        *,
+        record: tuple[bytes, bytes, bytes] | None = None,
+        resolve: bytes | None = None,
+    ) -> JournalAnswer:
+        """A durable main's journal request to the primary, asked again on the next
+        stream when this one breaks, and after a pause while the primary cannot answer
+        yet; StepError when it refuses (the main must stop)."""
+        pause, most = JOURNAL_RETRY_S
+        while True:
+            await self._up.wait()
+            rid = next(self._ask_ids)
+            fut: asyncio.Future[JournalAnswer] = asyncio.get_running_loop().create_future()
+            self._asks[rid] = fut
+            self._journal_out.append(codec.journal_request(rid, a, record=record, resolve=resolve))
+            self._wake.set()
+            try:
+                answer = await fut
+            except _StreamLost:
+                continue
+            finally:
+                self._asks.pop(rid, None)
+            if answer.retry:
+                await asyncio.sleep(pause)
+                pause = min(most, pause * 2)
+                continue
+            if answer.error:
+                raise StepError(
+                    f"the primary refused the journal request: {answer.error}", final=True
+                )
+            return answer
 
     def _finish(self, result: Result) -> None:
         self._outbox.put(result)

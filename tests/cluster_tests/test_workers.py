@@ -9,113 +9,25 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.client import SyncClient
-from tests.cluster import Cluster, Member
-from tests.nodes import ROOT
+from tests.cluster import Cluster
+from tests.workerprocs import (
+    HEARTBEAT_TIMEOUT,
+    WorkerProc,
+    _connected,
+    _events,
+    _lines,
+    _until,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
-
-HEARTBEAT_TIMEOUT = 3.0
-
-
-class WorkerProc:
-    def __init__(self, root: Path, name: str, servers: str, *extra: str) -> None:
-        self.name = name
-        self.log_path = root / f"worker-{name}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "apollo11.scheduler.cli",
-            "worker",
-            "--server",
-            servers,
-            "--workflows",
-            "apollo11.scheduler.examples",
-            "--name",
-            name,
-            *extra,
-        ]
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-        if sig == signal.SIGKILL:
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-@pytest.fixture
-def remote(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[Cluster]:
-    c = Cluster.create(
-        tmp_path,
-        etcd_server.url,
-        cluster_name,
-        3,
-        "--execution",
-        "remote",
-        "--worker-heartbeat-timeout",
-        str(HEARTBEAT_TIMEOUT),
-        "--worker-heartbeat-interval",
-        "0.5",
-    )
-    c.start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture
-def workers(tmp_path: Path, remote: Cluster) -> Iterator[Callable[..., WorkerProc]]:
-    started: list[WorkerProc] = []
-
-    def start(name: str, *extra: str, servers: str | None = None) -> WorkerProc:
-        w = WorkerProc(tmp_path, name, servers or remote.endpoints, *extra)
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.stop()
-
-
-def _lines(ledger: Path) -> list[list[str]]:
-    return [ln.split() for ln in ledger.read_text().splitlines()] if ledger.exists() else []
-
-
-def _until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def _connected(primary: Member, name: str) -> Callable[[], bool]:
-    return lambda: f"worker {name} connected" in primary.log_text()
-
-
-def _events(c: Cluster, task_id: str) -> list[object]:
-    with SyncClient(c.endpoints) as client:
-        events, _ = client.events(task_id=task_id, limit=1000)
-    return events
 
 
 def test_a_killed_worker_loses_its_attempt_at_once_and_another_runs_it(

@@ -105,18 +105,46 @@ class Results(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[StepResult]
     def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ...) -> None: ...
 
+class JournalRequest(_message.Message):
+    __slots__ = ("id", "token", "task_id", "step", "record", "resolve_wait_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_WAIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    token: AttemptToken
+    task_id: str
+    step: str
+    record: JournalRecord
+    resolve_wait_json: bytes
+    def __init__(self, id: _Optional[int] = ..., token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., record: _Optional[_Union[JournalRecord, _Mapping]] = ..., resolve_wait_json: _Optional[bytes] = ...) -> None: ...
+
+class JournalRecord(_message.Message):
+    __slots__ = ("checkpoints_json", "wait_json", "children_json")
+    CHECKPOINTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    WAIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_JSON_FIELD_NUMBER: _ClassVar[int]
+    checkpoints_json: bytes
+    wait_json: bytes
+    children_json: bytes
+    def __init__(self, checkpoints_json: _Optional[bytes] = ..., wait_json: _Optional[bytes] = ..., children_json: _Optional[bytes] = ...) -> None: ...
+
 class WorkerMessage(_message.Message):
-    __slots__ = ("register", "heartbeat", "results")
+    __slots__ = ("register", "heartbeat", "results", "journal")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_FIELD_NUMBER: _ClassVar[int]
     register: Register
     heartbeat: WorkerHeartbeat
     results: Results
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ...) -> None: ...
+    journal: JournalRequest
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., journal: _Optional[_Union[JournalRequest, _Mapping]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("token", "task_id", "step", "attempt", "workflow", "version", "input_json", "results_json", "timeout_s", "last_heartbeat_json", "node_id")
+    __slots__ = ("token", "task_id", "step", "attempt", "workflow", "version", "input_json", "results_json", "timeout_s", "last_heartbeat_json", "node_id", "durable")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +156,7 @@ class Assignment(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
     token: AttemptToken
     task_id: str
     step: str
@@ -139,7 +168,20 @@ class Assignment(_message.Message):
     timeout_s: float
     last_heartbeat_json: bytes
     node_id: str
-    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., input_json: _Optional[bytes] = ..., results_json: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., last_heartbeat_json: _Optional[bytes] = ..., node_id: _Optional[str] = ...) -> None: ...
+    durable: DurableJournal
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., input_json: _Optional[bytes] = ..., results_json: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., last_heartbeat_json: _Optional[bytes] = ..., node_id: _Optional[str] = ..., durable: _Optional[_Union[DurableJournal, _Mapping]] = ...) -> None: ...
+
+class DurableJournal(_message.Message):
+    __slots__ = ("checkpoints_json", "wait_json", "first_event_id", "now_ms")
+    CHECKPOINTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    WAIT_JSON_FIELD_NUMBER: _ClassVar[int]
+    FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints_json: bytes
+    wait_json: bytes
+    first_event_id: int
+    now_ms: int
+    def __init__(self, checkpoints_json: _Optional[bytes] = ..., wait_json: _Optional[bytes] = ..., first_event_id: _Optional[int] = ..., now_ms: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale")
@@ -185,14 +227,32 @@ class Acks(_message.Message):
     acks: _containers.RepeatedCompositeFieldContainer[ResultAck]
     def __init__(self, acks: _Optional[_Iterable[_Union[ResultAck, _Mapping]]] = ...) -> None: ...
 
+class JournalReply(_message.Message):
+    __slots__ = ("id", "error", "retry", "resolution_json", "children_json", "now_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_JSON_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    error: str
+    retry: bool
+    resolution_json: bytes
+    children_json: bytes
+    now_ms: int
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[str] = ..., retry: _Optional[bool] = ..., resolution_json: _Optional[bytes] = ..., children_json: _Optional[bytes] = ..., now_ms: _Optional[int] = ...) -> None: ...
+
 class DispatchMessage(_message.Message):
-    __slots__ = ("registered", "assign", "cancel", "acks")
+    __slots__ = ("registered", "assign", "cancel", "acks", "journal")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     assign: Assign
     cancel: CancelAttempt
     acks: Acks
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
+    journal: JournalReply
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ..., acks: _Optional[_Union[Acks, _Mapping]] = ..., journal: _Optional[_Union[JournalReply, _Mapping]] = ...) -> None: ...

@@ -206,10 +206,7 @@ class _MemJournal:
         self.first_event_id = 1
         self.recorded: list[Mapping[str, Any]] = []
 
-    def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
-        return None
-
-    def child(self, task_id: str) -> Mapping[str, Any] | None:
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Mapping[str, Any] | None:
         return None
 
     def plan_child(self, *args: Any) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from apollo11.scheduler import waits
 from apollo11.scheduler.durable import (
     ChildFailed,
     DedupeKey,
@@ -52,6 +53,9 @@ class FakeJournal:
 
     def child(self, task_id: str) -> Mapping[str, Any] | None:
         return self.finished.get(task_id)
+
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Mapping[str, Any] | None:
+        return waits.resolve(wait, self, now_ms)
 
     def plan_child(
         self,
