@@ -30,7 +30,9 @@ def _normal(state: dict[str, object]) -> object:
     return json.loads(json.dumps(state, sort_keys=True))
 
 
-@pytest.mark.parametrize("name", ["etl-happy", "eventful", "anomalous", "durable"])
+@pytest.mark.parametrize(
+    "name", ["etl-happy", "eventful", "anomalous", "durable", "durable-children"]
+)
 def test_golden_log_replays_to_its_known_state(name: str) -> None:
     root = GOLDEN / name
     assert _normal(state_at(root).to_dict()) == _expected(root)
@@ -166,3 +168,23 @@ async def test_the_golden_durable_state_survives_a_snapshot(tmp_path: Path) -> N
         assert again.state.event_keys == {"ap-p1": 6}
     finally:
         await again.close()
+
+
+async def test_golden_children_history_replays_against_the_fulfil_example() -> None:
+    from apollo11.scheduler.examples import fulfil
+
+    tasks = state_at(GOLDEN / "durable-children").tasks
+    assert {t: v.status.value for t, v in tasks.items()} == {
+        "f1": "SUCCEEDED",
+        "c1": "SUCCEEDED",
+        "c2": "SUCCEEDED",
+        "f2": "CANCELLED",
+        "c3": "CANCELLED",
+    }
+    assert tasks["c3"].parent == {"task_id": "f2", "seq": 1, "close": "cancel"}
+    assert tasks["c3"].cancelled is not None and tasks["c3"].cancelled["operator"] == "alice"
+    f1 = tasks["f1"]
+    assert f1.durable is not None
+    assert [c["kind"] for c in f1.durable.checkpoints] == ["step", "spawn", "spawn", "all", "step"]
+    # the example's code replays this history to the same result, recording nothing
+    assert await _replay(fulfil, f1) == f1.steps["main"].result

@@ -11,7 +11,9 @@ import asyncio
 import itertools
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.store import state_at
@@ -272,6 +274,141 @@ def durable() -> list[tuple[int, list[Draft]]]:
     ]
 
 
+class _Capture:
+    """A journal that records what a main asks for, with children finished as told:
+    the golden children history is what the real `fulfil` code records."""
+
+    def __init__(self, cps: list[dict[str, Any]], done: dict[str, Any], ids: list[str]) -> None:
+        self.checkpoints = cps
+        self.wait: dict[str, Any] | None = None
+        self.first_event_id = 2
+        self.done = done
+        self.ids = ids
+        self.planned: dict[str, Draft] = {}
+        self.drafts: list[tuple[str, Any]] = []  # ("children"/"checkpoint"/"wait", ...)
+
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Any:
+        from apollo11.scheduler import waits
+
+        return waits.resolve(wait, self, now_ms)
+
+    def first_event(self, key: str, since: int) -> None:
+        return None
+
+    def child(self, task_id: str) -> Any:
+        return self.done.get(task_id)
+
+    def plan_child(self, workflow: str, input: Any, version: Any, key: str, parent: Any) -> str:
+        task_id = self.ids.pop(0)
+        steps = {"pack_item": []}
+        payload = {"workflow": workflow, "version": 1, "input": input, "steps": steps}
+        payload.update({"idempotency_key": key, "parent": dict(parent)})
+        self.planned[task_id] = Draft(E.TASK_SUBMITTED, task_id, payload=payload)
+        return task_id
+
+    def now_ms(self) -> int:
+        return 1_700_000_000_000
+
+    async def sleep(self, seconds: float) -> None:
+        return None
+
+    async def record(self, checkpoints: Any, wait: Any = None) -> None:
+        for c in checkpoints:
+            if c.get("kind") == "spawn":
+                self.drafts.append(("draft", self.planned.pop(c["child"])))
+            self.checkpoints.append(dict(c))
+            self.drafts.append(("checkpoint", dict(c)))
+        if wait is not None:
+            self.drafts.append(("wait", dict(wait)))
+
+
+def _run_main(
+    t: str, order: dict[str, Any], cps: list[dict[str, Any]], done: dict[str, Any],
+    ids: list[str], attempt: int,
+) -> tuple[Any, list[Draft]]:  # fmt: skip
+    """One attempt of examples.fulfil's main: its result and the drafts it records."""
+    from apollo11.scheduler.examples import fulfil
+    from apollo11.scheduler.workflow import StepContext
+
+    j = _Capture(cps, done, ids)
+    ctx = StepContext(
+        task_id=t, step="main", attempt=attempt, input=order, results={}, node_id="node-1",
+        workflow="fulfil", version=1, journal=j,  # type: ignore[arg-type]
+    )  # fmt: skip
+    result = asyncio.run(fulfil.steps["main"].fn(ctx))
+    out = []
+    for kind, body in j.drafts:
+        if kind == "draft":
+            out.append(body)
+        else:
+            out.append(
+                Draft(E.CHECKPOINT if kind == "checkpoint" else E.WAIT, t, "main", body, attempt)
+            )
+    return result, out
+
+
+FULFIL = {"id": "f1", "items": ["a", "b"], "step_seconds": 0}
+
+
+def durable_children() -> list[tuple[int, list[Draft]]]:
+    """Children (docs/durable.md): `fulfil` spawns a `pack` child per item and gathers
+    them (what the example's code records, real input hashes); a second parent is
+    cancelled while its child runs, and the child is cancelled with it."""
+    cps: list[dict[str, Any]] = []
+    _, first = _run_main("f1", FULFIL, cps, {}, ["c1", "c2"], 1)
+    packed = {c: {"pack_item": {"packed": i, "order": "f1"}} for c, i in (("c1", "a"), ("c2", "b"))}
+    done = {c: {"status": "SUCCEEDED", "result": r, "error": None} for c, r in packed.items()}
+    result, second = _run_main("f1", FULFIL, cps, done, [], 2)
+    sub = {"workflow": "fulfil", "version": 1, "input": FULFIL, "steps": {"main": []}}
+    kids: list[Draft] = []
+    for c in ("c1", "c2"):
+        kids += ok(c, "pack_item", result=packed[c]["pack_item"])
+    cancel = {"operator": "alice", "reason": "order withdrawn"}
+    f2 = {**FULFIL, "id": "f2", "items": ["z"]}
+    _, waiting = _run_main("f2", f2, [], {}, ["c3"], 1)
+    return [
+        (5, [Draft(E.TERM_STARTED, "", payload={"node": "node-1"})]),
+        (
+            5,
+            [
+                Draft(E.TASK_SUBMITTED, "f1", payload=sub),  # event 2
+                Draft(E.STEP_STARTED, "f1", "main", attempt=1),
+                *first,
+                *kids,
+                Draft(E.STEP_STARTED, "f1", "main", attempt=2),
+                *second,
+                Draft(E.STEP_SUCCEEDED, "f1", "main", {"result": result}, attempt=2),
+            ],
+        ),
+        (
+            5,
+            [
+                Draft(E.TASK_SUBMITTED, "f2", payload={**sub, "input": f2}),
+                Draft(E.STEP_STARTED, "f2", "main", attempt=1),
+                *waiting,
+                Draft(E.STEP_STARTED, "c3", "pack_item", attempt=1),
+                Draft(E.TASK_CANCELLED, "f2", payload=cancel),
+                Draft(
+                    E.TASK_CANCELLED,
+                    "c3",
+                    payload={
+                        "operator": "alice",
+                        "reason": "parent task f2 was cancelled: order withdrawn",
+                        "parent": "f2",
+                    },
+                ),
+                Draft(
+                    E.STEP_FAILED,
+                    "c3",
+                    "pack_item",
+                    {"error": "cancelled by operator", "final": True},
+                    attempt=1,
+                ),
+            ],
+        ),
+    ]
+
+
 async def write(root: Path, batches: list[tuple[int, list[Draft]]]) -> None:
     shutil.rmtree(root, ignore_errors=True)
     clock = itertools.count(1_700_000_000_000, 250)
@@ -299,6 +436,7 @@ def main() -> None:
         ("eventful", eventful()),
         ("anomalous", anomalous()),
         ("durable", durable()),
+        ("durable-children", durable_children()),
     ):
         root = HERE / name
         asyncio.run(write(root, batches))
