@@ -912,7 +912,12 @@ def _on_compensating(state: State, event: Event) -> None:
     if step.status is StepStatus.COMPENSATING:
         step.compensations += 1  # a retry of a failed compensation
         return
-    if step.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.STARTED):
+    if step.status not in (
+        StepStatus.SUCCEEDED,
+        StepStatus.FAILED,
+        StepStatus.STARTED,
+        StepStatus.WAITING,  # a cancelled durable main undoing its ctx.steps
+    ):
         _flag(task, step, event, f"step {step.name} compensating while {step.status.value}")
     step.compensations += 1
     step.compensation_error = None

@@ -265,9 +265,14 @@ class Step:
     # Its attempt gets a `ctx.journal` (embedded, or on a worker through its stream): a
     # durable main, which records checkpoints as it goes (docs/durable.md).
     journaled: bool = False
+    # Its compensation when it is not its idempotency's (a durable main's: it undoes
+    # the NotIdempotent ctx.steps that succeeded, last first).
+    compensation: StepFn | None = None
 
     @property
     def compensate(self) -> StepFn | None:
+        if self.compensation is not None:
+            return self.compensation
         return None if self.idempotency is None else self.idempotency.compensate
 
     @property

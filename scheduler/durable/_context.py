@@ -36,6 +36,7 @@ from apollo11.scheduler.workflow import (
 )
 
 STEP = "step"
+INTENT = "intent"  # a NotIdempotent ctx.step about to run
 SLEEP = waits.SLEEP
 EVENT = waits.EVENT
 CHILD = waits.CHILD
@@ -205,6 +206,11 @@ class DurableContext:
         self._consumed: dict[str, int] = {}  # event key -> the last event id a wait took
         # replay-check: stop at the first position past the log, before any side effect
         self._replay_only = bool(getattr(journal, "replay_only", False))
+        # set by DurableWorkflow's compensation: the NotIdempotent ctx.steps that
+        # succeeded, as (seq, name, undo, output, args), found by replaying to the end
+        self.compensations: (
+            list[tuple[int, str, Callable[..., Any], Any, tuple[Any, ...]]] | None
+        ) = None
 
     @property
     def replaying(self) -> bool:
@@ -281,21 +287,49 @@ class DurableContext:
         """Run the side effect `fn(*args)` once per task: its output is recorded, and
         returned without running it at every replay. `idempotency` says how it is safe
         to run again if its node dies mid-call (`Idempotent()`, `DedupeKey()`: use
-        `current_step().dedupe_key`, `Checkpoint()`). Tried by `retry` (default: 3
-        attempts); a final failure raises `DurableStepError`, at every replay too."""
-        if idempotency is None or isinstance(idempotency, NotIdempotent):
+        `current_step().dedupe_key`, `Checkpoint()`, or `NotIdempotent(compensate=undo)`:
+        `undo(output, *args)` undoes it, `output` None when it did not finish). Tried by
+        `retry` (default: 3 attempts); a final failure raises `DurableStepError`, at
+        every replay too.
+
+        A NotIdempotent step takes two positions: its intent, recorded before it runs,
+        then its outcome. Found with an intent and no outcome (its node died mid-call),
+        or failing a try, it is undone before it runs again, and undone when it fails
+        for good; when the task is cancelled, the ones that succeeded are undone, last
+        first (DurableWorkflow's compensation)."""
+        if idempotency is None:
             raise StepError(
-                f"ctx.step {name!r}: declare idempotency=Idempotent(), DedupeKey() or "
-                f"Checkpoint() (NotIdempotent with a compensation is not supported in "
-                f"durable tasks yet)",
+                f"ctx.step {name!r}: declare idempotency=Idempotent(), DedupeKey(), "
+                f"Checkpoint() or NotIdempotent(compensate=...)",
+                final=True,
+            )
+        undo = idempotency.compensate if isinstance(idempotency, NotIdempotent) else None
+        if isinstance(idempotency, NotIdempotent) and undo is None:
+            raise StepError(
+                f"ctx.step {name!r}: NotIdempotent needs compensate=undo (called as "
+                f"undo(output, *args) to undo it)",
                 final=True,
             )
         digest = input_hash(list(args))
+        interrupted = False
+        if undo is not None:
+            seq_i, intent = self._at(INTENT, name, digest)
+            interrupted = intent is not None
+            if interrupted and self.compensations is not None and seq_i + 1 >= len(self._log):
+                # begun, and no outcome in the log: it may have done part of it
+                self.compensations.append((seq_i + 1, name, undo, None, args))
         seq, rec = self._at(STEP, name, digest)
         if rec is not None:
+            if undo is not None and "error" not in rec and self.compensations is not None:
+                self.compensations.append((seq, name, undo, rec.get("output"), args))
             return self._recorded(rec)
-        policy = retry or Retry()
         base = {"seq": seq, "kind": STEP, "name": name, "input_hash": digest}
+        if undo is not None:
+            if interrupted:  # begun by a run that died: it may have done part of it
+                await self._undo(name, seq, undo, None, args)
+            else:
+                await self._record({**base, "seq": seq_i, "kind": INTENT, "output": None})
+        policy = retry or Retry()
         tries = 0
         while True:
             tries += 1
@@ -303,6 +337,9 @@ class DurableContext:
             try:
                 out = _roundtrip(await _call(fn, args))
             except Exception as e:
+                _CURRENT.reset(token)
+                if undo is not None:
+                    await self._undo(name, seq, undo, None, args)
                 final = isinstance(e, StepError) and bool(e.details.get("final"))
                 if not final and tries < policy.attempts:
                     await self._journal.sleep(policy.delay_s(tries, f"{self.task_id}:{seq}"))
@@ -312,10 +349,45 @@ class DurableContext:
                 err = {"type": kind, "message": message, "details": details}
                 await self._record({**base, "error": err, "attempts": tries})
                 raise DurableStepError(kind, message, details) from e
+            _CURRENT.reset(token)
+            done = {**base, "output": out, "attempts": tries}
+            if undo is not None:
+                done["compensate"] = True  # undone if the task is cancelled
+            await self._record(done)
+            return out
+
+    async def run_undo(
+        self, name: str, seq: int, undo: Callable[..., Any], output: Any, args: tuple[Any, ...]
+    ) -> None:
+        """Undo a NotIdempotent ctx.step (the compensation of a cancelled task): a
+        failure is the compensation's, which the engine retries."""
+        token = _CURRENT.set(StepInfo(self.task_id, name, seq, 1))
+        try:
+            await _call(undo, (output, *args))
+        finally:
+            _CURRENT.reset(token)
+
+    async def _undo(
+        self, name: str, seq: int, undo: Callable[..., Any], output: Any, args: tuple[Any, ...]
+    ) -> None:
+        """Undo a NotIdempotent ctx.step: tried as its compensation's retry policy
+        says; if it cannot be undone, the main stops (an operator must look)."""
+        policy = Retry()
+        tries = 0
+        while True:
+            tries += 1
+            token = _CURRENT.set(StepInfo(self.task_id, name, seq, tries))
+            try:
+                await _call(undo, (output, *args))
+                return
+            except Exception as e:
+                if tries >= policy.attempts:
+                    raise JournalFailed(
+                        StepError(f"ctx.step {name!r}: undoing it failed: {e}", final=True)
+                    ) from e
+                await self._journal.sleep(policy.delay_s(tries, f"{self.task_id}:{seq}:undo"))
             finally:
                 _CURRENT.reset(token)
-            await self._record({**base, "output": out, "attempts": tries})
-            return out
 
     # ------------------------------------------------------------ waits
 

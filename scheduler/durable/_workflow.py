@@ -19,17 +19,27 @@ user's function with it and the task's input:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from apollo11.scheduler.durable._context import (
     DurableContext,
+    DurableStepError,
+    Frontier,
     JournalFailed,
     NonDeterminism,
     Suspended,
 )
 from apollo11.scheduler.errors import WorkflowDefinitionError
-from apollo11.scheduler.workflow import Checkpoint, Retry, Step, StepContext, StepError, Workflow
+from apollo11.scheduler.workflow import (
+    Checkpoint,
+    Journal,
+    Retry,
+    Step,
+    StepContext,
+    StepError,
+    Workflow,
+)
 
 MAIN = "main"
 DEFAULT_MAIN_TIMEOUT_S = 3600.0
@@ -57,7 +67,8 @@ class DurableWorkflow(Workflow):
     ) -> None:
         # input: a pydantic model the input must fit; the main gets an instance of it
         super().__init__(name=name, version=version, description=description, input=input)
-        self.compensate_on_cancel = False  # its ctx.steps declare no compensations yet
+        # cancelled: the NotIdempotent ctx.steps that succeeded are undone, last first
+        self.compensate_on_cancel = True
         self.timeout_s = timeout_s
         self.retry = retry or Retry(attempts=1)
         self.main_fn: MainFn | None = None
@@ -73,7 +84,11 @@ class DurableWorkflow(Workflow):
             # function, and a Workflow (a dataclass) is not hashable
             return await self._drive(ctx)
 
+        async def undo(ctx: StepContext) -> None:
+            await self._undo_all(ctx)
+
         drive.__name__ = drive.__qualname__ = f"{self.name}.main"
+        undo.__name__ = undo.__qualname__ = f"{self.name}.main.undo"
         self.add_step(
             Step(
                 name=MAIN,
@@ -84,6 +99,7 @@ class DurableWorkflow(Workflow):
                 timeout=self.timeout_s,
                 compensation_retry=Retry(),
                 journaled=True,
+                compensation=undo,
             )
         )
         return fn
@@ -95,6 +111,25 @@ class DurableWorkflow(Workflow):
                 f"async function with @{self.name}.main"
             )
         super().validate()
+
+    async def _undo_all(self, ctx: StepContext) -> None:
+        """The main's compensation (the task was cancelled): replay it to the end of its
+        log, running nothing, to find the NotIdempotent ctx.steps that succeeded and
+        how each is undone; undo them, last first. Retried by the engine until it
+        succeeds, so each undo must be safe to run again (as every compensation)."""
+        main = self.main_fn
+        if ctx.journal is None or main is None:
+            raise StepError(f"durable workflow {self.name!r}: its compensation needs a journal")
+        dctx = DurableContext(_ReadOnly(ctx.journal), task_id=ctx.task_id, attempt=ctx.attempt)
+        dctx.compensations = []
+        try:
+            await main(dctx, ctx.input)
+        except (Frontier, Suspended, DurableStepError):
+            pass  # the end of the log, or a failure it recorded: what it did is found
+        except NonDeterminism as n:
+            raise StepError(f"cannot find what to undo: {n.describe()}", final=True) from None
+        for seq, name, undo, output, args in reversed(dctx.compensations):
+            await dctx.run_undo(name, seq, undo, output, args)
 
     async def _drive(self, ctx: StepContext) -> Any:
         """One attempt of the main: replay to the end of the log, then run on."""
@@ -119,3 +154,30 @@ class DurableWorkflow(Workflow):
             raise j.error from None
         await dctx.flush()
         return result
+
+
+class _ReadOnly:
+    """A journal's checkpoints, for a replay that must run and record nothing (the
+    compensation finding what to undo): every position past the log stops it."""
+
+    replay_only = True
+
+    def __init__(self, journal: Journal) -> None:
+        self.checkpoints = list(journal.checkpoints)
+        self.wait = None  # a wait past the log is past the end here
+        self.first_event_id = journal.first_event_id
+
+    def now_ms(self) -> int:
+        raise Frontier(-1)
+
+    async def sleep(self, seconds: float) -> None:
+        raise Frontier(-1)
+
+    async def resolve(self, wait: Mapping[str, Any], now_ms: int) -> Mapping[str, Any] | None:
+        raise Frontier(-1)
+
+    def plan_child(self, *args: Any) -> str:
+        raise Frontier(-1)
+
+    async def record(self, checkpoints: Any, wait: Any = None) -> None:
+        raise Frontier(-1)

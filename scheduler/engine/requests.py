@@ -465,6 +465,14 @@ def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:
     compensation (when the workflow compensates on cancel)."""
     if wf is None or not wf.compensate_on_cancel:
         return []
+    d = task.durable
+    if d is not None:
+        # a durable main owes one when a NotIdempotent ctx.step succeeded, or was begun
+        # and has no outcome (its intent is the last checkpoint)
+        last = d.checkpoints[-1] if d.checkpoints else {}
+        undo = last.get("kind") == "intent" or any(c.get("compensate") for c in d.checkpoints)
+        main = [n for n, st in task.steps.items() if st.status is not StepStatus.COMPENSATED]
+        return main if undo else []
     return [
         n
         for n, st in task.steps.items()

@@ -416,9 +416,23 @@ class StepRunner:
             n = 0
             while True:
                 n += 1
-                # A compensation sees the step's own result beside its inputs.
+                # A compensation sees the step's own result beside its inputs (and a
+                # durable main's, its checkpoints: what it did is what it undoes).
+                journal = None
+                if spec.journaled:
+                    journal = StoreJournal(
+                        store=self.store,
+                        clock=self.clock,
+                        task_id=task_id,
+                        step=name,
+                        attempt=step.attempt,
+                        lease_valid=self._lease_valid,
+                        committed=self._committed,
+                    )
                 ctx = _with_own_result(
-                    self.context(task, name, step.attempt, spec.after), name, step.result
+                    self.context(task, name, step.attempt, spec.after, journal),
+                    name,
+                    step.result,
                 )
                 try:
                     outcome = await self.compensator.run(Attempt(action, ctx, self._lease_valid))
@@ -466,4 +480,5 @@ def _with_own_result(ctx: StepContext, name: str, result: Any) -> StepContext:
         fencing_token=ctx.fencing_token,
         worker=ctx.worker,
         last_heartbeat=ctx.last_heartbeat,
+        journal=ctx.journal,
     )

@@ -18,6 +18,7 @@ from apollo11.scheduler.durable import (
     Idempotent,
     Retry,
     current_step,
+    input_hash,
 )
 from apollo11.scheduler.workflow import StepContext, StepError
 
@@ -246,17 +247,88 @@ async def test_a_step_that_fails_for_good_raises_the_same_error_at_every_replay(
     assert tries == [1, 2, 3]
 
 
-async def test_not_idempotent_steps_are_refused() -> None:
+async def test_not_idempotent_needs_a_compensation() -> None:
     from apollo11.scheduler.workflow import NotIdempotent
 
     wf = DurableWorkflow("n", version=1)
 
     @wf.main
     async def main(ctx: DurableContext, _: Any) -> Any:
-        return await ctx.step("x", len, "a", idempotency=NotIdempotent(compensate=len))  # type: ignore[arg-type]
+        return await ctx.step("x", len, "a", idempotency=NotIdempotent())
 
-    with pytest.raises(StepError, match="NotIdempotent"):
+    with pytest.raises(StepError, match="NotIdempotent needs compensate=undo"):
         await attempt(FakeJournal(), 1, wf)
+
+
+LEDGER: list[str] = []
+
+
+def book(order: str) -> str:
+    info = current_step()
+    assert info is not None
+    LEDGER.append(f"book {order} try {info.attempt}")
+    if order == "flaky" and info.attempt < 3:
+        raise RuntimeError("the booking system timed out")
+    if order == "full":
+        raise StepError("no seats", final=True)
+    return f"seat-{order}"
+
+
+def unbook(output: Any, order: str) -> None:
+    LEDGER.append(f"unbook {order} {output}")
+
+
+booking = DurableWorkflow("booking", version=1)
+
+
+@booking.main
+async def run_booking(ctx: DurableContext, order: str) -> Any:
+    from apollo11.scheduler.workflow import NotIdempotent
+
+    try:
+        seat = await ctx.step("book", book, order, idempotency=NotIdempotent(compensate=unbook))
+    except DurableStepError as e:
+        return f"failed: {e.message}"
+    await ctx.sleep(60)
+    return seat
+
+
+async def test_a_not_idempotent_step_records_its_intent_and_is_not_run_again() -> None:
+    LEDGER.clear()
+    j = FakeJournal()
+    assert await attempt(j, 1, booking, "a1") is None
+    assert j.writes == [["intent"], ["step"], ["WAIT"]]
+    assert j.cps[1]["output"] == "seat-a1" and j.cps[1]["compensate"] is True
+    j.t += 60_000
+    assert await attempt(j, 2, booking, "a1") == "seat-a1"
+    assert LEDGER == ["book a1 try 1"]
+
+
+async def test_a_not_idempotent_step_cut_off_mid_run_is_undone_before_it_runs_again() -> None:
+    LEDGER.clear()
+    j = FakeJournal()
+    # its intent is in the log and nothing more: the node died while it ran
+    j.cps.append({"seq": 0, "kind": "intent", "name": "book", "output": None,
+                  "input_hash": input_hash(["b2"])})  # fmt: skip
+    assert await attempt(j, 2, booking, "b2") is None
+    assert LEDGER == ["unbook b2 None", "book b2 try 1"]
+    assert [c["kind"] for c in j.cps] == ["intent", "step"]
+
+
+async def test_each_failed_try_is_undone_and_a_final_failure_too() -> None:
+    LEDGER.clear()
+    j = FakeJournal()
+    await attempt(j, 1, booking, "flaky")
+    assert LEDGER == [
+        "book flaky try 1",
+        "unbook flaky None",
+        "book flaky try 2",
+        "unbook flaky None",
+        "book flaky try 3",
+    ]
+    LEDGER.clear()
+    assert await attempt(FakeJournal(), 1, booking, "full") == "failed: no seats"
+    assert LEDGER == ["book full try 1", "unbook full None"]
 
 
 async def test_sleep_and_memoized_values() -> None:

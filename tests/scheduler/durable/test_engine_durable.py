@@ -206,3 +206,50 @@ async def test_an_event_key_dedupes_within_its_ttl_only(tmp_path: Path) -> None:
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+UNDONE: list[str] = []
+
+
+def _book(order: str) -> str:
+    return f"seat-{order}"
+
+
+def _unbook(seat: Any, order: str) -> None:
+    UNDONE.append(f"{order}:{seat}")
+
+
+trip = DurableWorkflow("trip", version=1)
+
+
+@trip.main
+async def run_trip(ctx: DurableContext, order: str) -> Any:
+    from apollo11.scheduler.workflow import Idempotent, NotIdempotent
+
+    hotel = await ctx.step("hotel", _book, order, idempotency=NotIdempotent(compensate=_unbook))
+    plane = await ctx.step(
+        "plane", _book, f"{order}-p", idempotency=NotIdempotent(compensate=_unbook)
+    )
+    note = await ctx.step("note", len, order, idempotency=Idempotent())
+    await ctx.wait_for_event(f"pay:{order}")
+    return [hotel, plane, note]
+
+
+async def test_cancelling_a_durable_task_undoes_its_not_idempotent_steps_last_first(
+    tmp_path: Path,
+) -> None:
+    UNDONE.clear()
+    rig = await make_rig(tmp_path / "c", ManualClock(), trip)
+    try:
+        sub = await rig.engine.submit("trip", "t9")
+        await _until(rig, sub.task_id, TaskStatus.WAITING)
+        await rig.engine.cancel_task(sub.task_id, operator="alice", reason="trip called off")
+        async with asyncio.timeout(10):
+            done = await rig.engine.wait(sub.task_id)
+        assert done.status is TaskStatus.CANCELLED and done.quiescent
+        assert done.steps["main"].status is StepStatus.COMPENSATED
+        assert UNDONE == ["t9-p:seat-t9-p", "t9:seat-t9"]  # the plane, then the hotel
+        assert "STEP_COMPENSATED" in _types(rig, sub.task_id)
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
