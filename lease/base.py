@@ -105,6 +105,9 @@ class MemberInfo:
     shell: bool = False  # started with --allow-shell
     known_term: int = 0  # the highest term this node has seen (>= last_term)
     instance: str = ""  # random, per process: which process publishes this record
+    # A primary handing over (a switchover): the member the election should prefer,
+    # when that one is as far ahead as the best candidate.
+    handover: str = ""
 
     @property
     def position(self) -> tuple[int, int]:

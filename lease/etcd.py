@@ -259,6 +259,7 @@ class EtcdLease(Lease):
                 "shell": member.shell,
                 "known_term": member.known_term,
                 "instance": member.instance,
+                "handover": member.handover,
             }
         )
 
@@ -428,6 +429,7 @@ def _member(value: bytes) -> MemberInfo | None:
             bool(d.get("shell", False)),
             int(d.get("known_term", 0)),
             str(d.get("instance") or ""),
+            str(d.get("handover") or ""),
         )
     except (ValueError, KeyError, TypeError):
         return None

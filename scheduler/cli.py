@@ -1150,6 +1150,53 @@ def _nth(n: int) -> str:
 
 
 @app.command()
+def switchover(
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="The standby to hand over to (default: the one furthest ahead)."),
+    ] = None,
+    wait_s: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the new primary to lead.")
+    ] = 30.0,
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """A planned hand-over of the primary role (Patroni's switchover): the primary
+    starts no new step, lets running ones finish, waits until the standby holds
+    every event it wrote, and resigns; that standby is then elected."""
+
+    async def go() -> tuple[dict[str, Any], Any]:
+        async with _client(server) as c:
+            done = await c.switchover(to)
+            deadline = time.monotonic() + wait_s
+            while True:
+                status = await c.status()
+                leader = status.leader
+                if leader is not None and leader.get("node_id") != done["from"]:
+                    return done, status
+                if time.monotonic() > deadline:
+                    return done, None
+                await asyncio.sleep(0.2)
+
+    import asyncio
+    import time
+
+    done, status = _run(go())
+    leader = (status.leader if status is not None else None) or {}
+    if as_json:
+        _print_json({**done, "leader": leader.get("node_id"), "term": leader.get("term")})
+        return
+    out.print(f"{done['from']} resigned: {done['sentence']}", markup=False)
+    if not leader:
+        raise _fail(f"no new primary within {wait_s:g}s: see apollo11 status", 1)
+    out.print(
+        f"{leader.get('node_id')} leads now (term {leader.get('term')}); it holds every "
+        f"event through {done['last_event_id']}",
+        markup=False,
+    )
+
+
+@app.command()
 def history(server: Server = None, as_json: AsJson = False) -> None:
     """Every leader the log records, oldest first: term, node, first event, when.
 

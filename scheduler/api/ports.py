@@ -53,3 +53,7 @@ class NodeView(PrimarySide, Protocol):
 
     def workers(self) -> tuple[WorkerStatus, ...]:
         """The connected workers (none unless this node is the primary)."""
+
+    async def switchover(self, to: str | None, *, operator: str) -> tuple[str, int, str]:
+        """A planned hand-over to standby `to` (None: the one furthest ahead): (the
+        target, the last event id it holds, the sentence)."""

@@ -492,6 +492,19 @@ class ClusterService(pbg.ClusterServicer):
             terms=[pb.TermInfo(**dataclasses.asdict(t)) for t in self.node.history()]
         )
 
+    @rpc
+    async def Switchover(
+        self, request: pb.SwitchoverRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SwitchoverResponse:
+        to = optional(request.to, "to")
+        target, last, sentence = await self.node.switchover(to, operator=current_principal().name)
+        return pb.SwitchoverResponse(
+            from_node=self.node.status().node_id,
+            to_node=target,
+            last_event_id=last,
+            sentence=sentence,
+        )
+
 
 class Watchers:
     """Queues of WatchTask streams, fed by the store as batches become durable."""

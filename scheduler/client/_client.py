@@ -328,6 +328,20 @@ class Client:
         )
         return [convert.term_from_pb(t) for t in resp.terms]
 
+    async def switchover(self, to: str | None = None) -> dict[str, Any]:
+        """A planned hand-over from the primary to standby `to` (None: the one furthest
+        ahead): returns {"from", "to", "last_event_id", "sentence"} once the primary
+        has resigned; the target leads about a settle period later."""
+        resp = await self._call(
+            "cluster", "Switchover", pb.SwitchoverRequest(to=to or ""), write=True, retry=False
+        )
+        return {
+            "from": resp.from_node,
+            "to": resp.to_node,
+            "last_event_id": resp.last_event_id,
+            "sentence": resp.sentence,
+        }
+
     async def workflow(self, name: str, version: int | None = None) -> dict[str, Any]:
         """One loaded workflow version (the latest when `version` is None), as one item
         of `workflows()`, with its input's JSON Schema (None when untyped)."""
@@ -531,6 +545,10 @@ class SyncClient:
     def history(self) -> list[TermView]:
         """As Client.history."""
         return self._run(self._client.history())
+
+    def switchover(self, to: str | None = None) -> dict[str, Any]:
+        """As Client.switchover."""
+        return self._run(self._client.switchover(to))
 
     def workflow(self, name: str, version: int | None = None) -> dict[str, Any]:
         """As Client.workflow."""

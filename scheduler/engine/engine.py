@@ -233,6 +233,17 @@ class Engine:
                     await self._idle.wait()
         return self._slots_used == 0
 
+    def stop_starting(self) -> None:
+        """Start nothing new and refuse new writes, without waiting (a switchover of a
+        node whose steps run on workers: they outlive it)."""
+        self._draining = True
+
+    def resume(self) -> None:
+        """Lead on after a drain that was called off (a switchover that did not happen)."""
+        self._draining = False
+        self._dirty.update(t.task_id for t in self.store.state.tasks.values() if not t.quiescent)
+        self._wake.set()
+
     def check_leading(self) -> None:
         if not self._leading or self._draining:
             raise NotLeaderError("this node is not the primary (or is shutting down)")

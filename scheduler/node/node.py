@@ -68,6 +68,7 @@ from apollo11.scheduler.engine.executor import AttemptToken, Executor, InProcess
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
+    FailedPreconditionError,
     LeaseLostError,
     LogFailedError,
     NodeUnavailableError,
@@ -161,6 +162,7 @@ class Node:
         self._leaderless_since: float | None = None
         self._leaderless_at = 0  # the store's revision then (role.Me.leaderless_at)
         self._published_at = -1e9  # monotonic time of the last member record published
+        self._handover = ""  # a switchover under way: the standby this primary hands to
         self._last_sentence = ""
         self._stopping = False
         self._segment_bytes = settings.segment_max_bytes
@@ -485,6 +487,7 @@ class Node:
             self.settings.allow_shell,
             self.known_term,
             self.instance,
+            self._handover,
         )
 
     async def _cycle(self) -> str:
@@ -519,6 +522,8 @@ class Node:
         self._check_store(world)
         if world.leader is not None:
             self.saw_term(world.leader.term)
+            if self._handover and world.leader.node_id != self.settings.node_id:
+                self._handover = ""  # handed over: the next record names no one
         move = role.decide(self._as_seen(now), world, log_retry_s=LOG_RETRY_S)
         return await self._carry_out(move)
 
@@ -875,6 +880,64 @@ class Node:
         if not any(t.get_name() == "apollo11-role" and not t.done() for t in self._tasks):
             self._spawn(self._role_loop(), "apollo11-role")
         return f"demoted self because {why}"
+
+    async def switchover(self, to: str | None, *, operator: str) -> tuple[str, int, str]:
+        """A planned hand-over to `to` (None: the standby furthest ahead): start no new
+        step, let running ones finish (up to the drain timeout), wait until the target
+        holds every event this node wrote, then resign; the election prefers the
+        target (role.elect) while this node's record names it. Returns (target, the
+        last event id it holds, the sentence). Raises FailedPreconditionError (not the
+        primary, no such standby) or NodeUnavailableError (it did not catch up in
+        time; this node leads on as before)."""
+        engine = self.engine
+        if self.role != "primary" or engine is None or not engine.leading:
+            raise self.not_leader()
+        following = {v.node_id: v for v in self.hub.connected()}
+        world = self.world
+        members = world.members if world is not None else {}
+        standbys = {
+            n: v
+            for n, v in following.items()
+            if (m := members.get(n)) is not None and m.role == "standby"
+        }
+        if to is not None and to == self.settings.node_id:
+            raise FailedPreconditionError(f"{to} is the primary already")
+        if to is not None and to not in standbys:
+            raise FailedPreconditionError(
+                f"{to} is not a live standby following this primary (standbys: "
+                f"{', '.join(sorted(standbys)) or 'none'})"
+            )
+        if not standbys:
+            raise FailedPreconditionError("no live standby follows this primary: no one to hand to")
+        target = to or max(standbys.values(), key=lambda v: (v.acked_id, v.node_id)).node_id
+        view = standbys[target]
+        budget = max(5.0, 2 * self.lease.ttl_s)
+        log.info("switchover to %s asked by %s: draining", target, operator)
+        self._handover = target
+        await self.lease.publish(self._me())
+        if self.settings.execution != "remote":
+            await engine.drain(within_s=self.settings.drain_timeout)
+        else:
+            engine.stop_starting()
+        last = self.store.log.durable_id if self.store is not None else 0
+        deadline = time.monotonic() + budget
+        while view.acked_id < last and time.monotonic() < deadline:
+            view.acked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(view.acked.wait(), deadline - time.monotonic())
+            if self.store is not None:
+                last = self.store.log.durable_id
+        if view.acked_id < last:
+            self._handover = ""
+            engine.resume()
+            raise NodeUnavailableError(
+                f"switchover to {target} called off: it holds events up to {view.acked_id} "
+                f"of {last} after {budget:g}s; this node leads on"
+            )
+        why = f"switchover to {target} asked by {operator}"
+        sentence = await self.demote(why)
+        self._notice(f"handed over to {target} (asked by {operator})")
+        return target, last, sentence
 
     # ------------------------------------------------------- a failed log
 

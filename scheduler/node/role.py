@@ -88,13 +88,23 @@ Move = StayPrimary | Demote | Follow | StandAside | Wait | Campaign
 
 
 def elect(me: MemberInfo, world: World) -> MemberInfo:
-    """The member that should lead now, if this node is one of the candidates."""
+    """The member that should lead now, if this node is one of the candidates: the
+    furthest ahead (the smallest node id on a tie), or the one a primary handing over
+    named (a switchover), when it is as far ahead: never one that lacks an event."""
     others = [
         m
         for m in world.members.values()
         if m.role not in NOT_CANDIDATES and m.node_id != me.node_id
     ]
-    return max([*others, me], key=lambda m: (m.position, _reverse(m.node_id)))
+    candidates = [*others, me]
+    best = max(candidates, key=lambda m: (m.position, _reverse(m.node_id)))
+    named = {m.handover for m in world.members.values() if m.handover} | (
+        {me.handover} if me.handover else set()
+    )
+    for m in candidates:
+        if m.node_id in named and m.position == best.position:
+            return m
+    return best
 
 
 def quorum(members: int, sync_replicas: int) -> int:

@@ -99,6 +99,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/SendEvent": Role.SUBMITTER,
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
     "/apollo11.v1.Cluster/GetHistory": Role.READER,
+    "/apollo11.v1.Cluster/Switchover": Role.OPERATOR,
     "/apollo11.v1.Replication/Follow": Role.NODE,
     "/apollo11.v1.Replication/ReadRecords": Role.NODE,
     "/apollo11.v1.Workers/Connect": Role.WORKER,

@@ -135,6 +135,24 @@ class ListWorkflowsResponse(_message.Message):
     workflows: _containers.RepeatedCompositeFieldContainer[WorkflowInfo]
     def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
 
+class SwitchoverRequest(_message.Message):
+    __slots__ = ("to",)
+    TO_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    def __init__(self, to: _Optional[str] = ...) -> None: ...
+
+class SwitchoverResponse(_message.Message):
+    __slots__ = ("from_node", "to_node", "last_event_id", "sentence")
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_FIELD_NUMBER: _ClassVar[int]
+    from_node: str
+    to_node: str
+    last_event_id: int
+    sentence: str
+    def __init__(self, from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., last_event_id: _Optional[int] = ..., sentence: _Optional[str] = ...) -> None: ...
+
 class GetHistoryRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -650,6 +650,11 @@ class ClusterStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryResponse.FromString,
                 _registered_method=True)
+        self.Switchover = channel.unary_unary(
+                '/apollo11.v1.Cluster/Switchover',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SwitchoverRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SwitchoverResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -670,6 +675,18 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Switchover(self, request, context):
+        """A planned hand-over (Patroni's switchover), asked of the primary: it starts no
+        new step, lets running ones finish (up to its drain timeout), waits until the
+        chosen standby holds every event it wrote, and resigns; the election then
+        prefers that standby. FAILED_PRECONDITION: not the primary, or `to` is not a
+        live standby following it; UNAVAILABLE: it did not catch up in time (nothing
+        changed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -682,6 +699,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.GetHistory,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.GetHistoryResponse.SerializeToString,
+            ),
+            'Switchover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Switchover,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SwitchoverRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.SwitchoverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -738,6 +760,33 @@ class Cluster:
             '/apollo11.v1.Cluster/GetHistory',
             apollo11_dot_v1_dot_scheduler__pb2.GetHistoryRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.GetHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Switchover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Cluster/Switchover',
+            apollo11_dot_v1_dot_scheduler__pb2.SwitchoverRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.SwitchoverResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,19 @@ def test_the_best_positioned_standby_and_only_it_campaigns() -> None:
     )
 
 
+def test_a_switchover_target_is_elected_when_it_is_as_far_ahead() -> None:
+    import dataclasses
+
+    handing = dataclasses.replace(_rec("n1", 40), handover="n3")  # the resigned primary
+    world = _world(handing, N2, N3)
+    assert role.elect(N3, world).node_id == "n3"  # tied with n2: the named one wins
+    assert role.decide(_me(N3), world) == role.Campaign(min_term=1)
+    assert isinstance(role.decide(_me(N2), world), role.Wait)
+    # never one that lacks an event: a target behind the best is passed over
+    behind = _rec("n3", 39)
+    assert role.elect(N2, _world(handing, N2, behind)).node_id == "n1"  # by id, as ever
+
+
 def test_a_higher_term_beats_a_longer_log() -> None:
     newer = _rec("n3", 10, term=2)
     assert role.elect(N1, _world(N1, N2, newer)).node_id == "n3"
