@@ -325,6 +325,14 @@ def node(
     etcd_key: Annotated[
         Path | None, typer.Option("--etcd-key", help="PEM key of --etcd-cert.")
     ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help="Send traces to this OpenTelemetry collector (OTLP/gRPC, e.g. "
+            "http://127.0.0.1:4317; needs apollo11[otlp]). Default: OTEL_EXPORTER_OTLP_ENDPOINT.",
+        ),
+    ] = None,
 ) -> None:
     """Run a node (standalone without --etcd). Flags > APOLLO11_* env > --config file."""
     import asyncio
@@ -389,10 +397,12 @@ def node(
             max_tasks_in_memory=max_tasks_in_memory,
             max_streams_per_connection=max_streams_per_connection,
             max_message_bytes=max_message_bytes,
+            otlp_endpoint=otlp_endpoint,
         )
     except ValueError as e:
         raise _fail(str(e), 2) from e
     logging.getLogger().setLevel(logging.INFO)
+    _tracing(settings.otlp_endpoint, f"apollo11-node-{settings.node_id}")
     # The event loop waits for the GIL whenever a background thread holds it (the
     # snapshot writer encoding and merging archive chunks): 5 ms by default, each
     # time; 1 ms halves the ack p99's tail (docs/benchmarks.md, "Figures behind the
@@ -413,6 +423,19 @@ def node(
         )
         raise
     raise typer.Exit(code)
+
+
+def _tracing(endpoint: str, service: str) -> None:
+    """Traces to an OTLP collector, when one is named (here or by the standard variable)."""
+    endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    if not endpoint:
+        return
+    from apollo11.scheduler import tracing
+
+    try:
+        logging.getLogger("apollo11").info("%s", tracing.configure(endpoint, service=service))
+    except RuntimeError as e:
+        raise _fail(str(e), 2) from e
 
 
 def _labels(spec: str | None) -> dict[str, str]:
@@ -523,6 +546,8 @@ def worker(
             raise _fail(f"--token-file {token_file}: {e.strerror}", 2) from e
     from apollo11.scheduler.worker import Worker, serve
 
+    # a step's own spans (and the worker's) go where OTEL_EXPORTER_OTLP_ENDPOINT says
+    _tracing("", f"apollo11-worker-{name or 'worker'}")
     try:
         w = Worker(
             server,

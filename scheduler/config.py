@@ -105,6 +105,9 @@ class NodeSettings(BaseSettings):
     scrub_mb_per_s: float = Field(default=8.0, ge=0)
     scrub_interval: float = Field(default=3600.0, gt=0)
     drain_timeout: float = Field(default=10.0, ge=0)
+    # OpenTelemetry traces (scheduler/tracing.py) to a collector over OTLP/gRPC
+    # ("": off, unless OTEL_EXPORTER_OTLP_ENDPOINT names one)
+    otlp_endpoint: str = ""
     # where the bundled examples' `ledger` input may write (None: the system temp dir)
     examples_dir: Path | None = None
     # Abuse limits of the gRPC server (scheduler/api/limits.py). A received message

@@ -204,6 +204,8 @@ class TaskState:
     # A spawned task's parent: {"task_id", "seq" (the spawn's position), "close" (the
     # parent-close policy: "cancel" or "abandon")}; None for a task submitted by a client.
     parent: dict[str, Any] | None = None
+    # Its trace context (scheduler/tracing.py): {"traceparent", "parent"}; None: untraced.
+    trace: dict[str, Any] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -235,6 +237,7 @@ class TaskState:
             # only when present: DAG tasks' dicts, snapshots and golden files stay as they were
             **({"durable": self.durable.to_dict()} if self.durable is not None else {}),
             **({"parent": self.parent} if self.parent is not None else {}),
+            **({"trace": self.trace} if self.trace is not None else {}),
         }
 
     @classmethod
@@ -758,6 +761,9 @@ def _on_submitted(state: State, event: Event) -> None:
     parent = p.get("parent")
     if parent is not None:
         task.parent = dict(parent)
+    traced = p.get("trace")
+    if traced is not None:
+        task.trace = dict(traced)
     _derive(task)
     state.tasks[event.task_id] = task
     if key:

@@ -22,6 +22,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from apollo11.scheduler import tracing
 from apollo11.scheduler.api import actions, codec, listing
 from apollo11.scheduler.api.checks import optional, required
 from apollo11.scheduler.api.decode import Undecodable, add_service
@@ -206,10 +207,15 @@ class SchedulerService(pbg.SchedulerServicer):
         data = _json(request.input_json, "input_json", self._submit_cap())
         key = optional(request.idempotency_key, "idempotency_key")
         engine = self._engine()
-        with self.admission.admit(1):
+        with self.admission.admit(1), _traced(context, "SubmitTask") as span:
             sub = await engine.submit(
-                workflow, data, idempotency_key=key, version=request.version or None
+                workflow,
+                data,
+                idempotency_key=key,
+                version=request.version or None,
+                trace=tracing.task_trace(span),
             )
+            _tag(span, workflow, sub.task_id)
         return pb.SubmitTaskResponse(
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
         )
@@ -222,20 +228,21 @@ class SchedulerService(pbg.SchedulerServicer):
         if not 1 <= n <= MAX_SUBMIT_BATCH:
             raise InvalidArgumentError(f"tasks has {n} items; send 1 to {MAX_SUBMIT_BATCH}")
         cap = self._submit_cap()
-        items = []
-        for i, t in enumerate(request.tasks):
-            items.append(
-                SubmitItem(
-                    _not_shell(
-                        required(t.workflow, f"tasks[{i}].workflow"), f"tasks[{i}].workflow"
-                    ),
-                    _json(t.input_json, f"tasks[{i}].input_json", cap),
-                    optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
-                    t.version or None,
-                )
-            )
         engine = self._engine()
-        with self.admission.admit(n):
+        with self.admission.admit(n), _traced(context, "SubmitTasks") as span:
+            items = []
+            for i, t in enumerate(request.tasks):
+                items.append(
+                    SubmitItem(
+                        _not_shell(
+                            required(t.workflow, f"tasks[{i}].workflow"), f"tasks[{i}].workflow"
+                        ),
+                        _json(t.input_json, f"tasks[{i}].input_json", cap),
+                        optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
+                        t.version or None,
+                        tracing.task_trace(span),
+                    )
+                )
             subs = await engine.submit_many(items)
         return pb.SubmitTasksResponse(
             tasks=[
@@ -254,8 +261,11 @@ class SchedulerService(pbg.SchedulerServicer):
             raise FailedPreconditionError(why)
         dag = _json(required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
         key = optional(request.idempotency_key, "idempotency_key")
-        with self.admission.admit(1):
-            sub = await engine.submit("shell", dag, idempotency_key=key)
+        with self.admission.admit(1), _traced(context, "SubmitShell") as span:
+            sub = await engine.submit(
+                "shell", dag, idempotency_key=key, trace=tracing.task_trace(span)
+            )
+            _tag(span, "shell", sub.task_id)
         return pb.SubmitTaskResponse(
             task_id=sub.task_id, created=sub.created, event_id=sub.event_id
         )
@@ -434,6 +444,19 @@ class SchedulerService(pbg.SchedulerServicer):
         if engine is None:
             raise NotFoundError(f"unknown workflow {request.name!r} (loaded: none)")
         return codec.workflow_to_pb(engine.registry.require(request.name, request.version or None))
+
+
+def _traced(context: grpc.aio.ServicerContext, name: str) -> Any:
+    """The submission's span (tracing.py), the child of the client's traceparent."""
+    if not tracing.on():
+        return contextlib.nullcontext(None)
+    return tracing.submit_span(context.invocation_metadata(), f"apollo11.{name}")
+
+
+def _tag(span: Any, workflow: str, task_id: str) -> None:
+    if span is not None:
+        span.set_attribute("apollo11.workflow", workflow)
+        span.set_attribute("apollo11.task_id", task_id)
 
 
 class ClusterService(pbg.ClusterServicer):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import random
+import sys
 import threading
 import time
 import uuid
@@ -171,7 +174,7 @@ class Client:
                         timeout = max(0.05, min(timeout, deadline - time.monotonic()))
                 try:
                     result = await getattr(self._stub(service, ep), method)(
-                        request, timeout=timeout, metadata=self._metadata
+                        request, timeout=timeout, metadata=_traced(self._metadata)
                     )
                     self._reached = True
                     if write:
@@ -475,6 +478,20 @@ _shared_lock = threading.Lock()
 _READY, _FAILED, _SILENT = "ready", "failed", "silent"  # Client._connects
 
 
+def _traced(metadata: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...] | None:
+    """The call's metadata with the W3C traceparent of the caller's current span, when
+    the application uses OpenTelemetry (imported already: the client never loads it)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return metadata
+    from opentelemetry.propagate import inject
+
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    if not carrier:
+        return metadata
+    return (*(metadata or ()), *carrier.items())
+
+
 def _background_loop() -> asyncio.AbstractEventLoop:
     """One event loop thread per process for every SyncClient: grpc.aio does not
     support several event loops in one process (calls on a second loop hang)."""
@@ -498,7 +515,25 @@ class SyncClient:
         return Client(endpoints, **kw)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        # in the caller's context: its OpenTelemetry span (if any) travels with the call
+        ctx = contextvars.copy_context()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def start() -> None:
+            task = self._loop.create_task(coro, context=ctx)
+
+            def copy(t: asyncio.Task[T]) -> None:
+                if t.cancelled():
+                    done.cancel()
+                elif (e := t.exception()) is not None:
+                    done.set_exception(e)
+                else:
+                    done.set_result(t.result())
+
+            task.add_done_callback(copy)
+
+        self._loop.call_soon_threadsafe(start)
+        return done.result()
 
     def __enter__(self) -> SyncClient:
         return self

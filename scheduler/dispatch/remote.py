@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from apollo11.scheduler import metrics
+from apollo11.scheduler import metrics, tracing
 from apollo11.scheduler.api.status import WorkerStatus
 from apollo11.scheduler.dispatch.choose import choose, free_for, why_none
 from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
@@ -227,6 +227,7 @@ class RemoteExecutor:
         conn.assign(
             wpb.Assignment(
                 durable=_durable_pb(inflight.journal),
+                traceparent=tracing.traceparent_now() if tracing.on() else "",
                 token=to_pb(token),
                 task_id=ctx.task_id,
                 step=ctx.step,

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, assert_never
 
-from apollo11.scheduler import defaults, metrics, waits
+from apollo11.scheduler import defaults, metrics, tracing, waits
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import (
     Action,
@@ -281,10 +281,13 @@ class Engine:
 
     def _relatives(self, task_id: str) -> None:
         """A spawned task that finished wakes its parent's wait; a parent cancelled or
-        returned closes its children (decide applies their policy)."""
+        returned closes its children (decide applies their policy); a traced task that
+        finished has its span emitted."""
         task = self.store.state.tasks.get(task_id)
         if task is None:
             return
+        if task.trace is not None and task.quiescent and self._leading:
+            _trace_ended(task)  # the event that finished it: once, by the primary
         if task.parent is not None and task.quiescent:
             self._dirty.add(str(task.parent["task_id"]))
         d = task.durable
@@ -666,10 +669,12 @@ class Engine:
         *,
         idempotency_key: str | None = None,
         version: int | None = None,
+        trace: dict[str, str] | None = None,
     ) -> Submitted:
-        """Submit a task; the same idempotency key (within its TTL) returns the same task."""
+        """Submit a task; the same idempotency key (within its TTL) returns the same task.
+        `trace`: its trace context (tracing.task_trace)."""
         return await self._requests.submit(
-            workflow, input, idempotency_key=idempotency_key, version=version
+            workflow, input, idempotency_key=idempotency_key, version=version, trace=trace
         )
 
     async def submit_many(self, items: Sequence[SubmitItem]) -> list[Submitted]:
@@ -719,6 +724,24 @@ class Engine:
         return await self._requests.cancel_task(
             task_id, operator=operator, reason=reason, display=display
         )
+
+
+def _trace_ended(task: TaskState) -> None:
+    """The finished task's span (tracing.py): from its submission to its last event."""
+    failed = task.status.value in ("FAILED", "NONDETERMINISTIC", "CANCELLED")
+    tracing.task_ended(
+        task.trace,
+        name=f"task {task.workflow}",
+        start_ms=task.submitted_ms,
+        end_ms=task.updated_ms,
+        attributes={
+            "apollo11.task_id": task.task_id,
+            "apollo11.workflow": task.workflow,
+            "apollo11.version": task.version,
+            "apollo11.state": task.status.value,
+        },
+        error=task.status.value if failed else None,
+    )
 
 
 async def _durable_is_enough(event_id: int) -> None:

@@ -56,6 +56,7 @@ class SubmitItem(NamedTuple):
     input: Any = None
     idempotency_key: str | None = None
     version: int | None = None
+    trace: dict[str, str] | None = None  # its trace context (tracing.py)
 
 
 class Primary(Protocol):
@@ -106,6 +107,7 @@ class Requests:
         *,
         idempotency_key: str | None = None,
         version: int | None = None,
+        trace: dict[str, str] | None = None,
     ) -> Submitted:
         p = self._p
         p.check_leading()
@@ -120,7 +122,7 @@ class Requests:
                 self._same_as_pending(idempotency_key, workflow, input)
                 return Submitted((await asyncio.shield(pending)).task_id, False)
         task_id = new_task_id()
-        payload = submission(wf, input, idempotency_key)
+        payload = submission(wf, input, idempotency_key, trace)
         if idempotency_key is not None:
             fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
             self._inflight[idempotency_key] = fut
@@ -195,7 +197,7 @@ class Requests:
                 mine[key] = i
                 self._inflight[key] = loop.create_future()
                 self._inflight_what[key] = (item.workflow, item.input)
-            payload = submission(wf, item.input, key)
+            payload = submission(wf, item.input, key, item.trace)
             drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
             owners.append(i)
         started = time.perf_counter()
@@ -397,8 +399,10 @@ class Requests:
 # ------------------------------------------------------------------ checks
 
 
-def submission(wf: Workflow, input: Any, key: str | None) -> dict[str, Any]:
-    """The payload of a TASK_SUBMITTED event."""
+def submission(
+    wf: Workflow, input: Any, key: str | None, trace: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The payload of a TASK_SUBMITTED event (`trace`: its trace context, tracing.py)."""
     payload: dict[str, Any] = {
         "workflow": wf.name,
         "version": wf.version,
@@ -407,6 +411,8 @@ def submission(wf: Workflow, input: Any, key: str | None) -> dict[str, Any]:
     }
     if key is not None:
         payload["idempotency_key"] = key
+    if trace is not None:
+        payload["trace"] = trace
     return payload
 
 

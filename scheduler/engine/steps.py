@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from apollo11.scheduler import logfmt, metrics
+from apollo11.scheduler import logfmt, metrics, tracing
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import FailLost
 from apollo11.scheduler.engine.executor import (
@@ -219,6 +219,23 @@ class StepRunner:
         # the lines logged from here on carry the attempt, a run's and an adopted one's
         # alike (each runs in an asyncio task of its own, which the fields end with)
         logfmt.tag_task(task_id, name, attempt, task.steps[name].started_term)
+        if task.trace is None or not tracing.on():  # the everyday case: nothing to pay
+            await self._execute_traced(key, task, spec, attempt, limit_s, call, None)
+            return
+        with tracing.attempt_span(task.trace, _span_attributes(task, name, attempt)) as span:
+            await self._execute_traced(key, task, spec, attempt, limit_s, call, span)
+
+    async def _execute_traced(
+        self,
+        key: Key,
+        task: TaskState,
+        spec: Step,
+        attempt: int,
+        limit_s: float,
+        call: Awaitable[Outcome],
+        span: Any,
+    ) -> None:
+        task_id, name = key
         t0 = time.perf_counter()
         outcome: Outcome | None = None
         error: dict[str, Any] | None = None
@@ -280,6 +297,8 @@ class StepRunner:
             }
             metrics.STEP_OUTCOMES.labels(task.workflow, name, "lost").inc()
         assert error is not None
+        if span is not None:
+            tracing.failed(span, str(error.get("error", "failed")))
         final = error.get("final") or (
             not error.get("lost") and final_after_failure(state, spec.retry)
         )
@@ -465,6 +484,18 @@ class StepRunner:
             await logw.append(EventType.STEP_COMPENSATED, task_id, name, attempt=step.attempt)
         except ApolloError as e:
             log.error("compensation of %s/%s: cannot record its outcome: %s", task_id, name, e)
+
+
+def _span_attributes(task: TaskState, name: str, attempt: int) -> dict[str, Any]:
+    step = task.steps[name]
+    return {
+        "apollo11.task_id": task.task_id,
+        "apollo11.workflow": task.workflow,
+        "apollo11.step": name,
+        "apollo11.attempt": attempt,
+        "apollo11.term": step.started_term,
+        "apollo11.worker": step.worker or "",
+    }
 
 
 def _with_own_result(ctx: StepContext, name: str, result: Any) -> StepContext:

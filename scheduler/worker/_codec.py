@@ -171,6 +171,7 @@ def _assignment(m: pb.Assignment) -> Assignment:
         last_heartbeat_json=m.last_heartbeat_json,
         node_id=m.node_id,
         durable=_durable(m),
+        traceparent=m.traceparent,
     )
 
 

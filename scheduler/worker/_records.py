@@ -48,6 +48,7 @@ class Assignment:
     last_heartbeat_json: bytes  # the previous attempt's last heartbeat; empty: none
     node_id: str
     durable: Durable | None = None  # a durable main: its journal
+    traceparent: str = ""  # the primary's span of this attempt (tracing.py)
 
     @property
     def label(self) -> str:

@@ -37,7 +37,7 @@ from typing import Any, cast
 
 import grpc
 
-from apollo11.scheduler import logfmt
+from apollo11.scheduler import logfmt, tracing
 from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.client._connection import (
     CLIENT_OPTIONS,
@@ -501,7 +501,10 @@ class Worker:
                 a.timeout_s + self.timeout_grace_s, self._time_out, attempt
             )
         try:
-            with logfmt.attempt_fields(a.task_id, a.step, a.attempt, a.token.term):
+            with (
+                logfmt.attempt_fields(a.task_id, a.step, a.attempt, a.token.term),
+                tracing.current(a.traceparent),
+            ):
                 outcome = await attempt.run()
         finally:
             if timer is not None:

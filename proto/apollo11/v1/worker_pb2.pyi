@@ -144,7 +144,7 @@ class WorkerMessage(_message.Message):
     def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., results: _Optional[_Union[Results, _Mapping]] = ..., journal: _Optional[_Union[JournalRequest, _Mapping]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("token", "task_id", "step", "attempt", "workflow", "version", "input_json", "results_json", "timeout_s", "last_heartbeat_json", "node_id", "durable")
+    __slots__ = ("token", "task_id", "step", "attempt", "workflow", "version", "input_json", "results_json", "timeout_s", "last_heartbeat_json", "node_id", "durable", "traceparent")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class Assignment(_message.Message):
     LAST_HEARTBEAT_JSON_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     token: AttemptToken
     task_id: str
     step: str
@@ -169,7 +170,8 @@ class Assignment(_message.Message):
     last_heartbeat_json: bytes
     node_id: str
     durable: DurableJournal
-    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., input_json: _Optional[bytes] = ..., results_json: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., last_heartbeat_json: _Optional[bytes] = ..., node_id: _Optional[str] = ..., durable: _Optional[_Union[DurableJournal, _Mapping]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., input_json: _Optional[bytes] = ..., results_json: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., last_heartbeat_json: _Optional[bytes] = ..., node_id: _Optional[str] = ..., durable: _Optional[_Union[DurableJournal, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class DurableJournal(_message.Message):
     __slots__ = ("checkpoints_json", "wait_json", "first_event_id", "now_ms")
