@@ -176,6 +176,18 @@ class Lease(abc.ABC):
     async def publish(self, member: MemberInfo) -> None:
         """Write this node's member record (and keep its own lease alive)."""
 
+    async def wait_change(self, timeout_s: float) -> None:
+        """Return when the store may have changed (a leader key, a member record), or
+        after `timeout_s`. A store that can watch returns as soon as it sees a change;
+        the default returns at once, and the caller polls at its own pace."""
+        return None
+
+    async def keep(self, member: MemberInfo) -> None:
+        """Keep this node's member record alive without writing it again: `member` is
+        what was published last, and the store makes no new revision for it (a lease
+        refresh), so an idle cluster writes nothing. The default publishes it."""
+        await self.publish(member)
+
     @abc.abstractmethod
     async def world(self) -> World:
         """The leader and every live member, in one read."""

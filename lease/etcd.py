@@ -121,6 +121,9 @@ class EtcdLease(Lease):
         # etcd leases are whole seconds: round up, and fence on our own (float) TTL.
         self._etcd_ttl = math.ceil(ttl_s)
         self._timeout = max(0.5, ttl_s / 3)
+        # a watch on the cluster's keys: wait_change() returns at its first event
+        self._changed = asyncio.Event()
+        self._watching: asyncio.Task[None] | None = None
 
     # ---------------------------------------------------------- plumbing
 
@@ -295,6 +298,48 @@ class EtcdLease(Lease):
 
         await self._do("publish member", go)
 
+    async def wait_change(self, timeout_s: float) -> None:
+        if self._watching is None or self._watching.done():
+            self._watching = asyncio.create_task(self._watch(), name="apollo11-etcd-watch")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        self._changed.clear()
+
+    async def _watch(self) -> None:
+        """Watch every key of the cluster (Patroni watches its leader key): each event
+        wakes wait_change(). While the watch is down (etcd unreachable, a reconnect),
+        wait_change() returns at once: the caller polls as it would without one."""
+        prefix = self.root.encode()
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        pause = 0.2
+        while True:
+            try:
+                client = await self._conn()
+                async for _ in await client.watch(prefix, range_end=end):
+                    self._changed.set()
+                    pause = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the connection is the requests' to reset, not ours
+                log.debug("etcd watch on %s ended: %s", prefix.decode(), e)
+            self._changed.set()
+            await asyncio.sleep(pause)
+            pause = min(2.0, pause * 2)
+
+    async def keep(self, member: MemberInfo) -> None:
+        lease_id = self._member_lease_id
+        if lease_id is None:
+            await self.publish(member)
+            return
+
+        async def go(c: aetcd.Client) -> bool:
+            reply = await c.refresh_lease(lease_id)
+            return reply is not None and reply.TTL > 0
+
+        if not await self._do("keep member", go):
+            self._member_lease_id = None  # lapsed: the record went with it
+            await self.publish(member)
+
     async def _put_if_lease(
         self, c: aetcd.Client, key: bytes, value: bytes, expect: int
     ) -> tuple[bool, Any]:
@@ -391,6 +436,11 @@ class EtcdLease(Lease):
         )
 
     async def close(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watching
+            self._watching = None
         member_lease, self._member_lease_id = self._member_lease_id, None
         if member_lease is not None and self._client is not None:
             with contextlib.suppress(Exception):

@@ -93,6 +93,14 @@ class MemoryLease(Lease):
         s.revision += 1
         s.members[member.node_id] = (member, s.clock() + self.ttl_s, s.revision, self)
 
+    async def keep(self, member: MemberInfo) -> None:
+        s = self.store
+        held = s.members.get(member.node_id)
+        if held is None or held[3] is not self or held[1] <= s.clock() or held[0] != member:
+            await self.publish(member)  # gone, lapsed or different: written again
+            return
+        s.members[member.node_id] = (held[0], s.clock() + self.ttl_s, held[2], self)
+
     async def register(self, node_id: str) -> None:
         s = self.store
         if node_id not in s.roster:

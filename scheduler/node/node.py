@@ -94,8 +94,9 @@ from apollo11.scheduler.workflow import Registry
 # the node's log lines keep the name they had before the node became a package
 log = logging.getLogger("apollo11.scheduler.node")
 
-CYCLE_S = 0.1  # how often the role loop reads the world
-PRIMARY_PUBLISH_S = 1.0  # how often a primary refreshes its own member record
+CYCLE_S = 0.1  # how often the role loop reads the world, at most
+IDLE_S = 1.0  # ... and at least, while a leader leads and etcd reports no change
+PUBLISH_S = 1.0  # a record unchanged is kept alive this often; a primary's put at most so
 LOG_WATCH_S = 0.05  # how often a node looks whether its event log failed (one attribute)
 LOG_RETRY_S = 1.0  # how often a node whose log failed tries to reopen it
 # Written and fsynced before a failed log is reopened: a disk that takes this takes
@@ -161,7 +162,8 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._leaderless_since: float | None = None
         self._leaderless_at = 0  # the store's revision then (role.Me.leaderless_at)
-        self._published_at = -1e9  # monotonic time of the last member record published
+        self._published_at = -1e9  # monotonic time of the last member record put or kept
+        self._published: MemberInfo | None = None  # the last record put
         self._handover = ""  # a switchover under way: the standby this primary hands to
         self._last_sentence = ""
         self._stopping = False
@@ -310,7 +312,8 @@ class Node:
         try:
             # The first record is created only where none exists: another process that
             # started with this node id since _join() checked loses here, not later.
-            await self.lease.publish(self._me())
+            self._published = self._me()
+            await self.lease.publish(self._published)
             self._published_at = time.monotonic()
         except NodeIdTaken as e:
             await self.stop()  # serving already: stop all of it, then refuse
@@ -465,6 +468,24 @@ class Node:
                 log.info("%s", sentence)
                 self._last_sentence = sentence
             await asyncio.sleep(CYCLE_S)
+            if self._settled():
+                # a leader, and nothing under way: until etcd reports a change (the
+                # leader key gone, a record put), or IDLE_S, instead of 10 reads a second
+                with contextlib.suppress(LeaseUnavailable):
+                    await self.lease.wait_change(IDLE_S - CYCLE_S)
+
+    def _settled(self) -> bool:
+        """Is there nothing a role cycle must look at soon, but what etcd would report?"""
+        world = self.world
+        return (
+            world is not None
+            and world.leader is not None
+            and self.role in ("primary", "standby")
+            and not self._stopping
+            and self._store_behind is None
+            and self.log_trouble is None
+            and not self.repair
+        )
 
     @property
     def shown_role(self) -> str:
@@ -490,6 +511,11 @@ class Node:
             self._handover,
         )
 
+    async def _put_record(self) -> None:
+        me = self._me()
+        await self.lease.publish(me)
+        self._published, self._published_at = me, time.monotonic()
+
     async def _cycle(self) -> str:
         """Read the world once and take one decision."""
         if self.store is None:
@@ -501,12 +527,21 @@ class Node:
                 "not publishing or deciding until it is open again"
             )
         now = time.monotonic()
-        # Standbys publish every cycle: an election compares their positions. The
-        # primary's own record is for show and keeps its member lease alive, so once
-        # a second is enough (each publish is a lease refresh and a put on the node
-        # that has the least CPU to spare).
-        if self.role != "primary" or now - self._published_at >= PRIMARY_PUBLISH_S:
-            await self.lease.publish(self._me())
+        # A record is written when it changes, and every cycle while there is no
+        # leader (an election counts only records put since the leader went:
+        # role._leaderless); else its lease is only kept alive, once a second,
+        # which makes no revision in etcd: an idle cluster writes nothing
+        # (Patroni writes once per loop_wait; issue 19 counted 203 revisions in 10
+        # idle seconds, standbys rewriting identical records). The primary's own
+        # record changes with every write: it is put at most once a second.
+        me = self._me()
+        leaderless = self.role != "primary" and (self.world is None or self.world.leader is None)
+        due = now - self._published_at >= PUBLISH_S
+        if leaderless or (me != self._published and (self.role != "primary" or due)):
+            await self.lease.publish(me)
+            self._published, self._published_at = me, now
+        elif due:
+            await self.lease.keep(me)  # unchanged: its lease only
             self._published_at = now
         world = self.world = await self.lease.world()
         if world.revision < self._leaderless_at:
@@ -828,7 +863,7 @@ class Node:
             self._store_caught_up(f"leader key recreated at term {won.term} by this node")
         if not self.settings.standalone:
             with contextlib.suppress(LeaseUnavailable):
-                await self.lease.publish(self._me())
+                await self._put_record()
         return (
             f"promoted: term {won.term} starts at event {started.event_id}, "
             f"scheduling after {spent * 1000:.1f} ms"
@@ -914,7 +949,7 @@ class Node:
         budget = max(5.0, 2 * self.lease.ttl_s)
         log.info("switchover to %s asked by %s: draining", target, operator)
         self._handover = target
-        await self.lease.publish(self._me())
+        await self._put_record()
         if self.settings.execution != "remote":
             await engine.drain(within_s=self.settings.drain_timeout)
         else:

@@ -169,7 +169,9 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         events = store().task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)[0]
         bars = timeline.bars(events)
         acts = timeline.actions(events)
-        svg = timeline.layout(list(t.steps), bars, int(time.time() * 1000), acts)
+        svg = timeline.layout(
+            list(t.steps), bars, int(time.time() * 1000), acts, timeline.term_changes(events)
+        )
         # the notice of the action that redirected here: from our own cookie, never the URL
         notice = gate.flash.take(request, f"/tasks/{task_id}")
         response = render(

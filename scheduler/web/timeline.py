@@ -1,5 +1,7 @@
-"""A task's timeline: one bar per step attempt (and per compensation), and a mark for
-each operator action (retry, skip, cancel) naming who acted, from its events."""
+"""A task's timeline: one bar per step attempt (and per compensation), a mark for
+each operator action (retry, skip, cancel) naming who acted, a line where a new
+primary took over while the task ran (a failover: its events' term went up), and a
+time axis, from its events."""
 
 from __future__ import annotations
 
@@ -133,6 +135,23 @@ class Mark:
 
 
 @dataclass
+class Tick:
+    x: float
+    label: str  # from the first attempt: "+1.5 s"
+
+
+@dataclass
+class Takeover:
+    """A failover seen by the task: its first event in a higher term."""
+
+    x: float
+    term: int
+    node: str
+    event_id: int
+    title: str
+
+
+@dataclass
 class Svg:
     width: int
     height: int
@@ -140,17 +159,72 @@ class Svg:
     rects: list[Rect]
     span_ms: int
     marks: list[Mark] = field(default_factory=list)
+    ticks: list[Tick] = field(default_factory=list)
+    takeovers: list[Takeover] = field(default_factory=list)
+    axis_y: float = 0.0  # where the time axis runs
+    start_ms: int = 0  # the time of x = LABEL_W
+
+
+AXIS_H = 18
+
+
+def term_changes(events: Iterable[Event]) -> list[tuple[int, int, str, int]]:
+    """(time, term, node, event id) of each of the task's events written in a term above
+    every one before it: a new primary took over while the task ran."""
+    out: list[tuple[int, int, str, int]] = []
+    highest: int | None = None
+    for e in events:
+        if highest is not None and e.term > highest:
+            out.append((e.timestamp, e.term, e.instance_id, e.event_id))
+        highest = e.term if highest is None else max(highest, e.term)
+    return out
+
+
+_NICE_MS = [n * 10**k for k in range(0, 9) for n in (1, 2, 5)]  # 1 ms ... 500,000,000 ms
+
+
+def _duration(ms: int) -> str:
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:g} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:g} min"
+    if ms < 86_400_000:
+        return f"{ms / 3_600_000:g} h"
+    return f"{ms / 86_400_000:g} d"
+
+
+def ticks(span_ms: int, scale: float) -> list[Tick]:
+    """About six ticks at a round interval (1, 2 or 5 of a power of ten ms)."""
+    every = next((n for n in _NICE_MS if span_ms / n <= 6), _NICE_MS[-1])
+    out = []
+    t = 0
+    while t <= span_ms:
+        out.append(Tick(LABEL_W + t * scale, "0" if t == 0 else f"+{_duration(t)}"))
+        t += every
+    return out
 
 
 def layout(
-    steps: Sequence[str], items: Sequence[Bar], now_ms: int, acts: Sequence[Action] = ()
+    steps: Sequence[str],
+    items: Sequence[Bar],
+    now_ms: int,
+    acts: Sequence[Action] = (),
+    takeovers: Sequence[tuple[int, int, str, int]] = (),
 ) -> Svg:
     """Place the bars: a row per step, time on x; an action is a tick on its step's row
-    (a cancel spans every row)."""
+    (a cancel spans every row); a takeover (term_changes) a line across every row."""
     rows = {s: i for i, s in enumerate(steps)}
+    axis_y = ROW_H * max(1, len(steps)) + 4
     if not items and not acts:
         return Svg(
-            WIDTH, ROW_H * max(1, len(steps)) + 10, [(s, i * ROW_H) for s, i in rows.items()], [], 0
+            WIDTH,
+            ROW_H * max(1, len(steps)) + 10,
+            [(s, i * ROW_H) for s, i in rows.items()],
+            [],
+            0,
+            axis_y=axis_y,
         )
     times = [b.start_ms for b in items] + [a.timestamp for a in acts]
     t0 = min(times)
@@ -185,11 +259,25 @@ def layout(
             marks.append(Mark(x, rows[a.step] * ROW_H + 1, ROW_H - 2, title))
         else:
             marks.append(Mark(x, 0, ROW_H * max(1, len(steps)), title))
+    lines = [
+        Takeover(
+            LABEL_W + (max(t0, min(t1, at)) - t0) * scale,
+            term,
+            node,
+            event_id,
+            f"event {event_id}: term {term} on {node} (a new primary took over)",
+        )
+        for at, term, node, event_id in takeovers
+    ]
     return Svg(
         WIDTH,
-        ROW_H * max(1, len(steps)) + 10,
+        axis_y + AXIS_H,
         [(s, i * ROW_H) for s, i in rows.items()],
         rects,
         span,
         marks,
+        ticks(span, scale),
+        lines,
+        axis_y,
+        t0,
     )

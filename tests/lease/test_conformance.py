@@ -105,6 +105,28 @@ async def test_members_and_world(world: tuple[Make, Wait]) -> None:
     await b.close()
 
 
+async def test_keeping_a_record_alive_writes_no_revision(world: tuple[Make, Wait]) -> None:
+    make, wait = world
+    a, b = make(), make()
+    rec = MemberInfo("a", "standby", "a:1", 10, 3)
+    await a.publish(rec)
+    before = await b.world()
+    for _ in range(4):  # past the TTL: kept alive by keep() alone
+        await wait(0.8)
+        await a.keep(rec)
+    after = await b.world()
+    assert after.members["a"] == rec, "still live"
+    assert after.revision == before.revision, "and nothing was written"
+    assert after.member_revisions["a"] == before.member_revisions["a"]
+    # a record that lapsed meanwhile is written again by keep()
+    await wait(TTL + 1.5)
+    assert "a" not in (await b.world()).members
+    await a.keep(rec)
+    assert (await b.world()).members["a"] == rec
+    await a.close()
+    await b.close()
+
+
 async def test_a_member_record_of_another_process_is_never_overwritten(
     world: tuple[Make, Wait],
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -144,6 +145,36 @@ def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(tmp_path: Path
             ]
             assert "retry by olga" in page.locator('tr[data-step="infer"] td.override').inner_text()
             page.screenshot(path=str(ARTIFACTS / "task-retried.png"), full_page=True)
+            # a time axis under the bars: "0", then round steps from the first attempt
+            ticks = page.locator("#axis text").all_text_contents()
+            assert ticks[0] == "0" and len(ticks) >= 3 and all(t.startswith("+") for t in ticks[1:])
+            assert page.locator("#timeline line.takeover").count() == 0, "one primary ran it"
+
+            # a run that outlives its node: the timeline marks where the new term took over
+            with SyncClient(node.address, token=token) as c:
+                slow = c.submit("etl", {"step_seconds": 1.5}).task_id
+                deadline = time.monotonic() + 30
+                while c.task(slow).steps[0].state != "SUCCEEDED":
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            node.stop(signal.SIGKILL)
+            node = start_node(
+                tmp_path / "d", "--http", f"127.0.0.1:{port}", "--tokens-file", str(tokens)
+            )
+            with SyncClient(node.address, token=token) as c:
+                assert c.wait(slow, timeout=60).state == "SUCCEEDED"
+            page.goto(f"{base}/tasks/{slow}")
+            if "/login?next=" in page.url:  # the session did not survive the restart
+                page.locator('input[name="token"]').fill(token)
+                page.locator("button.do-login").click()
+                page.wait_for_url(f"{base}/tasks/{slow}")
+            line = page.locator("#timeline line.takeover")
+            assert line.count() == 1
+            assert "a new primary took over" in line.locator("title").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "task-takeover.png"), full_page=True)
+            line.locator("xpath=..").click(force=True)  # its link: the task as of that event
+            page.wait_for_url("**as_of=*")
+            assert "as of event" in page.locator("body").inner_text()
 
             page.locator("button.do-logout").click()
             page.wait_for_url("**/login")
