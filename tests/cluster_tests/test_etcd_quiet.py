@@ -5,6 +5,7 @@ instead of reading ten times a second; a failover is seen as fast as before."""
 from __future__ import annotations
 
 import asyncio
+import os
 import contextlib
 import signal
 import time
@@ -19,7 +20,8 @@ from tests.cluster import TTL, Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
-IDLE_S = 10.0
+# 10 s in the suite; docs/benchmarks.md's figure is a minute (APOLLO11_TEST_IDLE_S=60)
+IDLE_S = float(os.environ.get("APOLLO11_TEST_IDLE_S", "10"))
 
 
 @pytest.fixture
