@@ -5,8 +5,8 @@ instead of reading ten times a second; a failover is seen as fast as before."""
 from __future__ import annotations
 
 import asyncio
-import os
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Iterator
