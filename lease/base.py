@@ -67,7 +67,9 @@ primary starts one.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apollo11.scheduler.errors import ApolloError
 
@@ -129,6 +131,8 @@ class World:
     term: int | None = None
     cluster_id: str | None = None  # None: the store holds none (new, or it lost its data)
     roster: frozenset[str] = frozenset()  # every member that ever registered, live or not
+    config: Mapping[str, Any] | None = None  # the cluster-wide settings (clusterconfig.py)
+    config_revision: int = 0  # their mod revision (write_config's `expect`)
 
     def highest_known_term(self) -> int:
         """The highest term any live member (or the leader) has published."""
@@ -175,6 +179,20 @@ class Lease(abc.ABC):
     @abc.abstractmethod
     async def publish(self, member: MemberInfo) -> None:
         """Write this node's member record (and keep its own lease alive)."""
+
+    def set_ttl(self, ttl_s: float) -> None:
+        """The TTL of leases taken from now on (a cluster config change: clusterconfig.py);
+        a lease held already keeps the TTL it was granted with."""
+        self.ttl_s = check_ttl(ttl_s)
+
+    @abc.abstractmethod
+    async def claim_config(self, proposed: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Store `proposed` as the cluster's settings unless some are stored; the stored."""
+
+    @abc.abstractmethod
+    async def write_config(self, values: Mapping[str, Any], *, expect: int | None) -> bool:
+        """Replace the cluster's settings, if they are still as read at store revision
+        `expect` (their mod revision; None: whatever they are). False: they changed."""
 
     async def wait_change(self, timeout_s: float) -> None:
         """Return when the store may have changed (a leader key, a member record), or

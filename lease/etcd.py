@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -113,6 +113,7 @@ class EtcdLease(Lease):
         self.members_prefix = (self.root + "members/").encode()
         self.roster_prefix = (self.root + "roster/").encode()
         self.id_key = (self.root + "id").encode()
+        self.config_key = (self.root + "config").encode()
         self._ep = 0
         self._client: aetcd.Client | None = None
         self._lease_id: int | None = None  # the leader lease, while we hold it
@@ -326,6 +327,37 @@ class EtcdLease(Lease):
             await asyncio.sleep(pause)
             pause = min(2.0, pause * 2)
 
+    def set_ttl(self, ttl_s: float) -> None:
+        super().set_ttl(ttl_s)
+        self._etcd_ttl = math.ceil(self.ttl_s)
+        self._timeout = max(0.5, self.ttl_s / 3)
+
+    async def claim_config(self, proposed: Mapping[str, Any]) -> Mapping[str, Any]:
+        async def go(c: aetcd.Client) -> Any:
+            tx = c.transactions
+            ok, got = await c.transaction(
+                compare=[tx.version(self.config_key) == 0],
+                success=[tx.put(self.config_key, orjson.dumps(dict(proposed)))],
+                failure=[tx.get(self.config_key)],
+            )
+            return None if ok else got[0][0][0]
+
+        stored = await self._do("claim cluster config", go)
+        return dict(proposed) if stored is None else _config(stored) or dict(proposed)
+
+    async def write_config(self, values: Mapping[str, Any], *, expect: int | None) -> bool:
+        async def go(c: aetcd.Client) -> bool:
+            tx = c.transactions
+            compare = [] if expect is None else [tx.mod(self.config_key) == expect]
+            ok, _ = await c.transaction(
+                compare=compare,
+                success=[tx.put(self.config_key, orjson.dumps(dict(values)))],
+                failure=[],
+            )
+            return bool(ok)
+
+        return await self._do("write cluster config", go)
+
     async def keep(self, member: MemberInfo) -> None:
         lease_id = self._member_lease_id
         if lease_id is None:
@@ -414,6 +446,8 @@ class EtcdLease(Lease):
         term: int | None = None
         cluster_id: str | None = None
         roster: set[str] = set()
+        config: dict[str, Any] | None = None
+        config_revision = 0
         for kv in got:
             key, value = kv.key, kv.value
             if key == self.leader_key:
@@ -422,6 +456,8 @@ class EtcdLease(Lease):
                 term = _term(value)
             elif key == self.id_key:
                 cluster_id = value.decode(errors="replace")
+            elif key == self.config_key:
+                config, config_revision = _config(value), kv.mod_revision
             elif key.startswith(self.roster_prefix):
                 roster.add(key[len(self.roster_prefix) :].decode(errors="replace"))
             elif key.startswith(self.members_prefix):
@@ -432,7 +468,15 @@ class EtcdLease(Lease):
                 members[m.node_id] = m
                 revisions[m.node_id] = kv.mod_revision
         return World(
-            leader, members, got.header.revision, revisions, term, cluster_id, frozenset(roster)
+            leader,
+            members,
+            got.header.revision,
+            revisions,
+            term,
+            cluster_id,
+            frozenset(roster),
+            config,
+            config_revision,
         )
 
     async def close(self) -> None:
@@ -464,6 +508,15 @@ class _LeaseIs(aetcd.transactions.BaseCompare):  # type: ignore[misc]
     def build_compare(self, compare: Any) -> None:
         compare.target = rpc.Compare.LEASE
         compare.lease = int(self.value)
+
+
+def _config(value: bytes) -> dict[str, Any] | None:
+    try:
+        d = orjson.loads(value)
+    except ValueError:
+        log.warning("ignoring a malformed cluster config %r", value[:200])
+        return None
+    return d if isinstance(d, dict) else None
 
 
 def _member(value: bytes) -> MemberInfo | None:

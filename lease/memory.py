@@ -7,8 +7,9 @@ sharing one etcd: same contract, same conformance suite.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apollo11.lease.base import LeaderInfo, Lease, MemberInfo, NodeIdTaken, World
 
@@ -27,6 +28,8 @@ class MemoryStore:
     members: dict[str, tuple[MemberInfo, float, int, object]] = field(default_factory=dict)
     cluster_id: str | None = None
     roster: set[str] = field(default_factory=set)
+    config: dict[str, Any] | None = None  # the cluster-wide settings
+    config_revision: int = 0
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def current(self) -> LeaderInfo | None:
@@ -45,6 +48,7 @@ class MemoryStore:
         self.members.clear()
         self.cluster_id = None
         self.roster.clear()
+        self.config, self.config_revision = None, 0
 
 
 class MemoryLease(Lease):
@@ -125,6 +129,21 @@ class MemoryLease(Lease):
             s.cluster_id = proposed
         return s.cluster_id
 
+    async def claim_config(self, proposed: Mapping[str, Any]) -> Mapping[str, Any]:
+        s = self.store
+        if s.config is None:
+            s.revision += 1
+            s.config, s.config_revision = dict(proposed), s.revision
+        return dict(s.config)
+
+    async def write_config(self, values: Mapping[str, Any], *, expect: int | None) -> bool:
+        s = self.store
+        if expect is not None and expect != s.config_revision:
+            return False
+        s.revision += 1
+        s.config, s.config_revision = dict(values), s.revision
+        return True
+
     async def world(self) -> World:
         s = self.store
         leader = s.current()
@@ -138,4 +157,6 @@ class MemoryLease(Lease):
             s.term,
             s.cluster_id,
             frozenset(s.roster),
+            None if s.config is None else dict(s.config),
+            s.config_revision,
         )

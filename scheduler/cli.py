@@ -50,6 +50,10 @@ roster_app = typer.Typer(
     help="The members an election counts (kept in etcd while they are down): list, remove."
 )
 app.add_typer(roster_app, name="roster")
+config_app = typer.Typer(
+    help="Cluster-wide settings in etcd (lease_ttl, sync_replicas, sync_mode): show, set."
+)
+app.add_typer(config_app, name="config")
 
 # How client commands reach the nodes (the app's own options, before the command).
 _conn: dict[str, Any] = {}
@@ -1802,6 +1806,67 @@ def roster_remove(
     if not removed:
         raise _fail(f"{node} is not on the roster", 2)
     out.print(f"removed {node} from the roster: elections now count {left} member(s)")
+
+
+@config_app.command("show")
+def config_show(
+    etcd: RosterEtcd = None,
+    cluster: RosterCluster = None,
+    config: RosterConfig = None,
+    as_json: AsJson = False,
+) -> None:
+    """The cluster-wide settings every node follows (the first node's flags, until set)."""
+
+    async def go() -> Any:
+        lease = _roster_lease(config, etcd, cluster)
+        try:
+            return await lease.world()
+        finally:
+            await lease.close()
+
+    world = _run(go())
+    if world.config is None:
+        raise _fail("no cluster settings in etcd yet: the first node to start writes its own", 1)
+    if as_json:
+        _print_json(dict(world.config))
+        return
+    for key, value in sorted(world.config.items()):
+        out.print(f"{key} = {value}", markup=False)
+
+
+@config_app.command("set")
+def config_set(
+    key: Annotated[str, typer.Argument(help="lease_ttl, sync_replicas or sync_mode.")],
+    value: Annotated[str, typer.Argument(help="Its new value.")],
+    etcd: RosterEtcd = None,
+    cluster: RosterCluster = None,
+    config: RosterConfig = None,
+) -> None:
+    """Change a cluster-wide setting: every node follows it within a second
+    (sync_replicas and sync_mode at once; lease_ttl from each node's next lease: the
+    primary's applies at the next election, `apollo11 switchover` makes one now)."""
+    from apollo11.lease.clusterconfig import ClusterConfig
+
+    async def go() -> tuple[Any, Any]:
+        lease = _roster_lease(config, etcd, cluster)
+        try:
+            for _ in range(5):  # another change between our read and our write: again
+                world = await lease.world()
+                if world.config is None:
+                    raise _fail("no cluster settings in etcd yet: start a node first", 1)
+                old = ClusterConfig.of(world.config, ClusterConfig())
+                try:
+                    new = old.with_value(key, value)
+                except ValueError as e:
+                    raise _fail(str(e), 2) from e
+                if await lease.write_config(new.to_json(), expect=world.config_revision):
+                    return old, new
+            raise _fail("the cluster settings kept changing under this command: try again", 1)
+        finally:
+            await lease.close()
+
+    old, new = _run(go())
+    out.print(f"{key}: {getattr(old, key)} -> {getattr(new, key)}", markup=False)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from apollo11.replicator.ports import PrimarySide
 
 if TYPE_CHECKING:
     from apollo11.lease import LeaderInfo
+    from apollo11.lease.clusterconfig import ClusterConfig
     from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
     from apollo11.scheduler.engine import Engine
     from apollo11.scheduler.errors import ApolloError
@@ -33,6 +34,10 @@ class NodeView(PrimarySide, Protocol):
 
     @property
     def known_term(self) -> int: ...
+
+    @property
+    def cluster_config(self) -> ClusterConfig:
+        """The cluster-wide settings in force on this node (etcd's, or its flags)."""
 
     @property
     def log_trouble(self) -> str | None:

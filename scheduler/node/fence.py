@@ -39,6 +39,12 @@ class Fence:
         self.renewed_at = 0.0  # monotonic time (taken before the request) of the last renewal
         self.holding = False  # armed at promotion, until the node stops being primary
 
+    def set_ttl(self, ttl_s: float) -> None:
+        """The TTL of the next lease (never while holding one: it keeps its own)."""
+        if not self.holding:
+            self.ttl_s = ttl_s
+            self.fence_after_s = fence_after(ttl_s)
+
     def arm(self, renewed_at: float) -> None:
         self.renewed_at = renewed_at
         self.holding = True

@@ -31,7 +31,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from apollo11.lease import (
     NodeIdTaken,
     World,
 )
+from apollo11.lease.clusterconfig import ClusterConfig
 from apollo11.replicator import records
 from apollo11.replicator.hub import ReplicationHub, ReplicationTimeout
 from apollo11.replicator.receiver import Follower
@@ -178,6 +179,11 @@ class Node:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self.fence = Fence(lambda: self.lease, settings.lease_ttl)
+        # the cluster-wide settings in force here (lease/clusterconfig.py): this node's
+        # flags until etcd's are read, and etcd's from then on
+        self.cluster_config = ClusterConfig(
+            settings.lease_ttl, settings.sync_replicas, settings.sync_mode
+        )
 
     @property
     def lease(self) -> Lease:
@@ -358,7 +364,10 @@ class Node:
                     # kept only now: a node refused for its node id leaves nothing behind
                     await asyncio.to_thread(identity.write, self.settings.data_dir, ident)
                 self.cluster_id = ident.cluster_id
-                return f"{joined}; {waited}"
+                # this node's flags are the cluster's settings only if none are stored
+                stored = await self.lease.claim_config(self.cluster_config.to_json())
+                configured = self._apply_config(stored) or "cluster settings as this node's flags"
+                return f"{joined}; {waited}; {configured}"
             except LeaseUnavailable as e:
                 now = time.monotonic()
                 if now - last_warned > 5:
@@ -511,6 +520,33 @@ class Node:
             self._handover,
         )
 
+    def _apply_config(self, stored: Mapping[str, Any]) -> str | None:
+        """Follow the cluster's settings as etcd holds them: sync_replicas and sync_mode
+        at once, lease_ttl for this node's next lease (a primary keeps the TTL its lease
+        was granted with). The sentence saying what changed; None: nothing did."""
+        try:
+            new = ClusterConfig.of(stored, self.cluster_config)
+        except ValueError as e:
+            log.warning("ignoring the cluster settings in etcd: %s", e)
+            return None
+        old = self.cluster_config
+        if new.lease_ttl != self.lease.ttl_s and self.role != "primary":
+            self.lease.set_ttl(new.lease_ttl)
+            self.fence.set_ttl(new.lease_ttl)
+        if new == old:
+            return None
+        self.cluster_config = new
+        changed = ", ".join(
+            f"{k} {getattr(old, k)} -> {getattr(new, k)}"
+            for k in ("lease_ttl", "sync_replicas", "sync_mode")
+            if getattr(old, k) != getattr(new, k)
+        )
+        sentence = f"cluster settings from etcd: {changed}"
+        if self.role == "primary" and new.lease_ttl != self.lease.ttl_s:
+            sentence += " (the lease TTL applies from the next election)"
+        log.info("%s", sentence)
+        return sentence
+
     async def _put_record(self) -> None:
         me = self._me()
         await self.lease.publish(me)
@@ -555,6 +591,8 @@ class Node:
             # once, and again after etcd lost its data: the quorum is counted from it
             await self.lease.register(self.settings.node_id)
         self._check_store(world)
+        if world.config is not None:
+            self._apply_config(world.config)
         if world.leader is not None:
             self.saw_term(world.leader.term)
             if self._handover and world.leader.node_id != self.settings.node_id:
@@ -578,7 +616,9 @@ class Node:
             store_behind_for=now - self._store_behind_since,
             ttl_s=self.lease.ttl_s,
             sync_replicas=(
-                self.settings.sync_replicas if self.settings.sync_mode == "strict" else 0
+                self.cluster_config.sync_replicas
+                if self.cluster_config.sync_mode == "strict"
+                else 0
             ),
         )
 
@@ -1082,10 +1122,10 @@ class Node:
         """What an acknowledgement waits for: this node still holds the lease, and
         (in synchronous mode) enough standbys hold the event durably."""
         self._check_lease(event_id)
-        s = self.settings
-        if s.sync_replicas and not s.standalone:
-            need = s.sync_replicas
-            if s.sync_mode == "relaxed":
+        s, c = self.settings, self.cluster_config
+        if c.sync_replicas and not s.standalone:
+            need = c.sync_replicas
+            if c.sync_mode == "relaxed":
                 need = min(need, len(self.hub.connected()))
             if need:
                 try:
@@ -1224,7 +1264,7 @@ class Node:
             self.world.members.values() if self.world is not None else (),
             standbys=views,
             live={v.node_id for v in self.hub.connected()} if primary else set(),
-            synchronous=self.settings.sync_replicas > 0,
+            synchronous=self.cluster_config.sync_replicas > 0,
             head=head,
             durable=durable,
         )

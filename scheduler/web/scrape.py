@@ -22,8 +22,9 @@ def refresh(node: NodeView) -> None:
     metrics.ROLE.set(1 if primary else 0)
     s = node.settings
     metrics.STANDBYS_CONNECTED.set(len(node.hub.connected()) if primary else 0)
-    strict = primary and not s.standalone and s.sync_mode == "strict"
-    metrics.STANDBYS_REQUIRED.set(s.sync_replicas if strict else 0)
+    c = node.cluster_config
+    strict = primary and not s.standalone and c.sync_mode == "strict"
+    metrics.STANDBYS_REQUIRED.set(c.sync_replicas if strict else 0)
     metrics.TERM.set(max(node.known_term, store.state.term))
     metrics.DURABLE_EVENT_ID.set(store.log.durable_id)
     metrics.RECOVERY_SECONDS.set(store.recovery.seconds)

@@ -292,3 +292,24 @@ async def test_etcd_reads_a_leader_key_written_before_the_term_key(
     w = await lease.world()
     assert w.leader == got and w.term is None
     await lease.close()
+
+
+async def test_the_cluster_config_is_claimed_once_and_changed_by_revision(
+    world: tuple[Make, Wait],
+) -> None:
+    make, _ = world
+    a, b = make(), make()
+    first = {"lease_ttl": 5.0, "sync_replicas": 1, "sync_mode": "strict"}
+    assert (await a.world()).config is None
+    assert await a.claim_config(first) == first
+    # a second node's flags are only a bootstrap value: the stored settings win
+    assert await b.claim_config({**first, "lease_ttl": 3.0}) == first
+    w = await b.world()
+    assert w.config == first and w.config_revision > 0
+    changed = {**first, "sync_replicas": 2}
+    assert await a.write_config(changed, expect=w.config_revision)
+    # a write made on what another one replaced since is refused
+    assert not await b.write_config({**first, "sync_mode": "relaxed"}, expect=w.config_revision)
+    assert (await b.world()).config == changed
+    await a.close()
+    await b.close()
