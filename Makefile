@@ -14,7 +14,7 @@ SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 SECRETS := deploy/secrets
 CREDENTIALS := APOLLO11_CA=$(SECRETS)/ca.pem APOLLO11_TOKEN_FILE=$(SECRETS)/operator.token
 
-.PHONY: setup test unit lint typecheck format proto bench bench-quick clean \
+.PHONY: setup test unit lint typecheck format proto docs bench bench-quick clean \
 	demo wheelhouse secrets up down status logs failover-demo e2e alerts-test chromium netns-tools
 
 setup: $(STAMP)
@@ -29,6 +29,10 @@ $(STAMP): pyproject.toml
 proto: setup
 	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --pyi_out=proto \
 		--grpc_python_out=proto proto/apollo11/v1/*.proto
+
+# The Python client's API reference, from its docstrings (tests/test_apidoc.py: current).
+docs: setup
+	$(BIN)/python -m apollo11.scheduler.tools.apidoc > docs/client-api.md
 
 lint: setup
 	$(BIN)/ruff check .

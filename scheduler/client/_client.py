@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import random
 import sys
 import threading
@@ -57,6 +58,7 @@ class Client:
         retries: int = 6,
         backoff_s: float = 0.2,
         max_backoff_s: float = 3.0,
+        failover_s: float = 15.0,
         ca: str | Path | None = None,
         cert: str | Path | None = None,
         key: str | Path | None = None,
@@ -72,8 +74,11 @@ class Client:
         `connect_timeout_s`: until this client has reached a node once, a call that
         reaches none gives up after this long (UnavailableError naming the
         endpoints), where a wrong address or a cluster that is down shows at once.
-        Once a node answered, calls retry through a failover for `retries` rounds
-        with backoff (about 9 s), as a new primary takes over within a TTL."""
+        Once a node answered, a call that no node takes (one is gone, the others are
+        electing) is asked again every ~100 ms for up to `failover_s`: it reaches the
+        new primary right after that one takes writes (a TTL and a little, by
+        default). Other transient errors are retried `retries` times, with backoff
+        from `backoff_s` to `max_backoff_s`. `retries=0`: no retry at all."""
         if connect_timeout_s <= 0:
             raise ValueError(f"connect_timeout_s must be > 0, got {connect_timeout_s}")
         self.endpoints = endpoints_from(endpoints)
@@ -84,6 +89,7 @@ class Client:
         self.connect_timeout_s = connect_timeout_s
         self._reached = False  # a node has answered this client (anything but no connection)
         self.retries = retries
+        self.failover_s = failover_s if retries > 0 else 0.0
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._primary: str | None = None
@@ -141,17 +147,30 @@ class Client:
         last: ApolloError | None = None
         redirects = 0
         t0 = time.monotonic()
-        for round_ in range(self.retries + 1):
-            if round_:
-                pause = delay * (0.5 + random.random())
+        backoffs = 0
+        while True:
+            if last is not None:
+                if self._reached and isinstance(last, UnavailableError | NotLeaderError):
+                    # No node takes it now: one is gone, and the others elect (UNAVAILABLE)
+                    # or still name it until its lease lapses (a NotLeader whose primary
+                    # did not answer): a failover. Ask again every ~100 ms, for up to
+                    # failover_s: the call reaches the new primary right after it takes
+                    # writes, not a backoff later.
+                    if time.monotonic() - t0 >= self.failover_s:
+                        break
+                    pause = FAILOVER_POLL_S * (0.5 + random.random())
+                else:
+                    backoffs += 1
+                    if backoffs > self.retries:
+                        break
+                    pause = delay * (0.5 + random.random())
+                    delay = min(self.max_backoff_s, delay * 2)
                 if not self._reached:
                     left = self.connect_timeout_s - (time.monotonic() - t0)
                     if left <= 0:
-                        assert last is not None
                         raise self._unreachable(last)
                     pause = min(pause, left)
                 await asyncio.sleep(pause)
-                delay = min(self.max_backoff_s, delay * 2)
             eps = self._order(write)
             tried: set[str] = set()
             i = 0
@@ -185,6 +204,7 @@ class Client:
                     # elected) if the channel got its connection after all
                     self._reached = self._reached or self._connected(ep)
                     last = translate(err)
+                    log.debug("%s on %s: %s", method, ep, last)
                     if isinstance(last, NotLeaderError) and last.leader and redirects < 3:
                         redirects += 1
                         self._primary = last.leader
@@ -204,7 +224,8 @@ class Client:
                         self._primary = None
                     if not (retry and (transient or isinstance(last, NotLeaderError))):
                         raise last from None
-        assert last is not None
+            if last is None:
+                last = UnavailableError("no endpoint to call")
         raise self._hinted(last) if self._reached else self._unreachable(last)
 
     async def _connects(self, ep: str, deadline: float) -> str:
@@ -475,7 +496,10 @@ _shared: asyncio.AbstractEventLoop | None = None
 _shared_lock = threading.Lock()
 
 
+log = logging.getLogger("apollo11.client")
+
 _READY, _FAILED, _SILENT = "ready", "failed", "silent"  # Client._connects
+FAILOVER_POLL_S = 0.1  # how often a call no node takes is asked again (a failover)
 
 
 def _traced(metadata: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...] | None:
@@ -507,12 +531,41 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 class SyncClient:
     """The same API, blocking: the async client on a background event loop."""
 
-    def __init__(self, endpoints: str | Sequence[str] | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        endpoints: str | Sequence[str] | None = None,
+        *,
+        timeout_s: float = 10.0,
+        connect_timeout_s: float = 2.0,
+        retries: int = 6,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 3.0,
+        failover_s: float = 15.0,
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+        token: str | None = None,
+        tls: bool | None = None,
+    ) -> None:
+        """As Client."""
         self._loop = _background_loop()
-        self._client = self._run(self._make(endpoints, kw))
+        options: dict[str, Any] = {
+            "timeout_s": timeout_s,
+            "connect_timeout_s": connect_timeout_s,
+            "retries": retries,
+            "backoff_s": backoff_s,
+            "max_backoff_s": max_backoff_s,
+            "failover_s": failover_s,
+            "ca": ca,
+            "cert": cert,
+            "key": key,
+            "token": token,
+            "tls": tls,
+        }
+        self._client = self._run(self._make(endpoints, options))
 
-    async def _make(self, endpoints: str | Sequence[str] | None, kw: dict[str, Any]) -> Client:
-        return Client(endpoints, **kw)
+    async def _make(self, endpoints: str | Sequence[str] | None, options: dict[str, Any]) -> Client:
+        return Client(endpoints, **options)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         # in the caller's context: its OpenTelemetry span (if any) travels with the call
@@ -544,23 +597,51 @@ class SyncClient:
     def close(self) -> None:
         self._run(self._client.close())
 
-    def submit(self, workflow: str, input: Any = None, **kw: Any) -> Submission:
-        return self._run(self._client.submit(workflow, input, **kw))
+    def submit(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int = 0,
+    ) -> Submission:
+        """As Client.submit."""
+        return self._run(
+            self._client.submit(workflow, input, idempotency_key=idempotency_key, version=version)
+        )
 
     def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Submission]:
         return self._run(self._client.submit_many(tasks))
 
-    def submit_shell(self, dag: Any, **kw: Any) -> Submission:
-        return self._run(self._client.submit_shell(dag, **kw))
+    def submit_shell(self, dag: Any, *, idempotency_key: str | None = None) -> Submission:
+        """As Client.submit_shell."""
+        return self._run(self._client.submit_shell(dag, idempotency_key=idempotency_key))
 
     def task(self, task_id: str, *, as_of: int = 0) -> TaskView:
         return self._run(self._client.task(task_id, as_of=as_of))
 
-    def tasks(self, **kw: Any) -> Page:
-        return self._run(self._client.tasks(**kw))
+    def tasks(
+        self,
+        *,
+        state: str | None = None,
+        workflow: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> Page:
+        """As Client.tasks."""
+        return self._run(
+            self._client.tasks(
+                state=state, workflow=workflow, page_size=page_size, page_token=page_token
+            )
+        )
 
-    def events(self, **kw: Any) -> tuple[list[EventView], int]:
-        return self._run(self._client.events(**kw))
+    def events(
+        self, *, task_id: str = "", from_id: int = 0, to_id: int = 0, limit: int = 100
+    ) -> tuple[list[EventView], int]:
+        """As Client.events."""
+        return self._run(
+            self._client.events(task_id=task_id, from_id=from_id, to_id=to_id, limit=limit)
+        )
 
     def status(self) -> StatusView:
         return self._run(self._client.status())
@@ -574,8 +655,11 @@ class SyncClient:
     def cancel(self, task_id: str, *, reason: str, operator: str = "") -> int:
         return self._run(self._client.cancel(task_id, operator=operator, reason=reason))
 
-    def send_event(self, key: str, payload: Any = None, **kw: Any) -> SentEvent:
-        return self._run(self._client.send_event(key, payload, **kw))
+    def send_event(
+        self, key: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> SentEvent:
+        """As Client.send_event."""
+        return self._run(self._client.send_event(key, payload, idempotency_key=idempotency_key))
 
     def history(self) -> list[TermView]:
         """As Client.history."""
