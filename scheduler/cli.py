@@ -11,12 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 import typer.core
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from apollo11.scheduler import logfmt
+from apollo11.scheduler.clio import Output, escape
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
@@ -132,8 +129,8 @@ def _connection(
 # A damaged data directory: `replay` says so in one line and exits 2 (1: anything else).
 DAMAGE = (CorruptLogError, SnapshotError, SnapshotMismatchError)
 
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+out = Output()
+err = Output(stderr=True)
 
 
 class _Grid:
@@ -150,6 +147,9 @@ class _Grid:
 
     def show(self) -> None:
         if out.is_terminal:
+            from rich.table import Table
+            from rich.text import Text
+
             table = Table(*self.headers, title=self.title)
             for row in self.rows:
                 # Text, not markup: cells hold names and errors from submitted input
