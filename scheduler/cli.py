@@ -797,8 +797,11 @@ def _progress_line(ev: Any) -> None:
 
 
 def _show_task_view(t: Any) -> None:
+    shown = t.workflow
+    if t.workflow == "shell" and isinstance(t.input, dict) and t.input.get("name"):
+        shown = f"shell {t.input['name']}"  # a shell DAG's own name
     out.print(
-        f"task [bold]{escape(t.task_id)}[/bold] ({escape(t.workflow)} v{t.version}): "
+        f"task [bold]{escape(t.task_id)}[/bold] ({escape(shown)} v{t.version}): "
         f"[bold]{t.state}[/bold]"
         f" as of event {t.as_of_event_id}"
     )

@@ -320,3 +320,12 @@ def test_a_typed_input_is_checked_at_submit_and_the_steps_get_the_model(node: No
     assert listed["invoice"]["input_schema"]["additionalProperties"] is False
     res = cli("submit", "invoice", "--input", '{"amount_cents": 1}', server=node.address)
     assert res.returncode != 0 and "input.customer: Field required" in res.stderr, res.stderr
+
+
+def test_a_shell_dag_keeps_its_name(node: NodeProc) -> None:
+    dag = {"name": "nightly", "steps": [{"name": "a", "run": "true", "idempotency": "idempotent"}]}
+    with SyncClient(node.address) as c:
+        sub = c.submit_shell(dag)
+        assert c.wait(sub.task_id).state == "SUCCEEDED"
+    shown = cli("task", sub.task_id, server=node.address).stdout
+    assert f"task {sub.task_id} (shell nightly v1)" in shown, shown

@@ -35,6 +35,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProc, st
         f"127.0.0.1:{port}",
         "--http-allowed-hosts",
         "ui.example, Other.Example",
+        "--allow-shell",
     )
     yield node, f"http://127.0.0.1:{port}"
     assert node.stop() == 0
@@ -165,6 +166,16 @@ def test_a_parent_links_its_children_and_a_child_its_parent(web: tuple[NodeProc,
     assert re.findall(r'href="/tasks/([^"]+)"', m.group(1)) == kids
     page = httpx.get(f"{base}/tasks/{kids[0]}").text
     assert f'<a id="parent" href="/tasks/{sub.task_id}">' in page
+
+
+def test_a_shell_dag_shows_its_own_name(web: tuple[NodeProc, str]) -> None:
+    node, base = web
+    dag = {"name": "nightly", "steps": [{"name": "a", "run": "true", "idempotency": "idempotent"}]}
+    with SyncClient(node.address) as c:
+        sub = c.submit_shell(dag)
+        c.wait(sub.task_id)
+    page = httpx.get(f"{base}/tasks/{sub.task_id}").text
+    assert '<span id="workflow">shell nightly</span>' in page
 
 
 def csrf_of(page: str) -> str:
