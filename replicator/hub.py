@@ -250,12 +250,13 @@ class ReplicationHub:
             f"replication outcome is unknown"
         )
 
-    def index_after(self, event_id: int) -> int:
-        """Index of the first recorded batch ending after `event_id`."""
-        for k, (last, _) in enumerate(self._batches):
-            if last > event_id:
-                return self._base + k
-        return self._base + len(self._batches)
+    def time_from_now(self, view: StandbyView) -> None:
+        """Time this stream's acks from the batches made durable from now on. A
+        standby back from a restart acknowledges what it missed as it catches up; timed
+        against when those batches were written, its downtime would read as ack
+        latency (a p99 of 24 s lingering for 10,000 acks after the restart, issue 19)."""
+        view.next_batch = self._base + len(self._batches)
+        view.lags.clear()
 
     def fail_all(self, why: str) -> None:
         for heap in self._waiters.values():

@@ -221,7 +221,7 @@ class ReplicationService(rpbg.ReplicationServicer):
         # What it holds for sure, not where streaming starts: a standby being sent a
         # snapshot holds nothing of it until it acknowledges.
         view.acked_id = hello.last_event_id
-        view.next_batch = self.node.hub.index_after(start - 1)
+        self.node.hub.time_from_now(view)
         view.sent_id = start - 1
 
     async def _stream(

@@ -143,3 +143,18 @@ async def test_an_ack_that_comes_before_local_durability_counts_as_no_wait() -> 
     hub.on_ack(b, 6, 6)
     assert len(b.lags) == 2
     await asyncio.wait_for(hub.wait(6, 2, 1), 1)
+
+
+def test_a_standby_back_from_a_restart_does_not_report_its_downtime_as_ack_latency() -> None:
+    hub, (view,) = _hub("n2")
+    hub.time_from_now(view)
+    for eid in (10, 20, 30):  # written while n2 was down
+        hub.on_durable(eid)
+    back = hub.register("n2", "n2:1")  # its new stream, starting at event 1
+    back.connected = True
+    hub.time_from_now(back)
+    hub.on_ack(back, 30, 30)  # it caught up: nothing of that is its ack latency
+    assert list(back.lags) == [] and back.lag_ms(0.99) == 0.0
+    hub.on_durable(40)
+    hub.on_ack(back, 40, 40)
+    assert len(back.lags) == 1 and back.lag_ms(0.99) < 1000
