@@ -1741,6 +1741,19 @@ def _roster_lease(config: Path | None, etcd: str | None, cluster: str | None) ->
     return EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security())
 
 
+def _etcd_world(config: Path | None, etcd: str | None, cluster: str | None) -> Any:
+    """The cluster as its etcd holds it (roster, members, settings): one read."""
+
+    async def go() -> Any:
+        lease = _roster_lease(config, etcd, cluster)
+        try:
+            return await lease.world()
+        finally:
+            await lease.close()
+
+    return _run(go())
+
+
 @roster_app.command("list")
 def roster_list(
     etcd: RosterEtcd = None,
@@ -1750,14 +1763,7 @@ def roster_list(
 ) -> None:
     """Every member on the roster, live or down, and its position when live."""
 
-    async def go() -> Any:
-        lease = _roster_lease(config, etcd, cluster)
-        try:
-            return await lease.world()
-        finally:
-            await lease.close()
-
-    world = _run(go())
+    world = _etcd_world(config, etcd, cluster)
     rows = []
     for node_id in sorted(world.roster | set(world.members)):
         m = world.members.get(node_id)
@@ -1820,14 +1826,7 @@ def config_show(
 ) -> None:
     """The cluster-wide settings every node follows (the first node's flags, until set)."""
 
-    async def go() -> Any:
-        lease = _roster_lease(config, etcd, cluster)
-        try:
-            return await lease.world()
-        finally:
-            await lease.close()
-
-    world = _run(go())
+    world = _etcd_world(config, etcd, cluster)
     if world.config is None:
         raise _fail("no cluster settings in etcd yet: the first node to start writes its own", 1)
     if as_json:

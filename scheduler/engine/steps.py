@@ -191,19 +191,25 @@ class StepRunner:
         step = task.steps[name]
         journal = None
         if spec.journaled:
-            journal = self._journals[(task.task_id, name)] = StoreJournal(
-                store=self.store,
-                clock=self.clock,
-                task_id=task.task_id,
-                step=name,
-                attempt=attempt,
-                lease_valid=self._lease_valid,
-                committed=self._committed,
-                resolve=self._resolve,
+            journal = self._journals[(task.task_id, name)] = self._journal(
+                task.task_id, name, attempt
             )
         ctx = self.context(task, name, attempt, spec.after, journal)
         token = AttemptToken(step.started_term, step.started_event)
         return Attempt(spec.fn, ctx, self._lease_valid, token, timeout)
+
+    def _journal(self, task_id: str, name: str, attempt: int) -> StoreJournal:
+        """A durable main's window on the log, for one attempt (or its compensation)."""
+        return StoreJournal(
+            store=self.store,
+            clock=self.clock,
+            task_id=task_id,
+            step=name,
+            attempt=attempt,
+            lease_valid=self._lease_valid,
+            committed=self._committed,
+            resolve=self._resolve,
+        )
 
     async def _execute(
         self,
@@ -437,17 +443,7 @@ class StepRunner:
                 n += 1
                 # A compensation sees the step's own result beside its inputs (and a
                 # durable main's, its checkpoints: what it did is what it undoes).
-                journal = None
-                if spec.journaled:
-                    journal = StoreJournal(
-                        store=self.store,
-                        clock=self.clock,
-                        task_id=task_id,
-                        step=name,
-                        attempt=step.attempt,
-                        lease_valid=self._lease_valid,
-                        committed=self._committed,
-                    )
+                journal = self._journal(task_id, name, step.attempt) if spec.journaled else None
                 ctx = _with_own_result(
                     self.context(task, name, step.attempt, spec.after, journal),
                     name,
