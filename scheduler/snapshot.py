@@ -2,12 +2,16 @@
 
 Snapshot file `snapshot-<watermark>.snap`::
 
-    b"A11SNAP1" | u32 crc32(body) | u64 len(body) | body (JSON)
+    b"A11SNAP1" | u32 crc32(body) | u64 len(body) | body
 
-The body holds the watermark event id and its term, the log position just
-after it, the in-memory part of the state (tasks still active) and the list
-of archive chunks holding every task that went quiet before it (see
-`apollo11.scheduler.archive`). Files are written atomically (temp file, fsync,
+The body is a JSON document, then (format 2) the active tasks, one JSON object
+a line: `{...}\n{task}\n{task}...`. The document holds the watermark event id
+and its term, the log position just after it, the in-memory part of the state
+but its tasks, and the list of archive chunks holding every task that went
+quiet before it (see `apollo11.scheduler.archive`). A task a line is loaded one
+at a time: parsing one document of 100,000 tasks first left a recovered node at
+twice the memory its state needs (docs/benchmarks.md, bench durable). Format 1
+(the tasks inside the document) is still read. Files are written atomically (temp file, fsync,
 rename, directory fsync); the newest `keep` are kept, and an unreadable one
 falls back to the one before it, then to a full replay.
 
@@ -55,7 +59,8 @@ MAGIC = b"A11SNAP1"
 HEADER = Struct("<8sIQ")
 PREFIX = "snapshot-"
 SUFFIX = ".snap"
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 1: the tasks inside the document (still read)
+READABLE_FORMATS = (1, 2)
 DEFAULT_INTERVAL = defaults.SNAPSHOT_INTERVAL
 DEFAULT_KEEP = 3
 ENCODE_SLICE = 64  # quiet tasks encoded between the writer's pauses (see `_encode_paced`)
@@ -82,7 +87,8 @@ class Capture:
     watermark: int
     term: int
     position: Position
-    state_json: bytes  # the in-memory (active) part of the state
+    state_json: bytes  # the in-memory part of the state, but its tasks
+    tasks_json: list[bytes]  # the active tasks, each one JSON object
     # Quiet tasks to archive now, encoded by the writer thread: a quiet task changes
     # only by an operator's action, which the writer detects (see Snapshots.write).
     quiet: list[TaskState]
@@ -145,38 +151,38 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
             f"state is at event {state.last_event_id} but the log position is "
             f"{position.event_id}; a snapshot must be taken between batches"
         )
-    active: list[orjson.Fragment] = []
+    active: list[bytes] = []
     active_ids: set[str] = set()
     quiet: list[TaskState] = []
     for task in state.tasks.values():
         if task.quiescent:
             quiet.append(task)
         elif cache is not None:
-            active.append(orjson.Fragment(cache.get(task)))
+            active.append(cache.get(task))
             active_ids.add(task.task_id)
         else:
-            active.append(orjson.Fragment(orjson.dumps(task.to_dict())))
+            active.append(orjson.dumps(task.to_dict()))
     if cache is not None:
         cache.keep_only(active_ids)
-    meta = _state_meta(state)
-    meta["tasks"] = active
     archive = state.archive
     chunks = tuple(archive.chunks) if isinstance(archive, Archive) else ()
     return Capture(
         state.last_event_id,
         state.term,
         position,
-        orjson.dumps(meta),
+        orjson.dumps(_state_meta(state)),
+        active,
         quiet,
         chunks,
     )
 
 
-def _body_parts(cap: Capture, names: tuple[str, ...]) -> tuple[bytes, bytes, bytes]:
-    """The body, `{"format": .., .., "state": <the captured state>}`, in three parts
-    around the state's bytes: with 50,000 tasks in memory the state is ~90 MB, and
-    dumping it into a body and then the body into the file's bytes made two copies
-    (RSS peaks 270 MB above a flooded node's level, `bench overload`)."""
+def _body_parts(cap: Capture, names: tuple[str, ...]) -> tuple[bytes, ...]:
+    """The body, `{"format": .., .., "state": <the captured state>}` and a task a line,
+    in parts around the state's bytes: with 50,000 tasks in memory the state is ~90
+    MB, and dumping it into a body and then the body into the file's bytes made two
+    copies (RSS peaks 270 MB above a flooded node's level, `bench overload`). orjson
+    writes no raw newline (one in a string is escaped): a line is one task."""
     head = orjson.dumps(
         {
             "format": SNAPSHOT_FORMAT,
@@ -186,7 +192,11 @@ def _body_parts(cap: Capture, names: tuple[str, ...]) -> tuple[bytes, bytes, byt
             "chunks": names,
         }
     )
-    return head[:-1] + b',"state":', cap.state_json, b"}"
+    return head[:-1] + b',"state":', cap.state_json, b"}", *_lines(cap.tasks_json)
+
+
+def _lines(tasks: list[bytes]) -> tuple[bytes, ...]:
+    return (b"\n" + b"\n".join(tasks),) if tasks else ()
 
 
 def _framed(parts: tuple[bytes, ...]) -> tuple[bytes, ...]:
@@ -243,7 +253,8 @@ class Snapshots:
 
     # ------------------------------------------------------------- reading
 
-    def _read_body(self, watermark: int) -> tuple[str, dict[str, Any]]:
+    def _read_body(self, watermark: int) -> tuple[str, dict[str, Any], bytes]:
+        """The snapshot's path, its document, and its task lines (format 2; b"": none)."""
         path = os.path.join(self.directory, snapshot_name(watermark))
         try:
             with open(path, "rb") as f:
@@ -260,22 +271,27 @@ class Snapshots:
             raise SnapshotError(f"snapshot {path} is truncated ({len(body)} of {length} bytes)")
         if zlib.crc32(body) != crc:
             raise SnapshotError(f"snapshot {path} fails its checksum")
+        del raw  # the body is a view of it: one copy less while tasks are built
+        end = body.find(b"\n")
+        doc_bytes, lines = (body, b"") if end < 0 else (body[:end], body[end + 1 :])
+        del body
         try:
-            doc: dict[str, Any] = orjson.loads(body)
+            doc: dict[str, Any] = orjson.loads(doc_bytes)
         except orjson.JSONDecodeError as e:
             raise SnapshotError(f"snapshot {path} is undecodable: {e}") from e
-        if doc.get("format") != SNAPSHOT_FORMAT or doc.get("watermark") != watermark:
+        if doc.get("format") not in READABLE_FORMATS or doc.get("watermark") != watermark:
             raise SnapshotError(f"snapshot {path} has an unknown format or wrong watermark")
-        return path, doc
+        return path, doc, lines
 
     def load(self, watermark: int) -> tuple[SnapshotInfo, State]:
         """Load one snapshot with its archive; SnapshotError if anything is wrong."""
-        path, doc = self._read_body(watermark)
+        path, doc, lines = self._read_body(watermark)
         try:
             pos = Position(*doc["position"])
             chunks = tuple(doc["chunks"])
             s = doc["state"]
-            tasks = _tasks_of(s["tasks"])
+            tasks = _tasks_of(s["tasks"]) if doc["format"] == 1 else _tasks_in(lines)
+            del lines
             active_ids = {t.task_id for t in tasks}
             state = State(
                 tasks={t.task_id: t for t in tasks},
@@ -315,7 +331,7 @@ class Snapshots:
         until `unpin`. For sending it to a standby while new snapshots are taken."""
         for w in self.watermarks():
             try:
-                path, doc = self._read_body(w)
+                path, doc, _ = self._read_body(w)
                 chunks = tuple(doc["chunks"])
                 info = SnapshotInfo(w, doc["term"], Position(*doc["position"]), chunks, path)
             except (SnapshotError, KeyError, TypeError, ValueError):
@@ -426,4 +442,20 @@ def _tasks_of(docs: list[Any]) -> list[TaskState]:
     for i, d in enumerate(docs):
         out.append(TaskState.from_dict(d))
         docs[i] = None
+    return out
+
+
+def _tasks_in(lines: bytes) -> list[TaskState]:
+    """The tasks of a format-2 body, a line each, parsed one at a time: each task's
+    dict is let go before the next is read, so the node keeps its state and not
+    the document's footprint beside it."""
+    out = []
+    view = memoryview(lines)
+    start, size = 0, len(lines)
+    while start < size:
+        end = lines.find(b"\n", start)
+        if end < 0:
+            end = size
+        out.append(TaskState.from_dict(orjson.loads(view[start:end])))
+        start = end + 1
     return out

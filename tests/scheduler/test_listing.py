@@ -227,7 +227,7 @@ def test_the_next_snapshot_rewrites_format_02_chunks_as_04_on_its_thread(tmp_pat
     path = tmp_path / chunk_name(60, 0)
     _write_v2(path, old)
     v2 = Chunk(str(path))
-    cap = Capture(70, 1, Position(70, 1, 0), b'{"tasks": []}', [], (v2,))
+    cap = Capture(70, 1, Position(70, 1, 0), b"{}", [], [], (v2,))
 
     written = Snapshots(str(tmp_path)).write(cap)
 

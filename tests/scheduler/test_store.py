@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 import zlib
 from pathlib import Path
 
@@ -101,8 +102,59 @@ def test_a_snapshot_file_is_written_in_parts_byte_for_byte_as_before(tmp_path: P
             "state": orjson.Fragment(cap.state_json),
         }
     )
+    # format 2: the active tasks after the document, one JSON object a line
+    assert all(b"\n" not in t for t in cap.tasks_json)
+    if cap.tasks_json:
+        body += b"\n" + b"\n".join(cap.tasks_json)
     before = HEADER.pack(MAGIC, zlib.crc32(body), len(body)) + body
     assert Path(written.info.path).read_bytes() == before
+
+
+def test_a_format_1_snapshot_still_loads_and_format_2_holds_a_task_a_line(
+    tmp_path: Path,
+) -> None:
+    """Format 2 writes the active tasks one a line after the document (loaded one at a
+    time); a snapshot written before (format 1: the tasks inside the document) loads."""
+    from apollo11.scheduler.snapshot import snapshot_name
+
+    root = tmp_path / "d"
+    asyncio.run(_write_history(root, 12))
+    log = EventLog.open(root, config=LOG, read_only=True)
+    events = list(log.read())
+    half = events[: len(events) // 2]  # tasks mid-run: active ones
+    state = apply_all(State(), half)
+    position = log.position_after(half[-1].event_id)
+    log.close_sync()
+    cap = capture(state, position)
+    assert cap.tasks_json, "the history leaves tasks active"
+    snaps = Snapshots(str(tmp_path / "new"))
+    (tmp_path / "new").mkdir()
+    written = snaps.write(cap)
+    raw = Path(written.info.path).read_bytes()[HEADER.size :]
+    assert raw.count(b"\n") == len(cap.tasks_json)
+    _, loaded = snaps.load(cap.watermark)
+    assert loaded.to_dict() == state.to_dict()
+    # the same state, as format 1 wrote it
+    old_dir = tmp_path / "old"
+    old_dir.mkdir()
+    meta = orjson.loads(cap.state_json)
+    meta["tasks"] = [orjson.Fragment(t) for t in cap.tasks_json]
+    body = orjson.dumps(
+        {
+            "format": 1,
+            "watermark": cap.watermark,
+            "term": cap.term,
+            "position": list(cap.position),
+            "chunks": list(written.info.chunks),
+            "state": meta,
+        }
+    )
+    for chunk in written.info.chunks:  # the quiet tasks' archive, as it was
+        shutil.copy(tmp_path / "new" / chunk, old_dir / chunk)
+    framed = HEADER.pack(MAGIC, zlib.crc32(body), len(body)) + body
+    (old_dir / snapshot_name(cap.watermark)).write_bytes(framed)
+    _, old = Snapshots(str(old_dir)).load(cap.watermark)
+    assert old.to_dict() == state.to_dict()
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
