@@ -820,6 +820,8 @@ def _show_task_view(t: Any) -> None:
         )
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
+    if t.blocked:
+        out.print(f"[yellow]blocked:[/yellow] {escape(t.blocked)}")
     if t.parent:
         out.print(
             f"child of task {t.parent.get('task_id')} (spawned at its checkpoint "

@@ -75,7 +75,7 @@ def step_to_pb(s: StepState, after: list[str]) -> pb.Step:
     return msg
 
 
-def task_to_pb(t: TaskState, as_of: int) -> pb.Task:
+def task_to_pb(t: TaskState, as_of: int, blocked: str = "") -> pb.Task:
     msg = pb.Task(
         task_id=t.task_id,
         workflow=t.workflow,
@@ -92,6 +92,7 @@ def task_to_pb(t: TaskState, as_of: int) -> pb.Task:
         as_of_event_id=as_of,
         durable_json="" if t.durable is None else dumps(t.durable.to_dict()),
         parent_json="" if t.parent is None else dumps(t.parent),
+        blocked=blocked,
     )
     o = _override(t.cancelled)
     if o is not None:

@@ -38,6 +38,15 @@ async def task_now(store: Store, task_id: str) -> TaskState:
     return task
 
 
+def blocked(node: NodeView, task_id: str) -> str:
+    """Why the primary's engine cannot move the task on now; "" when nothing stands in
+    its way, or this node is not the primary (a standby's engine decides nothing)."""
+    engine = node.engine
+    if engine is None or not engine.leading:
+        return ""
+    return engine.problems.get(task_id, "")
+
+
 async def task_as_of(node: NodeView, task_id: str, at: int) -> TaskState:
     """The task as it was once event `at` was applied: BeyondTheLog past the last
     durable event, NotFoundError if it did not exist yet."""

@@ -278,7 +278,9 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.Task:
         if not request.as_of_event_id:
-            return codec.task_to_pb(await self._task(request.task_id), self._state.last_event_id)
+            task = await self._task(request.task_id)
+            why = listing.blocked(self.node, task.task_id)
+            return codec.task_to_pb(task, self._state.last_event_id, why)
         at = request.as_of_event_id
         task_id = required(request.task_id, "task_id")
         return codec.task_to_pb(await listing.task_as_of(self.node, task_id, at), at)

@@ -82,6 +82,7 @@ def task_from_pb(m: pb.Task) -> TaskView:
         as_of_event_id=m.as_of_event_id,
         durable=_loads(m.durable_json) if m.durable_json else None,
         parent=_loads(m.parent_json) if m.parent_json else None,
+        blocked=m.blocked or None,
     )
 
 

@@ -66,6 +66,9 @@ class TaskView:
     durable: dict[str, Any] | None = None
     # a spawned task: {"task_id" (its parent), "seq", "close"}
     parent: dict[str, Any] | None = None
+    # why the primary cannot move it on now (a version not loaded, no worker for it);
+    # None when nothing stands in its way, and from a standby or for a past state
+    blocked: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -88,6 +91,7 @@ class TaskView:
             "anomalies": list(self.anomalies),
             "durable": self.durable,
             "parent": self.parent,
+            "blocked": self.blocked,
         }
 
 

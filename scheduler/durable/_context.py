@@ -183,6 +183,27 @@ async def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return result
 
 
+async def _call_within(
+    fn: Callable[..., Any], args: tuple[Any, ...], limit_s: float | None, name: str
+) -> Any:
+    """`_call` bounded by `limit_s`. A coroutine is cancelled at the limit; a thread
+    cannot be, so a sync function's try is waited out and its output thrown away:
+    the next try never runs beside it (the engine's rule for a step's attempts)."""
+    if limit_s is None:
+        return await _call(fn, args)
+    running = asyncio.ensure_future(_call(fn, args))
+    done, _ = await asyncio.wait({running}, timeout=limit_s)
+    if not done:
+        if inspect.iscoroutinefunction(fn):
+            running.cancel()
+        # a cancelled coroutine ends at its next await; a thread ends when it ends
+        await asyncio.wait({running})
+        if not running.cancelled():
+            running.exception()  # retrieved: what it raised late is not the outcome
+        raise TimeoutError(f"ctx.step {name!r} timed out after {limit_s:g}s")
+    return running.result()
+
+
 def _roundtrip(value: Any) -> Any:
     """What a replay will return: the value as the log keeps it (JSON)."""
     try:
@@ -283,6 +304,7 @@ class DurableContext:
         *args: Any,
         idempotency: Idempotency,
         retry: Retry | None = None,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (each try's, not the call's)
     ) -> Any:
         """Run the side effect `fn(*args)` once per task: its output is recorded, and
         returned without running it at every replay. `idempotency` says how it is safe
@@ -290,7 +312,10 @@ class DurableContext:
         `current_step().dedupe_key`, `Checkpoint()`, or `NotIdempotent(compensate=undo)`:
         `undo(output, *args)` undoes it, `output` None when it did not finish). Tried by
         `retry` (default: 3 attempts); a final failure raises `DurableStepError`, at
-        every replay too.
+        every replay too. `timeout` bounds each try (a timedelta or seconds): a try
+        past it fails with TimeoutError and is retried like any failure; a sync
+        function's thread cannot be stopped, so its try is waited out first. The main
+        step's own timeout bounds the attempt as a whole.
 
         A NotIdempotent step takes two positions: its intent, recorded before it runs,
         then its outcome. Found with an intent and no outcome (its node died mid-call),
@@ -301,6 +326,12 @@ class DurableContext:
             raise StepError(
                 f"ctx.step {name!r}: declare idempotency=Idempotent(), DedupeKey(), "
                 f"Checkpoint() or NotIdempotent(compensate=...)",
+                final=True,
+            )
+        limit_s = None if timeout is None else _seconds(timeout)
+        if limit_s is not None and limit_s <= 0:
+            raise StepError(
+                f"ctx.step {name!r}: timeout must be more than 0 seconds, got {limit_s:g}",
                 final=True,
             )
         undo = idempotency.compensate if isinstance(idempotency, NotIdempotent) else None
@@ -335,7 +366,7 @@ class DurableContext:
             tries += 1
             token = _CURRENT.set(StepInfo(self.task_id, name, seq, tries))
             try:
-                out = _roundtrip(await _call(fn, args))
+                out = _roundtrip(await _call_within(fn, args, limit_s, name))
             except Exception as e:
                 _CURRENT.reset(token)
                 if undo is not None:

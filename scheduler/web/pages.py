@@ -179,6 +179,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             viewer=viewer,
             can_act=viewer.principal.may(Role.OPERATOR),
             t=t,
+            blocked="" if at else listing.blocked(node, task_id),
             svg=svg,
             acts=acts,
             as_of=at,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apollo11.scheduler.client import Client
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import EventType, FsyncPolicy
 from apollo11.scheduler.node import Node
@@ -93,6 +94,9 @@ async def test_no_worker_for_the_version_no_assignment(start: Any) -> None:
         while task_id not in node.engine.problems:
             await asyncio.sleep(0.02)
     assert "registered pair v1" in node.engine.problems[task_id]
+    async with Client(f"127.0.0.1:{node.port}") as c:  # what an operator sees of it
+        shown = await c.task(task_id)
+        assert shown.blocked == node.engine.problems[task_id]
     with pytest.raises(TimeoutError):
         await w.next("assign", timeout=0.5)
     assert _events(node, task_id, EventType.STEP_STARTED) == []
@@ -101,6 +105,8 @@ async def test_no_worker_for_the_version_no_assignment(start: Any) -> None:
     await w2.connect()
     a = (await w2.next("assign")).assignments[0]
     assert a.task_id == task_id
+    async with Client(f"127.0.0.1:{node.port}") as c:
+        assert (await c.task(task_id)).blocked is None
     await w.close()
     await w2.close()
 

@@ -247,6 +247,65 @@ async def test_a_step_that_fails_for_good_raises_the_same_error_at_every_replay(
     assert tries == [1, 2, 3]
 
 
+async def test_a_step_timeout_bounds_each_try_and_a_late_thread_is_waited_out() -> None:
+    """ctx.step(timeout=): a coroutine past it is cancelled and retried; a sync
+    function's thread cannot be stopped, so its try is waited out (never a retry
+    beside it) and what it returned late is thrown away."""
+    import asyncio
+    import threading
+    import time
+
+    calls: list[str] = []
+    running = threading.Lock()
+
+    async def slow_then_fast() -> str:
+        info = current_step()
+        assert info is not None
+        calls.append(f"async {info.attempt}")
+        if info.attempt == 1:
+            await asyncio.sleep(30)  # cancelled at the limit
+        return "fast"
+
+    def slow_thread() -> str:
+        info = current_step()
+        assert info is not None
+        assert running.acquire(blocking=False), "a retry ran beside a try still running"
+        try:
+            calls.append(f"thread {info.attempt}")
+            time.sleep(0.3 if info.attempt == 1 else 0)
+            return f"late {info.attempt}"
+        finally:
+            running.release()
+
+    wf = DurableWorkflow("timeouts", version=1)
+
+    @wf.main
+    async def main(ctx: DurableContext, _: Any) -> list[Any]:
+        a = await ctx.step("a", slow_then_fast, idempotency=Idempotent(), timeout=0.05)
+        b = await ctx.step(
+            "b", slow_thread, idempotency=Idempotent(), timeout=timedelta(seconds=0.05)
+        )
+        try:
+            await ctx.step(
+                "c", slow_then_fast, idempotency=Idempotent(), timeout=0.05, retry=Retry(1)
+            )
+        except DurableStepError as e:
+            return [a, b, e.error_type, e.message]
+        return [a, b]
+
+    j = FakeJournal()
+    out = await attempt(j, 1, wf)
+    assert out == ["fast", "late 2", "TimeoutError", "ctx.step 'c' timed out after 0.05s"]
+    assert calls == ["async 1", "async 2", "thread 1", "thread 2", "async 1"]
+    assert [c.get("attempts") for c in j.cps] == [2, 2, 1]
+    assert await attempt(j, 2, wf) == out  # replayed from the log: nothing runs again
+    assert len(calls) == 5
+    with pytest.raises(StepError, match=r"ctx.step 'd': timeout must be more than 0"):
+        await DurableContext(FakeJournal(), task_id="t1", attempt=1).step(
+            "d", slow_then_fast, idempotency=Idempotent(), timeout=0
+        )
+
+
 async def test_not_idempotent_needs_a_compensation() -> None:
     from apollo11.scheduler.workflow import NotIdempotent
 

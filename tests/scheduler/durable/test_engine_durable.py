@@ -253,3 +253,42 @@ async def test_cancelling_a_durable_task_undoes_its_not_idempotent_steps_last_fi
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+approval_v2 = DurableWorkflow("approval", version=2)
+
+
+@approval_v2.main
+async def approval_next(ctx: DurableContext, order: Any) -> Any:
+    return "v2"
+
+
+async def test_a_task_whose_version_is_not_loaded_waits_for_it_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """Issue 18, item 6: a task runs the version it started with; a deploy that drops
+    it leaves the task waiting with a problem that names the version, not failed."""
+    rig = await _rig(tmp_path)
+    ledger = tmp_path / "ledger"
+    sub = await rig.engine.submit("approval", {"id": "o9", "ledger": str(ledger)})
+    await _until(rig, sub.task_id, TaskStatus.WAITING)
+    rig = await rig.reopen(approval_v2)  # the new deploy has v2 only
+    try:
+        await rig.engine.send_event("approval:o9", {"by": "ann"})
+        async with asyncio.timeout(10):
+            while sub.task_id not in rig.engine.problems:
+                await asyncio.sleep(0.005)
+        assert rig.engine.problems[sub.task_id] == "workflow 'approval' v1 is not loaded here"
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.status is TaskStatus.WAITING
+        assert task.steps["main"].status is StepStatus.WAITING  # not failed, not woken
+        rig = await rig.reopen(approval, approval_v2)  # v1 is back: the task goes on
+        async with asyncio.timeout(10):
+            done = await rig.engine.wait(sub.task_id)
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.steps["main"].result["approved_by"] == {"by": "ann"}
+        assert _ledger(ledger) == ["charge", "ship"]
+        assert sub.task_id not in rig.engine.problems
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
