@@ -19,10 +19,12 @@ CREDENTIALS := APOLLO11_CA=$(SECRETS)/ca.pem APOLLO11_TOKEN_FILE=$(SECRETS)/oper
 
 setup: $(STAMP)
 
+# pip -qq: setuptools' editable build warns about folders named like the package on
+# every install (a BuildBackendWarning, not ours to fix); pip still prints errors.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --quiet -e '.[dev]'
 	touch $(STAMP)
 
 # Regenerate the protobuf code (committed; tests/test_proto.py fails when it is stale).
@@ -95,7 +97,7 @@ demo: setup
 # Wheels of the project and every dependency, for the image build (no network in it).
 wheelhouse: setup
 	rm -rf deploy/wheelhouse
-	$(BIN)/python -m pip wheel --quiet --wheel-dir deploy/wheelhouse .
+	$(BIN)/python -m pip wheel --quiet --quiet --wheel-dir deploy/wheelhouse .
 
 # The compose cluster's CA, certificates and tokens, once (deploy/secrets.sh says what).
 secrets: setup
