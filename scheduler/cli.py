@@ -679,11 +679,17 @@ def submit(
     wait: Annotated[
         bool, typer.Option("--wait", help="Show progress; exit 1 unless it succeeds.")
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print the task id alone: tid=$(apollo11 submit -q …)."),
+    ] = False,
     server: Server = None,
     as_json: AsJson = False,
 ) -> None:
     """Submit a task (for 'shell', --input is the DAG document)."""
     data = _input(input)
+    if quiet and (wait or as_json):
+        raise _fail("--quiet prints the task id alone: not with --wait or --json", 2)
 
     async def go() -> int:
         async with _client(server) as c:
@@ -693,6 +699,9 @@ def submit(
                 sub = await c.submit(workflow, data, idempotency_key=idempotency_key)
             if as_json and not wait:
                 _print_json({"task_id": sub.task_id, "created": sub.created})
+                return 0
+            if quiet:
+                out.print(sub.task_id, markup=False)
                 return 0
             if not as_json:
                 verb = "submitted" if sub.created else "already submitted (same idempotency key)"

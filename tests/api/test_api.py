@@ -54,6 +54,17 @@ def test_submit_wait_inspect_with_the_cli(node: NodeProc, tmp_path: Path) -> Non
     assert len(ledger.read_text().splitlines()) == 5
 
 
+def test_submit_quiet_prints_the_task_id_alone(node: NodeProc) -> None:
+    res = cli("submit", "etl", "-q", "--input", '{"step_seconds": 0}', server=node.address)
+    assert res.returncode == 0, res.stderr
+    task_id = res.stdout.removesuffix("\n")
+    assert "\n" not in task_id and " " not in task_id, res.stdout  # tid=$(apollo11 submit -q …)
+    res = cli("task", task_id, "--json", server=node.address)
+    assert json.loads(res.stdout)["task_id"] == task_id
+    res = cli("submit", "etl", "-q", "--wait", server=node.address)
+    assert res.returncode == 2 and "--quiet prints the task id alone" in res.stderr
+
+
 def test_failing_task_exits_nonzero_then_operator_retry(node: NodeProc) -> None:
     inp = json.dumps({"step_seconds": 0, "fail_step": "infer", "fail_times": 9})
     res = cli("submit", "etl", "--input", inp, "--wait", server=node.address)
