@@ -3,7 +3,9 @@ has taken, and what is waiting to be sent to it.
 
 Messages to a worker are batched per turn of the loop: assignments, cancels and
 result acknowledgements queue here, and the stream's writer sends each kind as one
-message (`drain`).
+message (`drain`). Assignments and acknowledgements are built in place, inside the
+message that will carry them (`add`): building one and copying it into its batch
+cost three times as much, at thousands a second (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from apollo11.scheduler.engine.executor import AttemptToken
 from apollo11.scheduler.engine.steps import Key
 from apollo11.v1 import worker_pb2 as wpb
 
 ASSIGN_BATCH_BYTES = 1 << 20
+ASSIGNMENT_OVERHEAD_BYTES = 256  # an assignment's fields beside its JSON, at most
 
 
 @dataclass(eq=False)
@@ -33,10 +37,12 @@ class WorkerConn:
     held: set[Key] = field(default_factory=set)  # slots taken (placed, running, cancelling)
     closed: str | None = None  # why it is gone
     assigned: int = 0  # attempts sent over this connection
-    _assign: list[wpb.Assignment] = field(default_factory=list)
+    # assignments not yet sent, in messages of at most about ASSIGN_BATCH_BYTES
+    _assign: list[wpb.DispatchMessage] = field(default_factory=list)
+    _assign_size: int = 0  # an estimate of the last message's bytes
     _assigned_at: list[float] = field(default_factory=list)
     _cancel: list[wpb.CancelAttempt] = field(default_factory=list)
-    _acks: list[wpb.ResultAck] = field(default_factory=list)
+    _acks: wpb.DispatchMessage | None = None
     _replies: list[wpb.JournalReply] = field(default_factory=list)  # durable mains' journals
     _waiter: asyncio.Future[None] | None = None  # the writer, waiting for work
 
@@ -44,8 +50,17 @@ class WorkerConn:
     def free(self) -> int:
         return self.slots - len(self.held)
 
-    def assign(self, a: wpb.Assignment) -> None:
-        self._assign.append(a)
+    def assign(self, token: AttemptToken, size: int, **fields: Any) -> None:
+        """Queue an assignment (`fields`: wpb.Assignment's, but its token); `size`: the
+        bytes of its JSON fields, which bound a message (a worker's receive limit)."""
+        size += ASSIGNMENT_OVERHEAD_BYTES
+        if not self._assign or self._assign_size + size > ASSIGN_BATCH_BYTES:
+            self._assign.append(wpb.DispatchMessage(assign=wpb.Assign()))
+            self._assign_size = 0
+        self._assign_size += size
+        a = self._assign[-1].assign.assignments.add(**fields)
+        a.token.term = token.term
+        a.token.event_id = token.event_id
         self._assigned_at.append(time.perf_counter())
         self.assigned += 1
         self.wake()
@@ -55,7 +70,11 @@ class WorkerConn:
         self.wake()
 
     def ack(self, token: AttemptToken, accepted: bool, reason: str = "") -> None:
-        self._acks.append(wpb.ResultAck(token=to_pb(token), accepted=accepted, reason=reason))
+        if self._acks is None:
+            self._acks = wpb.DispatchMessage(acks=wpb.Acks())
+        a = self._acks.acks.acks.add(accepted=accepted, reason=reason)
+        a.token.term = token.term
+        a.token.event_id = token.event_id
         self.wake()
 
     def reply(self, r: wpb.JournalReply) -> None:
@@ -69,12 +88,15 @@ class WorkerConn:
         self._assign = old._assign + self._assign
         self._assigned_at = old._assigned_at + self._assigned_at
         self._cancel = old._cancel + self._cancel
-        self._acks = old._acks + self._acks
+        if old._acks is not None:
+            if self._acks is not None:
+                old._acks.acks.acks.extend(self._acks.acks.acks)
+            self._acks = old._acks
         old.held = set()
-        old._assign, old._assigned_at, old._cancel, old._acks = [], [], [], []
-        if self._assign or self._cancel or self._acks:
+        old._assign, old._assigned_at, old._cancel, old._acks = [], [], [], None
+        if self._assign or self._cancel or self._acks is not None:
             self.wake()
-        return {from_pb(a.token) for a in self._assign}
+        return {from_pb(a.token) for m in self._assign for a in m.assign.assignments}
 
     def close(self, why: str) -> None:
         if self.closed is None:
@@ -83,29 +105,16 @@ class WorkerConn:
 
     def drain(self) -> tuple[list[wpb.DispatchMessage], list[float]]:
         """What to send now, one message per kind, and when each assignment was queued."""
-        out: list[wpb.DispatchMessage] = []
-        queued: list[float] = []
-        if self._assign:
-            # bounded messages: a batch of big inputs must stay under the worker's
-            # receive limit (ASSIGN_BATCH_BYTES, well below gRPC's 4 MiB default)
-            batch: list[wpb.Assignment] = []
-            size = 0
-            for a in self._assign:
-                n = a.ByteSize()
-                if batch and size + n > ASSIGN_BATCH_BYTES:
-                    out.append(wpb.DispatchMessage(assign=wpb.Assign(assignments=batch)))
-                    batch, size = [], 0
-                batch.append(a)
-                size += n
-            out.append(wpb.DispatchMessage(assign=wpb.Assign(assignments=batch)))
-            queued = self._assigned_at
-            self._assign, self._assigned_at = [], []
+        # bounded messages (assign): a batch of big inputs stays under the worker's
+        # receive limit (ASSIGN_BATCH_BYTES, well below gRPC's 4 MiB default)
+        out, queued = self._assign, self._assigned_at
+        self._assign, self._assigned_at = [], []
         for c in self._cancel:
             out.append(wpb.DispatchMessage(cancel=c))
         self._cancel = []
-        if self._acks:
-            out.append(wpb.DispatchMessage(acks=wpb.Acks(acks=self._acks)))
-            self._acks = []
+        if self._acks is not None:
+            out.append(self._acks)
+            self._acks = None
         for r in self._replies:
             out.append(wpb.DispatchMessage(journal=r))
         self._replies = []
@@ -122,7 +131,13 @@ class WorkerConn:
         """Until there is something to send, or the connection is closed (`wake`).
         One future per wait, woken by the first message queued: cheaper, at thousands
         of messages a second, than an Event and a task to wait on it."""
-        if self._assign or self._cancel or self._acks or self._replies or self.closed is not None:
+        if (
+            self._assign
+            or self._cancel
+            or self._acks is not None
+            or self._replies
+            or self.closed is not None
+        ):
             return
         self._waiter = asyncio.get_running_loop().create_future()
         try:

@@ -41,7 +41,7 @@ import orjson
 from apollo11.scheduler import metrics, tracing
 from apollo11.scheduler.api.status import WorkerStatus
 from apollo11.scheduler.dispatch.choose import choose, free_for, why_none
-from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
+from apollo11.scheduler.dispatch.conn import WorkerConn
 from apollo11.scheduler.engine.executor import (
     Attempt,
     AttemptToken,
@@ -189,7 +189,12 @@ class RemoteExecutor:
         return why_none(self._offers(), workflow, version, labels)
 
     def free_slots(self) -> int:
-        return sum(max(0, c.free) for c in self.workers.values())
+        n = 0
+        for c in self.workers.values():  # asked at every start: no generator, no property
+            free = c.slots - len(c.held)
+            if free > 0:
+                n += free
+        return n
 
     def free_for(self, workflow: str, version: int, labels: Mapping[str, str]) -> int:
         return free_for(self._offers(), workflow, version, labels)
@@ -224,24 +229,28 @@ class RemoteExecutor:
         inflight.confirmed.set()
         self._inflight[token] = inflight
         self._keys[key] = token
+        input_json = b"" if ctx.input is None else orjson.dumps(ctx.input)
+        results_json = orjson.dumps(dict(ctx.results))
+        beat_json = b"" if ctx.last_heartbeat is None else orjson.dumps(ctx.last_heartbeat)
+        durable = _durable_pb(inflight.journal)
         conn.assign(
-            wpb.Assignment(
-                durable=_durable_pb(inflight.journal),
-                traceparent=tracing.traceparent_now() if tracing.on() else "",
-                token=to_pb(token),
-                task_id=ctx.task_id,
-                step=ctx.step,
-                attempt=ctx.attempt,
-                workflow=ctx.workflow,
-                version=ctx.version,
-                input_json=b"" if ctx.input is None else orjson.dumps(ctx.input),
-                results_json=orjson.dumps(dict(ctx.results)),
-                timeout_s=attempt.timeout_s,
-                last_heartbeat_json=(
-                    b"" if ctx.last_heartbeat is None else orjson.dumps(ctx.last_heartbeat)
-                ),
-                node_id=self.node_id,
-            )
+            token,
+            len(input_json)
+            + len(results_json)
+            + len(beat_json)
+            + (0 if durable is None else durable.ByteSize()),
+            durable=durable,
+            traceparent=tracing.traceparent_now() if tracing.on() else "",
+            task_id=ctx.task_id,
+            step=ctx.step,
+            attempt=ctx.attempt,
+            workflow=ctx.workflow,
+            version=ctx.version,
+            input_json=input_json,
+            results_json=results_json,
+            timeout_s=attempt.timeout_s,
+            last_heartbeat_json=beat_json,
+            node_id=self.node_id,
         )
         return await self._wait(inflight)
 

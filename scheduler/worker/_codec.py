@@ -88,45 +88,47 @@ def heartbeat(running: Iterable[Running]) -> pb.WorkerMessage:
     return pb.WorkerMessage(heartbeat=pb.WorkerHeartbeat(running=[_running(r) for r in running]))
 
 
-def _result(r: Result) -> pb.StepResult:
-    m = pb.StepResult(
-        token=_token(r.token), task_id=r.task_id, step=r.step, attempt=r.attempt, seconds=r.seconds
-    )
+def _fill(m: pb.StepResult, r: Result) -> None:
+    """Write `r` into `m`, a message already in its batch (built in place: building one
+    and copying it into the batch costs three times as much)."""
+    m.token.term, m.token.event_id = r.token
+    m.task_id, m.step, m.attempt, m.seconds = r.task_id, r.step, r.attempt, r.seconds
     match r.outcome:
         case Succeeded(result_json=body):
             m.result_json = body
         case Failed() as f:
-            m.failure.CopyFrom(
-                pb.StepFailure(
-                    error_type=f.error_type,
-                    message=f.message,
-                    details_json=f.details_json,
-                    declared=f.declared,
-                )
-            )
+            m.failure.error_type = f.error_type
+            m.failure.message = f.message
+            m.failure.details_json = f.details_json
+            m.failure.declared = f.declared
         case Cancelled():
             m.cancelled = True
-    return m
 
 
 RESULTS_BATCH_BYTES = 4 * 1024 * 1024  # per message, well below a node's 16 MiB limit
+RESULT_OVERHEAD_BYTES = 1024  # a result's fields beside its payloads, at most (ids are capped)
+
+
+def _size(r: Result) -> int:
+    match r.outcome:
+        case Succeeded(result_json=body):
+            return RESULT_OVERHEAD_BYTES + len(body)
+        case Failed() as f:
+            return RESULT_OVERHEAD_BYTES + len(f.message.encode()) + len(f.details_json)
+    return RESULT_OVERHEAD_BYTES
 
 
 def results(batch: Iterable[Result]) -> list[pb.WorkerMessage]:
     """The results as messages of bounded size (none for an empty batch)."""
     out: list[pb.WorkerMessage] = []
-    group: list[pb.StepResult] = []
     size = 0
     for r in batch:
-        m = _result(r)
-        n = m.ByteSize()
-        if group and size + n > RESULTS_BATCH_BYTES:
-            out.append(pb.WorkerMessage(results=pb.Results(results=group)))
-            group, size = [], 0
-        group.append(m)
+        n = _size(r)
+        if not out or (size and size + n > RESULTS_BATCH_BYTES):
+            out.append(pb.WorkerMessage(results=pb.Results()))
+            size = 0
+        _fill(out[-1].results.results.add(), r)
         size += n
-    if group:
-        out.append(pb.WorkerMessage(results=pb.Results(results=group)))
     return out
 
 

@@ -59,9 +59,12 @@ WORKFLOWS = f"{EXAMPLES},{FLOWS}"
 LOAD_NICE = int(os.environ.get("APOLLO11_BENCH_LOAD_NICE", "10"))
 HEARTBEAT_TIMEOUT_S = 3.0
 HEARTBEAT_INTERVAL_S = 0.5
-THROUGHPUT_SLOTS = int(
-    os.environ.get("APOLLO11_BENCH_WORKER_SLOTS", "64")
-)  # per worker; embedded: 4x
+# Each side at its best on this machine (docs/benchmarks.md, Dec 2): a worker of 64
+# slots leaves its node waiting on the slots' round trips (the node's loop 73% busy),
+# 256 keeps it busy; an embedded node does best at 256 (512 is slower: more in
+# flight, more overhead).
+THROUGHPUT_SLOTS = int(os.environ.get("APOLLO11_BENCH_WORKER_SLOTS", "256"))  # per worker
+EMBEDDED_CONCURRENCY = int(os.environ.get("APOLLO11_BENCH_EMBEDDED_CONCURRENCY", "256"))
 ETL_STEPS = 5  # collect, clean, feature, infer, persist
 THROUGHPUT_BACKLOG = 2000  # tasks submitted and not yet finished, kept topped up
 DISPATCH_TASKS_PER_S = 200  # five steps each: 1,000 steps/s
@@ -362,7 +365,7 @@ def _throughput_one(
     if workers:
         node = _remote_node(procs, name, workers, THROUGHPUT_SLOTS)
     else:
-        node = procs.node(name, "--concurrency", str(4 * THROUGHPUT_SLOTS))
+        node = procs.node(name, "--concurrency", str(EMBEDDED_CONCURRENCY))
     stop = procs.base / f"{name}.stop"
     load = ex.submit(_keep_backlog, node.address, node.http, str(stop), THROUGHPUT_BACKLOG, 250)
     try:
@@ -426,7 +429,7 @@ def _throughput(
     }
     return {
         "slots_per_worker": THROUGHPUT_SLOTS,
-        "embedded_concurrency": 4 * THROUGHPUT_SLOTS,
+        "embedded_concurrency": EMBEDDED_CONCURRENCY,
         "backlog_tasks": THROUGHPUT_BACKLOG,
         "window_s": window,
         "rounds": runs,

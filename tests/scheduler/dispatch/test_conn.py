@@ -1,0 +1,76 @@
+"""WorkerConn's queue: what the stream's writer sends, built in place and bounded."""
+
+from __future__ import annotations
+
+from apollo11.scheduler.dispatch.conn import ASSIGN_BATCH_BYTES, WorkerConn
+from apollo11.scheduler.engine.executor import AttemptToken
+
+
+def _conn(name: str = "w1", instance: str = "i1") -> WorkerConn:
+    return WorkerConn(
+        name=name,
+        instance=instance,
+        slots=8,
+        workflows=frozenset({("etl", 1)}),
+        labels={},
+        address="ipv4:127.0.0.1:1",
+        version="0",
+    )
+
+
+def _assign(conn: WorkerConn, event_id: int, input_json: bytes = b"{}") -> None:
+    conn.assign(
+        AttemptToken(3, event_id),
+        len(input_json),
+        task_id=f"t{event_id}",
+        step="collect",
+        attempt=1,
+        workflow="etl",
+        version=1,
+        input_json=input_json,
+        results_json=b"{}",
+        timeout_s=30.0,
+        node_id="n1",
+    )
+
+
+def test_assignments_go_in_one_message_with_their_tokens() -> None:
+    conn = _conn()
+    for i in range(1, 4):
+        _assign(conn, 100 + i)
+    out, queued = conn.drain()
+    assert len(out) == 1 and len(queued) == 3
+    got = [(a.task_id, a.token.term, a.token.event_id) for a in out[0].assign.assignments]
+    assert got == [("t101", 3, 101), ("t102", 3, 102), ("t103", 3, 103)]
+    assert conn.drain() == ([], [])  # sent once
+    assert conn.assigned == 3
+
+
+def test_a_batch_of_big_inputs_is_split_under_the_bound() -> None:
+    conn = _conn()
+    big = b'"' + b"x" * (300 * 1024) + b'"'
+    for i in range(10):  # 3 MB in all
+        _assign(conn, i + 1, big)
+    out, queued = conn.drain()
+    assert len(queued) == 10
+    assert [len(m.assign.assignments) for m in out] == [3, 3, 3, 1]
+    assert all(m.ByteSize() <= ASSIGN_BATCH_BYTES for m in out)
+    # a single assignment over the bound still goes, alone
+    _assign(conn, 99, b'"' + b"y" * ASSIGN_BATCH_BYTES + b'"')
+    _assign(conn, 100)
+    out, _ = conn.drain()
+    assert [len(m.assign.assignments) for m in out] == [1, 1]
+
+
+def test_acks_go_together_and_a_new_stream_takes_over_what_was_not_sent() -> None:
+    old = _conn()
+    _assign(old, 7)
+    old.ack(AttemptToken(3, 5), True)
+    new = _conn()
+    new.ack(AttemptToken(3, 6), False, "not taken: cancelled")
+    assert new.take_over(old) == {AttemptToken(3, 7)}
+    assert old.drain() == ([], [])
+    out, queued = new.drain()
+    assert len(queued) == 1 and [m.WhichOneof("body") for m in out] == ["assign", "acks"]
+    acks = [(a.token.event_id, a.accepted, a.reason) for a in out[1].acks.acks]
+    assert acks == [(5, True, ""), (6, False, "not taken: cancelled")]

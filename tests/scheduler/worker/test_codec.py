@@ -1,0 +1,44 @@
+"""The worker's results as messages: every outcome carried, batches bounded."""
+
+from __future__ import annotations
+
+from apollo11.scheduler.worker._codec import RESULTS_BATCH_BYTES, results
+from apollo11.scheduler.worker._records import Cancelled, Failed, Result, Succeeded, Token
+
+
+def _r(event_id: int, outcome: Succeeded | Failed | Cancelled) -> Result:
+    return Result(Token(4, event_id), f"t{event_id}", "clean", 2, outcome, 0.25)
+
+
+def test_each_outcome_is_carried_in_one_message() -> None:
+    batch = [
+        _r(1, Succeeded(b'{"rows": 1}')),
+        _r(2, Failed("ValueError", "bad row", b'{"row": 7}', declared=True)),
+        _r(3, Cancelled()),
+    ]
+    (m,) = results(batch)
+    got = [
+        (r.token.term, r.token.event_id, r.task_id, r.step, r.attempt, r.seconds)
+        for r in m.results.results
+    ]
+    assert got == [(4, i, f"t{i}", "clean", 2, 0.25) for i in (1, 2, 3)]
+    ok, failed, cancelled = m.results.results
+    assert ok.WhichOneof("outcome") == "result_json" and ok.result_json == b'{"rows": 1}'
+    assert failed.WhichOneof("outcome") == "failure"
+    f = failed.failure
+    assert (f.error_type, f.message, f.details_json, f.declared) == (
+        "ValueError",
+        "bad row",
+        b'{"row": 7}',
+        True,
+    )
+    assert cancelled.WhichOneof("outcome") == "cancelled" and cancelled.cancelled
+    assert results([]) == []
+
+
+def test_big_results_are_split_under_the_bound() -> None:
+    body = b'"' + b"x" * (1024 * 1024) + b'"'  # 1 MiB each
+    out = results([_r(i, Succeeded(body)) for i in range(10)])
+    assert [len(m.results.results) for m in out] == [3, 3, 3, 1]
+    assert all(m.ByteSize() <= RESULTS_BATCH_BYTES for m in out)
+    assert [r.token.event_id for m in out for r in m.results.results] == list(range(10))
