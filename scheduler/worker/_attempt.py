@@ -119,15 +119,17 @@ class Attempt:
             inner = asyncio.get_running_loop().run_in_executor(self._pool, run)
         self._inner = inner
         try:
-            # shielded: cancelling this task (the worker going away) is told apart from
-            # stop() cancelling the coroutine
-            result = await asyncio.shield(inner)
+            result = await inner
             if inspect.isawaitable(result):
                 result = await result
         except asyncio.CancelledError:
-            if inner.cancelled() and self.stopped:
+            # stop() cancelled the coroutine, or this task is cancelled (the worker going
+            # away: the coroutine goes with it); told apart by `cancelling`, without a
+            # shield's extra future per attempt
+            me = asyncio.current_task()
+            if inner.cancelled() and self.stopped and not (me is not None and me.cancelling()):
                 return failed(asyncio.CancelledError("stopped"))
-            inner.cancel()  # the worker is going away: the coroutine goes with it
+            inner.cancel()
             raise
         except Exception as e:
             return failed(e)

@@ -494,17 +494,21 @@ class Worker:
 
     async def _drive(self, attempt: Attempt) -> None:
         a = attempt.assignment
-        log.debug("attempt %s started", a.label)
+        if log.isEnabledFor(logging.DEBUG):  # its label is a string built for nothing
+            log.debug("attempt %s started", a.label)
         timer = None
         if a.timeout_s > 0:
             timer = asyncio.get_running_loop().call_later(
                 a.timeout_s + self.timeout_grace_s, self._time_out, attempt
             )
+        # this task runs the one attempt and ends: its log lines carry the attempt's
+        # fields from here on, no context manager to undo it (tens of thousands a second)
+        logfmt.tag_task(a.task_id, a.step, a.attempt, a.token.term)
         try:
-            with (
-                logfmt.attempt_fields(a.task_id, a.step, a.attempt, a.token.term),
-                tracing.current(a.traceparent),
-            ):
+            if a.traceparent:
+                with tracing.current(a.traceparent):
+                    outcome = await attempt.run()
+            else:
                 outcome = await attempt.run()
         finally:
             if timer is not None:
@@ -528,7 +532,7 @@ class Worker:
                     outcome.error_type,
                     outcome.message,
                 )
-            else:
+            elif log.isEnabledFor(logging.DEBUG):
                 log.debug("attempt %s finished", label)
             return outcome
         if attempt.stopped == STALE:

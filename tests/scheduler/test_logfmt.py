@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,42 @@ def test_a_node_logging_json_tags_its_steps_lines(tmp_path: Path) -> None:
     # the node's own lines are JSON too (its start-up, its stop)
     assert any(r["logger"].startswith("apollo11.") for r in logged)
     assert not [line for line in text.splitlines() if " INFO apollo11." in line], "no text lines"
+
+
+def test_a_worker_logging_json_tags_its_steps_lines(tmp_path: Path) -> None:
+    """A worker's attempt tags its task (no context manager around it): its step's
+    lines carry the attempt, its own lines after the attempt do not."""
+    import subprocess
+
+    from tests.nodes import APOLLO11, ROOT
+
+    node = start_node(
+        tmp_path / "data",
+        "--workflows",
+        "tests.scheduler.logflows",
+        "--execution",
+        "remote",
+    )
+    worker = subprocess.Popen(
+        [*APOLLO11, "worker", "--server", node.address, "--workflows", "tests.scheduler.logflows"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "APOLLO11_LOG_FORMAT": "json"},
+    )
+    try:
+        with SyncClient(node.address) as c:
+            sub = c.submit("chatty", "order-7")
+            assert c.wait(sub.task_id, timeout=60).state == "SUCCEEDED"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=30)
+        assert node.stop() == 0
+    logged = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    by_step = {r.get("step"): r for r in logged if "working on order-7" in r["message"]}
+    for step in ("in_a_thread", "on_the_loop"):
+        r = by_step[step]
+        assert r["task_id"] == sub.task_id and r["attempt"] == 1 and r["term"] >= 1, r
+    untagged = [r for r in logged if "connected to the primary" in r["message"]]
+    assert untagged and "task_id" not in untagged[0], untagged
