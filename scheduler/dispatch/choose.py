@@ -47,11 +47,13 @@ def choose(
 ) -> str | None:
     best: Offering | None = None
     want = (workflow, version)
+    most = 0
     for o in offers:
-        if o.free <= 0 or want not in o.workflows or not _fits(o, labels):
+        free = o.free
+        if free <= 0 or want not in o.workflows or (labels and not _fits(o, labels)):
             continue
-        if best is None or o.free > best.free or (o.free == best.free and o.name < best.name):
-            best = o
+        if best is None or free > most or (free == most and o.name < best.name):
+            best, most = o, free
     return None if best is None else best.name
 
 

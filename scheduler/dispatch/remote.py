@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -74,7 +74,10 @@ class _Inflight:
     key: Key
     worker: str
     beat: Callable[[Any], None] | None
-    confirmed: asyncio.Event = field(default_factory=asyncio.Event)  # its worker holds it
+    confirmed: bool = False  # its worker holds it
+    # adopt() waiting for the worker to report it (an Event per attempt cost more
+    # than the rest of its bookkeeping, at thousands of attempts a second)
+    reported: asyncio.Future[None] | None = None
     cancelling: bool = False
     # How it ended (None: not yet). Kept apart from the future the step's runner
     # awaits, so that cancelling the runner (a timeout, a cancel) leaves it unended
@@ -82,6 +85,11 @@ class _Inflight:
     outcome: Outcome | None = None
     waiter: asyncio.Future[Outcome] | None = None
     journal: StoreJournal | None = None  # a durable main's: what its worker records through
+
+    def confirm(self) -> None:
+        self.confirmed = True
+        if self.reported is not None and not self.reported.done():
+            self.reported.set_result(None)
 
     @property
     def ended(self) -> bool:
@@ -226,7 +234,7 @@ class RemoteExecutor:
         token = attempt.token
         inflight = _Inflight(token, key, name, ctx.beat)
         inflight.journal = _journal_of(ctx.journal)
-        inflight.confirmed.set()
+        inflight.confirm()
         self._inflight[token] = inflight
         self._keys[key] = token
         input_json = b"" if ctx.input is None else orjson.dumps(ctx.input)
@@ -268,17 +276,18 @@ class RemoteExecutor:
         reported = self._reported.pop(token, None)
         if reported is not None:
             inflight.worker = reported.worker
-            inflight.confirmed.set()
+            inflight.confirm()
             if reported.outcome is not None:
                 self._acks[key] = (reported.worker, token)
                 inflight.end(reported.outcome)
-        if not inflight.confirmed.is_set():
+        if not inflight.confirmed:
             # Wait for the worker to come back and report it, for as long as a
             # silent worker would be given.
+            inflight.reported = asyncio.get_running_loop().create_future()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.heartbeat_timeout_s):
-                    await inflight.confirmed.wait()
-            if not inflight.confirmed.is_set():
+                    await inflight.reported
+            if not inflight.confirmed:
                 self._inflight.pop(token, None)
                 self._count_lost("not back")
                 return Lost(
@@ -367,7 +376,7 @@ class RemoteExecutor:
                 if inflight.ended:
                     stale.append(token)  # lost, or ended, here already: it must stop
                     continue
-                inflight.confirmed.set()
+                inflight.confirm()
                 conn.held.add(key)
                 self._held[key] = conn.name
                 if inflight.cancelling:
@@ -385,7 +394,7 @@ class RemoteExecutor:
             for inflight in list(self._inflight.values()):
                 if (
                     inflight.worker == conn.name
-                    and inflight.confirmed.is_set()
+                    and inflight.confirmed
                     and inflight.token not in reported
                     and inflight.token not in unsent
                 ):
@@ -450,7 +459,7 @@ class RemoteExecutor:
                 self._acks[key] = (conn.name, token)
                 return
             if not inflight.ended:
-                inflight.confirmed.set()
+                inflight.confirm()
                 inflight.end(_outcome(r))
                 self._acks[key] = (conn.name, token)
             return
@@ -543,7 +552,7 @@ class RemoteExecutor:
             del self.workers[conn.name]
         lost = 0
         for inflight in list(self._inflight.values()):
-            if inflight.worker != conn.name or not inflight.confirmed.is_set():
+            if inflight.worker != conn.name or not inflight.confirmed:
                 continue
             if inflight.cancelling:
                 self._settled(inflight.key)
@@ -580,7 +589,7 @@ class RemoteExecutor:
         now, wall = time.monotonic(), time.time()
         running: dict[str, int] = {}
         for inflight in self._inflight.values():
-            if inflight.confirmed.is_set():
+            if inflight.confirmed:
                 running[inflight.worker] = running.get(inflight.worker, 0) + 1
         return tuple(
             WorkerStatus(
