@@ -25,7 +25,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import gc
 import logging
 import math
 import os
@@ -50,7 +49,7 @@ from apollo11.lease.clusterconfig import ClusterConfig
 from apollo11.replicator import records
 from apollo11.replicator.hub import ReplicationHub, ReplicationTimeout
 from apollo11.replicator.receiver import Follower
-from apollo11.scheduler import identity, merger, metrics, repair, scrub
+from apollo11.scheduler import gctune, identity, merger, metrics, repair, scrub
 from apollo11.scheduler.api.server import ApiServer
 from apollo11.scheduler.api.status import (
     ClusterStatus,
@@ -304,8 +303,8 @@ class Node:
         # What exists now (modules, the recovered state) lives as long as the node;
         # without this every full collection rescans it, and each such pause is a
         # replication-latency outlier (docs/benchmarks.md, "Figures behind the knobs").
-        gc.collect()
-        gc.freeze()
+        # The young threshold is raised too (gctune.py).
+        gctune.settle()
         metrics.watch_gc()
         merger.warm()
         if s.standalone:

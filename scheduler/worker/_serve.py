@@ -14,6 +14,7 @@ import contextlib
 import logging
 import signal
 
+from apollo11.scheduler import gctune
 from apollo11.scheduler.worker._worker import Worker, WorkerRefusedError
 
 log = logging.getLogger("apollo11.worker")
@@ -22,6 +23,7 @@ EX_CONFIG = 78
 
 
 async def serve(worker: Worker, *, grace_s: float) -> int:
+    gctune.settle()  # its workflow modules are loaded: they live as long as it does
     loop = asyncio.get_running_loop()
     run = asyncio.create_task(worker.run(), name="apollo11-worker")
     signals = 0
