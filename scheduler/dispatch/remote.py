@@ -238,7 +238,8 @@ class RemoteExecutor:
         self._inflight[token] = inflight
         self._keys[key] = token
         input_json = b"" if ctx.input is None else orjson.dumps(ctx.input)
-        results_json = orjson.dumps(dict(ctx.results))
+        results = ctx.results
+        results_json = orjson.dumps(results if type(results) is dict else dict(results))
         beat_json = b"" if ctx.last_heartbeat is None else orjson.dumps(ctx.last_heartbeat)
         durable = _durable_pb(inflight.journal)
         conn.assign(
@@ -436,7 +437,8 @@ class RemoteExecutor:
             self._result(conn, r)
 
     def _result(self, conn: WorkerConn, r: wpb.StepResult) -> None:
-        token = AttemptToken(r.token.term, r.token.event_id)
+        t = r.token  # each read of a message field builds a new Python object: once
+        token = AttemptToken(t.term, t.event_id)
         key = (r.task_id, r.step)
         kind = r.WhichOneof("outcome")
         inflight = self._inflight.get(token)
@@ -460,12 +462,12 @@ class RemoteExecutor:
                 return
             if not inflight.ended:
                 inflight.confirm()
-                inflight.end(_outcome(r))
+                inflight.end(_outcome(r, kind))
                 self._acks[key] = (conn.name, token)
             return
         if kind != "cancelled" and self._is_current(r.task_id, r.step, token, conn.name):
             # Finished while no primary was there to hear it: kept for adoption.
-            self._reported[token] = _Reported(conn.name, _outcome(r))
+            self._reported[token] = _Reported(conn.name, _outcome(r, kind))
             conn.held.add(key)
             return
         if kind == "cancelled":
@@ -631,11 +633,12 @@ def _durable_pb(j: StoreJournal | None) -> wpb.DurableJournal | None:
     )
 
 
-def _outcome(r: wpb.StepResult) -> Outcome:
-    kind = r.WhichOneof("outcome")
+def _outcome(r: wpb.StepResult, kind: str | None) -> Outcome:
+    """`kind`: r.WhichOneof("outcome"), which the caller has read already."""
     if kind == "result_json":
+        body = r.result_json
         try:
-            return Succeeded(orjson.loads(r.result_json) if r.result_json else None)
+            return Succeeded(orjson.loads(body) if body else None)
         except orjson.JSONDecodeError as e:
             return Failed("InvalidResult", f"the worker sent a result that is not JSON: {e}", {})
     if kind == "failure":
