@@ -394,9 +394,16 @@ def _throughput_one(
         return _value(s, "apollo11_step_outcomes_total", workflow="etl", outcome="succeeded")
 
     done = (steps(s1) - steps(s0)) / ETL_STEPS
+    gc_s = sum(
+        _value(s1, "apollo11_gc_pause_seconds_sum", generation=g)
+        - _value(s0, "apollo11_gc_pause_seconds_sum", generation=g)
+        for g in "012"
+    )
     return {
         "tasks_per_s": round(done / (t1 - t0)),
         **_loop_figures(s0, s1),
+        # the node's time in cyclic collections (gctune.py), a second of the window
+        "gc_ms_per_s": round(gc_s * 1000 / (t1 - t0), 1),
         "attempts_failed_in_window": int(failed(s1) - failed(s0)),
         "slots_busy_at_end": int(_value(s1, "apollo11_worker_slots", state="busy")),
     }
