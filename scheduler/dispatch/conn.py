@@ -44,6 +44,8 @@ class WorkerConn:
     _cancel: list[wpb.CancelAttempt] = field(default_factory=list)
     _acks: wpb.DispatchMessage | None = None
     _replies: list[wpb.JournalReply] = field(default_factory=list)  # durable mains' journals
+    last_sent: float = field(default_factory=time.monotonic)  # the writer's last write
+    _ping: bool = False
     _waiter: asyncio.Future[None] | None = None  # the writer, waiting for work
 
     @property
@@ -75,6 +77,12 @@ class WorkerConn:
         a = self._acks.acks.acks.add(accepted=accepted, reason=reason)
         a.token.term = token.term
         a.token.event_id = token.event_id
+        self.wake()
+
+    def ping(self) -> None:
+        """Send something (an empty Acks when nothing else is queued): the worker
+        takes a stream it hears nothing on for a few intervals for a dead primary."""
+        self._ping = True
         self.wake()
 
     def reply(self, r: wpb.JournalReply) -> None:
@@ -118,6 +126,9 @@ class WorkerConn:
         for r in self._replies:
             out.append(wpb.DispatchMessage(journal=r))
         self._replies = []
+        if self._ping and not out:
+            out.append(wpb.DispatchMessage(acks=wpb.Acks()))
+        self._ping = False
         return out, queued
 
     def wake(self) -> None:
@@ -136,6 +147,7 @@ class WorkerConn:
             or self._cancel
             or self._acks is not None
             or self._replies
+            or self._ping
             or self.closed is not None
         ):
             return

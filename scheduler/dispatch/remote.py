@@ -569,12 +569,16 @@ class RemoteExecutor:
         log.warning("worker %s is gone (%s): %d attempt(s) lost", conn.name, how, lost)
 
     async def _watch(self) -> None:
-        """Cut off workers silent for longer than the heartbeat timeout."""
-        period = min(0.5, self.heartbeat_timeout_s / 4)
+        """Cut off workers silent for longer than the heartbeat timeout, and ping the
+        streams this node has not written to for an interval (a worker takes a silent
+        primary for a frozen one)."""
+        period = min(0.5, self.heartbeat_timeout_s / 4, self.heartbeat_interval_s / 2)
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
             for conn in list(self.workers.values()):
+                if now - conn.last_sent >= self.heartbeat_interval_s:
+                    conn.ping()
                 silent = now - conn.last_seen
                 if silent > self.heartbeat_timeout_s:
                     self._gone(

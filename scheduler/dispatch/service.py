@@ -108,6 +108,7 @@ class WorkersService:
                         heartbeat_interval_s=ex.heartbeat_interval_s,
                         heartbeat_timeout_s=ex.heartbeat_timeout_s,
                         stale=[to_pb(t) for t in stale],
+                        pings=True,
                     )
                 )
             )
@@ -117,6 +118,7 @@ class WorkersService:
                 messages, queued = conn.drain()
                 for m in messages:
                     await context.write(m)
+                conn.last_sent = time.monotonic()
                 if queued:
                     now = time.perf_counter()
                     for t in queued:

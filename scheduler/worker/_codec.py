@@ -192,6 +192,7 @@ def registration(m: pb.DispatchMessage) -> Registration:
         heartbeat_interval_s=r.heartbeat_interval_s,
         heartbeat_timeout_s=r.heartbeat_timeout_s,
         stale=frozenset(token_of(t) for t in r.stale),
+        pings=r.pings,
     )
 
 

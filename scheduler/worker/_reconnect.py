@@ -6,6 +6,10 @@
   Each endpoint is tried in turn without waiting; after a whole round, wait about
   0.2 s, doubling to a cap of 1 s, with jitter. A new primary is then reached
   within about a second of it accepting writes, forever.
+* A primary that fell silent (frozen: its socket open, nothing on it): it is
+  passed over, and so are redirects to it, for SUSPECT_TRIES decisions, while the
+  standbys elect another (a frozen primary is still the leader in etcd until its
+  lease runs out); after that it is tried again, in case it was only slow.
 * ALREADY_EXISTS: another instance with this worker's name is connected. It may be
   this worker's own ghost (a stream the primary has not yet timed out), so retry,
   slowly, on the same primary.
@@ -29,6 +33,9 @@ DUPLICATE_DELAY_S = 3.0
 # Redirects in a row without a registration: two standbys naming each other (an
 # election in progress) must not spin.
 MAX_REDIRECTS = 3
+# Decisions for which a silent primary is passed over: about three rounds of the
+# other endpoints (0.2 + 0.4 + 0.8 s of waits), longer than an election takes.
+SUSPECT_TRIES = 6
 
 FATAL = frozenset(
     {
@@ -49,6 +56,7 @@ class Ended:
     details: str
     leader: str | None = None
     registered: bool = False  # it got as far as Registered
+    silent: bool = False  # the primary stopped talking (frozen), the stream still open
 
     def describe(self) -> str:
         what = self.code.name if self.code is not None else "no status"
@@ -91,6 +99,8 @@ class Reconnect:
         self._cursor = 0  # the endpoint of the list tried last
         self._failures = 0  # in a row, since the last registration
         self._redirects = 0
+        self._suspect: str | None = None  # a primary that fell silent: passed over
+        self._suspect_tries = 0
 
     def first(self) -> str:
         return self.endpoints[self._cursor]
@@ -103,6 +113,13 @@ class Reconnect:
         if ended.registered:
             self._failures = 0
             self._redirects = 0
+            self._suspect = None
+        if ended.silent:
+            self._suspect, self._suspect_tries = ep, SUSPECT_TRIES
+        elif self._suspect is not None:
+            self._suspect_tries -= 1
+            if self._suspect_tries <= 0:
+                self._suspect = None  # perhaps it was only slow: it may be tried again
         if ended.code in FATAL:
             return GiveUp(
                 f"{ep} refused this worker ({ended.describe()}): a configuration error "
@@ -121,6 +138,7 @@ class Reconnect:
             ended.code is grpc.StatusCode.FAILED_PRECONDITION
             and ended.leader
             and ended.leader != ep
+            and ended.leader != self._suspect
             and self._redirects < MAX_REDIRECTS
         ):
             self._redirects += 1
@@ -132,6 +150,8 @@ class Reconnect:
         if ep in self.endpoints:
             self._cursor = self.endpoints.index(ep)
         self._cursor = (self._cursor + 1) % len(self.endpoints)
+        if self.endpoints[self._cursor] == self._suspect and len(self.endpoints) > 1:
+            self._cursor = (self._cursor + 1) % len(self.endpoints)
         rounds, within = divmod(self._failures, len(self.endpoints))
         delay = 0.0
         if within == 0:  # a whole round failed: wait before the next

@@ -117,6 +117,7 @@ class Registration:
     heartbeat_interval_s: float
     heartbeat_timeout_s: float
     stale: frozenset[Token]
+    pings: bool = False  # it writes at least every interval (a frozen one does not)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any, cast
@@ -87,6 +87,17 @@ class _StreamLost(Exception):
     """The stream a journal request went on ended before its reply."""
 
 
+class _PrimarySilent(Exception):
+    """A primary that pings said nothing for SILENT_INTERVALS heartbeat intervals."""
+
+
+# A primary that pings writes at least every interval (at most ~1.5 of them apart):
+# four intervals of silence is a frozen process (SIGSTOP, a hung host), whose
+# socket stays open, so the kernel never tells. At the defaults (2 s), 8 s: a
+# failover's new primary waits --worker-heartbeat-timeout (10 s) for its workers.
+SILENT_INTERVALS = 4
+
+
 # gRPC's own reconnect backoff (1 s, growing to 120 s) would fail calls to a node that
 # is back fast for as long: kept as short as our own retries (_reconnect).
 WORKER_OPTIONS: list[tuple[str, int]] = [
@@ -127,6 +138,7 @@ def _package_version() -> str:
 class _Session:
     endpoint: str
     registration: Registration | None = None
+    heard: float = field(default_factory=time.monotonic)  # the primary's last message
 
 
 class Worker:
@@ -321,6 +333,7 @@ class Worker:
             tasks = [
                 asyncio.create_task(self._read(call, session)),
                 asyncio.create_task(self._write(call, session)),
+                asyncio.create_task(self._listen(session)),
                 asyncio.create_task(self._finished.wait()),
             ]
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -334,6 +347,8 @@ class Worker:
             return self._ended_by(e, session)
         except codec.ProtocolError as e:
             return Ended(ep, None, str(e), registered=session.registration is not None)
+        except _PrimarySilent as e:
+            return Ended(ep, None, str(e), registered=True, silent=True)
         except TimeoutError:
             return Ended(ep, None, f"no Registered within {self.connect_timeout_s:g} s")
         except (asyncio.InvalidStateError, grpc.aio.UsageError):
@@ -384,6 +399,7 @@ class Worker:
         self._registered(codec.registration(first), session)
         while True:
             message = await call.read()
+            session.heard = time.monotonic()
             if message is grpc.aio.EOF:
                 return
             match codec.dispatch(message):
@@ -411,6 +427,22 @@ class Worker:
                                 ack.reason or "no reason given",
                             )
                     self._changed.set()
+
+    async def _listen(self, session: _Session) -> None:
+        """Raise _PrimarySilent when a primary that pings has said nothing for
+        SILENT_INTERVALS intervals: the stream ends, and the worker looks for the
+        primary (the new one adopts its running attempts)."""
+        while True:
+            await asyncio.sleep(self._interval / 2)
+            reg = session.registration
+            if reg is None or not reg.pings:
+                continue
+            silent = time.monotonic() - session.heard
+            if silent > SILENT_INTERVALS * self._interval:
+                raise _PrimarySilent(
+                    f"the primary {reg.node_id} said nothing for {silent:.1f} s "
+                    f"({SILENT_INTERVALS} heartbeat intervals): taking it for gone"
+                )
 
     def _registered(self, reg: Registration, session: _Session) -> None:
         session.registration = reg

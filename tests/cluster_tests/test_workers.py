@@ -126,6 +126,37 @@ def test_a_killed_primary_costs_no_step_a_second_run(
         )
 
 
+def test_a_frozen_primary_costs_no_step_a_second_run(
+    remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
+) -> None:
+    """SIGSTOP of the primary: its sockets stay open, so the kernel tells the workers
+    nothing. The primary pings its streams and a worker that hears nothing for three
+    intervals goes to find the new primary, before the heartbeat timeout there runs
+    out: the running steps are adopted, not lost and run again."""
+    primary = remote.primary()
+    w = workers("w1", "--slots", "8")
+    _until("w1", _connected(primary, "w1"))
+    ledger = tmp_path / "ledger"
+    with SyncClient(remote.endpoints) as client:
+        ids = [
+            client.submit("etl", {"step_seconds": 6, "ledger": str(ledger)}).task_id
+            for _ in range(4)
+        ]
+        _until("4 steps running", lambda: len(_lines(ledger)) >= 4)
+        primary.signal(signal.SIGSTOP)
+        try:
+            new = remote.primary(exclude=primary.node_id)
+            tasks = [client.wait(t, timeout=120) for t in ids]
+        finally:
+            primary.signal(signal.SIGCONT)
+    assert {t.state for t in tasks} == {"SUCCEEDED"}
+    ran = Counter((r[0], r[1]) for r in _lines(ledger))
+    assert len(ran) == 4 * 5
+    assert set(ran.values()) == {1}, [k for k, n in ran.items() if n > 1]
+    assert "adopting it from worker" in new.log_text()
+    assert f"the primary {primary.node_id} said nothing for" in w.log_text()
+
+
 def test_a_worker_given_a_standby_finds_the_primary(
     remote: Cluster, workers: Callable[..., WorkerProc]
 ) -> None:

@@ -186,18 +186,20 @@ class DurableJournal(_message.Message):
     def __init__(self, checkpoints_json: _Optional[bytes] = ..., wait_json: _Optional[bytes] = ..., first_event_id: _Optional[int] = ..., now_ms: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale")
+    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale", "pings")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     STALE_FIELD_NUMBER: _ClassVar[int]
+    PINGS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     term: int
     heartbeat_interval_s: float
     heartbeat_timeout_s: float
     stale: _containers.RepeatedCompositeFieldContainer[AttemptToken]
-    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ...) -> None: ...
+    pings: bool
+    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ..., pings: _Optional[bool] = ...) -> None: ...
 
 class Assign(_message.Message):
     __slots__ = ("assignments",)

@@ -68,12 +68,16 @@ class RawWorker:
             if self.beating:
                 await self.heartbeat()
 
-    async def next(self, kind: str, timeout: float = 10) -> Any:
-        """The next message of `kind` (others are dropped)."""
+    async def next(self, kind: str, timeout: float = 10, *, pings: bool = False) -> Any:
+        """The next message of `kind` (others are dropped, and so are the primary's
+        pings, empty Acks, unless `pings`)."""
         async with asyncio.timeout(timeout):
             while True:
                 msg = await self.inbox.get()
-                if msg.WhichOneof("body") == kind:
+                body = msg.WhichOneof("body")
+                if body == "acks" and not msg.acks.acks and not pings:
+                    continue
+                if body == kind:
                     return getattr(msg, kind)
 
     async def result(self, a: wpb.Assignment, value: Any = None, **outcome: Any) -> None:

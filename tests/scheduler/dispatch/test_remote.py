@@ -84,6 +84,21 @@ async def test_a_worker_runs_the_steps_and_the_started_names_it(start: Any) -> N
     await w.close()
 
 
+async def test_an_idle_stream_is_pinged_every_interval(start: Any) -> None:
+    """A frozen primary's socket stays open: its workers know it is alive only by
+    what it writes, so an idle stream gets an empty Acks every interval (0.2 s)."""
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    reg = await w.connect()
+    assert reg.pings and reg.heartbeat_interval_s == 0.2
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    pings = [await w.next("acks", timeout=2, pings=True) for _ in range(3)]
+    assert [len(p.acks) for p in pings] == [0, 0, 0]
+    assert loop.time() - t0 < 2.0
+    await w.close()
+
+
 async def test_no_worker_for_the_version_no_assignment(start: Any) -> None:
     node = await start()
     w = RawWorker(f"127.0.0.1:{node.port}")

@@ -76,3 +76,36 @@ def test_configuration_errors_give_up() -> None:
             f"a:1 refused this worker ({code.name}: bad label): a configuration error "
             f"(labels, name, token or certificate); not retrying"
         )
+
+
+def test_a_silent_primary_is_passed_over_redirects_too_then_tried_again() -> None:
+    from apollo11.scheduler.worker._reconnect import SUSPECT_TRIES
+
+    r = policy()
+    precondition = grpc.StatusCode.FAILED_PRECONDITION
+    d = r.after(Ended("a:1", None, "the primary n1 said nothing", registered=True, silent=True))
+    assert isinstance(d, Next) and d.endpoint == "b:1"
+    # b is a standby that still names the frozen a as the leader: not followed there
+    d = r.after(Ended("b:1", precondition, "standby", "a:1"))
+    assert isinstance(d, Next) and d.endpoint == "c:1"
+    d = r.after(Ended("c:1", precondition, "standby", "a:1"))
+    assert isinstance(d, Next) and d.endpoint == "b:1", "a is skipped in the round"
+    # a standby that names the new primary is followed
+    d = r.after(Ended("b:1", precondition, "standby", "c:1"))
+    assert d == Next("c:1", 0.0, "b:1 is not the primary: following it to c:1")
+    # after SUSPECT_TRIES decisions the silent one may be tried again (it was slow)
+    r = policy()
+    r.after(Ended("a:1", None, "silent", registered=True, silent=True))
+    ep, seen = "b:1", []
+    for _ in range(SUSPECT_TRIES + 2):
+        d = r.after(Ended(ep, grpc.StatusCode.UNAVAILABLE, "no primary"))
+        assert isinstance(d, Next)
+        seen.append(d.endpoint)
+        ep = d.endpoint
+    assert "a:1" not in seen[: SUSPECT_TRIES - 1] and "a:1" in seen
+    # a registration anywhere clears it at once
+    r = policy()
+    r.after(Ended("a:1", None, "silent", registered=True, silent=True))
+    r.after(Ended("b:1", grpc.StatusCode.UNAVAILABLE, "gone", registered=True))
+    d = r.after(Ended("c:1", precondition, "standby", "a:1"))
+    assert d == Next("a:1", 0.0, "c:1 is not the primary: following it to a:1")
