@@ -3,8 +3,9 @@ pipeline (`apollo11 --log-format json node ...`, or APOLLO11_LOG_FORMAT=json).
 
 A line logged while a step's attempt runs (the engine's own lines about it, and
 the step's own `logging` calls, in its coroutine or its thread) carries the
-attempt's task id, step, attempt and term: `attempt_fields` sets them for the
-attempt's task, and asyncio hands them on to what it starts.
+attempt's task id, step, attempt and term: `tag_task` sets them in the asyncio
+task that runs the attempt (the engine's step runner, a worker's attempt), and
+asyncio hands them on to what it starts.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 import contextvars
 import datetime
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -31,16 +30,6 @@ def tag_task(task_id: str, step: str, attempt: int, term: int) -> None:
     task that runs one attempt and ends (the engine's step runner). Other tasks,
     and the caller's own context, are not touched: a task runs in a copy."""
     _ATTEMPT.set({"task_id": task_id, "step": step, "attempt": attempt, "term": term})
-
-
-@contextmanager
-def attempt_fields(task_id: str, step: str, attempt: int, term: int) -> Iterator[None]:
-    """Within: every log line carries these (JSON format; text lines are unchanged)."""
-    token = _ATTEMPT.set({"task_id": task_id, "step": step, "attempt": attempt, "term": term})
-    try:
-        yield
-    finally:
-        _ATTEMPT.reset(token)
 
 
 class JsonFormatter(logging.Formatter):

@@ -3,11 +3,13 @@ attempt carry its task id, step, attempt and term."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,8 +36,12 @@ def test_a_line_is_one_json_object_with_the_attempt_when_one_runs() -> None:
     assert plain["message"] == "hello a" and plain["level"] == "WARNING"
     assert plain["logger"] == "apollo11.x" and plain["ts"].endswith("Z")
     assert "task_id" not in plain
-    with logfmt.attempt_fields("t1", "charge", 2, 7):
-        inside = json.loads(f.format(_record("x %s", exc=True)))
+
+    def in_the_attempts_task() -> dict[str, Any]:
+        logfmt.tag_task("t1", "charge", 2, 7)
+        return dict(json.loads(f.format(_record("x %s", exc=True))))
+
+    inside = contextvars.copy_context().run(in_the_attempts_task)  # as a task runs
     assert (inside["task_id"], inside["step"], inside["attempt"], inside["term"]) == (
         "t1",
         "charge",
@@ -43,7 +49,7 @@ def test_a_line_is_one_json_object_with_the_attempt_when_one_runs() -> None:
         7,
     )
     assert "ValueError: boom" in inside["exc"]
-    assert "task_id" not in json.loads(f.format(_record("after %s"))), "reset on the way out"
+    assert "task_id" not in json.loads(f.format(_record("after %s"))), "not outside its task"
 
 
 def test_an_unknown_format_is_refused() -> None:
