@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.client import SyncClient, TaskView
 from tests.cluster import Cluster
 from tests.workerprocs import (
     HEARTBEAT_TIMEOUT,
@@ -97,6 +97,24 @@ def test_a_stopped_worker_is_cut_off_and_its_late_result_is_refused(
     assert (ran[1][1], ran[1][2], ran[1][5]) == ("collect", "2", "w2")
 
 
+def _running_etl(client: SyncClient, ledger: Path, n: int, *, step_seconds: float) -> list[str]:
+    """Submit `n` etl tasks and return their ids once each has a step running."""
+    ids = [
+        client.submit("etl", {"step_seconds": step_seconds, "ledger": str(ledger)}).task_id
+        for _ in range(n)
+    ]
+    _until(f"{n} steps running", lambda: len(_lines(ledger)) >= n)
+    return ids
+
+
+def _each_step_ran_once(tasks: list[TaskView], ledger: Path) -> None:
+    """Every task succeeded, and the ledger holds each of their five steps exactly once."""
+    assert {t.state for t in tasks} == {"SUCCEEDED"}
+    ran = Counter((r[0], r[1]) for r in _lines(ledger))
+    assert len(ran) == len(tasks) * 5
+    assert set(ran.values()) == {1}, [k for k, n in ran.items() if n > 1]
+
+
 def test_a_killed_primary_costs_no_step_a_second_run(
     remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
 ) -> None:
@@ -106,18 +124,11 @@ def test_a_killed_primary_costs_no_step_a_second_run(
         _until(name, _connected(primary, name))
     ledger = tmp_path / "ledger"
     with SyncClient(remote.endpoints) as client:
-        ids = [
-            client.submit("etl", {"step_seconds": 3, "ledger": str(ledger)}).task_id
-            for _ in range(20)
-        ]
-        _until("20 steps running", lambda: len(_lines(ledger)) >= 20)
+        ids = _running_etl(client, ledger, 20, step_seconds=3)
         primary.signal(signal.SIGKILL)
         new = remote.primary(exclude=primary.node_id)
         tasks = [client.wait(t) for t in ids]
-    assert {t.state for t in tasks} == {"SUCCEEDED"}
-    ran = Counter((r[0], r[1]) for r in _lines(ledger))
-    assert len(ran) == 20 * 5
-    assert set(ran.values()) == {1}, [k for k, n in ran.items() if n > 1]
+    _each_step_ran_once(tasks, ledger)
     assert "adopting it from worker" in new.log_text()
     for t in ids:
         assert not any(
@@ -130,7 +141,7 @@ def test_a_frozen_primary_costs_no_step_a_second_run(
     remote: Cluster, workers: Callable[..., WorkerProc], tmp_path: Path
 ) -> None:
     """SIGSTOP of the primary: its sockets stay open, so the kernel tells the workers
-    nothing. The primary pings its streams and a worker that hears nothing for three
+    nothing. The primary pings its streams and a worker that hears nothing for four
     intervals goes to find the new primary, before the heartbeat timeout there runs
     out: the running steps are adopted, not lost and run again."""
     primary = remote.primary()
@@ -138,21 +149,14 @@ def test_a_frozen_primary_costs_no_step_a_second_run(
     _until("w1", _connected(primary, "w1"))
     ledger = tmp_path / "ledger"
     with SyncClient(remote.endpoints) as client:
-        ids = [
-            client.submit("etl", {"step_seconds": 6, "ledger": str(ledger)}).task_id
-            for _ in range(4)
-        ]
-        _until("4 steps running", lambda: len(_lines(ledger)) >= 4)
+        ids = _running_etl(client, ledger, 4, step_seconds=6)
         primary.signal(signal.SIGSTOP)
         try:
             new = remote.primary(exclude=primary.node_id)
             tasks = [client.wait(t, timeout=120) for t in ids]
         finally:
             primary.signal(signal.SIGCONT)
-    assert {t.state for t in tasks} == {"SUCCEEDED"}
-    ran = Counter((r[0], r[1]) for r in _lines(ledger))
-    assert len(ran) == 4 * 5
-    assert set(ran.values()) == {1}, [k for k, n in ran.items() if n > 1]
+    _each_step_ran_once(tasks, ledger)
     assert "adopting it from worker" in new.log_text()
     assert f"the primary {primary.node_id} said nothing for" in w.log_text()
 
