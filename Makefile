@@ -82,12 +82,14 @@ bench: setup
 	$(BIN)/apollo11 bench engine
 	$(BIN)/apollo11 bench grpc
 	$(BIN)/apollo11 bench workers
+	$(BIN)/apollo11 bench cli
 
 bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
 	$(BIN)/apollo11 bench engine --quick
 	$(BIN)/apollo11 bench grpc --quick
 	$(BIN)/apollo11 bench workers --quick
+	$(BIN)/apollo11 bench cli --quick
 
 # The local cluster, no Docker: bundled etcd + three nodes, kill the primary, narrate.
 # WORKERS=N: the steps run on N worker processes; the nodes only dispatch.

@@ -1611,6 +1611,20 @@ def bench_workers(
     _bench(workers_bench.run, workers_bench.summary_rows, "workers", quick, as_json, workdir)
 
 
+@bench_app.command("cli")
+def bench_cli(
+    quick: Annotated[bool, typer.Option("--quick", help="5 rounds instead of 15.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """CLI start-up: the imports of `status` and `submit` (python -X importtime) against
+    a standalone node, beside `import asyncio` as the machine's yardstick; the 120 ms
+    budget met or missed."""
+    from apollo11.scheduler.tools.bench import cli_bench
+
+    _bench(cli_bench.run, cli_bench.summary_rows, "cli", quick, as_json, workdir)
+
+
 def _bench(run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None) -> Any:
     def progress(msg: str) -> None:
         err.print(f"[dim]… {msg}[/dim]")
