@@ -1241,7 +1241,8 @@ def switchover(
 
 @app.command()
 def history(server: Server = None, as_json: AsJson = False) -> None:
-    """Every leader the log records, oldest first: term, node, first event, when.
+    """Every leader the log records, oldest first: term, node, first event, when, and
+    how it took over (bootstrap, failover, switchover, restart).
 
     A term is a fencing token, not a count: after an election it is above every
     term any member knew, so it may jump by thousands; the rows are the takeovers."""
@@ -1257,7 +1258,7 @@ def history(server: Server = None, as_json: AsJson = False) -> None:
     if not terms:
         out.print("no term in this node's log yet (no primary has led it)")
         return
-    table = _Grid("#", "term", "leader", "address", "first event", "started")
+    table = _Grid("#", "term", "leader", "address", "first event", "started", "how")
     for i, t in enumerate(terms, 1):
         started = _utc(t.started_ms) if t.started_ms else ""
         table.add_row(
@@ -1267,8 +1268,15 @@ def history(server: Server = None, as_json: AsJson = False) -> None:
             t.address,
             str(t.first_event_id),
             started,
+            _how(t.began, t.previous),
         )
     table.show()
+
+
+def _how(began: str, previous: str) -> str:
+    if began in ("failover", "switchover") and previous:
+        return f"{began} from {previous}"
+    return began or "(not recorded)"
 
 
 def _utc(ms: int) -> str:

@@ -83,6 +83,8 @@ class TermRecord:
     node_id: str = ""  # "": the log no longer keeps its TERM_STARTED (retention)
     address: str = ""
     started_ms: int = 0
+    began: str = ""  # bootstrap, failover, switchover, restart ("": not recorded)
+    previous: str = ""  # the previous term's leader
 
 
 def members(

@@ -213,4 +213,6 @@ def term_from_pb(m: pb.TermInfo) -> TermView:
         node_id=m.node_id,
         address=m.address,
         started_ms=m.started_ms,
+        began=m.began,
+        previous=m.previous,
     )

@@ -252,6 +252,10 @@ class TermView:
     node_id: str  # "": the log no longer keeps its first event (retention)
     address: str
     started_ms: int
+    # how the term began: bootstrap, failover, switchover, restart; "" when its
+    # TERM_STARTED does not say (written by an older node, or not kept)
+    began: str = ""
+    previous: str = ""  # the previous term's leader
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -260,6 +264,8 @@ class TermView:
             "node_id": self.node_id,
             "address": self.address,
             "started_ms": self.started_ms,
+            "began": self.began,
+            "previous": self.previous,
         }
 
 

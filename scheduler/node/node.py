@@ -883,10 +883,16 @@ class Node:
             # Registered once: it always feeds the current hub.
             self.store.add_observer(lambda events: self.hub.on_durable(events[-1].event_id))
             self._timing_batches = True
+        previous = self._previous_leader()
         started = await log_.append(
             EventType.TERM_STARTED,
             "",
-            payload={"node_id": self.settings.node_id, "address": self.address},
+            payload={
+                "node_id": self.settings.node_id,
+                "address": self.address,
+                "began": role.began(self.settings.node_id, previous, self.world),
+                "previous": previous or "",
+            },
         )
         await self.engine.start()
         if self.dispatch is not None:
@@ -1292,6 +1298,17 @@ class Node:
             terms_started=len(store.state.terms),
         )
 
+    def _previous_leader(self) -> str | None:
+        """The leader of the last term this log holds (None: it holds none; "": its
+        TERM_STARTED is no longer kept)."""
+        assert self.store is not None
+        terms = self.store.state.terms
+        if not terms:
+            return None
+        for e in self.store.log.read_ids([terms[-1][1]]):
+            return str(e.payload.get("node_id", ""))
+        return ""
+
     def history(self) -> list[TermRecord]:
         """Every term in this node's log, oldest first, with its TERM_STARTED's leader
         and time (one indexed read for all of them)."""
@@ -1311,6 +1328,8 @@ class Node:
                     str(p.get("node_id", "")),
                     str(p.get("address", "")),
                     e.timestamp if e is not None else 0,
+                    str(p.get("began", "")),
+                    str(p.get("previous", "")),
                 )
             )
         return out

@@ -107,6 +107,25 @@ def elect(me: MemberInfo, world: World) -> MemberInfo:
     return best
 
 
+def began(me: str, previous: str | None, world: World | None) -> str:
+    """How this node's term begins, recorded in its TERM_STARTED (`apollo11 history`).
+
+    `previous` is the last term's leader (None: the log holds no term; "": its
+    TERM_STARTED is no longer kept). "bootstrap": no earlier term; "restart": the
+    previous leader was this node; "switchover": the previous leader's record names
+    this node as the one it hands over to; else "failover": the previous leader's
+    lease ended (it died, stopped, or was cut off)."""
+    if previous is None:
+        return "bootstrap"
+    if previous == me:
+        return "restart"
+    members = world.members.values() if world is not None else ()
+    # previous "": its TERM_STARTED is no longer kept; any record handing to this node
+    if any(m.handover == me and previous in ("", m.node_id) for m in members):
+        return "switchover"
+    return "failover"
+
+
 def quorum(members: int, sync_replicas: int) -> int:
     """How many members must report their position before one of them may lead.
 

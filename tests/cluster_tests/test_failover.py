@@ -260,8 +260,15 @@ def test_sigterm_on_the_primary_hands_over_at_once(cluster: Cluster) -> None:
     assert terms[0]["term"] < terms[1]["term"]
     assert terms[0]["first_event_id"] < terms[1]["first_event_id"]
     assert all(t["started_ms"] > 0 and t["address"] for t in terms)
+    # how each began: the cluster's first leader, then the one that took over
+    assert [(t["began"], t["previous"]) for t in terms] == [
+        ("bootstrap", ""),
+        ("failover", old.node_id),
+    ], terms
     plain = cli("history", server=new.address).stdout.splitlines()
     assert plain[0].split()[:3] == ["#", "term", "leader"]
+    assert plain[0].split()[-1] == "how"
     assert plain[2].split()[:3] == ["2", str(terms[1]["term"]), new.node_id]
+    assert plain[2].endswith(f"failover from {old.node_id}"), plain
     status = cli("status", server=new.address).stdout
     assert f"term {terms[1]['term']} (2nd leader in the log)" in status, status

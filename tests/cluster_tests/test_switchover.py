@@ -48,6 +48,13 @@ def test_switchover_hands_the_primary_role_to_the_named_standby(cluster: Cluster
         status = c.status()
         roles = {m.node_id: m.role for m in status.members}
         assert roles[old.node_id] == "standby"
+        # the history says how the target's term began, and from whom
+        last = c.history()[-1]
+        assert (last.node_id, last.began, last.previous) == (
+            target.node_id,
+            "switchover",
+            old.node_id,
+        ), last
         # refused, naming why: not a standby, and the primary itself
         bad = cli("switchover", "--to", "n9", server=cluster.endpoints)
         assert bad.returncode != 0 and "n9 is not a live standby" in bad.stderr, bad.stderr

@@ -158,18 +158,22 @@ class GetHistoryRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TermInfo(_message.Message):
-    __slots__ = ("term", "first_event_id", "node_id", "address", "started_ms")
+    __slots__ = ("term", "first_event_id", "node_id", "address", "started_ms", "began", "previous")
     TERM_FIELD_NUMBER: _ClassVar[int]
     FIRST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    BEGAN_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     term: int
     first_event_id: int
     node_id: str
     address: str
     started_ms: int
-    def __init__(self, term: _Optional[int] = ..., first_event_id: _Optional[int] = ..., node_id: _Optional[str] = ..., address: _Optional[str] = ..., started_ms: _Optional[int] = ...) -> None: ...
+    began: str
+    previous: str
+    def __init__(self, term: _Optional[int] = ..., first_event_id: _Optional[int] = ..., node_id: _Optional[str] = ..., address: _Optional[str] = ..., started_ms: _Optional[int] = ..., began: _Optional[str] = ..., previous: _Optional[str] = ...) -> None: ...
 
 class GetHistoryResponse(_message.Message):
     __slots__ = ("terms",)

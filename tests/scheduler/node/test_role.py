@@ -72,6 +72,19 @@ def test_a_switchover_target_is_elected_when_it_is_as_far_ahead() -> None:
     assert role.elect(N2, _world(handing, N2, behind)).node_id == "n1"  # by id, as ever
 
 
+def test_how_a_term_began_is_read_from_the_log_and_the_previous_leaders_record() -> None:
+    handing = dataclasses.replace(_rec("n1", 10, r="standby"), handover="n2")
+    assert role.began("n2", None, None) == "bootstrap"  # no earlier term in the log
+    assert role.began("n2", "n2", _world()) == "restart"
+    assert role.began("n2", "n1", _world(handing)) == "switchover"
+    assert role.began("n3", "n1", _world(handing)) == "failover"  # handed to another
+    assert role.began("n2", "n1", _world(_rec("n1", 10))) == "failover"
+    assert role.began("n2", "n1", _world()) == "failover"  # its record is gone too
+    # the previous leader's TERM_STARTED no longer kept: a record handing over still says
+    assert role.began("n2", "", _world(handing)) == "switchover"
+    assert role.began("n2", "", None) == "failover"
+
+
 def test_a_higher_term_beats_a_longer_log() -> None:
     newer = _rec("n3", 10, term=2)
     assert role.elect(N1, _world(N1, N2, newer)).node_id == "n3"
