@@ -308,7 +308,13 @@ def node(
         int | None, typer.Option("--max-message-bytes", help="Largest request (16 MiB).")
     ] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="A TOML file with the same settings.")
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="APOLLO11_CONFIG",
+            show_envvar=False,  # said in the same words as every other flag's
+            help="A TOML file with the same settings. [env APOLLO11_CONFIG]",
+        ),
     ] = None,
     etcd_user: Annotated[
         str | None, typer.Option("--etcd-user", help="etcd user (etcd auth enabled).")
@@ -1729,6 +1735,11 @@ def token_revoke(
     err.print(f"removed {n} entr{'y' if n == 1 else 'ies'} of {name}; send SIGHUP to the nodes")
 
 
+def _first_paragraph(self: Any, limit: int = 0) -> str:
+    text = (self.short_help or self.help or "").strip()
+    return " ".join(text.split("\n\n")[0].split())
+
+
 def main() -> None:
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
         # In a pipe or a file: click's plain help and errors ("Error: No such option:
@@ -1737,6 +1748,10 @@ def main() -> None:
         import typer.core
 
         typer.core.HAS_RICH = False
+        # and each command's line in a command list whole: click cuts it to fit 80
+        # columns ("Run steps for the primary: connect, register, run what is...")
+        typer.core.TyperCommand.get_short_help_str = _first_paragraph  # type: ignore[method-assign]
+        typer.core.TyperGroup.get_short_help_str = _first_paragraph  # type: ignore[method-assign]
     # gRPC's C core writes its own lines to stderr ("I1201 ... chttp2_transport.cc:
     # 1403] ... Got goaway"), beside the log and in no format of ours: errors only,
     # unless the operator asks for more (GRPC_VERBOSITY=INFO, GRPC_TRACE=...).

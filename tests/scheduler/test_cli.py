@@ -83,6 +83,39 @@ def test_in_a_pipe_errors_are_one_plain_line() -> None:
     assert line.startswith("error: cannot reach any node (127.0.0.1:1) within 2s"), line
 
 
+def test_in_a_pipe_the_command_list_keeps_each_commands_summary_whole() -> None:
+    """Issue 19: click cut each summary to fit 80 columns ("run what is...")."""
+    from tests.nodes import cli
+
+    res = cli("--help")
+    assert res.returncode == 0, res.stderr
+    listed = res.stdout.split("Commands:", 1)[1]
+    assert "..." not in listed, listed
+    text = " ".join(listed.split())
+    assert "worker Run steps for the primary: connect, register, run what is assigned" in text
+    bench = cli("bench", "--help").stdout
+    assert "..." not in bench.split("Commands:", 1)[1], bench
+
+
+def test_the_node_reads_its_config_file_from_apollo11_config(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from tests.nodes import APOLLO11
+
+    conf = tmp_path / "node.toml"
+    conf.write_text('concurrency = "many"\n')  # refused, naming the file's field
+    res = subprocess.run(
+        [*APOLLO11, "node", "--data-dir", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "APOLLO11_CONFIG": str(conf)},
+    )
+    assert res.returncode != 0
+    assert "concurrency" in res.stderr, res.stderr
+
+
 def test_node_help_names_every_flags_variable_and_default() -> None:
     from tests.nodes import cli
 
@@ -94,5 +127,5 @@ def test_node_help_names_every_flags_variable_and_default() -> None:
     assert "[env APOLLO11_DATA_DIR]" in text
     import re
 
-    flags = set(re.findall(r"^  (--[a-z-]+)", res.stdout, re.M)) - {"--help", "--config"}
+    flags = set(re.findall(r"^  (--[a-z-]+)", res.stdout, re.M)) - {"--help"}
     assert len(flags) > 30 and text.count("[env APOLLO11_") == len(flags), "every flag"
