@@ -44,3 +44,15 @@ async def test_the_async_client_alike(node: NodeProc) -> None:
     async with Client(node.address) as c:
         sub = await c.submit("etl", {"step_seconds": 0})
         assert (await c.wait(sub.task_id, timeout=60)).state == "SUCCEEDED"
+        assert (await c.result(sub.task_id))["persist"]["rows"] == 500
+        bad = await c.submit("etl", {"step_seconds": 0, "fail_step": "clean", "fail_times": 9})
+        with pytest.raises(TaskFailed, match=r"ended FAILED: step clean: RuntimeError") as e:
+            await c.wait(bad.task_id, timeout=60)
+        assert e.value.task.task_id == bad.task_id and e.value.task.state == "FAILED"
+        slow = (await c.submit("etl", {"step_seconds": 30})).task_id
+        with pytest.raises(TimeoutError):
+            await c.wait(slow, timeout=0.5)
+        await c.cancel(slow, reason="not today", operator="ana")
+        with pytest.raises(TaskCancelled, match=r"was cancelled by .*: not today") as cancelled:
+            await c.result(slow)
+        assert cancelled.value.task.state == "CANCELLED"
