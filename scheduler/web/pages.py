@@ -29,7 +29,7 @@ from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.replay import TaskStatus
 from apollo11.scheduler.security import Role
-from apollo11.scheduler.web import timeline
+from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
 from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused
 from apollo11.scheduler.web.login import add_login
@@ -165,8 +165,9 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             return render("base.html", 400, viewer=viewer, error=error)
         except NotFoundError as e:
             return render("base.html", 404, viewer=viewer, error=str(e))
-        # the timeline of the first TIMELINE_EVENTS events (the page stays cheap)
-        events = store().task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)[0]
+        # the timeline and attempts of the first TIMELINE_EVENTS events (the page stays
+        # cheap): the task's own events through its index, never a scan of the log
+        events, more = store().task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)
         bars = timeline.bars(events)
         acts = timeline.actions(events)
         svg = timeline.layout(
@@ -182,6 +183,9 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             blocked="" if at else listing.blocked(node, task_id),
             svg=svg,
             acts=acts,
+            tries=attempts.in_step_order(attempts.attempts(events), list(t.steps)),
+            tries_cut=TIMELINE_EVENTS if more else 0,
+            tail_chars=attempts.TAIL,
             as_of=at,
             display="" if gate.enabled else _default_display(),
             message=notice.message if notice else "",

@@ -178,6 +178,63 @@ def test_a_shell_dag_shows_its_own_name(web: tuple[NodeProc, str]) -> None:
     assert '<span id="workflow">shell nightly</span>' in page
 
 
+def _attempt_rows(page: str) -> list[tuple[str, str, str, str]]:
+    """(step, attempt, outcome, the error and output cell) of each row of #attempts."""
+    return re.findall(
+        r'<tr class="attempt" data-step="([^"]+)" data-attempt="(\d+)" data-kind="attempt">'
+        r'.*?<td class="outcome">([^<]*)</td>.*?<td>([^<]*|.*?)</td></tr>',
+        page,
+        flags=re.S,
+    )
+
+
+def test_each_attempt_shows_its_outcome_and_the_tail_of_its_output(
+    web: tuple[NodeProc, str],
+) -> None:
+    """Issue 19: every attempt of a step, not only its last, with what it said."""
+    node, base = web
+    dag = {
+        "name": "flaky",
+        "steps": [
+            {
+                "name": "dump",
+                # attempt 1 fails with markup in its output; attempt 2 succeeds
+                "run": 'echo "<b>dump $APOLLO11_ATTEMPT</b>"; test "$APOLLO11_ATTEMPT" -gt 1',
+                "idempotency": "idempotent",
+                "retry": {"attempts": 2, "backoff_s": 0.01},
+            }
+        ],
+    }
+    with SyncClient(node.address) as c:
+        etl = c.submit("etl", {"step_seconds": 0, "fail_step": "infer", "fail_times": 1})
+        shell = c.submit_shell(dag)
+        assert c.wait(etl.task_id).state == "SUCCEEDED"
+        assert c.wait(shell.task_id).state == "SUCCEEDED"
+    page = httpx.get(f"{base}/tasks/{etl.task_id}").text
+    rows = [r[:3] for r in _attempt_rows(page)]
+    assert rows == [
+        ("collect", "1", "succeeded"),
+        ("clean", "1", "succeeded"),
+        ("feature", "1", "succeeded"),
+        ("infer", "1", "failed"),
+        ("infer", "2", "succeeded"),
+        ("persist", "1", "succeeded"),
+    ], rows
+    infer = [r[3] for r in _attempt_rows(page) if r[0] == "infer"]
+    assert "RuntimeError: injected failure of infer (attempt 1)" in infer[0]
+    assert '<pre class="tail">{' in infer[1], "a success shows its result"
+    page = httpx.get(f"{base}/tasks/{shell.task_id}").text
+    (first, second) = [r[3] for r in _attempt_rows(page)]
+    assert "command exited with code 1" in first
+    assert "&lt;b&gt;dump 1&lt;/b&gt;" in first and "<b>dump" not in page, "escaped"
+    assert "&lt;b&gt;dump 2&lt;/b&gt;" in second
+    # as of an event, the attempts then
+    with SyncClient(node.address) as c:
+        first_id = c.task(etl.task_id).first_event_id
+    page = httpx.get(f"{base}/tasks/{etl.task_id}", params={"as_of": first_id + 1}).text
+    assert [r[:3] for r in _attempt_rows(page)] == [("collect", "1", "running")]
+
+
 def csrf_of(page: str) -> str:
     m = re.search(r'name="csrf" value="([^"]+)"', page)
     assert m is not None, "the page's forms carry a CSRF token"
