@@ -1,7 +1,18 @@
-"""A real browser (headless Debian chromium driven by Playwright) on a node with a
-tokens file: sign in with an operator's token, retry the failed step of a finished
-etl run and see who did it on the timeline; a form on another origin that posts to
-the node is refused and records nothing. Screenshots are kept in test-artifacts/."""
+"""A real browser (headless Debian chromium driven by Playwright) on the operator's
+pages, one test per node:
+
+- a node with a tokens file: sign in with an operator's token, retry the failed step
+  of a finished etl run and see who did it on the timeline, with its time axis; a
+  form on another origin that posts to the node is refused and records nothing; a
+  run that outlives its node shows the takeover, linked to the task as of then;
+- an open loopback node: /tasks page by page and filtered by state, workflow, task
+  id prefix and time range; a task's input and each attempt's outcome and output
+  tail; a shell DAG under its own name; no step actions on a finished task; a notice
+  only from the server's signed cookie, never from the URL.
+
+Screenshots are kept in test-artifacts/. That a standby's statistics start afresh
+when it comes back (issue 19) needs a standby, so a cluster, not a browser:
+tests/replicator/test_hub.py covers it."""
 
 from __future__ import annotations
 
@@ -12,7 +23,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +33,9 @@ from apollo11.lease.local_etcd import free_port
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.security import Role, create_token
 from tests.nodes import ROOT, start_node
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
@@ -52,11 +68,34 @@ def other_origin(page: str) -> Iterator[str]:
         server.server_close()
 
 
-def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    """One headless chromium for the module's tests (each page gets its own context:
+    no cookie goes from one test to the next)."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "Debian's chromium is needed (make chromium installs it)"
     ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(
+    tmp_path: Path, chromium: Browser
+) -> None:
     tokens = tmp_path / "tokens"
     token = create_token(tokens, "olga", Role.OPERATOR)
     port = free_port()
@@ -74,20 +113,8 @@ def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(tmp_path: Path
 <input name="step" value="infer"><input name="reason" value="pwned">
 <input name="confirm" value="yes"><input name="csrf" value="guess">
 </form></body>"""
-        with sync_playwright() as p, other_origin(attack) as evil:
-            browser = p.chromium.launch(
-                executable_path=CHROMIUM,
-                headless=True,
-                args=[
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--no-first-run",
-                ],
-            )
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+        with other_origin(attack) as evil:
+            page = chromium.new_page(viewport={"width": 1280, "height": 900})
             page.goto(url)
             assert "/login?next=" in page.url, "no session: the page sends us to sign in"
             page.locator('input[name="token"]').fill("a11_not-a-token")
@@ -182,10 +209,149 @@ def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(tmp_path: Path
             page.wait_for_url("**/login")
             page.goto(url)
             assert "/login?next=" in page.url, "signed out: the session is gone"
-            browser.close()
+            page.close()
         with SyncClient(node.address, token=token) as c:
             infer = next(s for s in c.task(sub.task_id).steps if s.name == "infer")
         assert infer.override is not None
         assert (infer.override["operator"], infer.override["as"]) == ("olga", "Olga at the console")
+    finally:
+        assert node.stop() == 0
+
+
+def _task_ids(page: Page) -> list[str]:
+    return page.locator("#tasks td:first-child a").all_text_contents()
+
+
+def _filter(page: Page, base: str, **fields: str) -> list[str]:
+    """Fill the /tasks form as a person would and send it: the ids it lists."""
+    page.goto(f"{base}/tasks")
+    for name, value in fields.items():
+        if name == "state":
+            page.locator('select[name="state"]').select_option(value)
+        else:
+            page.locator(f'input[name="{name}"]').fill(value)
+    page.locator('form[action="/tasks"] button[type="submit"]').click()
+    page.wait_for_load_state()
+    return _task_ids(page)
+
+
+def test_the_task_list_and_a_task_page_in_a_browser(tmp_path: Path, chromium: Browser) -> None:
+    """Issue 19, item 6, on an open loopback node (no sign-in)."""
+    from apollo11.scheduler.web import pages
+
+    port = free_port()
+    node = start_node(tmp_path / "d", "--http", f"127.0.0.1:{port}", "--allow-shell")
+    base = f"http://127.0.0.1:{port}"
+    nightly = {
+        "name": "nightly",
+        "steps": [
+            {
+                "name": "dump",
+                # attempt 1 fails, with markup in its output that must stay text
+                "run": 'echo "<b>dump $APOLLO11_ATTEMPT</b>"; test "$APOLLO11_ATTEMPT" -gt 1',
+                "idempotency": "idempotent",
+                "retry": {"attempts": 2, "backoff_s": 0.01},
+            }
+        ],
+    }
+    try:
+        with SyncClient(node.address) as c:
+            flaky = c.submit("etl", {"step_seconds": 0, "fail_step": "infer", "fail_times": 1})
+            stuck = c.submit("etl", {"step_seconds": 0, "fail_step": "collect", "fail_times": 9})
+            shell = c.submit_shell(nightly)
+            assert c.wait(flaky.task_id).state == "SUCCEEDED"
+            assert c.wait(stuck.task_id, check=False).state == "FAILED"
+            assert c.wait(shell.task_id).state == "SUCCEEDED"
+            # newer than those three: a full page of one-step tasks
+            packs = c.submit_many(
+                [
+                    {"workflow": "pack", "input": {"item": f"i{i}", "step_seconds": 0}}
+                    for i in range(pages.LIST_LIMIT)
+                ]
+            )
+            node_id = c.status().node_id
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+
+        # /tasks: newest first, a page at a time
+        page.goto(f"{base}/tasks")
+        first = _task_ids(page)
+        assert len(first) == pages.LIST_LIMIT and set(first) == {s.task_id for s in packs}
+        page.locator("#older").click()
+        page.wait_for_load_state()
+        assert _task_ids(page) == [shell.task_id, stuck.task_id, flaky.task_id]
+        assert page.locator("#older").count() == 0, "the last page"
+        # ... and filtered by state, workflow, task id prefix and submission time
+        assert _filter(page, base, state="FAILED") == [stuck.task_id]
+        assert "state=FAILED" in page.url
+        assert page.locator('select[name="state"]').input_value() == "FAILED", "kept"
+        assert _filter(page, base, workflow="shell") == [shell.task_id]
+        assert _filter(page, base, prefix=flaky.task_id[:-2]) == [flaky.task_id]
+        now = datetime.now(UTC)
+        hour = timedelta(hours=1)
+        since, until = (now - hour).strftime("%Y-%m-%dT%H:%M"), (now + hour).isoformat()
+        assert _filter(page, base, workflow="etl", since=since, until=until) == [
+            stuck.task_id,
+            flaky.task_id,
+        ]
+        assert _filter(page, base, since="2001-01-01", until="2001-01-02") == []
+        assert page.locator("#tasks td.muted").inner_text() == "no tasks"
+        assert _filter(page, base, since="yesterday") == []
+        assert "since must be an ISO 8601 date or time" in page.locator("#error").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "tasks-filtered.png"), full_page=True)
+
+        # a task's input, and each attempt with how it ended and what it said
+        url = f"{base}/tasks/{flaky.task_id}"
+        page.goto(url)
+        assert '"fail_step": "infer"' in page.locator("#task-input").inner_text()
+        infer = page.locator('#attempts tr.attempt[data-step="infer"]')
+        assert infer.locator("td.outcome").all_text_contents() == ["failed", "succeeded"]
+        said = infer.nth(0).locator(".attempt-error").inner_text()
+        assert "RuntimeError: injected failure of infer (attempt 1)" in said
+        assert infer.nth(1).locator("pre.tail").inner_text().startswith("{")
+        page.screenshot(path=str(ARTIFACTS / "task-attempts.png"), full_page=True)
+        # finished (SUCCEEDED): no retry, skip or cancel to offer
+        assert page.locator("#steps button, details.action-cancel").count() == 0
+
+        # a shell DAG under its own name, its command's output as text
+        page.goto(f"{base}/tasks/{shell.task_id}")
+        assert page.locator("#workflow").inner_text() == "shell nightly"
+        dump = page.locator('#attempts tr.attempt[data-step="dump"]')
+        assert dump.locator("td.outcome").all_text_contents() == ["failed", "succeeded"]
+        assert "command exited with code 1" in dump.nth(0).inner_text()
+        assert dump.nth(0).locator("pre.tail").inner_text().strip() == "<b>dump 1</b>"
+        assert dump.nth(1).locator("pre.tail").inner_text().strip() == "<b>dump 2</b>"
+        assert page.locator("#attempts b").count() == 0, "the output's markup is escaped"
+
+        # a FAILED task offers its step actions; cancelled through the page, none;
+        # the notice of the cancel comes from the server, shown once
+        url = f"{base}/tasks/{stuck.task_id}"
+        page.goto(url)
+        assert page.locator('tr[data-step="collect"] button.open-retry').count() == 1
+        page.locator("button.open-cancel").click()
+        form = page.locator("details.action-cancel form")
+        form.locator('input[name="reason"]').fill("not needed")
+        form.locator('input[name="confirm"]').check()
+        form.locator("button.do-cancel").click()
+        page.wait_for_selector("#message")
+        assert page.url == url, "no notice in the URL"
+        assert "cancel recorded as event" in page.locator("#message").inner_text()
+        assert page.locator("#task-state").inner_text() == "CANCELLED"
+        assert page.locator("#steps button, details.action-cancel").count() == 0
+        page.reload()
+        assert page.locator("#message").count() == 0, "shown once"
+
+        # a notice never comes from the URL, nor from a cookie the node did not sign
+        bait = "session expired - call the helpdesk at +1 555 0100"
+        for q in ("message", "error", "flash", "msg", "notice"):
+            for path in ("/", f"/tasks/{stuck.task_id}"):
+                page.goto(f"{base}{path}?{q}={bait}")
+                assert page.locator("#message, #error").count() == 0, (path, q)
+                assert bait not in page.locator("body").inner_text()
+        page.context.add_cookies(
+            [{"name": f"apollo11-flash-{node_id}", "value": "eyJ4Ijoi.c2lnbmVk", "url": base}]
+        )
+        page.goto(url)
+        assert page.locator("#message, #error").count() == 0
+        page.close()
     finally:
         assert node.stop() == 0
