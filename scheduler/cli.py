@@ -1294,7 +1294,9 @@ def _utc(ms: int) -> str:
 
 @app.command()
 def workflows(server: Server = None, as_json: AsJson = False) -> None:
-    """The workflows the primary has loaded: versions, steps, idempotency per step."""
+    """The workflows the primary has loaded: versions, steps, idempotency per step.
+
+    --json adds the input and result JSON Schemas of typed workflows."""
 
     async def go() -> Any:
         async with _client(server) as c:

@@ -2,7 +2,7 @@
 durable task (docs/durable.md): charge, wait for an approval event, refund if none
 comes in time; `fulfil` is a durable task with children: one `pack` task per item,
 spawned and gathered, the first failure refunding the order; `invoice` has a typed
-input (a pydantic model, checked at submit).
+input (a pydantic model, checked at submit) and a typed result.
 
 Its input controls what it does, so tests and demos can script failures:
 
@@ -290,8 +290,20 @@ class InvoiceInput(BaseModel):
     currency: Literal["EUR", "USD"] = "EUR"
 
 
+class InvoiceResult(BaseModel):
+    """What an `invoice` task ends with: its final step's result must fit it."""
+
+    invoice: str = Field(min_length=1)
+    total_cents: int = Field(gt=0)
+    currency: Literal["EUR", "USD"]
+
+
 invoice = Workflow(
-    "invoice", version=1, description="a typed input: price → issue", input=InvoiceInput
+    "invoice",
+    version=1,
+    description="a typed input and result: price → issue",
+    input=InvoiceInput,
+    result=InvoiceResult,
 )
 
 
@@ -302,6 +314,7 @@ def price(ctx: StepContext) -> dict[str, Any]:
 
 
 @invoice.step(after=["price"], idempotency=Idempotent())
-def issue(ctx: StepContext) -> dict[str, Any]:
+def issue(ctx: StepContext) -> InvoiceResult:
     order: InvoiceInput = ctx.input
-    return {"invoice": f"inv-{order.customer.id}", **ctx.results["price"]}
+    # the task's result: recorded as the model's JSON (a dict that fits would do too)
+    return InvoiceResult(invoice=f"inv-{order.customer.id}", **ctx.results["price"])

@@ -1,4 +1,4 @@
-"""Typed workflow inputs: a pydantic model that a submission's input must fit.
+"""Typed workflows: pydantic models that a task's input and its result must fit.
 
 `Workflow("billing", version=2, input=BillingInput)`: the input is checked at
 submit (INVALID_ARGUMENT naming each field at fault, `input.customer.id: Field
@@ -9,6 +9,16 @@ context stays plain JSON on its way to a worker; an input that no longer fits
 (a model changed without a new version) fails the attempt, like any error of
 the step's own. Untyped workflows are untouched.
 
+`Workflow(..., input=BillingInput, result=BillingResult)`: the task's result
+(the value of its one final step, or of a durable main) must fit `result`. The
+step may return a model instance or plain JSON; it is checked where the step
+runs, before its STEP_SUCCEEDED can be written, and what the log keeps is the
+model's JSON (`model_dump(mode="json", by_alias=True)`: defaults filled in,
+values coerced), so replay reads a fact and never checks again. A result that
+does not fit fails the attempt (`result.total: Field required (the workflow's
+result is BillingResult)`), retried by the step's `retry=` like any error of
+its own: nothing that does not fit is ever recorded as the task's result.
+
 pydantic is imported by the application that declares a model, not here.
 """
 
@@ -17,11 +27,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from apollo11.scheduler.errors import InvalidArgumentError
 
 _TYPED = "__apollo11_input_model__"  # set on a function typed_step made
+_CHECKED = "__apollo11_result_checked__"  # set on a function result_checked made
 ERRORS_SHOWN = 5  # a payload with more wrong fields: the first five, and how many more
 
 
@@ -32,23 +44,45 @@ def is_model(model: Any) -> bool:
 
 def check_input(model: Any, raw: Any, *, what: str = "input") -> None:
     """Refuse `raw` unless it fits `model`: InvalidArgumentError naming each field."""
+    _, wrong = fit(model, raw, what=what)
+    if wrong is not None:
+        raise InvalidArgumentError(wrong)
+
+
+def fit(model: Any, raw: Any, *, what: str) -> tuple[Any, str | None]:
+    """(`raw` as an instance of `model`, None), or (None, the sentence that names each
+    field at fault: `result.total: Field required (the workflow's result is R)`)."""
     from pydantic import ValidationError
 
     try:
-        model.model_validate(raw)
+        return model.model_validate(raw), None
     except ValidationError as e:
         errors = e.errors(include_url=False)
         shown = [f"{_path(what, err['loc'])}: {err['msg']}" for err in errors[:ERRORS_SHOWN]]
         more = len(errors) - len(shown)
-        raise InvalidArgumentError(
+        return None, (
             f"{'; '.join(shown)}"
             + (f" (and {more} more)" if more > 0 else "")
-            + f" (the workflow's input is {model.__name__})"
-        ) from None
+            + f" (the workflow's {what} is {model.__name__})"
+        )
+
+
+def result_json(model: Any, out: Any) -> tuple[Any, str | None]:
+    """(What a step returned as the log keeps it: `model`'s JSON, None), or (None, why
+    it does not fit). `out` may be plain JSON or a model instance, which is dumped
+    and checked again: an instance built with `model_construct`, or of another
+    model, proves nothing by its class."""
+    if hasattr(out, "model_dump") and not isinstance(out, type):
+        out = out.model_dump(mode="json", by_alias=True)
+    instance, wrong = fit(model, out, what="result")
+    if wrong is not None:
+        return None, wrong
+    return instance.model_dump(mode="json", by_alias=True), None
 
 
 def schema(model: Any) -> dict[str, Any]:
-    """The model's JSON Schema (for `apollo11 workflows --json` and ListWorkflows)."""
+    """The model's JSON Schema (for `apollo11 workflows --json`, ListWorkflows and
+    DescribeWorkflow)."""
     out: dict[str, Any] = model.model_json_schema()
     return out
 
@@ -73,6 +107,36 @@ def typed_step(fn: Any, model: Any) -> Any:
 
     setattr(run, _TYPED, model)
     return run
+
+
+def result_checked(fn: Any, check: Callable[[Any], Any]) -> Any:
+    """`fn`, its return value passed through `check` (once: a function already
+    checked is returned as it is). The check runs where the step runs, embedded, on
+    a worker or in its own process, so that what crosses to the primary is JSON."""
+    if getattr(fn, _CHECKED, False):
+        return fn
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def run_async(ctx: Any) -> Any:
+            return check(await fn(ctx))
+
+        setattr(run_async, _CHECKED, True)
+        return run_async
+
+    @functools.wraps(fn)
+    def run(ctx: Any) -> Any:
+        out = fn(ctx)
+        if inspect.isawaitable(out):  # a plain function that returns a coroutine
+            return _checked_later(out, check)
+        return check(out)
+
+    setattr(run, _CHECKED, True)
+    return run
+
+
+async def _checked_later(out: Awaitable[Any], check: Callable[[Any], Any]) -> Any:
+    return check(await out)
 
 
 def typed(step: Any, model: Any) -> Any:

@@ -27,6 +27,7 @@ Registration validates everything and names the workflow and step at fault.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -328,6 +329,10 @@ class Workflow:
     # A pydantic model the input must fit (scheduler/typed.py): checked at submit,
     # and each step's ctx.input is an instance of it. None: any JSON.
     input: Any = None
+    # A pydantic model the task's result must fit (scheduler/typed.py): the one final
+    # step's, checked before it can succeed and recorded as the model's JSON. None:
+    # any JSON.
+    result: Any = None
 
     def step(
         self,
@@ -363,9 +368,36 @@ class Workflow:
     def add_step(self, step: Step) -> None:
         if step.name in self.steps:
             self._errors.append(f"step {step.name!r} is defined twice")
+        self.steps[step.name] = self._typed(step)
+
+    def _typed(self, step: Step) -> Step:
+        """`step` under the workflow's models: given the input model, its result
+        checked (typing a typed step again changes nothing). Done as each step is added
+        because a step's own process finds it in its module, never registered; done
+        again at registration for a model set after the steps."""
         if self.input is not None and typed.is_model(self.input):
             step = typed.typed(step, self.input)
-        self.steps[step.name] = step
+        if self.result is not None and typed.is_model(self.result):
+            step = self._result_checked(step)
+        return step
+
+    def _result_checked(self, step: Step) -> Step:
+        # every step is wrapped, not just the final one: which step ends the DAG is
+        # known only once all are added, and a step's process never registers it
+        fn = typed.result_checked(step.fn, functools.partial(self.fit_result, step.name))
+        return step if fn is step.fn else dataclasses.replace(step, fn=fn)
+
+    def fit_result(self, step: str, out: Any) -> Any:
+        """What step `step` returned, as the log keeps it: the result model's JSON when
+        the workflow declares one and `step` ends it (no step depends on it); `out` as
+        it is otherwise. Raises StepError naming each field at fault, which fails the
+        attempt: a result that does not fit is never recorded."""
+        if self.result is None or any(step in s.after for s in self.steps.values()):
+            return out
+        fitted, wrong = typed.result_json(self.result, out)
+        if wrong is not None:
+            raise StepError(wrong)
+        return fitted
 
     def check_input(self, raw: Any) -> None:
         """Refuse an input that does not fit the workflow's model (InvalidArgumentError
@@ -376,6 +408,16 @@ class Workflow:
     def input_schema(self) -> dict[str, Any] | None:
         """The input model's JSON Schema; None for an untyped workflow."""
         return None if self.input is None else typed.schema(self.input)
+
+    def result_schema(self) -> dict[str, Any] | None:
+        """The result model's JSON Schema; None when the workflow declares none."""
+        return None if self.result is None else typed.schema(self.result)
+
+    def final_steps(self) -> list[str]:
+        """The steps no other step depends on: with a result model, exactly one, whose
+        result is the task's."""
+        needed = {d for s in self.steps.values() for d in s.after}
+        return [name for name in self.steps if name not in needed]
 
     @property
     def deps(self) -> dict[str, list[str]]:
@@ -403,11 +445,17 @@ class Workflow:
             problems.append("it has no steps")
         if self.input is not None and not typed.is_model(self.input):
             problems.append(f"input= must be a pydantic model class, got {self.input!r}")
-        elif self.input is not None:
-            # a model set after some steps were added: those are typed here, at
-            # registration (typing a typed step again changes nothing)
-            for name, step in list(self.steps.items()):
-                self.steps[name] = typed.typed(step, self.input)
+        if self.result is not None and not typed.is_model(self.result):
+            problems.append(f"result= must be a pydantic model class, got {self.result!r}")
+        elif self.result is not None and len(finals := self.final_steps()) > 1:
+            problems.append(
+                f"result= is the result of the one step that ends the workflow, but "
+                f"{len(finals)} do ({', '.join(map(repr, finals))}): add a step after them "
+                f"that returns the task's result"
+            )
+        # a model set after some steps were added: those are typed here, at registration
+        for name, step in list(self.steps.items()):
+            self.steps[name] = self._typed(step)
         for s in self.steps.values():
             if not s.name:
                 problems.append("a step has no name")

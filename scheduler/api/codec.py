@@ -148,7 +148,10 @@ def workflow_to_pb(wf: Workflow) -> pb.WorkflowInfo:
             )
             for s in wf.steps.values()
         ],
-        input_schema_json=(
-            "" if (schema := wf.input_schema()) is None else orjson.dumps(schema).decode()
-        ),
+        input_schema_json=_schema_json(wf.input_schema()),
+        result_schema_json=_schema_json(wf.result_schema()),
     )
+
+
+def _schema_json(schema: dict[str, Any] | None) -> str:
+    return "" if schema is None else orjson.dumps(schema).decode()

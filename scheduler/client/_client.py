@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import grpc
 import orjson
@@ -41,11 +41,15 @@ from apollo11.scheduler.client._views import (
     TaskView,
     TermView,
 )
-from apollo11.scheduler.errors import ApolloError, NotLeaderError
+from apollo11.scheduler.errors import ApolloError, FailedPreconditionError, NotLeaderError
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
+if TYPE_CHECKING:  # the client never imports pydantic: the application that passes a model has
+    from pydantic import BaseModel
+
 T = TypeVar("T")
+M = TypeVar("M", bound="BaseModel")
 
 
 class Client:
@@ -483,13 +487,54 @@ class Client:
                 raise TaskFailed(task)
         return task
 
-    async def result(self, task_id: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+    @overload
+    async def result(self, task_id: str, *, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109
+
+    @overload
+    async def result(
+        self,
+        task_id: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        model: type[M],
+    ) -> M: ...
+
+    async def result(
+        self,
+        task_id: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        model: type[M] | None = None,
+    ) -> Any:
         """Wait for the task to succeed and return its result: a durable task's main's,
-        or each step's by name. Raises as `wait` does."""
+        or each step's by name. With `model` (the workflow's `result=`): the task's
+        result as an instance of it, the durable main's or the DAG's one final step's
+        (FailedPreconditionError when the DAG ends in several steps or an operator
+        skipped its final one). Raises as `wait` does."""
         task = await self.wait(task_id, timeout=timeout)
+        if model is not None:
+            return model.model_validate(_final_result(task))
         if [s.name for s in task.steps] == ["main"]:
             return task.steps[0].result
         return {s.name: s.result for s in task.steps}
+
+
+def _final_result(task: TaskView) -> Any:
+    """The result a workflow's `result=` model describes: its one step that no other
+    depends on (a durable task's `main`)."""
+    finals = [s for s in task.steps if not any(s.name in o.after for o in task.steps)]
+    where = f"task {task.task_id} ({task.workflow})"
+    if len(finals) != 1:
+        names = ", ".join(s.name for s in finals)
+        raise FailedPreconditionError(
+            f"{where} ends in {len(finals)} steps ({names}), so no one result: call "
+            f"result() without model= for each step's by name"
+        )
+    if finals[0].state == "SKIPPED":
+        raise FailedPreconditionError(
+            f"{where} has no result: an operator skipped its final step {finals[0].name!r}"
+        )
+    return finals[0].result
 
 
 _shared: asyncio.AbstractEventLoop | None = None
@@ -681,9 +726,19 @@ class SyncClient:
         """As Client.wait."""
         return self._run(self._client.wait(task_id, timeout=timeout, check=check))
 
-    def result(self, task_id: str, *, timeout: float | None = None) -> Any:
+    @overload
+    def result(self, task_id: str, *, timeout: float | None = None) -> Any: ...
+
+    @overload
+    def result(self, task_id: str, *, timeout: float | None = None, model: type[M]) -> M: ...
+
+    def result(
+        self, task_id: str, *, timeout: float | None = None, model: type[M] | None = None
+    ) -> Any:
         """As Client.result."""
-        return self._run(self._client.result(task_id, timeout=timeout))
+        if model is None:
+            return self._run(self._client.result(task_id, timeout=timeout))
+        return self._run(self._client.result(task_id, timeout=timeout, model=model))
 
     def watch(self, task_id: str) -> Iterator[EventView]:
         """Blocking iterator over the task's events (past, then live)."""

@@ -203,6 +203,7 @@ def workflow_from_pb(m: pb.WorkflowInfo) -> dict[str, Any]:
             for st in m.steps
         ],
         "input_schema": orjson.loads(m.input_schema_json) if m.input_schema_json else None,
+        "result_schema": orjson.loads(m.result_schema_json) if m.result_schema_json else None,
     }
 
 

@@ -9,7 +9,9 @@ of `main` builds a `DurableContext` from the task's checkpoints and calls the
 user's function with it and the task's input:
 
 * it returns: the buffered checkpoints are recorded, then its result is the
-  step's (STEP_SUCCEEDED);
+  step's (STEP_SUCCEEDED), once it fits the workflow's `result=` model if it
+  declares one (the model's JSON is recorded; one that does not fit fails the
+  attempt, its checkpoints kept);
 * it waits: the WAIT is recorded and the attempt ends, without an outcome;
 * it asked for something its log does not hold at that position: the step fails
   for good with the non-determinism report (task NONDETERMINISTIC);
@@ -64,9 +66,13 @@ class DurableWorkflow(Workflow):
         timeout_s: float = DEFAULT_MAIN_TIMEOUT_S,
         retry: Retry | None = None,
         input: Any = None,
+        result: Any = None,
     ) -> None:
-        # input: a pydantic model the input must fit; the main gets an instance of it
-        super().__init__(name=name, version=version, description=description, input=input)
+        # input: a pydantic model the input must fit; the main gets an instance of it.
+        # result: a pydantic model its return value must fit (scheduler/typed.py).
+        super().__init__(
+            name=name, version=version, description=description, input=input, result=result
+        )
         # cancelled: the NotIdempotent ctx.steps that succeeded are undone, last first
         self.compensate_on_cancel = True
         self.timeout_s = timeout_s
@@ -103,6 +109,11 @@ class DurableWorkflow(Workflow):
             )
         )
         return fn
+
+    def _result_checked(self, step: Step) -> Step:
+        # the main's step returns None when a wait ends its attempt: `_drive` checks
+        # the main's own return value instead
+        return step
 
     def validate(self) -> None:
         if self.main_fn is None:
@@ -153,7 +164,9 @@ class DurableWorkflow(Workflow):
         except JournalFailed as j:
             raise j.error from None
         await dctx.flush()
-        return result
+        # after the flush: the ctx.steps that ran are on record even if the result
+        # does not fit (a retry replays them instead of running them again)
+        return self.fit_result(MAIN, result)
 
 
 class _ReadOnly:

@@ -333,6 +333,24 @@ def test_a_typed_input_is_checked_at_submit_and_the_steps_get_the_model(node: No
     assert res.returncode != 0 and "input.customer: Field required" in res.stderr, res.stderr
 
 
+def test_a_typed_result_is_described_and_read_as_the_model(node: NodeProc) -> None:
+    from apollo11.scheduler.examples import InvoiceResult
+
+    with SyncClient(node.address) as c:
+        sub = c.submit("invoice", {"customer": {"id": "r1"}, "amount_cents": 40})
+        typed = c.result(sub.task_id, timeout=30, model=InvoiceResult)
+        assert typed == InvoiceResult(invoice="inv-r1", total_cents=40, currency="EUR")
+        assert c.result(sub.task_id)["issue"] == typed.model_dump(), "untyped: each step's"
+        described = c.workflow("invoice")
+        assert described["result_schema"]["required"] == ["invoice", "total_cents", "currency"]
+        assert c.workflow("etl")["result_schema"] is None
+    res = cli("workflows", "--json", server=node.address)
+    listed = {w["name"]: w for w in json.loads(res.stdout)}
+    assert listed["invoice"]["result_schema"]["title"] == "InvoiceResult"
+    assert listed["invoice"]["input_schema"]["title"] == "InvoiceInput"
+    assert listed["etl"]["result_schema"] is None and listed["etl"]["input_schema"] is None
+
+
 def test_a_shell_dag_keeps_its_name(node: NodeProc) -> None:
     dag = {"name": "nightly", "steps": [{"name": "a", "run": "true", "idempotency": "idempotent"}]}
     with SyncClient(node.address) as c:

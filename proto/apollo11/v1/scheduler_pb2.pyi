@@ -106,20 +106,22 @@ class WorkflowStep(_message.Message):
     def __init__(self, name: _Optional[str] = ..., after: _Optional[_Iterable[str]] = ..., idempotency: _Optional[str] = ..., attempts: _Optional[int] = ..., timeout: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., compensated: _Optional[bool] = ...) -> None: ...
 
 class WorkflowInfo(_message.Message):
-    __slots__ = ("name", "version", "description", "durable", "steps", "input_schema_json")
+    __slots__ = ("name", "version", "description", "durable", "steps", "input_schema_json", "result_schema_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     description: str
     durable: bool
     steps: _containers.RepeatedCompositeFieldContainer[WorkflowStep]
     input_schema_json: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., description: _Optional[str] = ..., durable: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[WorkflowStep, _Mapping]]] = ..., input_schema_json: _Optional[str] = ...) -> None: ...
+    result_schema_json: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., description: _Optional[str] = ..., durable: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[WorkflowStep, _Mapping]]] = ..., input_schema_json: _Optional[str] = ..., result_schema_json: _Optional[str] = ...) -> None: ...
 
 class DescribeWorkflowRequest(_message.Message):
     __slots__ = ("name", "version")

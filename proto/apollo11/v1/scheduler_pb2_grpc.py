@@ -194,7 +194,8 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DescribeWorkflow(self, request, context):
-        """One workflow version (NOT_FOUND naming what is loaded), with its input schema.
+        """One workflow version (NOT_FOUND naming what is loaded), with its input and
+        result schemas.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
