@@ -5,6 +5,7 @@ and recorded as the model's JSON; untyped workflows untouched."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -398,3 +399,41 @@ def test_the_client_reads_the_task_result_from_its_one_final_step() -> None:
         _final_result(task(step("a", ()), step("b", ())))
     with pytest.raises(FailedPreconditionError, match="an operator skipped its final step 'ab'"):
         _final_result(task(step("a", ()), step("ab", ("a",), "SKIPPED")))
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+async def test_on_a_worker_a_returned_model_travels_as_its_json(isolation: str) -> None:
+    # orjson cannot encode a model: the check where the step runs turns it into JSON,
+    # in a step's own process too (which imports the module and never registers it)
+    import orjson
+
+    from apollo11.scheduler.worker import Worker
+    from apollo11.scheduler.workflow import Registry
+    from tests.scheduler.worker.fake import FakePrimary, assignment, serving
+
+    registry = Registry()
+    registry.load_module("apollo11.scheduler.examples")
+    primary = FakePrimary()
+    async with serving(primary):
+        worker = Worker(primary.address, registry, name="w1", isolation=isolation)
+        run = asyncio.create_task(worker.run())
+        try:
+            conn = await primary.next_conn()
+            a = assignment(
+                "issue",
+                81,
+                workflow="invoice",
+                input={"customer": {"id": "w9"}, "amount_cents": 3},
+                results={"price": {"total_cents": 3, "currency": "USD"}},
+            )
+            await conn.assign(a)
+            r = await conn.result(a.token)
+            assert orjson.loads(r.result_json) == {
+                "invoice": "inv-w9",
+                "total_cents": 3,
+                "currency": "USD",
+            }
+        finally:
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
