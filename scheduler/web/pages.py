@@ -94,15 +94,23 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         rows: list[Any] = state().list_filtered(status, workflow, None, LIST_LIMIT)[0]
         return rows
 
+    def names(rows: list[Any]) -> dict[str, str]:
+        """Each shell row's DAG name (a listing row holds the workflow only): read
+        from the task, in memory or its archive entry, for the shell rows alone."""
+        st = state()
+        found = {}
+        for r in rows:
+            t = st.peek(r.task_id) if r.workflow == "shell" else None
+            name = display_name(t.workflow, t.input) if t is not None else ""
+            if name:
+                found[r.task_id] = name
+        return found
+
     @app.get("/", response_class=HTMLResponse)
     async def cluster(request: Request) -> HTMLResponse:
         viewer = gate.reader(request)
-        return render(
-            "cluster.html",
-            viewer=viewer,
-            s=node.status(),
-            tasks=recent()[:20],
-        )
+        rows = recent()[:20]
+        return render("cluster.html", viewer=viewer, s=node.status(), tasks=rows, names=names(rows))
 
     @app.get("/tasks", response_class=HTMLResponse)
     async def tasks(request: Request, workflow: str = "") -> HTMLResponse:
@@ -130,7 +138,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             since = _utc_ms(form["since"], "since")
             until = _utc_ms(form["until"], "until")
         except ValueError as e:
-            return render("tasks.html", 400, tasks=[], error=str(e), nxt=None, **shown)
+            return render("tasks.html", 400, tasks=[], names={}, error=str(e), nxt=None, **shown)
 
         rows, nxt = state().list_filtered(
             st or None,
@@ -144,7 +152,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         older = None
         if nxt is not None:
             older = "/tasks?" + urlencode({k: v for k, v in form.items() if v} | {"before": nxt})
-        return render("tasks.html", tasks=rows, nxt=older, **shown)
+        return render("tasks.html", tasks=rows, names=names(rows), nxt=older, **shown)
 
     @app.get("/tasks/{task_id}", response_class=HTMLResponse)
     async def task(task_id: str, request: Request, as_of: str = "") -> HTMLResponse:
@@ -293,6 +301,16 @@ def _back(gate: Gate, task_id: str, *, message: str = "", error: str = "") -> Re
     response = RedirectResponse(f"/tasks/{quote(task_id)}", status_code=303)
     gate.flash.set(response, f"/tasks/{task_id}", Notice(message=message, error=error))
     return response
+
+
+def display_name(workflow: str, input_: Any) -> str:
+    """A shell DAG's own name ("nightly"), which every shell task's workflow ("shell")
+    does not tell apart; "" for any other task, or a DAG without one."""
+    if workflow == "shell" and isinstance(input_, dict):
+        name = input_.get("name")
+        if isinstance(name, str):
+            return name
+    return ""
 
 
 def _default_display() -> str:

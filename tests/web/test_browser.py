@@ -285,6 +285,7 @@ def test_the_task_list_and_a_task_page_in_a_browser(tmp_path: Path, chromium: Br
         assert "state=FAILED" in page.url
         assert page.locator('select[name="state"]').input_value() == "FAILED", "kept"
         assert _filter(page, base, workflow="shell") == [shell.task_id]
+        assert page.locator("#tasks td.workflow").inner_text() == "shell nightly"
         assert _filter(page, base, prefix=flaky.task_id[:-2]) == [flaky.task_id]
         now = datetime.now(UTC)
         hour = timedelta(hours=1)

@@ -176,6 +176,20 @@ def test_a_shell_dag_shows_its_own_name(web: tuple[NodeProc, str]) -> None:
         c.wait(sub.task_id)
     page = httpx.get(f"{base}/tasks/{sub.task_id}").text
     assert '<span id="workflow">shell nightly</span>' in page
+    # and in the lists: /tasks and the cluster page's recent tasks
+    for listing in (f"{base}/tasks", f"{base}/tasks?workflow=shell", f"{base}/"):
+        row = re.search(rf'<a href="/tasks/{sub.task_id}">.*?</tr>', httpx.get(listing).text, re.S)
+        assert row is not None, listing
+        assert '<td class="workflow">shell nightly</td>' in row.group(0), row.group(0)
+
+
+def test_display_name_is_a_shell_dags_own_name_only() -> None:
+    from apollo11.scheduler.web.pages import display_name
+
+    assert display_name("shell", {"name": "nightly", "steps": []}) == "nightly"
+    assert display_name("shell", {"steps": []}) == ""
+    assert display_name("shell", {"name": 7}) == ""
+    assert display_name("etl", {"name": "nightly"}) == ""  # an input field, not a DAG
 
 
 def _attempt_rows(page: str) -> list[tuple[str, str, str, str]]:
