@@ -871,6 +871,7 @@ class Node:
                 f"(the lease handed out a term below this node's log)"
             )
         t0 = time.perf_counter()
+        previous = self._previous_leader()  # before anything changes: it reads the log
         await self._stop_following()
         self.fence.arm(renewed_at)
         self.saw_term(won.term)
@@ -883,7 +884,6 @@ class Node:
             # Registered once: it always feeds the current hub.
             self.store.add_observer(lambda events: self.hub.on_durable(events[-1].event_id))
             self._timing_batches = True
-        previous = self._previous_leader()
         started = await log_.append(
             EventType.TERM_STARTED,
             "",
@@ -1305,8 +1305,11 @@ class Node:
         terms = self.store.state.terms
         if not terms:
             return None
-        for e in self.store.log.read_ids([terms[-1][1]]):
-            return str(e.payload.get("node_id", ""))
+        try:
+            for e in self.store.log.read_ids([terms[-1][1]]):
+                return str(e.payload.get("node_id", ""))
+        except Exception as e:  # a history detail: never a reason not to lead
+            log.warning("the previous term's TERM_STARTED cannot be read (%s): not recorded", e)
         return ""
 
     def history(self) -> list[TermRecord]:

@@ -114,7 +114,7 @@ def began(me: str, previous: str | None, world: World | None) -> str:
     TERM_STARTED is no longer kept). "bootstrap": no earlier term; "restart": the
     previous leader was this node; "switchover": the previous leader's record names
     this node as the one it hands over to; else "failover": the previous leader's
-    lease ended (it died, stopped, or was cut off)."""
+    lease ended (it died, stopped, or was cut off); "" when that leader is unknown."""
     if previous is None:
         return "bootstrap"
     if previous == me:
@@ -123,7 +123,7 @@ def began(me: str, previous: str | None, world: World | None) -> str:
     # previous "": its TERM_STARTED is no longer kept; any record handing to this node
     if any(m.handover == me and previous in ("", m.node_id) for m in members):
         return "switchover"
-    return "failover"
+    return "failover" if previous else ""  # "": who led before is not known
 
 
 def quorum(members: int, sync_replicas: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import EventType
@@ -125,4 +126,41 @@ async def test_a_cycle_while_the_store_is_reshaped_sits_out_with_a_sentence(
         assert sentence.startswith("reshaping the store"), sentence
     finally:
         node.store = store
+        await node.stop()
+
+
+async def test_how_a_term_began_is_recorded_and_an_unreadable_predecessor_leads_anyway(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`apollo11 history`'s "how": a standalone node's first term is a bootstrap, its
+    next one (restarted) a restart; if the previous TERM_STARTED cannot be read (a
+    damaged segment), the node still leads, and the term says it does not know."""
+    from apollo11.scheduler.log import EventLog
+
+    def settings() -> NodeSettings:
+        return NodeSettings(node_id="n1", data_dir=tmp_path / "d", listen="127.0.0.1:0")
+
+    async def lead_once() -> list[tuple[str, str]]:
+        node = Node(settings(), registry=Registry())
+        await node.start()
+        try:
+            assert node.role == "primary"
+            return [(t.began, t.previous) for t in node.history()]
+        finally:
+            await node.stop()
+
+    assert await lead_once() == [("bootstrap", "")]
+    assert await lead_once() == [("bootstrap", ""), ("restart", "n1")]
+
+    def unreadable(self: EventLog, ids: Any) -> list[Any]:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(EventLog, "read_ids", unreadable)
+    node = Node(settings(), registry=Registry())
+    await node.start()
+    try:
+        assert node.role == "primary" and node.engine is not None and node.engine.leading
+        monkeypatch.undo()
+        assert [(t.began, t.previous) for t in node.history()][-1] == ("", "")
+    finally:
         await node.stop()
