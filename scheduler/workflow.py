@@ -370,6 +370,12 @@ class Workflow:
             self._errors.append(f"step {step.name!r} is defined twice")
         self.steps[step.name] = self._typed(step)
 
+    def runnable(self, name: str) -> StepFn:
+        """Step `name`'s function as a registered workflow runs it: under the workflow's
+        models, even ones set after its steps (a step's own process imports the module
+        and never registers the workflow)."""
+        return self._typed(self.steps[name]).fn
+
     def _typed(self, step: Step) -> Step:
         """`step` under the workflow's models: given the input model, its result
         checked (typing a typed step again changes nothing). Done as each step is added

@@ -53,7 +53,7 @@ def _find(modules: tuple[str, ...], a: Assignment) -> StepFn | None:
                 and (value.name, value.version) == (a.workflow, a.version)
                 and a.step in value.steps
             ):
-                return value.steps[a.step].fn
+                return value.runnable(a.step)
     return None
 
 

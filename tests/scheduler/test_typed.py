@@ -437,3 +437,32 @@ async def test_on_a_worker_a_returned_model_travels_as_its_json(isolation: str) 
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await run
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+async def test_a_result_model_set_after_the_steps_is_checked_in_a_steps_own_process(
+    isolation: str,
+) -> None:
+    # review finding: a step's process found the step's bare function in its module
+    # (never registered, so never wrapped) and sent back a result that does not fit
+    from apollo11.scheduler.worker import Worker
+    from apollo11.scheduler.workflow import Registry
+    from tests.scheduler.worker.fake import FakePrimary, assignment, serving
+
+    registry = Registry()
+    registry.load_module("tests.scheduler.worker.late_result")
+    primary = FakePrimary()
+    async with serving(primary):
+        worker = Worker(primary.address, registry, name="w1", isolation=isolation)
+        run = asyncio.create_task(worker.run())
+        try:
+            conn = await primary.next_conn()
+            a = assignment("only", 82, workflow="late-result")
+            await conn.assign(a)
+            r = await conn.result(a.token)
+            assert r.WhichOneof("outcome") == "failure", r
+            assert "result.total: Input should be a valid integer" in r.failure.message
+        finally:
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
