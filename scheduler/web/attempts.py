@@ -12,6 +12,7 @@ keeps its last TAIL characters and says how many it dropped.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,8 +41,8 @@ class Attempt:
     step: str
     kind: str  # "attempt" or "compensation"
     attempt: int
-    outcome: str  # running, succeeded, failed, timed out, lost; compensating, compensated,
-    # compensation failed
+    outcome: str  # running, succeeded, failed, timed out, lost, waited (a durable main's
+    # WAIT); compensating, compensated, compensation failed
     node: str
     started_ms: int
     ended_ms: int | None
@@ -94,6 +95,18 @@ def _ended(open_: Attempt, e: Event) -> Attempt:
     )
 
 
+def _waited(e: Event) -> str:
+    """What a WAIT waits for, in a line: `sleep until 2026-12-02 15:00:00 UTC`, `event
+    'approved:o-1'` (docs/durable.md, the WAIT record)."""
+    p = e.payload
+    what = f"event {p.get('key')!r}" if p.get("kind") == "event" else str(p.get("kind", "wait"))
+    until = p.get("until_ms")
+    if isinstance(until, int):
+        when = datetime.datetime.fromtimestamp(until / 1000, tz=datetime.UTC)
+        what += f" until {when:%Y-%m-%d %H:%M:%S} UTC"
+    return what
+
+
 def attempts(events: Iterable[Event]) -> list[Attempt]:
     """Each attempt and compensation of a task, in the order they started; an end
     without its start (a log cut by retention) counts as starting when it ended."""
@@ -118,6 +131,14 @@ def attempts(events: Iterable[Event]) -> list[Attempt]:
                     _NONE,
                 )
             )
+        elif t is EventType.WAIT:
+            # a durable main's attempt ends in a WAIT: it sleeps or waits for an event,
+            # and a later attempt resumes it (not a failure, and not running)
+            at = open_.pop((e.step_name, "attempt"), None)
+            if at is not None:
+                out[at] = dataclasses.replace(
+                    out[at], outcome="waited", ended_ms=e.timestamp, output=tail(_waited(e))
+                )
         elif t in (EventType.STEP_SUCCEEDED, EventType.STEP_FAILED, EventType.STEP_COMPENSATED):
             compensation = t is EventType.STEP_COMPENSATED or bool(e.payload.get("compensation"))
             kind = "compensation" if compensation else "attempt"

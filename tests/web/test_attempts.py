@@ -114,3 +114,33 @@ def test_attempts_in_the_workflows_step_order() -> None:
     )
     ordered = attempts.in_step_order(found, ["a", "b"])
     assert [(a.step, a.attempt) for a in ordered] == [("a", 1), ("b", 1), ("b", 2)]
+
+
+def _durable(i: int, record: EventType, attempt: int, **p: Any) -> Event:
+    """A durable main's record (its payload has a `kind` of its own)."""
+    return Event(i, 1, "n1", "t1", "main", record, p, T0 + i * 100, attempt)
+
+
+def test_a_durable_mains_wait_ends_its_attempt_as_waited() -> None:
+    # review finding: a WAIT ends the attempt (replay's _on_wait), and the table showed
+    # every waiting main as running forever
+    until = T0 + 3_600_000
+    found = attempts.attempts(
+        [
+            _e(1, EventType.STEP_STARTED, "main"),
+            _durable(2, EventType.CHECKPOINT, 1, seq=0, kind="step", name="reserve"),
+            _durable(3, EventType.WAIT, 1, seq=1, kind="sleep", name="", until_ms=until),
+            _e(4, EventType.STEP_STARTED, "main", 2),
+            _durable(5, EventType.WAIT, 2, seq=2, kind="event", key="approved:o-1", since=5),
+            _e(6, EventType.STEP_STARTED, "main", 3),
+            _e(7, EventType.STEP_SUCCEEDED, "main", 3, result={"ok": True}),
+        ]
+    )
+    assert [(a.attempt, a.outcome) for a in found] == [
+        (1, "waited"),
+        (2, "waited"),
+        (3, "succeeded"),
+    ]
+    assert found[0].output.text == "sleep until 2023-11-14 23:13:20 UTC"
+    assert found[0].ended_ms == T0 + 300
+    assert found[1].output.text == "event 'approved:o-1'"
