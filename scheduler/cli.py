@@ -812,9 +812,9 @@ def _progress_line(ev: Any) -> None:
 
 
 def _show_task_view(t: Any) -> None:
-    shown = t.workflow
-    if t.workflow == "shell" and isinstance(t.input, dict) and t.input.get("name"):
-        shown = f"shell {t.input['name']}"  # a shell DAG's own name
+    from apollo11.scheduler.taskname import task_name
+
+    shown = task_name(t.workflow, t.input)
     out.print(
         f"task [bold]{escape(t.task_id)}[/bold] ({escape(shown)} v{t.version}): "
         f"[bold]{t.state}[/bold]"

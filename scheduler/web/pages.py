@@ -16,6 +16,7 @@ import datetime
 import getpass
 import os
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -29,6 +30,7 @@ from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.replay import TaskStatus
 from apollo11.scheduler.security import Role
+from apollo11.scheduler.taskname import task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
 from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 HERE = os.path.dirname(__file__)
 LIST_LIMIT = 200
+SHELL_NAMES = 10_000  # shell tasks' names kept for the lists (a few hundred KB)
 EVENTS_PAGE = 200
 TIMELINE_EVENTS = 2_000
 
@@ -59,6 +62,7 @@ def make_env() -> Environment:
     env.filters["who"] = timeline.who
     env.filters["wait_words"] = waits.describe
     env.globals["spawned"] = waits.spawned
+    env.globals["task_name"] = task_name
     return env
 
 
@@ -94,16 +98,26 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         rows: list[Any] = state().list_filtered(status, workflow, None, LIST_LIMIT)[0]
         return rows
 
+    shell_names: OrderedDict[str, str] = OrderedDict()  # task id -> its name, newest last
+
     def names(rows: list[Any]) -> dict[str, str]:
-        """Each shell row's DAG name (a listing row holds the workflow only): read
-        from the task, in memory or its archive entry, for the shell rows alone."""
+        """Each shell row's name ("shell nightly"; a listing row holds the workflow
+        only): read from the task, in memory or its archive entry, for the shell rows
+        alone, once per task (a task's name never changes; the newest SHELL_NAMES
+        kept), so that paging through archived DAGs does not decode each again."""
         st = state()
         found = {}
         for r in rows:
-            t = st.peek(r.task_id) if r.workflow == "shell" else None
-            name = display_name(t.workflow, t.input) if t is not None else ""
-            if name:
-                found[r.task_id] = name
+            if r.workflow != "shell":
+                continue
+            name = shell_names.get(r.task_id)
+            if name is None:
+                t = st.peek(r.task_id)
+                name = task_name(t.workflow, t.input) if t is not None else r.workflow
+                shell_names[r.task_id] = name
+                if len(shell_names) > SHELL_NAMES:
+                    shell_names.popitem(last=False)
+            found[r.task_id] = name
         return found
 
     @app.get("/", response_class=HTMLResponse)
@@ -301,16 +315,6 @@ def _back(gate: Gate, task_id: str, *, message: str = "", error: str = "") -> Re
     response = RedirectResponse(f"/tasks/{quote(task_id)}", status_code=303)
     gate.flash.set(response, f"/tasks/{task_id}", Notice(message=message, error=error))
     return response
-
-
-def display_name(workflow: str, input_: Any) -> str:
-    """A shell DAG's own name ("nightly"), which every shell task's workflow ("shell")
-    does not tell apart; "" for any other task, or a DAG without one."""
-    if workflow == "shell" and isinstance(input_, dict):
-        name = input_.get("name")
-        if isinstance(name, str):
-            return name
-    return ""
 
 
 def _default_display() -> str:

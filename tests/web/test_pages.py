@@ -183,13 +183,13 @@ def test_a_shell_dag_shows_its_own_name(web: tuple[NodeProc, str]) -> None:
         assert '<td class="workflow">shell nightly</td>' in row.group(0), row.group(0)
 
 
-def test_display_name_is_a_shell_dags_own_name_only() -> None:
-    from apollo11.scheduler.web.pages import display_name
+def test_a_tasks_name_is_its_workflow_and_a_shell_dags_own_name() -> None:
+    from apollo11.scheduler.taskname import task_name
 
-    assert display_name("shell", {"name": "nightly", "steps": []}) == "nightly"
-    assert display_name("shell", {"steps": []}) == ""
-    assert display_name("shell", {"name": 7}) == ""
-    assert display_name("etl", {"name": "nightly"}) == ""  # an input field, not a DAG
+    assert task_name("shell", {"name": "nightly", "steps": []}) == "shell nightly"
+    assert task_name("shell", {"steps": []}) == "shell"
+    assert task_name("shell", {"name": 7}) == "shell"
+    assert task_name("etl", {"name": "nightly"}) == "etl"  # an input field, not a DAG
 
 
 def _attempt_rows(page: str) -> list[tuple[str, str, str, str]]:
