@@ -1738,6 +1738,9 @@ def token_revoke(
 
 
 def _first_paragraph(self: Any, limit: int = 0) -> str:
+    """A command's line in a command list, for click's get_short_help_str: its help's
+    first paragraph whole (`limit`, the room click would cut it to, is ignored: in a
+    pipe the reader is a script or a log, not an 80-column screen)."""
     text = (self.short_help or self.help or "").strip()
     return " ".join(text.split("\n\n")[0].split())
 

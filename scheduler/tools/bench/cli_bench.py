@@ -18,11 +18,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.tools.bench.workers_bench import _section
 
 BUDGET_MS = 120.0  # issue 19: `status` and `submit` spend at most this in imports
 _LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)")
@@ -54,52 +54,6 @@ def _timed(args: Sequence[str], env: dict[str, str]) -> tuple[float, dict[str, f
     return import_ms(p.stderr)
 
 
-def _start_node(root: str, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with open(os.path.join(root, "node.log"), "wb") as log:
-        node = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "apollo11.scheduler.cli",
-                "node",
-                "--node-id",
-                "bench",
-                "--data-dir",
-                os.path.join(root, "data"),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--workflows",
-                "apollo11.scheduler.examples",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            env=env,
-        )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if node.poll() is not None:
-            raise RuntimeError(f"the node exited {node.returncode}: see {root}/node.log")
-        ok = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "apollo11.scheduler.cli",
-                "status",
-                "--server",
-                f"127.0.0.1:{port}",
-            ],
-            capture_output=True,
-            env=env,
-            timeout=30,
-            check=False,
-        )
-        if ok.returncode == 0:
-            return node
-        time.sleep(0.2)
-    node.kill()
-    raise RuntimeError("the node did not answer `status` within 30 s")
-
-
 def _install_kind() -> str:
     """ "editable" (a checkout's `pip install -e`: its import finder costs ~10 ms more)
     or "wheel" (the package under site-packages, as a user installs it)."""
@@ -120,28 +74,34 @@ def run(
     root = tempfile.mkdtemp(prefix="apollo11-bench-", dir=workdir or os.getcwd())
     # the CLI's own settings must not leak in (a token file, TLS, another server)
     env = {k: v for k, v in os.environ.items() if not k.startswith("APOLLO11_")}
-    port = free_port()
-    server = f"127.0.0.1:{port}"
-    commands = {
-        "status": ["-m", "apollo11.scheduler.cli", "status", "--server", server],
-        "submit": ["-m", "apollo11.scheduler.cli", "submit", "etl", "-q", "--server", server],
-        "import asyncio": ["-c", "import asyncio"],
-    }
-    progress(f"a standalone node on {server}")
-    node = _start_node(root, port, env)
-    times: dict[str, list[float]] = {name: [] for name in commands}
+    times: dict[str, list[float]] = {}
     where: dict[str, dict[str, float]] = {}
     try:
-        progress(f"{rounds} rounds of {', '.join(commands)} under -X importtime")
-        for _ in range(rounds):
-            for name, args in commands.items():  # alternated: noise hits all alike
-                total, top = _timed(args, env)
-                times[name].append(total)
-                where[name] = top
+        with _section(Path(root), "cli") as procs:  # the node is stopped however this ends
+            progress("a standalone node on loopback")
+            server = procs.node("bench").address
+            commands = {
+                "status": ["-m", "apollo11.scheduler.cli", "status", "--server", server],
+                "submit": [
+                    "-m",
+                    "apollo11.scheduler.cli",
+                    "submit",
+                    "etl",
+                    "-q",
+                    "--server",
+                    server,
+                ],
+                "import asyncio": ["-c", "import asyncio"],
+            }
+            times = {name: [] for name in commands}
+            progress(f"{rounds} rounds of {', '.join(commands)} under -X importtime")
+            for _ in range(rounds):
+                for name, args in commands.items():  # alternated: noise hits all alike
+                    total, top = _timed(args, env)
+                    times[name].append(total)
+                    where[name] = top
     finally:
-        node.terminate()
-        node.wait(timeout=30)
-    shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     yardstick = statistics.median(times["import asyncio"])
     out: dict[str, Any] = {
         "quick": quick,

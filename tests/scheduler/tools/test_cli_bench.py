@@ -4,6 +4,7 @@ figures themselves: docs/benchmarks.md, "CLI start-up")."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,6 @@ def test_a_short_run_measures_status_and_submit_against_a_live_node(tmp_path: Pa
         # among what it imported, and it imports more than asyncio alone
         assert "apollo11.scheduler.client" in s["heaviest_ms"], r
         assert s["median_ms"] > r["import_asyncio"]["median_ms"], r
-        assert s["met"] == (s["median_ms"] <= cli_bench.BUDGET_MS)
-    assert r["install"] == "editable"  # the tests run from the checkout
+    assert r["python"] == sys.executable
     assert dict(cli_bench.summary_rows(r))  # renders
     assert not list(tmp_path.iterdir()), "a run leaves nothing behind"
