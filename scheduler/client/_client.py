@@ -513,7 +513,16 @@ class Client:
         skipped its final one). Raises as `wait` does."""
         task = await self.wait(task_id, timeout=timeout)
         if model is not None:
-            return model.model_validate(_final_result(task))
+            from apollo11.scheduler import typed  # imports no pydantic of its own
+
+            fitted, wrong = typed.fit(model, _final_result(task), what="result")
+            if wrong is not None:
+                # recorded before the model was declared, or under another version of it
+                raise FailedPreconditionError(
+                    f"task {task.task_id} ({task.workflow}): its recorded result does not "
+                    f"fit {model.__name__}: {wrong}"
+                )
+            return fitted
         if [s.name for s in task.steps] == ["main"]:
             return task.steps[0].result
         return {s.name: s.result for s in task.steps}

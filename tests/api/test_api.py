@@ -341,6 +341,18 @@ def test_a_typed_result_is_described_and_read_as_the_model(node: NodeProc) -> No
         typed = c.result(sub.task_id, timeout=30, model=InvoiceResult)
         assert typed == InvoiceResult(invoice="inv-r1", total_cents=40, currency="EUR")
         assert c.result(sub.task_id)["issue"] == typed.model_dump(), "untyped: each step's"
+        # a model the recorded result does not fit (another version of it, say): named
+        from pydantic import BaseModel
+
+        class Receipt(BaseModel):
+            receipt_id: str
+
+        with pytest.raises(FailedPreconditionError) as e:
+            c.result(sub.task_id, model=Receipt)
+        assert f"task {sub.task_id} (invoice)" in str(e.value)
+        assert "result.receipt_id: Field required (the workflow's result is Receipt)" in str(
+            e.value
+        )
         described = c.workflow("invoice")
         assert described["result_schema"]["required"] == ["invoice", "total_cents", "currency"]
         assert c.workflow("etl")["result_schema"] is None
