@@ -917,7 +917,7 @@ def tasks(
     for r in rows:
         table.add_row(
             r.task_id,
-            r.workflow,
+            r.name or r.workflow,  # "shell nightly": a shell DAG under its own name
             r.state,
             f"{r.steps_done}/{r.steps_total}",
             _ms(r.submitted_ms),

@@ -56,6 +56,7 @@ from apollo11.scheduler.security import (
 from apollo11.scheduler.security.tls import KeyPair, read_pem, server_credentials
 from apollo11.scheduler.shell import SHELL_WORKFLOW
 from apollo11.scheduler.store import Store
+from apollo11.scheduler.taskname import ListedNames
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
@@ -177,6 +178,7 @@ class SchedulerService(pbg.SchedulerServicer):
         self.watchers = watchers
         self.watch_slots = watch_slots
         self.admission = admission
+        self._names = ListedNames()
 
     def _store(self) -> Store:
         store = self.node.store
@@ -299,7 +301,9 @@ class SchedulerService(pbg.SchedulerServicer):
         if token and not token.startswith("before:"):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
-        page, after = self._state.list_filtered(want_state, request.workflow, before, size)
+        state = self._state
+        page, after = state.list_filtered(want_state, request.workflow, before, size)
+        names = self._names.of(page, state.peek)
         return pb.ListTasksResponse(
             tasks=[
                 pb.TaskSummary(
@@ -310,6 +314,7 @@ class SchedulerService(pbg.SchedulerServicer):
                     updated_ms=s.updated_ms,
                     steps_done=s.done,
                     steps_total=s.total,
+                    name=names.get(s.task_id, s.workflow),
                 )
                 for s in page
             ],

@@ -111,6 +111,7 @@ def page_from_pb(m: pb.ListTasksResponse) -> Page:
                 updated_ms=t.updated_ms,
                 steps_done=t.steps_done,
                 steps_total=t.steps_total,
+                name=t.name or t.workflow,
             )
             for t in m.tasks
         ),

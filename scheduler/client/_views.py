@@ -104,11 +104,13 @@ class TaskSummaryView:
     updated_ms: int
     steps_done: int
     steps_total: int
+    name: str = ""  # the workflow, or "shell <name>" for a shell DAG that names itself
 
     def to_json(self) -> dict[str, Any]:
         return {
             "task_id": self.task_id,
             "workflow": self.workflow,
+            "name": self.name or self.workflow,
             "state": self.state,
             "submitted_ms": self.submitted_ms,
             "updated_ms": self.updated_ms,

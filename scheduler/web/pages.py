@@ -16,7 +16,6 @@ import datetime
 import getpass
 import os
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -30,7 +29,7 @@ from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.replay import TaskStatus
 from apollo11.scheduler.security import Role
-from apollo11.scheduler.taskname import task_name
+from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
 from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused
@@ -98,27 +97,10 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         rows: list[Any] = state().list_filtered(status, workflow, None, LIST_LIMIT)[0]
         return rows
 
-    shell_names: OrderedDict[str, str] = OrderedDict()  # task id -> its name, newest last
+    listed = ListedNames(SHELL_NAMES)
 
     def names(rows: list[Any]) -> dict[str, str]:
-        """Each shell row's name ("shell nightly"; a listing row holds the workflow
-        only): read from the task, in memory or its archive entry, for the shell rows
-        alone, once per task (a task's name never changes; the newest SHELL_NAMES
-        kept), so that paging through archived DAGs does not decode each again."""
-        st = state()
-        found = {}
-        for r in rows:
-            if r.workflow != "shell":
-                continue
-            name = shell_names.get(r.task_id)
-            if name is None:
-                t = st.peek(r.task_id)
-                name = task_name(t.workflow, t.input) if t is not None else r.workflow
-                shell_names[r.task_id] = name
-                if len(shell_names) > SHELL_NAMES:
-                    shell_names.popitem(last=False)
-            found[r.task_id] = name
-        return found
+        return listed.of(rows, state().peek)
 
     @app.get("/", response_class=HTMLResponse)
     async def cluster(request: Request) -> HTMLResponse:

@@ -370,3 +370,15 @@ def test_a_shell_dag_keeps_its_name(node: NodeProc) -> None:
         assert c.wait(sub.task_id).state == "SUCCEEDED"
     shown = cli("task", sub.task_id, server=node.address).stdout
     assert f"task {sub.task_id} (shell nightly v1)" in shown, shown
+    # and in the lists: the API's rows, `apollo11 tasks` and its --json
+    with SyncClient(node.address) as c:
+        row = next(t for t in c.tasks(workflow="shell").tasks if t.task_id == sub.task_id)
+        etl = next(iter(c.tasks(workflow="etl").tasks), None)
+    assert (row.workflow, row.name) == ("shell", "shell nightly")
+    assert etl is None or etl.name == "etl"
+    listed = cli("tasks", "--workflow", "shell", server=node.address).stdout.splitlines()
+    line = next(x for x in listed if x.startswith(sub.task_id))
+    assert line.split("  ")[1].strip() == "shell nightly", listed
+    as_json = cli("tasks", "--workflow", "shell", "--json", server=node.address).stdout
+    mine = next(t for t in json.loads(as_json) if t["task_id"] == sub.task_id)
+    assert (mine["workflow"], mine["name"]) == ("shell", "shell nightly")

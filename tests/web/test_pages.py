@@ -681,3 +681,32 @@ def test_https_with_the_nodes_certificate(tmp_path: Path) -> None:
             assert client.get("/tasks").status_code == 200
     finally:
         assert node.stop() == 0
+
+
+def test_listed_names_read_a_shell_tasks_name_once() -> None:
+    from types import SimpleNamespace as NS
+
+    from apollo11.scheduler.taskname import ListedNames
+
+    read: list[str] = []
+    tasks = {
+        "s1": NS(workflow="shell", input={"name": "nightly"}),
+        "s2": NS(workflow="shell", input={"steps": []}),
+        "s3": NS(workflow="shell", input={"name": "weekly"}),
+    }
+
+    def peek(task_id: str) -> object:
+        read.append(task_id)
+        return tasks.get(task_id)
+
+    names = ListedNames(keep=2)
+    rows = [NS(task_id=t, workflow=w) for t, w in [("s1", "shell"), ("e1", "etl"), ("s2", "shell")]]
+    assert names.of(rows, peek) == {"s1": "shell nightly", "s2": "shell"}
+    assert names.of(rows, peek) == {"s1": "shell nightly", "s2": "shell"}
+    assert read == ["s1", "s2"], "each shell task read once; other rows never"
+    names.of([NS(task_id="s3", workflow="shell")], peek)  # keeps 2: s1, the oldest, goes
+    assert names.of([NS(task_id="s2", workflow="shell")], peek) == {"s2": "shell"}
+    names.of([NS(task_id="s1", workflow="shell")], peek)
+    assert read == ["s1", "s2", "s3", "s1"]
+    gone = names.of([NS(task_id="s9", workflow="shell")], peek)
+    assert gone == {"s9": "shell"}, "a task no longer found is shown by its workflow"

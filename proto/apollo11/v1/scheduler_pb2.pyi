@@ -332,7 +332,7 @@ class ListTasksRequest(_message.Message):
     def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., workflow: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("task_id", "workflow", "state", "submitted_ms", "updated_ms", "steps_done", "steps_total")
+    __slots__ = ("task_id", "workflow", "state", "submitted_ms", "updated_ms", "steps_done", "steps_total", "name")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +340,7 @@ class TaskSummary(_message.Message):
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     STEPS_DONE_FIELD_NUMBER: _ClassVar[int]
     STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     workflow: str
     state: TaskState
@@ -347,7 +348,8 @@ class TaskSummary(_message.Message):
     updated_ms: int
     steps_done: int
     steps_total: int
-    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., steps_done: _Optional[int] = ..., steps_total: _Optional[int] = ...) -> None: ...
+    name: str
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., steps_done: _Optional[int] = ..., steps_total: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_page_token")
