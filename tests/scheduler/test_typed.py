@@ -401,42 +401,46 @@ def test_the_client_reads_the_task_result_from_its_one_final_step() -> None:
         _final_result(task(step("a", ()), step("ab", ("a",), "SKIPPED")))
 
 
-@pytest.mark.parametrize("isolation", ["thread", "process"])
-async def test_on_a_worker_a_returned_model_travels_as_its_json(isolation: str) -> None:
-    # orjson cannot encode a model: the check where the step runs turns it into JSON,
-    # in a step's own process too (which imports the module and never registers it)
-    import orjson
-
+async def _on_a_worker(module: str, isolation: str, a: Any) -> Any:
+    """The StepResult a real worker (`isolation`) sends for assignment `a` of a
+    workflow in `module`, to a primary played by the test."""
     from apollo11.scheduler.worker import Worker
     from apollo11.scheduler.workflow import Registry
-    from tests.scheduler.worker.fake import FakePrimary, assignment, serving
+    from tests.scheduler.worker.fake import FakePrimary, serving
 
     registry = Registry()
-    registry.load_module("apollo11.scheduler.examples")
+    registry.load_module(module)
     primary = FakePrimary()
     async with serving(primary):
         worker = Worker(primary.address, registry, name="w1", isolation=isolation)
         run = asyncio.create_task(worker.run())
         try:
             conn = await primary.next_conn()
-            a = assignment(
-                "issue",
-                81,
-                workflow="invoice",
-                input={"customer": {"id": "w9"}, "amount_cents": 3},
-                results={"price": {"total_cents": 3, "currency": "USD"}},
-            )
             await conn.assign(a)
-            r = await conn.result(a.token)
-            assert orjson.loads(r.result_json) == {
-                "invoice": "inv-w9",
-                "total_cents": 3,
-                "currency": "USD",
-            }
+            return await conn.result(a.token)
         finally:
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await run
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+async def test_on_a_worker_a_returned_model_travels_as_its_json(isolation: str) -> None:
+    # orjson cannot encode a model: the check where the step runs turns it into JSON,
+    # in a step's own process too (which imports the module and never registers it)
+    import orjson
+
+    from tests.scheduler.worker.fake import assignment
+
+    a = assignment(
+        "issue",
+        81,
+        workflow="invoice",
+        input={"customer": {"id": "w9"}, "amount_cents": 3},
+        results={"price": {"total_cents": 3, "currency": "USD"}},
+    )
+    r = await _on_a_worker("apollo11.scheduler.examples", isolation, a)
+    assert orjson.loads(r.result_json) == {"invoice": "inv-w9", "total_cents": 3, "currency": "USD"}
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])
@@ -445,24 +449,9 @@ async def test_a_result_model_set_after_the_steps_is_checked_in_a_steps_own_proc
 ) -> None:
     # review finding: a step's process found the step's bare function in its module
     # (never registered, so never wrapped) and sent back a result that does not fit
-    from apollo11.scheduler.worker import Worker
-    from apollo11.scheduler.workflow import Registry
-    from tests.scheduler.worker.fake import FakePrimary, assignment, serving
+    from tests.scheduler.worker.fake import assignment
 
-    registry = Registry()
-    registry.load_module("tests.scheduler.worker.late_result")
-    primary = FakePrimary()
-    async with serving(primary):
-        worker = Worker(primary.address, registry, name="w1", isolation=isolation)
-        run = asyncio.create_task(worker.run())
-        try:
-            conn = await primary.next_conn()
-            a = assignment("only", 82, workflow="late-result")
-            await conn.assign(a)
-            r = await conn.result(a.token)
-            assert r.WhichOneof("outcome") == "failure", r
-            assert "result.total: Input should be a valid integer" in r.failure.message
-        finally:
-            run.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await run
+    a = assignment("only", 82, workflow="late-result")
+    r = await _on_a_worker("tests.scheduler.worker.late_result", isolation, a)
+    assert r.WhichOneof("outcome") == "failure", r
+    assert "result.total: Input should be a valid integer" in r.failure.message
