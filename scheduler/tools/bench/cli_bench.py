@@ -79,7 +79,7 @@ def run(
     try:
         with _section(Path(root), "cli") as procs:  # the node is stopped however this ends
             progress("a standalone node on loopback")
-            server = procs.node("bench").address
+            server = procs.node("bench", env=env).address  # nor into the node
             commands = {
                 "status": ["-m", "apollo11.scheduler.cli", "status", "--server", server],
                 "submit": [

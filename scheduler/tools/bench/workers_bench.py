@@ -154,7 +154,9 @@ class _Procs:
     nodes: list[_Node] = field(default_factory=list)
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def node(self, name: str, *args: str, timeout: float = 60) -> _Node:
+    def node(
+        self, name: str, *args: str, timeout: float = 60, env: Mapping[str, str] | None = None
+    ) -> _Node:
         data_dir = self.base / name
         log_path = self.base / f"{name}.log"
         http = f"127.0.0.1:{free_port()}"
@@ -180,6 +182,7 @@ class _Procs:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:

@@ -32,7 +32,12 @@ def test_the_figure_is_the_top_level_imports_cumulative_times_summed() -> None:
 
 
 @pytest.mark.slow
-def test_a_short_run_measures_status_and_submit_against_a_live_node(tmp_path: Path) -> None:
+def test_a_short_run_measures_status_and_submit_against_a_live_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the operator's own settings reach neither the commands nor the bench's node
+    # (this one would stop a node from starting)
+    monkeypatch.setenv("APOLLO11_TOKENS_FILE", str(tmp_path / "no-such-file"))
     r = cli_bench.run(True, str(tmp_path), lambda _: None, rounds=2)
     for name in ("status", "submit"):
         s = r[name]
