@@ -134,8 +134,9 @@ def attempts(events: Iterable[Event]) -> list[Attempt]:
         elif t is EventType.WAIT:
             # a durable main's attempt ends in a WAIT: it sleeps or waits for an event,
             # and a later attempt resumes it (not a failure, and not running)
-            at = open_.pop((e.step_name, "attempt"), None)
-            if at is not None:
+            at = open_.get((e.step_name, "attempt"))
+            if at is not None and out[at].attempt == e.attempt:  # replay ignores any other
+                del open_[(e.step_name, "attempt")]
                 out[at] = dataclasses.replace(
                     out[at], outcome="waited", ended_ms=e.timestamp, output=tail(_waited(e))
                 )

@@ -144,3 +144,16 @@ def test_a_durable_mains_wait_ends_its_attempt_as_waited() -> None:
     assert found[0].output.text == "sleep until 2023-11-14 23:13:20 UTC"
     assert found[0].ended_ms == T0 + 300
     assert found[1].output.text == "event 'approved:o-1'"
+
+
+def test_a_wait_of_an_earlier_attempt_leaves_the_running_one_running() -> None:
+    # review finding: a late WAIT from attempt 1 (replay ignores it) closed attempt 2
+    found = attempts.attempts(
+        [
+            _e(1, EventType.STEP_STARTED, "main"),
+            _e(2, EventType.STEP_FAILED, "main", error="timed out after 1s", timeout=True),
+            _e(3, EventType.STEP_STARTED, "main", 2),
+            _durable(4, EventType.WAIT, 1, seq=1, kind="sleep", name="", until_ms=T0),
+        ]
+    )
+    assert [(a.attempt, a.outcome) for a in found] == [(1, "timed out"), (2, "running")]
