@@ -871,8 +871,8 @@ class Node:
                 f"(the lease handed out a term below this node's log)"
             )
         t0 = time.perf_counter()
+        await self._stop_following()  # (its last staged batches are applied by now)
         previous = self._previous_leader()  # before anything changes: it reads the log
-        await self._stop_following()
         self.fence.arm(renewed_at)
         self.saw_term(won.term)
         log_ = self.store.log

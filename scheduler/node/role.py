@@ -111,19 +111,21 @@ def began(me: str, previous: str | None, world: World | None) -> str:
     """How this node's term begins, recorded in its TERM_STARTED (`apollo11 history`).
 
     `previous` is the last term's leader (None: the log holds no term; "": its
-    TERM_STARTED is no longer kept). "bootstrap": no earlier term; "restart": the
-    previous leader was this node; "switchover": the previous leader's record names
-    this node as the one it hands over to; else "failover": the previous leader's
-    lease ended (it died, stopped, or was cut off); "" when that leader is unknown."""
+    TERM_STARTED is no longer kept, or could not be read). "bootstrap": no earlier
+    term; "restart": the previous leader was this node; "switchover": the previous
+    leader's record names this node as the one it hands over to; "failover": the
+    previous leader's lease ended (it died, stopped, or was cut off); "" when that
+    leader is unknown."""
     if previous is None:
         return "bootstrap"
     if previous == me:
         return "restart"
-    members = world.members.values() if world is not None else ()
-    # previous "": its TERM_STARTED is no longer kept; any record handing to this node
-    if any(m.handover == me and previous in ("", m.node_id) for m in members):
+    if not previous:
+        return ""  # who led before is not known (its TERM_STARTED not kept or not read)
+    record = world.members.get(previous) if world is not None else None
+    if record is not None and record.handover == me:
         return "switchover"
-    return "failover" if previous else ""  # "": who led before is not known
+    return "failover"
 
 
 def quorum(members: int, sync_replicas: int) -> int:
