@@ -49,9 +49,10 @@ def check_input(model: Any, raw: Any, *, what: str = "input") -> None:
         raise InvalidArgumentError(wrong)
 
 
-def fit(model: Any, raw: Any, *, what: str) -> tuple[Any, str | None]:
+def fit(model: Any, raw: Any, *, what: str, declared: bool = True) -> tuple[Any, str | None]:
     """(`raw` as an instance of `model`, None), or (None, the sentence that names each
-    field at fault: `result.total: Field required (the workflow's result is R)`)."""
+    field at fault: `result.total: Field required (the workflow's result is R)`;
+    without the parenthesis when `model` is not the workflow's own but a caller's)."""
     from pydantic import ValidationError
 
     try:
@@ -63,7 +64,7 @@ def fit(model: Any, raw: Any, *, what: str) -> tuple[Any, str | None]:
         return None, (
             f"{'; '.join(shown)}"
             + (f" (and {more} more)" if more > 0 else "")
-            + f" (the workflow's {what} is {model.__name__})"
+            + (f" (the workflow's {what} is {model.__name__})" if declared else "")
         )
 
 

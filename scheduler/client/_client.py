@@ -515,7 +515,7 @@ class Client:
         if model is not None:
             from apollo11.scheduler import typed  # imports no pydantic of its own
 
-            fitted, wrong = typed.fit(model, _final_result(task), what="result")
+            fitted, wrong = typed.fit(model, _final_result(task), what="result", declared=False)
             if wrong is not None:
                 # recorded before the model was declared, or under another version of it
                 raise FailedPreconditionError(
