@@ -41,8 +41,10 @@ class ListedNames:
             name = self._known.get(r.task_id)
             if name is None:
                 t = peek(r.task_id)
-                name = task_name(t.workflow, t.input) if t is not None else r.workflow
-                self._known[r.task_id] = name
+                if t is None:  # not found now (nothing kept: it may be found later)
+                    found[r.task_id] = r.workflow
+                    continue
+                name = self._known[r.task_id] = task_name(t.workflow, t.input)
                 if len(self._known) > self.keep:
                     self._known.popitem(last=False)
             found[r.task_id] = name

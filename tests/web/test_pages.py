@@ -709,4 +709,6 @@ def test_listed_names_read_a_shell_tasks_name_once() -> None:
     names.of([NS(task_id="s1", workflow="shell")], peek)
     assert read == ["s1", "s2", "s3", "s1"]
     gone = names.of([NS(task_id="s9", workflow="shell")], peek)
-    assert gone == {"s9": "shell"}, "a task no longer found is shown by its workflow"
+    assert gone == {"s9": "shell"}, "a task not found is shown by its workflow"
+    tasks["s9"] = NS(workflow="shell", input={"name": "late"})
+    assert names.of([NS(task_id="s9", workflow="shell")], peek) == {"s9": "shell late"}
