@@ -252,6 +252,13 @@ def _section(base: Path, name: str) -> Iterator[_Procs]:
         procs.close()
 
 
+def _cpu_s(pid: int) -> float:
+    """A process's CPU time so far, user and system (Linux: /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait_workers(http: str, n: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while _value(_scrape(http), "apollo11_workers_connected") < n:
@@ -374,9 +381,10 @@ def _throughput_one(
     try:
         _wait_count(node.http, "etl", "persist", 1, 60, every=0.1)
         time.sleep(warmup)
-        s0, t0 = _scrape(node.http), time.monotonic()
+        pids = [node.proc.pid, *(p.pid for p in procs.workers.values())]
+        s0, t0, cpu0 = _scrape(node.http), time.monotonic(), [_cpu_s(p) for p in pids]
         time.sleep(window)
-        s1, t1 = _scrape(node.http), time.monotonic()
+        s1, t1, cpu1 = _scrape(node.http), time.monotonic(), [_cpu_s(p) for p in pids]
     finally:
         stop.touch()
         load.result()
@@ -397,6 +405,10 @@ def _throughput_one(
         return _value(s, "apollo11_step_outcomes_total", workflow="etl", outcome="succeeded")
 
     done = (steps(s1) - steps(s0)) / ETL_STEPS
+    # CPU a step: steadier than tasks/s on a shared machine, and it says where the
+    # remote path's cost lies (the node's own, or the workers')
+    spent = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    per_step = 1e6 / max(steps(s1) - steps(s0), 1)
     gc_s = sum(
         _value(s1, "apollo11_gc_pause_seconds_sum", generation=g)
         - _value(s0, "apollo11_gc_pause_seconds_sum", generation=g)
@@ -404,6 +416,8 @@ def _throughput_one(
     )
     return {
         "tasks_per_s": round(done / (t1 - t0)),
+        "node_cpu_us_per_step": round(spent[0] * per_step, 1),
+        "workers_cpu_us_per_step": round(sum(spent[1:]) * per_step, 1),
         **_loop_figures(s0, s1),
         # the node's time in cyclic collections (gctune.py), a second of the window
         "gc_ms_per_s": round(gc_s * 1000 / (t1 - t0), 1),
@@ -831,6 +845,17 @@ def summary_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
                 "embedded; remote 1, 2, 4",
                 "; ".join(
                     f"{last[k]['loop_lag_p99_ms']} / {last[k]['scheduling_pass_p99_ms']} ms"
+                    for k in ("embedded", "remote_1", "remote_2", "remote_4")
+                ),
+            )
+        )
+        rows.append(
+            (
+                f"round {len(tp['rounds'])}: CPU a step, the node's (the workers'), "
+                "embedded; remote 1, 2, 4",
+                "; ".join(
+                    f"{last[k].get('node_cpu_us_per_step', '?')} "
+                    f"({last[k].get('workers_cpu_us_per_step', '?')}) µs"
                     for k in ("embedded", "remote_1", "remote_2", "remote_4")
                 ),
             )

@@ -36,3 +36,44 @@ def test_targets_are_met_or_missed_by_the_measured_values() -> None:
         "kill_detected_s": False,
     }
     assert t["kill_detected_s"]["value"] == 1.2
+
+
+def test_cpu_time_is_read_from_proc_and_grows_with_work() -> None:
+    import os
+    import time
+
+    before = workers_bench._cpu_s(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # 0.2 s of this process's CPU
+        pass
+    spent = workers_bench._cpu_s(os.getpid()) - before
+    assert 0.15 <= spent < 5, spent  # clock ticks: 10 ms each
+
+
+def test_the_throughput_rows_show_each_sides_cpu_a_step() -> None:
+    one = {
+        k: {
+            "tasks_per_s": 1000,
+            "vs_embedded": 1.0,
+            "loop_lag_p99_ms": 1,
+            "scheduling_pass_p99_ms": 1,
+            "node_cpu_us_per_step": cpu,
+            "workers_cpu_us_per_step": w,
+        }
+        for k, cpu, w in (
+            ("embedded", 74.5, 0.0),
+            ("remote_1", 140.0, 36.8),
+            ("remote_2", 98.0, 39.1),
+            ("remote_4", 110.0, 49.4),
+        )
+    }
+    r = {
+        "throughput": {
+            "rounds": [one],
+            "slots_per_worker": 256,
+            "median_vs_embedded": {"remote_1": 1.0, "remote_2": 1.0, "remote_4": 1.0},
+        }
+    }
+    rows = dict(workers_bench.summary_rows(r))
+    cpu = next(v for k, v in rows.items() if "CPU a step" in k)
+    assert cpu == "74.5 (0.0) µs; 140.0 (36.8) µs; 98.0 (39.1) µs; 110.0 (49.4) µs"
