@@ -13,7 +13,6 @@ from pathlib import Path
 import grpc
 
 from apollo11.scheduler.errors import InvalidArgumentError
-from apollo11.scheduler.security.tls import KeyPair, channel_credentials
 
 DEFAULT_SERVER = "127.0.0.1:7411"
 
@@ -53,6 +52,10 @@ def channel_credentials_for(
         return None
     if bool(cert) != bool(key):
         raise InvalidArgumentError("a client certificate needs its key, and a key its certificate")
+    # imported here: a plaintext command (loopback, `apollo11 dev`) never needs it, and
+    # every command's start-up counts (docs/benchmarks.md, "CLI start-up")
+    from apollo11.scheduler.security.tls import KeyPair, channel_credentials
+
     root = _read(ca, "--ca")
     cert_pem, key_pem = _read(cert, "--cert"), _read(key, "--key")
     pair = None if cert_pem is None or key_pem is None else KeyPair(cert=cert_pem, key=key_pem)
