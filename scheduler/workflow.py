@@ -398,7 +398,7 @@ class Workflow:
         the workflow declares one and `step` ends it (no step depends on it); `out` as
         it is otherwise. Raises StepError naming each field at fault, which fails the
         attempt: a result that does not fit is never recorded."""
-        if self.result is None or any(step in s.after for s in self.steps.values()):
+        if self.result is None or step not in self.final_steps():
             return out
         fitted, wrong = typed.result_json(self.result, out)
         if wrong is not None:

@@ -1300,7 +1300,7 @@ class Node:
 
     def _previous_leader(self) -> str | None:
         """The leader of the last term this log holds (None: it holds none; "": its
-        TERM_STARTED is no longer kept)."""
+        TERM_STARTED is no longer kept, or could not be read)."""
         assert self.store is not None
         terms = self.store.state.terms
         if not terms:
