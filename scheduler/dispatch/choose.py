@@ -61,8 +61,15 @@ def free_for(
     offers: Iterable[Offering], workflow: str, version: int, labels: Mapping[str, str]
 ) -> int:
     """The free slots of the workers that could take such an attempt."""
+    # a loop, not sum() over a generator: asked each time a slot frees (docs/benchmarks.md)
     want = (workflow, version)
-    return sum(max(0, o.free) for o in offers if want in o.workflows and _fits(o, labels))
+    n = 0
+    for o in offers:
+        if want in o.workflows and (not labels or _fits(o, labels)):
+            free = o.free
+            if free > 0:
+                n += free
+    return n
 
 
 def why_none(

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 IsCurrent = Callable[[str, str, AttemptToken, str], bool]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Inflight:
     """An attempt this node waits on: run here, or adopted from an earlier primary."""
 
@@ -129,7 +129,8 @@ class RemoteExecutor:
         self.term = 0
         self.accepting = False
         self._is_current: IsCurrent = lambda task_id, step, token, worker: False
-        self._inflight: dict[AttemptToken, _Inflight] = {}
+        # by token; looked up by a plain (term, event id) too, equal to it as a key
+        self._inflight: dict[tuple[int, int], _Inflight] = {}
         self._reported: dict[AttemptToken, _Reported] = {}
         self._keys: dict[Key, AttemptToken] = {}
         self._held: dict[Key, str] = {}  # slot holder of each placed/running step
@@ -192,7 +193,9 @@ class RemoteExecutor:
     def unplaced(self, workflow: str, version: int, labels: Mapping[str, str]) -> str | None:
         want = (workflow, version)
         for c in self.workers.values():  # the busy case, without building offers
-            if want in c.workflows and all(c.labels.get(k) == v for k, v in labels.items()):
+            if want in c.workflows and (
+                not labels or all(c.labels.get(k) == v for k, v in labels.items())
+            ):
                 return None
         return why_none(self._offers(), workflow, version, labels)
 
@@ -224,6 +227,17 @@ class RemoteExecutor:
         self._settling.pop(key, None)
 
     async def run(self, attempt: Attempt) -> Outcome:
+        sent = self._send(attempt)
+        # Not kept while the worker runs it: an attempt's context is a few objects more
+        # for the collector to scan, thousands of times a second (docs/benchmarks.md).
+        del attempt
+        if type(sent) is Lost:
+            return sent
+        assert type(sent) is _Inflight
+        return await self._wait(sent)
+
+    def _send(self, attempt: Attempt) -> _Inflight | Lost:
+        """Queue the attempt's assignment for its worker: what to wait on."""
         ctx = attempt.ctx
         key = (ctx.task_id, ctx.step)
         name = self._held.get(key, ctx.worker)
@@ -232,9 +246,7 @@ class RemoteExecutor:
             self._count_lost("closed")
             return Lost(f"worker {name} went away before the attempt was sent to it")
         token = attempt.token
-        inflight = _Inflight(token, key, name, ctx.beat)
-        inflight.journal = _journal_of(ctx.journal)
-        inflight.confirm()
+        inflight = _Inflight(token, key, name, ctx.beat, True, journal=_journal_of(ctx.journal))
         self._inflight[token] = inflight
         self._keys[key] = token
         input_json = b"" if ctx.input is None else orjson.dumps(ctx.input)
@@ -261,7 +273,7 @@ class RemoteExecutor:
             last_heartbeat_json=beat_json,
             node_id=self.node_id,
         )
-        return await self._wait(inflight)
+        return inflight
 
     async def adopt(self, attempt: Attempt, where: str) -> Outcome:
         ctx = attempt.ctx
@@ -438,33 +450,20 @@ class RemoteExecutor:
 
     def _result(self, conn: WorkerConn, r: wpb.StepResult) -> None:
         t = r.token  # each read of a message field builds a new Python object: once
-        token = AttemptToken(t.term, t.event_id)
-        key = (r.task_id, r.step)
+        term, event_id = t.term, t.event_id
         kind = r.WhichOneof("outcome")
-        inflight = self._inflight.get(token)
+        # a plain tuple finds it (equal to its AttemptToken as a key), one per result
+        inflight = self._inflight.get((term, event_id))
         if inflight is not None and inflight.worker != conn.name:
             # Only the worker an attempt was given to speaks for it.
             self._refuse(conn, r, f"the attempt was given to worker {inflight.worker}")
             return
-        if inflight is not None and kind == "cancelled":
-            key = inflight.key  # a cancel's answer is matched by its token alone
-        if inflight is not None and inflight.key == key:
-            if inflight.cancelling:
-                # The cancel's answer (or a result that crossed it): nothing runs now.
-                self._settled(key)
-                conn.ack(token, kind == "cancelled", "" if kind == "cancelled" else "cancelled")
-                if kind != "cancelled":
-                    self._refuse(conn, r, "its attempt was cancelled", ack=False)
-                return
-            if kind == "cancelled":  # cancelled by the worker itself (it is stopping)
-                inflight.end(Lost(f"worker {conn.name} cancelled it"))
-                self._acks[key] = (conn.name, token)
-                return
-            if not inflight.ended:
-                inflight.confirm()
-                inflight.end(_outcome(r, kind))
-                self._acks[key] = (conn.name, token)
+        # a cancel's answer is matched by its token alone
+        if inflight is not None and (kind == "cancelled" or inflight.key == (r.task_id, r.step)):
+            self._matched(conn, inflight, r, kind)
             return
+        token = AttemptToken(term, event_id)
+        key = (r.task_id, r.step)
         if kind != "cancelled" and self._is_current(r.task_id, r.step, token, conn.name):
             # Finished while no primary was there to hear it: kept for adoption.
             self._reported[token] = _Reported(conn.name, _outcome(r, kind))
@@ -478,6 +477,27 @@ class RemoteExecutor:
             r,
             "it is not the step's current attempt (retried, skipped, cancelled, or declared lost)",
         )
+
+    def _matched(
+        self, conn: WorkerConn, inflight: _Inflight, r: wpb.StepResult, kind: str | None
+    ) -> None:
+        """A worker's answer for an attempt this node waits on."""
+        token, key = inflight.token, inflight.key
+        if inflight.cancelling:
+            # The cancel's answer (or a result that crossed it): nothing runs now.
+            self._settled(key)
+            conn.ack(token, kind == "cancelled", "" if kind == "cancelled" else "cancelled")
+            if kind != "cancelled":
+                self._refuse(conn, r, "its attempt was cancelled", ack=False)
+            return
+        if kind == "cancelled":  # cancelled by the worker itself (it is stopping)
+            inflight.end(Lost(f"worker {conn.name} cancelled it"))
+            self._acks[key] = (conn.name, token)
+            return
+        if not inflight.ended:
+            inflight.confirm()
+            inflight.end(_outcome(r, kind))
+            self._acks[key] = (conn.name, token)
 
     def journal(self, conn: WorkerConn, req: wpb.JournalRequest) -> None:
         """A durable main on `conn` asks to record, or to resolve a wait: answered once
@@ -613,8 +633,10 @@ class RemoteExecutor:
             for c in sorted(self.workers.values(), key=lambda c: c.name)
         )
 
-    def _offers(self) -> Iterator[WorkerConn]:
-        return (c for c in self.workers.values() if c.closed is None)
+    def _offers(self) -> Iterable[WorkerConn]:
+        # A closed connection leaves `workers` as it closes (`_gone`, `connect`, `stop`):
+        # the connections themselves, with no filter, at every placement.
+        return self.workers.values()
 
     def _count_lost(self, how: str, n: int = 1) -> None:
         metrics.WORKER_LOST_ATTEMPTS.labels(how).inc(n)

@@ -22,7 +22,8 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, assert_never
 
 from apollo11.scheduler import defaults, metrics, tracing, waits
@@ -82,6 +83,7 @@ _CLOSING = frozenset(
     }
 )
 _NOTHING: frozenset[str] = frozenset()
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})  # a step that requires no labels
 Group = tuple[str, int, tuple[tuple[str, str], ...]]  # workflow, version, labels
 
 
@@ -609,7 +611,8 @@ class Engine:
         for group in list(self._unplaced):
             order, members = self._unplaced[group]
             woken = self._woken.get(group, 0)
-            n = self.executor.free_for(group[0], group[1], dict(group[2])) - woken
+            labels = dict(group[2]) if group[2] else _NO_LABELS
+            n = self.executor.free_for(group[0], group[1], labels) - woken
             if n <= 0:
                 continue
             moved = 0
@@ -625,6 +628,8 @@ class Engine:
 
     def _refill_ready(self) -> None:
         """Move waiting tasks, oldest first, to be decided first: one per free slot."""
+        if not self._queued:  # the everyday case with workers: they wait in `_unplaced`
+            return
         free = min(self.concurrency - self._slots_used, self.executor.free_slots())
         while self._queued and len(self._ready) < free:
             task_id = self._queued.popleft()

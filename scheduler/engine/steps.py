@@ -147,12 +147,14 @@ class StepRunner:
                 await self.fail(task_id, name, attempt, stopped)
                 return
             timeout = self.timeout_for(task.workflow, name, spec)
-            prepared = self._attempt(task, name, spec, attempt, timeout)
             executor = self.executor
             if spec.local:  # in process, whatever this node's execution
                 executor = self.compensator
                 self._local.add(key)
-            await self._execute(key, task, spec, attempt, timeout, executor.run(prepared))
+            # the attempt is the executor's alone (not a local here, alive while it runs:
+            # a remote one lets it go once it is sent)
+            call = executor.run(self._attempt(task, name, spec, attempt, timeout))
+            await self._execute(key, task, spec, attempt, timeout, call)
         except ApolloError as e:
             log.error(
                 "step %s/%s attempt %d: cannot record its outcome: %s", task_id, name, attempt, e
