@@ -59,21 +59,12 @@ WORKFLOWS = f"{EXAMPLES},{FLOWS}"
 LOAD_NICE = int(os.environ.get("APOLLO11_BENCH_LOAD_NICE", "10"))
 HEARTBEAT_TIMEOUT_S = 3.0
 HEARTBEAT_INTERVAL_S = 0.5
-# An embedded node does best at 256 steps at once on this machine (512 is slower: more
-# in flight, more overhead). The workers share as many slots (256, 2 x 128, 4 x 64):
-# both sides then have the same steps in flight, and the comparison is of what a
-# step costs, not of how deep a queue each side keeps (more slots than a no-op step
-# needs only add queueing and objects for the node's collector: docs/benchmarks.md,
-# Dec 3). APOLLO11_BENCH_WORKER_SLOTS gives every worker that many instead.
+# Each side at its best on this machine (docs/benchmarks.md, Dec 2): a worker of 64
+# slots leaves its node waiting on the slots' round trips (the node's loop 73% busy),
+# 256 keeps it busy; an embedded node does best at 256 (512 is slower: more in
+# flight, more overhead).
+THROUGHPUT_SLOTS = int(os.environ.get("APOLLO11_BENCH_WORKER_SLOTS", "256"))  # per worker
 EMBEDDED_CONCURRENCY = int(os.environ.get("APOLLO11_BENCH_EMBEDDED_CONCURRENCY", "256"))
-WORKER_SLOTS = os.environ.get("APOLLO11_BENCH_WORKER_SLOTS", "")
-
-
-def throughput_slots(workers: int) -> int:
-    """Each worker's slots in the throughput and dispatch sections."""
-    return int(WORKER_SLOTS) if WORKER_SLOTS else max(1, EMBEDDED_CONCURRENCY // workers)
-
-
 ETL_STEPS = 5  # collect, clean, feature, infer, persist
 THROUGHPUT_BACKLOG = 2000  # tasks submitted and not yet finished, kept topped up
 DISPATCH_TASKS_PER_S = 200  # five steps each: 1,000 steps/s
@@ -382,7 +373,7 @@ def _throughput_one(
     window: float,
 ) -> dict[str, Any]:
     if workers:
-        node = _remote_node(procs, name, workers, throughput_slots(workers))
+        node = _remote_node(procs, name, workers, THROUGHPUT_SLOTS)
     else:
         node = procs.node(name, "--concurrency", str(EMBEDDED_CONCURRENCY))
     stop = procs.base / f"{name}.stop"
@@ -461,7 +452,7 @@ def _throughput(
         if label != "embedded"
     }
     return {
-        "slots_per_worker": {label: throughput_slots(n) for label, n in configs.items() if n},
+        "slots_per_worker": THROUGHPUT_SLOTS,
         "embedded_concurrency": EMBEDDED_CONCURRENCY,
         "backlog_tasks": THROUGHPUT_BACKLOG,
         "window_s": window,
@@ -495,11 +486,7 @@ def _started_to_began(events: Sequence[Any], since: float) -> list[float]:
 def _dispatch_one(
     procs: _Procs, ex: ProcessPoolExecutor, name: str, workers: int, window: float
 ) -> dict[str, Any]:
-    node = (
-        _remote_node(procs, name, workers, throughput_slots(workers))
-        if workers
-        else procs.node(name)
-    )
+    node = _remote_node(procs, name, workers, THROUGHPUT_SLOTS) if workers else procs.node(name)
     body = {"seconds": 0}
     ex.submit(_offer, node.address, "bench_stamp", body, DISPATCH_TASKS_PER_S, 1.0).result()
     s0 = _scrape(node.http)
@@ -835,13 +822,6 @@ def targets(r: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _slots_text(slots: Any) -> str:
-    """Each worker's slots by configuration (one number in results of before Dec 3)."""
-    if isinstance(slots, Mapping):
-        return ", ".join(str(slots[k]) for k in ("remote_1", "remote_2", "remote_4") if k in slots)
-    return str(slots)
-
-
 def summary_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if "throughput" in r:
@@ -849,9 +829,8 @@ def summary_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
         for i, one in enumerate(tp["rounds"]):
             rows.append(
                 (
-                    f"round {i + 1}: five-step no-op tasks/s, embedded "
-                    f"({tp.get('embedded_concurrency', '?')} at once); remote with 1, 2, 4 "
-                    f"workers ({_slots_text(tp['slots_per_worker'])} slots each)",
+                    f"round {i + 1}: five-step no-op tasks/s, embedded; remote with 1, 2, 4 "
+                    f"workers ({tp['slots_per_worker']} slots each)",
                     f"{one['embedded']['tasks_per_s']:,}; "
                     + ", ".join(
                         f"{one[k]['tasks_per_s']:,} (x{one[k]['vs_embedded']})"

@@ -70,27 +70,10 @@ def test_the_throughput_rows_show_each_sides_cpu_a_step() -> None:
     r = {
         "throughput": {
             "rounds": [one],
-            "slots_per_worker": {"remote_1": 256, "remote_2": 128, "remote_4": 64},
-            "embedded_concurrency": 256,
+            "slots_per_worker": 256,
             "median_vs_embedded": {"remote_1": 1.0, "remote_2": 1.0, "remote_4": 1.0},
         }
     }
     rows = dict(workers_bench.summary_rows(r))
-    assert "embedded (256 at once); remote with 1, 2, 4 workers (256, 128, 64 slots each)" in (
-        next(k for k in rows if k.startswith("round 1: five-step"))
-    )
     cpu = next(v for k, v in rows.items() if "CPU a step" in k)
     assert cpu == "74.5 (0.0) µs; 140.0 (36.8) µs; 98.0 (39.1) µs; 110.0 (49.4) µs"
-
-
-def test_the_workers_share_the_embedded_nodes_concurrency(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # the same steps in flight on both sides, unless a per-worker count is asked for
-    monkeypatch.setattr(workers_bench, "EMBEDDED_CONCURRENCY", 256)
-    monkeypatch.setattr(workers_bench, "WORKER_SLOTS", "")
-    assert [workers_bench.throughput_slots(n) for n in (1, 2, 4)] == [256, 128, 64]
-    monkeypatch.setattr(workers_bench, "EMBEDDED_CONCURRENCY", 3)
-    assert workers_bench.throughput_slots(4) == 1, "never no slot at all"
-    monkeypatch.setattr(workers_bench, "WORKER_SLOTS", "200")
-    assert [workers_bench.throughput_slots(n) for n in (1, 2, 4)] == [200, 200, 200]
