@@ -214,6 +214,26 @@ class Cluster:
             time.sleep(0.05)
         raise AssertionError("no primary within the timeout:\n" + self.tail_logs())
 
+    def wait_formed(self, timeout: float = 60) -> Member:
+        """Until the primary streams to every other live member; returns the primary.
+        A standby that connects empty once the primary has a snapshot is sent that
+        snapshot (README, Rejoin): its log then begins after it, so a test that reads
+        a takeover's log from the first event needs every standby streaming before the
+        snapshot is taken."""
+        deadline = time.monotonic() + timeout
+        while True:
+            p = self.primary(timeout=max(1.0, deadline - time.monotonic()))
+            s = self.status(p) or {}
+            members = s.get("members") or []
+            assert isinstance(members, list)
+            connected = {m["node_id"] for m in members if m.get("connected")}
+            if all(m.node_id in connected for m in self.members if m.alive()):
+                return p
+            assert time.monotonic() < deadline, (
+                f"standbys not streaming: {members}\n" + self.tail_logs()
+            )
+            time.sleep(0.1)
+
     def wait_converged(self, timeout: float = 30) -> int:
         """Until every live member holds the same last event id; returns it."""
         deadline = time.monotonic() + timeout

@@ -29,6 +29,7 @@ TIMEOUT_S = 30.0  # the sleepers' deadline: well after the kill and the takeover
 def cluster(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[Cluster]:
     c = Cluster.create(tmp_path, etcd_server.url, cluster_name)
     c.start()
+    c.wait_formed()  # the takeover's log holds every event from the first
     yield c
     c.stop()
 

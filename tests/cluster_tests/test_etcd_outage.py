@@ -22,6 +22,7 @@ def test_primary_steps_down_without_etcd_and_the_cluster_recovers(tmp_path: Path
     c = Cluster.create(tmp_path / "nodes", etcd.url, "outage")
     (tmp_path / "nodes").mkdir()
     c.start()
+    c.wait_formed()  # the takeover's log holds every event from the first
     try:
         primary = c.primary()
         with SyncClient(c.endpoints) as client:
