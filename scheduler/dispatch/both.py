@@ -54,10 +54,10 @@ class BothExecutor:
     def watch_capacity(self, notify: Callable[[], None]) -> None:
         self.remote.watch_capacity(notify)
 
-    async def run(self, attempt: Attempt) -> Outcome:
+    def run(self, attempt: Attempt) -> Awaitable[Outcome]:
         if (attempt.ctx.task_id, attempt.ctx.step) in self._here:
-            return await self.local.run(attempt)
-        return await self.remote.run(attempt)
+            return self.local.run(attempt)
+        return self.remote.run(attempt)
 
     async def adopt(self, attempt: Attempt, where: str) -> Outcome:
         return await self.remote.adopt(attempt, where)

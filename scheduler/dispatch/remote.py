@@ -226,10 +226,23 @@ class RemoteExecutor:
             self._inflight.pop(token, None)
         self._settling.pop(key, None)
 
-    async def run(self, attempt: Attempt) -> Outcome:
+    def run(self, attempt: Attempt) -> Awaitable[Outcome]:
+        if tracing.on():
+            # sent once awaited, inside the attempt's span: its worker's trace parent
+            return self._run_in_span(attempt)
+        # Sent now, and what the runner awaits is the waiter itself: two coroutines
+        # fewer an attempt, at thousands a second (docs/benchmarks.md). The attempt's
+        # context is not kept while its worker runs it: a few objects more for the
+        # collector to scan.
         sent = self._send(attempt)
-        # Not kept while the worker runs it: an attempt's context is a few objects more
-        # for the collector to scan, thousands of times a second (docs/benchmarks.md).
+        del attempt
+        if type(sent) is Lost:
+            return _ended(sent)
+        assert type(sent) is _Inflight
+        return self._waiter(sent)
+
+    async def _run_in_span(self, attempt: Attempt) -> Outcome:
+        sent = self._send(attempt)
         del attempt
         if type(sent) is Lost:
             return sent
@@ -310,17 +323,19 @@ class RemoteExecutor:
         return await self._wait(inflight)
 
     async def _wait(self, inflight: _Inflight) -> Outcome:
+        return await self._waiter(inflight)
+
+    def _waiter(self, inflight: _Inflight) -> asyncio.Future[Outcome]:
+        """What the step's runner awaits: done when the attempt ends. Cancelling it (the
+        runner cancelled: a timeout, a cancel, leadership lost) leaves the attempt to
+        `abandon` or to the next primary; `release`, which follows in every case,
+        forgets it here."""
+        fut = asyncio.get_running_loop().create_future()
         if inflight.outcome is not None:
-            return inflight.outcome
-        inflight.waiter = asyncio.get_running_loop().create_future()
-        try:
-            return await inflight.waiter
-        except asyncio.CancelledError:
-            if not inflight.cancelling:
-                # Leadership lost (or the node stops): the worker keeps the attempt
-                # for the next primary; nothing to tell it.
-                self._inflight.pop(inflight.token, None)
-            raise
+            fut.set_result(inflight.outcome)
+        else:
+            inflight.waiter = fut
+        return fut
 
     def abandon(self, task_id: str, step: str, reason: str) -> None:
         key = (task_id, step)
@@ -640,6 +655,12 @@ class RemoteExecutor:
 
     def _count_lost(self, how: str, n: int = 1) -> None:
         metrics.WORKER_LOST_ATTEMPTS.labels(how).inc(n)
+
+
+def _ended(outcome: Outcome) -> asyncio.Future[Outcome]:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(outcome)
+    return fut
 
 
 def _journal_of(journal: object) -> StoreJournal | None:

@@ -143,9 +143,11 @@ class Executor(Protocol):
         """Call `notify` when slots become free other than by `release` (a worker
         connected)."""
 
-    async def run(self, attempt: Attempt) -> Outcome:
+    def run(self, attempt: Attempt) -> Awaitable[Outcome]:
         """Run the attempt and say how it ended. Never raises for the step's fault;
-        cancelling the call gives up on the attempt (see `abandon`, `settle`)."""
+        cancelling the call gives up on the attempt (see `abandon`, `settle`). An
+        awaitable, not necessarily a coroutine: the remote executor's is the future
+        its worker's result sets."""
 
     async def adopt(self, attempt: Attempt, where: str) -> Outcome:
         """An attempt an earlier primary STARTED on `where`: wait for its outcome

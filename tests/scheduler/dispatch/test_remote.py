@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from apollo11.scheduler import tracing
 from apollo11.scheduler.client import Client
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import EventType, FsyncPolicy
@@ -428,3 +431,30 @@ async def test_slots_freed_together_wake_as_many_waiting_tasks_as_they_can_take(
     assert engine.decisions <= 6 * tasks, (
         f"{engine.decisions} decisions for {tasks} tasks of two steps"
     )
+
+
+async def test_a_traced_attempt_reaches_its_worker_with_the_attempts_span(start: Any) -> None:
+    """The assignment's traceparent is the attempt's span (the worker's spans hang under
+    it), though with tracing off the assignment is sent before that span would open."""
+    exporter = InMemorySpanExporter()
+    tracing.install(SimpleSpanProcessor(exporter))
+    try:
+        node = await start()
+        w = RawWorker(f"127.0.0.1:{node.port}")
+        await w.connect()
+        async with Client(f"127.0.0.1:{node.port}") as c:
+            with tracing._tracer().start_as_current_span("the application"):
+                task_id = (await c.submit("pair", {"x": 1})).task_id
+            a = (await w.next("assign")).assignments[0]
+            await w.result(a, {"n": 1})
+            b = (await w.next("assign")).assignments[0]
+            await w.result(b, {"n": 2})
+            assert (await c.wait(task_id, timeout=20)).state == "SUCCEEDED"
+        await w.close()
+    finally:
+        tracing.uninstall()
+    steps = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("step ")}
+    for assignment, name in ((a, "step first"), (b, "step second")):
+        _, trace_id, span_id, _ = assignment.traceparent.split("-")
+        assert int(trace_id, 16) == steps[name].context.trace_id
+        assert int(span_id, 16) == steps[name].context.span_id
