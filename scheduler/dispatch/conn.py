@@ -32,6 +32,7 @@ class WorkerConn:
     labels: dict[str, str]
     address: str
     version: str
+    packed_acks: bool = False  # it reads Acks.accepted_event_ids (worker.proto)
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     held: set[Key] = field(default_factory=set)  # slots taken (placed, running, cancelling)
@@ -43,6 +44,9 @@ class WorkerConn:
     _assigned_at: list[float] = field(default_factory=list)
     _cancel: list[wpb.CancelAttempt] = field(default_factory=list)
     _acks: wpb.DispatchMessage | None = None
+    # accepted results of attempts STARTED in _accepted_term, sent packed (packed_acks)
+    _accepted: list[int] = field(default_factory=list)
+    _accepted_term: int = 0
     _replies: list[wpb.JournalReply] = field(default_factory=list)  # durable mains' journals
     last_sent: float = field(default_factory=time.monotonic)  # the writer's last write
     _ping: bool = False
@@ -72,6 +76,17 @@ class WorkerConn:
         self.wake()
 
     def ack(self, token: AttemptToken, accepted: bool, reason: str = "") -> None:
+        if accepted and self.packed_acks:
+            # the everyday case: an event id in a packed field, no message of its own
+            accepted_ = self._accepted
+            if not accepted_:
+                self._accepted_term = token.term
+                accepted_.append(token.event_id)
+                self.wake()
+                return
+            if token.term == self._accepted_term:
+                accepted_.append(token.event_id)
+                return  # woken by the first
         if self._acks is None:
             self._acks = wpb.DispatchMessage(acks=wpb.Acks())
         a = self._acks.acks.acks.add(accepted=accepted, reason=reason)
@@ -94,6 +109,9 @@ class WorkerConn:
         queued for it. Returns the tokens of the assignments not yet sent."""
         self.held |= old.held
         self._assign = old._assign + self._assign
+        for event_id in old._accepted:  # through ack: its term may not be this one's
+            self.ack(AttemptToken(old._accepted_term, event_id), True)
+        old._accepted = []
         self._assigned_at = old._assigned_at + self._assigned_at
         self._cancel = old._cancel + self._cancel
         if old._acks is not None:
@@ -102,7 +120,7 @@ class WorkerConn:
             self._acks = old._acks
         old.held = set()
         old._assign, old._assigned_at, old._cancel, old._acks = [], [], [], None
-        if self._assign or self._cancel or self._acks is not None:
+        if self._assign or self._cancel or self._acks is not None or self._accepted:
             self.wake()
         return {from_pb(a.token) for m in self._assign for a in m.assign.assignments}
 
@@ -120,6 +138,13 @@ class WorkerConn:
         for c in self._cancel:
             out.append(wpb.DispatchMessage(cancel=c))
         self._cancel = []
+        if self._accepted:
+            if self._acks is None:
+                self._acks = wpb.DispatchMessage(acks=wpb.Acks())
+            packed = self._acks.acks
+            packed.accepted_term = self._accepted_term
+            packed.accepted_event_ids.extend(self._accepted)
+            self._accepted = []
         if self._acks is not None:
             out.append(self._acks)
             self._acks = None
@@ -146,6 +171,7 @@ class WorkerConn:
             self._assign
             or self._cancel
             or self._acks is not None
+            or self._accepted
             or self._replies
             or self._ping
             or self.closed is not None

@@ -88,6 +88,7 @@ class WorkersService:
             labels=dict(reg.labels),
             address=context.peer(),
             version=reg.version,
+            packed_acks=reg.packed_acks,
         )
         try:
             stale = ex.connect(conn, list(reg.running))

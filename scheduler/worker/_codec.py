@@ -80,6 +80,7 @@ def register(
             labels=dict(labels),
             running=[_running(r) for r in running],
             version=version,
+            packed_acks=True,
         )
     )
 
@@ -205,7 +206,14 @@ def dispatch(m: pb.DispatchMessage) -> Dispatch | None:
     if body == "cancel":
         return Cancel(token_of(m.cancel.token), m.cancel.reason)
     if body == "acks":
-        return Acks(tuple(Ack(token_of(a.token), a.accepted, a.reason) for a in m.acks.acks))
+        acks = m.acks
+        term = acks.accepted_term
+        return Acks(
+            (
+                *(Ack(token_of(a.token), a.accepted, a.reason) for a in acks.acks),
+                *(Ack(Token(term, e), True, "") for e in acks.accepted_event_ids),
+            )
+        )
     if body == "journal":
         j = m.journal
         return JournalAnswer(j.id, j.error, j.retry, j.resolution_json, j.children_json, j.now_ms)

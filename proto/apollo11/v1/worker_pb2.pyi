@@ -37,7 +37,7 @@ class RunningAttempt(_message.Message):
     def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., heartbeat_json: _Optional[bytes] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version")
+    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version", "packed_acks")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class Register(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    PACKED_ACKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     instance: str
     slots: int
@@ -59,7 +60,8 @@ class Register(_message.Message):
     labels: _containers.ScalarMap[str, str]
     running: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
     version: str
-    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ...) -> None: ...
+    packed_acks: bool
+    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ..., packed_acks: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
     __slots__ = ("running",)
@@ -226,10 +228,14 @@ class ResultAck(_message.Message):
     def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Acks(_message.Message):
-    __slots__ = ("acks",)
+    __slots__ = ("acks", "accepted_term", "accepted_event_ids")
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_TERM_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[ResultAck]
-    def __init__(self, acks: _Optional[_Iterable[_Union[ResultAck, _Mapping]]] = ...) -> None: ...
+    accepted_term: int
+    accepted_event_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, acks: _Optional[_Iterable[_Union[ResultAck, _Mapping]]] = ..., accepted_term: _Optional[int] = ..., accepted_event_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class JournalReply(_message.Message):
     __slots__ = ("id", "error", "retry", "resolution_json", "children_json", "now_ms")

@@ -2,32 +2,31 @@
 
 The engine, its store and a `RemoteExecutor` in one process, with simulated workers
 in the same event loop: every assignment, result and acknowledgement crosses the
-wire format (serialized by one side, parsed by the other through the worker's own
-codec), but no socket and no gRPC. The same tasks with the in-process executor are
-the baseline. Run under an instruction counter, the difference of two trees does not
-depend on how fast the shared VM is this hour:
+wire format (serialized by the node, parsed by the worker's own codec, and back),
+but no socket and no gRPC. The same tasks with the in-process executor are the
+baseline. Counted in instructions, the difference of two trees does not depend on
+how fast the shared VM is this hour (docs/benchmarks.md):
 
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+    valgrind --tool=callgrind --separate-threads=yes --toggle-collect=functools_reduce \
         python -m apollo11.scheduler.tools.bench.remote_cost remote 2000
 
-minus a run with 0 tasks (start-up), divided by the steps. The simulated workers'
-share (parsing assignments, building results) is counted too: a change of the wire
-form moves both sides.
-"""
+then the event loop's thread (the file ending -01), minus a run with 0 tasks
+(start-up), divided by the steps. The workers' share (parsing assignments, building
+results) runs inside functools.reduce, which that toggle leaves uncounted: the count
+is the node's alone. One thread, so the count does not depend on how threads
+interleave (workers on threads of their own moved it by 5%)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
-import queue
 import resource
 import shutil
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from apollo11.scheduler.dispatch.conn import WorkerConn
@@ -46,26 +45,36 @@ BATCH = 250  # tasks a submission
 NULL = b"null"
 
 
-def _answer(inbox: queue.Queue[bytes | None], deliver: Callable[[bytes], None]) -> None:
-    """A worker, on a thread of its own (an instruction counter tells its share from the
-    node's): each assignment answered at once with a null result."""
-    while (data := inbox.get()) is not None:
+def _uncounted(wire: list[bytes]) -> list[bytes]:
+    """`_answer(wire)`, called from inside functools.reduce: under callgrind
+    --toggle-collect=functools_reduce it is not counted (the node never runs it)."""
+    return functools.reduce(lambda _, w: _answer(w), (wire,), [])
+
+
+def _answer(wire: list[bytes]) -> list[bytes]:
+    """What a worker does with the node's messages: each assignment answered at once
+    with a null result."""
+    out: list[bytes] = []
+    for data in wire:
         d = codec.dispatch(codec.DispatchMessage.FromString(data))
         if type(d) is Assign:
             answered = [Result.of(a, Succeeded(NULL), 0.0) for a in d.assignments]
-            for out in codec.results(answered):
-                deliver(out.SerializeToString())
+            out += (m.SerializeToString() for m in codec.results(answered))
+    return out
 
 
-async def _writer(conn: WorkerConn, inbox: queue.Queue[bytes | None], done: asyncio.Event) -> None:
-    """The node's side of a stream: what the executor queued, as bytes on the wire."""
+async def _worker(ex: RemoteExecutor, conn: WorkerConn, done: asyncio.Event) -> None:
+    """A stream: the node's side counted (what the executor queued, serialized; the
+    results parsed and taken), the worker's not. In one thread, so that the count
+    does not depend on how threads interleave."""
     while not done.is_set():
         await conn.work()
         if done.is_set() or conn.closed is not None:
             return
         messages, _ = conn.drain()
-        for m in messages:
-            inbox.put(m.SerializeToString())
+        wire = [m.SerializeToString() for m in messages]
+        for data in _uncounted(wire):
+            ex.results(conn, codec.WorkerMessage.FromString(data).results)
 
 
 async def _run(root: str, remote: bool, tasks: int, workers: int, slots: int) -> dict[str, Any]:
@@ -81,8 +90,6 @@ async def _run(root: str, remote: bool, tasks: int, workers: int, slots: int) ->
     ex: RemoteExecutor | None = None
     done = asyncio.Event()
     sims: list[asyncio.Task[None]] = []
-    inboxes: list[queue.Queue[bytes | None]] = []
-    threads: list[threading.Thread] = []
     if remote:
         ex = RemoteExecutor(node_id="bench")
         ex.start(store.log.term, lambda task_id, step, token, worker: False)
@@ -100,13 +107,7 @@ async def _run(root: str, remote: bool, tasks: int, workers: int, slots: int) ->
                 version="bench",
             )
             ex.connect(conn, [])
-            inbox: queue.Queue[bytes | None] = queue.Queue()
-            inboxes.append(inbox)
-            sims.append(asyncio.create_task(_writer(conn, inbox, done)))
-            threads.append(
-                threading.Thread(target=_answer, args=(inbox, _deliverer(ex, conn)), daemon=True)
-            )
-            threads[-1].start()
+            sims.append(asyncio.create_task(_worker(ex, conn, done)))
     cpu0, t0 = time.process_time(), time.perf_counter()
     ids: list[str] = []
     for start in range(0, tasks, BATCH):
@@ -119,10 +120,6 @@ async def _run(root: str, remote: bool, tasks: int, workers: int, slots: int) ->
         for c in ex.workers.values():
             c.wake()
         await asyncio.gather(*sims)
-        for inbox in inboxes:
-            inbox.put(None)
-        for t in threads:
-            t.join()
         await ex.stop("bench over")
     await engine.stop()
     await store.close()
@@ -136,20 +133,6 @@ async def _run(root: str, remote: bool, tasks: int, workers: int, slots: int) ->
         "cpu_us_per_step": round(cpu / max(1, steps) * 1e6, 1),
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-
-
-def _deliverer(ex: RemoteExecutor, conn: WorkerConn) -> Callable[[bytes], None]:
-    """How a worker thread hands the node a message: on the node's loop, parsed there
-    (as gRPC does)."""
-    loop = asyncio.get_running_loop()
-
-    def on_loop(data: bytes) -> None:
-        ex.results(conn, codec.WorkerMessage.FromString(data).results)
-
-    def deliver(data: bytes) -> None:
-        loop.call_soon_threadsafe(on_loop, data)
-
-    return deliver
 
 
 def measure(remote: bool, tasks: int, workers: int = 2, slots: int = 256) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from apollo11.scheduler.dispatch.conn import ASSIGN_BATCH_BYTES, WorkerConn
 from apollo11.scheduler.engine.executor import AttemptToken
 
 
-def _conn(name: str = "w1", instance: str = "i1") -> WorkerConn:
+def _conn(name: str = "w1", instance: str = "i1", *, packed: bool = False) -> WorkerConn:
     return WorkerConn(
         name=name,
         instance=instance,
@@ -15,6 +15,7 @@ def _conn(name: str = "w1", instance: str = "i1") -> WorkerConn:
         labels={},
         address="ipv4:127.0.0.1:1",
         version="0",
+        packed_acks=packed,
     )
 
 
@@ -74,3 +75,42 @@ def test_acks_go_together_and_a_new_stream_takes_over_what_was_not_sent() -> Non
     assert len(queued) == 1 and [m.WhichOneof("body") for m in out] == ["assign", "acks"]
     acks = [(a.token.event_id, a.accepted, a.reason) for a in out[1].acks.acks]
     assert acks == [(5, True, ""), (6, False, "not taken: cancelled")]
+
+
+def test_a_worker_that_reads_packed_acks_gets_accepted_ones_as_event_ids() -> None:
+    conn = _conn(packed=True)
+    for event_id in (11, 12, 13):
+        conn.ack(AttemptToken(3, event_id), True)
+    conn.ack(AttemptToken(3, 14), False, "not taken: timed out")  # a refusal says why
+    conn.ack(AttemptToken(2, 9), True)  # an attempt of an earlier term, adopted
+    (m,), _ = conn.drain()
+    assert m.acks.accepted_term == 3 and list(m.acks.accepted_event_ids) == [11, 12, 13]
+    whole = [(a.token.term, a.token.event_id, a.accepted, a.reason) for a in m.acks.acks]
+    assert whole == [(3, 14, False, "not taken: timed out"), (2, 9, True, "")]
+    assert conn.drain() == ([], [])
+    # a term of its own once the packed ones are sent
+    conn.ack(AttemptToken(2, 10), True)
+    (m,), _ = conn.drain()
+    assert m.acks.accepted_term == 2 and list(m.acks.accepted_event_ids) == [10]
+
+
+async def test_a_packed_ack_wakes_the_writer_and_moves_to_a_new_stream() -> None:
+    old = _conn(packed=True)
+    old.ack(AttemptToken(3, 5), True)
+    await old.work()  # returns at once: something to send
+    new = _conn(packed=True)
+    new.ack(AttemptToken(4, 6), True)
+    new.take_over(old)
+    assert old.drain() == ([], [])
+    (m,), _ = new.drain()
+    packed = (m.acks.accepted_term, list(m.acks.accepted_event_ids))
+    whole = [(a.token.term, a.token.event_id, a.accepted) for a in m.acks.acks]
+    assert packed == (4, [6]) and whole == [(3, 5, True)]
+
+
+def test_a_worker_that_does_not_read_them_gets_a_message_each() -> None:
+    conn = _conn()
+    conn.ack(AttemptToken(3, 11), True)
+    (m,), _ = conn.drain()
+    assert not m.acks.accepted_event_ids
+    assert [(a.token.event_id, a.accepted) for a in m.acks.acks] == [(11, True)]

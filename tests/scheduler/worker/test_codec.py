@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from apollo11.scheduler.worker._codec import RESULTS_BATCH_BYTES, results
-from apollo11.scheduler.worker._records import Cancelled, Failed, Result, Succeeded, Token
+from apollo11.scheduler.worker._codec import RESULTS_BATCH_BYTES, dispatch, register, results
+from apollo11.scheduler.worker._records import (
+    Ack,
+    Acks,
+    Cancelled,
+    Failed,
+    Result,
+    Succeeded,
+    Token,
+)
+from apollo11.v1 import worker_pb2 as pb
 
 
 def _r(event_id: int, outcome: Succeeded | Failed | Cancelled) -> Result:
@@ -42,3 +51,19 @@ def test_big_results_are_split_under_the_bound() -> None:
     assert [len(m.results.results) for m in out] == [3, 3, 3, 1]
     assert all(m.ByteSize() <= RESULTS_BATCH_BYTES for m in out)
     assert [r.token.event_id for m in out for r in m.results.results] == list(range(10))
+
+
+def test_acks_packed_or_whole_read_as_the_same_records() -> None:
+    m = pb.DispatchMessage(acks=pb.Acks(accepted_term=5, accepted_event_ids=[20, 21]))
+    m.acks.acks.add(accepted=False, reason="not taken: cancelled").token.event_id = 19
+    assert dispatch(m) == Acks(
+        (
+            Ack(Token(0, 19), False, "not taken: cancelled"),
+            Ack(Token(5, 20), True, ""),
+            Ack(Token(5, 21), True, ""),
+        )
+    )
+    reg = register(
+        name="w", instance="i", slots=1, workflows=(), labels={}, running=(), version="0"
+    )
+    assert reg.register.packed_acks  # this worker reads them: it says so
