@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 import os
 import time
+from bisect import bisect_left
+from collections.abc import Sequence
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
@@ -140,6 +142,26 @@ GC_PAUSE_SECONDS = Histogram(
     ["generation"],
     buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
 )
+
+
+def observe_all(h: Histogram, amounts: Sequence[float]) -> None:
+    """`h.observe(a)` for each of `amounts` (a batch: the assignments of one message),
+    with one lock per bucket touched rather than two per amount: an observe costs
+    about a microsecond, once per remote step otherwise. An unlabelled histogram."""
+    bounds = getattr(h, "_upper_bounds", None)
+    buckets = getattr(h, "_buckets", None)
+    total = getattr(h, "_sum", None)
+    if bounds is None or buckets is None or total is None:  # another client's insides
+        for a in amounts:
+            h.observe(a)
+        return
+    counts = [0] * len(bounds)
+    for a in amounts:
+        counts[bisect_left(bounds, a)] += 1  # the first bound >= a, as observe finds it
+    total.inc(sum(amounts))
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 def watch_gc() -> None:

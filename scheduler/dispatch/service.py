@@ -122,8 +122,7 @@ class WorkersService:
                 conn.last_sent = time.monotonic()
                 if queued:
                     now = time.perf_counter()
-                    for t in queued:
-                        metrics.DISPATCH_SECONDS.observe(now - t)
+                    metrics.observe_all(metrics.DISPATCH_SECONDS, [now - t for t in queued])
             if reader.done() and not reader.cancelled():
                 how = reader.result()
         except asyncio.CancelledError:

@@ -1,8 +1,9 @@
-"""The exposition carries no `_created` series beside the counters and histograms."""
+"""The exposition carries no `_created` series beside the counters and histograms; a
+batch observed at once reads as each observed alone."""
 
 from __future__ import annotations
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from apollo11.scheduler import metrics
 
@@ -13,3 +14,23 @@ def test_no_created_series() -> None:
     text = generate_latest().decode()
     assert "apollo11_log_appends_total" in text
     assert "_created" not in text
+
+
+def test_observe_all_is_observe_for_each() -> None:
+    """A batch observed at once reads exactly as the same amounts observed one by one:
+    each bucket (a bound's own amount included), the count, the sum."""
+    buckets = (0.001, 0.01, 0.1)
+    one = Histogram("one_by_one_seconds", "x", buckets=buckets, registry=CollectorRegistry())
+    batch = Histogram("at_once_seconds", "x", buckets=buckets, registry=CollectorRegistry())
+    amounts = [0.0, 0.0005, 0.001, 0.002, 0.01, 0.05, 0.1, 0.5, 7.0, 0.001]
+    for a in amounts:
+        one.observe(a)
+    metrics.observe_all(batch, amounts)
+    metrics.observe_all(batch, [])
+
+    def samples(h: Histogram) -> list[tuple[str, dict[str, str], float]]:
+        (family,) = h.collect()
+        return [(s.name.split("_seconds")[1], s.labels, s.value) for s in family.samples]
+
+    assert samples(batch) == samples(one)
+    assert samples(one)[0] == ("_bucket", {"le": "0.001"}, 4.0)  # 0, 0.0005, 0.001 twice
