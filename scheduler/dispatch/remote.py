@@ -462,6 +462,45 @@ class RemoteExecutor:
         conn.last_seen = time.monotonic()
         for r in results.results:
             self._result(conn, r)
+        if results.ok_event_ids or results.ok_terms:
+            self._succeeded(conn, results)
+
+    def _succeeded(self, conn: WorkerConn, res: wpb.Results) -> None:
+        """Succeeded results in columns (Results.ok_*): the everyday case taken here,
+        without a message each; anything else as a whole result (`_result`)."""
+        columns = (
+            res.ok_terms,
+            res.ok_event_ids,
+            res.ok_task_ids,
+            res.ok_steps,
+            res.ok_attempts,
+            res.ok_results_json,
+        )
+        n = len(columns[0])
+        if any(len(c) != n for c in columns) or len(res.ok_seconds) != n:
+            # A worker's fault, never skipped: its attempts are lost and run again.
+            log.error("worker %s sent results whose columns differ in length", conn.name)
+            self._gone(conn, "it sent results whose columns differ in length")
+            return
+        name = conn.name
+        inflights = self._inflight
+        acks = self._acks
+        for term, event_id, task_id, step, attempt, body in zip(*columns, strict=True):
+            inflight = inflights.get((term, event_id))
+            if (
+                inflight is None
+                or inflight.worker != name
+                or inflight.cancelling
+                or inflight.key != (task_id, step)
+            ):
+                r = wpb.StepResult(task_id=task_id, step=step, attempt=attempt, result_json=body)
+                r.token.term, r.token.event_id = term, event_id
+                self._result(conn, r)
+                continue
+            if inflight.outcome is None:
+                inflight.confirm()
+                inflight.end(_success(body))
+                acks[inflight.key] = (name, inflight.token)
 
     def _result(self, conn: WorkerConn, r: wpb.StepResult) -> None:
         t = r.token  # each read of a message field builds a new Python object: once
@@ -680,14 +719,17 @@ def _durable_pb(j: StoreJournal | None) -> wpb.DurableJournal | None:
     )
 
 
+def _success(body: bytes) -> Outcome:
+    try:
+        return Succeeded(orjson.loads(body) if body else None)
+    except orjson.JSONDecodeError as e:
+        return Failed("InvalidResult", f"the worker sent a result that is not JSON: {e}", {})
+
+
 def _outcome(r: wpb.StepResult, kind: str | None) -> Outcome:
     """`kind`: r.WhichOneof("outcome"), which the caller has read already."""
     if kind == "result_json":
-        body = r.result_json
-        try:
-            return Succeeded(orjson.loads(body) if body else None)
-        except orjson.JSONDecodeError as e:
-            return Failed("InvalidResult", f"the worker sent a result that is not JSON: {e}", {})
+        return _success(r.result_json)
     if kind == "failure":
         f = r.failure
         details: dict[str, Any] = {}

@@ -110,6 +110,7 @@ class WorkersService:
                         heartbeat_timeout_s=ex.heartbeat_timeout_s,
                         stale=[to_pb(t) for t in stale],
                         pings=True,
+                        packed_results=True,
                     )
                 )
             )

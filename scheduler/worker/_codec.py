@@ -119,18 +119,66 @@ def _size(r: Result) -> int:
     return RESULT_OVERHEAD_BYTES
 
 
-def results(batch: Iterable[Result]) -> list[pb.WorkerMessage]:
-    """The results as messages of bounded size (none for an empty batch)."""
+def results(batch: Iterable[Result], *, packed: bool = False) -> list[pb.WorkerMessage]:
+    """The results as messages of bounded size (none for an empty batch). `packed`:
+    the primary reads succeeded results in columns (Registered.packed_results)."""
     out: list[pb.WorkerMessage] = []
     size = 0
+    columns: _Columns | None = None
     for r in batch:
         n = _size(r)
         if not out or (size and size + n > RESULTS_BATCH_BYTES):
+            if columns is not None:
+                columns.into(out[-1].results)
+                columns = None
             out.append(pb.WorkerMessage(results=pb.Results()))
             size = 0
-        _fill(out[-1].results.results.add(), r)
+        outcome = r.outcome
+        if packed and type(outcome) is Succeeded:
+            if columns is None:
+                columns = _Columns()
+            columns.add(r, outcome.result_json)
+        else:
+            _fill(out[-1].results.results.add(), r)
         size += n
+    if columns is not None:
+        columns.into(out[-1].results)
     return out
+
+
+class _Columns:
+    """Succeeded results, a list a column, set into their message with one call each:
+    a message a result costs several times as much to build, and to read."""
+
+    __slots__ = ("attempts", "bodies", "event_ids", "seconds", "steps", "task_ids", "terms")
+
+    def __init__(self) -> None:
+        self.terms: list[int] = []
+        self.event_ids: list[int] = []
+        self.task_ids: list[str] = []
+        self.steps: list[str] = []
+        self.attempts: list[int] = []
+        self.bodies: list[bytes] = []
+        self.seconds: list[float] = []
+
+    def add(self, r: Result, body: bytes) -> None:
+        term, event_id = r.token
+        self.terms.append(term)
+        self.event_ids.append(event_id)
+        self.task_ids.append(r.task_id)
+        self.steps.append(r.step)
+        self.attempts.append(r.attempt)
+        self.bodies.append(body)
+        self.seconds.append(r.seconds)
+
+    def into(self, m: pb.Results) -> None:
+        m.ok_terms.extend(self.terms)
+        m.ok_event_ids.extend(self.event_ids)
+        m.ok_task_ids.extend(self.task_ids)
+        m.ok_steps.extend(self.steps)
+        m.ok_attempts.extend(self.attempts)
+        m.ok_results_json.extend(self.bodies)
+        m.ok_seconds.extend(self.seconds)
 
 
 def journal_request(
@@ -194,6 +242,7 @@ def registration(m: pb.DispatchMessage) -> Registration:
         heartbeat_timeout_s=r.heartbeat_timeout_s,
         stale=frozenset(token_of(t) for t in r.stale),
         pings=r.pings,
+        packed_results=r.packed_results,
     )
 
 

@@ -118,6 +118,7 @@ class Registration:
     heartbeat_timeout_s: float
     stale: frozenset[Token]
     pings: bool = False  # it writes at least every interval (a frozen one does not)
+    packed_results: bool = False  # it reads succeeded results in columns (worker.proto)
 
 
 @dataclass(frozen=True, slots=True)

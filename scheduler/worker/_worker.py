@@ -483,7 +483,8 @@ class Worker:
             for message in journal:
                 await call.write(message)
             batch = self._outbox.take_unsent()
-            for message in codec.results(batch):
+            reg = session.registration  # None until Registered is read: the whole form
+            for message in codec.results(batch, packed=reg is not None and reg.packed_results):
                 await call.write(message)
             if time.monotonic() >= last_beat + self._interval:
                 await call.write(codec.heartbeat(a.running() for a in self._attempts.values()))

@@ -102,10 +102,24 @@ class StepResult(_message.Message):
     def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ..., cancelled: _Optional[bool] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class Results(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "ok_terms", "ok_event_ids", "ok_task_ids", "ok_steps", "ok_attempts", "ok_results_json", "ok_seconds")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    OK_TERMS_FIELD_NUMBER: _ClassVar[int]
+    OK_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    OK_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    OK_STEPS_FIELD_NUMBER: _ClassVar[int]
+    OK_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    OK_RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    OK_SECONDS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[StepResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ...) -> None: ...
+    ok_terms: _containers.RepeatedScalarFieldContainer[int]
+    ok_event_ids: _containers.RepeatedScalarFieldContainer[int]
+    ok_task_ids: _containers.RepeatedScalarFieldContainer[str]
+    ok_steps: _containers.RepeatedScalarFieldContainer[str]
+    ok_attempts: _containers.RepeatedScalarFieldContainer[int]
+    ok_results_json: _containers.RepeatedScalarFieldContainer[bytes]
+    ok_seconds: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., ok_terms: _Optional[_Iterable[int]] = ..., ok_event_ids: _Optional[_Iterable[int]] = ..., ok_task_ids: _Optional[_Iterable[str]] = ..., ok_steps: _Optional[_Iterable[str]] = ..., ok_attempts: _Optional[_Iterable[int]] = ..., ok_results_json: _Optional[_Iterable[bytes]] = ..., ok_seconds: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class JournalRequest(_message.Message):
     __slots__ = ("id", "token", "task_id", "step", "record", "resolve_wait_json")
@@ -188,20 +202,22 @@ class DurableJournal(_message.Message):
     def __init__(self, checkpoints_json: _Optional[bytes] = ..., wait_json: _Optional[bytes] = ..., first_event_id: _Optional[int] = ..., now_ms: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale", "pings")
+    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale", "pings", "packed_results")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     STALE_FIELD_NUMBER: _ClassVar[int]
     PINGS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_RESULTS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     term: int
     heartbeat_interval_s: float
     heartbeat_timeout_s: float
     stale: _containers.RepeatedCompositeFieldContainer[AttemptToken]
     pings: bool
-    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ..., pings: _Optional[bool] = ...) -> None: ...
+    packed_results: bool
+    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ..., pings: _Optional[bool] = ..., packed_results: _Optional[bool] = ...) -> None: ...
 
 class Assign(_message.Message):
     __slots__ = ("assignments",)

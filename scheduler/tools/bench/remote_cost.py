@@ -59,7 +59,7 @@ def _answer(wire: list[bytes]) -> list[bytes]:
         d = codec.dispatch(codec.DispatchMessage.FromString(data))
         if type(d) is Assign:
             answered = [Result.of(a, Succeeded(NULL), 0.0) for a in d.assignments]
-            out += (m.SerializeToString() for m in codec.results(answered))
+            out += (m.SerializeToString() for m in codec.results(answered, packed=True))
     return out
 
 

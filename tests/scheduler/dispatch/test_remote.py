@@ -458,3 +458,67 @@ async def test_a_traced_attempt_reaches_its_worker_with_the_attempts_span(start:
         _, trace_id, span_id, _ = assignment.traceparent.split("-")
         assert int(trace_id, 16) == steps[name].context.trace_id
         assert int(span_id, 16) == steps[name].context.span_id
+
+
+async def _assignments(w: RawWorker, n: int) -> list[Any]:
+    """The next `n` assignments, in however many messages they come."""
+    got: list[Any] = []
+    while len(got) < n:
+        got += (await w.next("assign")).assignments
+    return got
+
+
+async def test_succeeded_results_in_columns_are_taken_and_a_stale_one_refused(
+    start: Any,
+) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    reg = await w.connect()
+    assert reg.packed_results  # this primary reads them
+    assert node.engine is not None
+    ids = [(await node.engine.submit("pair", {"x": i})).task_id for i in range(2)]
+    firsts = await _assignments(w, 2)
+    await w.packed([(a, {"n": 1}) for a in firsts])
+    accepted: list[int] = []
+    while len(accepted) < 2:  # old-form acks: this raw worker did not ask for packed ones
+        accepted += [x.token.event_id for x in (await w.next("acks")).acks if x.accepted]
+    assert sorted(accepted) == sorted(a.token.event_id for a in firsts)
+    seconds = await _assignments(w, 2)
+    assert {a.step for a in seconds} == {"second"}
+    await w.packed([(a, {"n": 2}) for a in seconds])
+    for t in ids:
+        task = await _wait(node, t)
+        assert task.status is TaskStatus.SUCCEEDED and task.steps["second"].result == {"n": 2}
+    # the same result again: not the step's current attempt any more, refused by name
+    await w.packed([(seconds[0], {"n": 3})])
+    refused: list[Any] = []
+    while not refused:
+        refused = [x for x in (await w.next("acks")).acks if not x.accepted]
+    assert refused[0].token == seconds[0].token
+    assert "not the step's current attempt" in refused[0].reason
+    assert len(_events(node, ids[0], EventType.STEP_SUCCEEDED)) == 2
+    await w.close()
+
+
+async def test_results_whose_columns_differ_end_the_stream_and_the_attempt_runs_again(
+    start: Any,
+) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    await w.packed([(a, {"n": 1})], cut=1)  # no task id for its one row
+    async with asyncio.timeout(10):
+        while not _events(node, task_id, EventType.STEP_FAILED):
+            await asyncio.sleep(0.02)
+    (failed,) = _events(node, task_id, EventType.STEP_FAILED)
+    assert failed.payload.get("lost") and "columns differ" in failed.payload["error"]
+    assert _events(node, task_id, EventType.STEP_SUCCEEDED) == []
+    await w.close()
+    w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
+    await w2.connect()
+    again = (await w2.next("assign")).assignments[0]
+    assert (again.step, again.attempt) == ("first", 2)
+    await w2.close()

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from apollo11.scheduler.worker._codec import RESULTS_BATCH_BYTES, dispatch, register, results
+from apollo11.scheduler.worker._codec import (
+    RESULTS_BATCH_BYTES,
+    dispatch,
+    register,
+    registration,
+    results,
+)
 from apollo11.scheduler.worker._records import (
     Ack,
     Acks,
@@ -67,3 +73,50 @@ def test_acks_packed_or_whole_read_as_the_same_records() -> None:
         name="w", instance="i", slots=1, workflows=(), labels={}, running=(), version="0"
     )
     assert reg.register.packed_acks  # this worker reads them: it says so
+
+
+def test_packed_succeeded_results_go_in_columns_and_the_rest_whole() -> None:
+    batch = [
+        _r(1, Succeeded(b'{"rows": 1}')),
+        _r(2, Failed("ValueError", "bad row", b"{}", declared=False)),
+        _r(3, Succeeded(b"null")),
+        _r(4, Cancelled()),
+    ]
+    (m,) = results(batch, packed=True)
+    r = m.results
+    assert [x.token.event_id for x in r.results] == [2, 4]
+    rows = list(
+        zip(
+            r.ok_terms,
+            r.ok_event_ids,
+            r.ok_task_ids,
+            r.ok_steps,
+            r.ok_attempts,
+            r.ok_results_json,
+            r.ok_seconds,
+            strict=True,
+        )
+    )
+    assert rows == [
+        (4, 1, "t1", "clean", 2, b'{"rows": 1}', 0.25),
+        (4, 3, "t3", "clean", 2, b"null", 0.25),
+    ]
+    # not packed (a primary that does not read columns): a message each, as before
+    (whole,) = results(batch)
+    assert len(whole.results.results) == 4 and not whole.results.ok_event_ids
+
+
+def test_packed_results_are_split_under_the_bound_each_message_with_its_columns() -> None:
+    body = b'"' + b"x" * (1024 * 1024) + b'"'  # 1 MiB each
+    batch = [_r(i, Succeeded(body)) for i in range(10)]
+    out = results(batch, packed=True)
+    assert [list(m.results.ok_event_ids) for m in out] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert all(m.ByteSize() <= RESULTS_BATCH_BYTES for m in out)
+
+
+def test_the_registration_says_whether_the_primary_reads_columns() -> None:
+    def reg(**fields: bool) -> pb.DispatchMessage:
+        return pb.DispatchMessage(registered=pb.Registered(node_id="n1", term=2, **fields))
+
+    assert registration(reg(packed_results=True)).packed_results
+    assert not registration(reg()).packed_results  # an older primary: a message each
