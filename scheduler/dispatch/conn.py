@@ -33,6 +33,7 @@ class WorkerConn:
     address: str
     version: str
     packed_acks: bool = False  # it reads Acks.accepted_event_ids (worker.proto)
+    packed_assignments: bool = False  # it reads Assign's columns (worker.proto)
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     held: set[Key] = field(default_factory=set)  # slots taken (placed, running, cancelling)
@@ -41,6 +42,7 @@ class WorkerConn:
     # assignments not yet sent, in messages of at most about ASSIGN_BATCH_BYTES
     _assign: list[wpb.DispatchMessage] = field(default_factory=list)
     _assign_size: int = 0  # an estimate of the last message's bytes
+    _columns: _Columns | None = None  # plain assignments of the last message, not yet in it
     _assigned_at: list[float] = field(default_factory=list)
     _cancel: list[wpb.CancelAttempt] = field(default_factory=list)
     _acks: wpb.DispatchMessage | None = None
@@ -59,14 +61,76 @@ class WorkerConn:
     def assign(self, token: AttemptToken, size: int, **fields: Any) -> None:
         """Queue an assignment (`fields`: wpb.Assignment's, but its token); `size`: the
         bytes of its JSON fields, which bound a message (a worker's receive limit)."""
+        a = self._message(size).assign.assignments.add(**fields)
+        a.token.term = token.term
+        a.token.event_id = token.event_id
+        self._queued()
+
+    def assign_plain(
+        self,
+        token: AttemptToken,
+        size: int,
+        node_id: str,
+        task_id: str,
+        step: str,
+        attempt: int,
+        workflow: str,
+        version: int,
+        input_json: bytes,
+        results_json: bytes,
+        timeout_s: float,
+    ) -> None:
+        """Queue a plain assignment (no durable journal, trace or heartbeat details):
+        in columns to a worker that reads them (packed_assignments), else as `assign`."""
+        if not self.packed_assignments:
+            self.assign(
+                token,
+                size,
+                node_id=node_id,
+                task_id=task_id,
+                step=step,
+                attempt=attempt,
+                workflow=workflow,
+                version=version,
+                input_json=input_json,
+                results_json=results_json,
+                timeout_s=timeout_s,
+            )
+            return
+        self._message(size)
+        c = self._columns
+        if c is None:
+            c = self._columns = _Columns(node_id)
+        c.terms.append(token.term)
+        c.event_ids.append(token.event_id)
+        c.task_ids.append(task_id)
+        c.steps.append(step)
+        c.attempts.append(attempt)
+        c.workflows.append(workflow)
+        c.versions.append(version)
+        c.inputs.append(input_json)
+        c.results.append(results_json)
+        c.timeouts.append(timeout_s)
+        self._queued()
+
+    def _message(self, size: int) -> wpb.DispatchMessage:
+        """The Assign message an assignment of `size` bytes goes in."""
         size += ASSIGNMENT_OVERHEAD_BYTES
         if not self._assign or self._assign_size + size > ASSIGN_BATCH_BYTES:
+            self._flush_columns()
             self._assign.append(wpb.DispatchMessage(assign=wpb.Assign()))
             self._assign_size = 0
         self._assign_size += size
-        a = self._assign[-1].assign.assignments.add(**fields)
-        a.token.term = token.term
-        a.token.event_id = token.event_id
+        return self._assign[-1]
+
+    def _flush_columns(self) -> None:
+        """The last message's columns into it (each column set with one call)."""
+        c = self._columns
+        if c is not None:
+            c.into(self._assign[-1].assign)
+            self._columns = None
+
+    def _queued(self) -> None:
         self._assigned_at.append(time.perf_counter())
         self.assigned += 1
         self.wake()
@@ -108,6 +172,8 @@ class WorkerConn:
         """This is `old`'s process on a new stream: take its slots and what was still
         queued for it. Returns the tokens of the assignments not yet sent."""
         self.held |= old.held
+        old._flush_columns()
+        self._flush_columns()
         self._assign = old._assign + self._assign
         for event_id in old._accepted:  # through ack: its term may not be this one's
             self.ack(AttemptToken(old._accepted_term, event_id), True)
@@ -122,7 +188,7 @@ class WorkerConn:
         old._assign, old._assigned_at, old._cancel, old._acks = [], [], [], None
         if self._assign or self._cancel or self._acks is not None or self._accepted:
             self.wake()
-        return {from_pb(a.token) for m in self._assign for a in m.assign.assignments}
+        return {t for m in self._assign for t in tokens(m.assign)}
 
     def close(self, why: str) -> None:
         if self.closed is None:
@@ -133,6 +199,7 @@ class WorkerConn:
         """What to send now, one message per kind, and when each assignment was queued."""
         # bounded messages (assign): a batch of big inputs stays under the worker's
         # receive limit (ASSIGN_BATCH_BYTES, well below gRPC's 4 MiB default)
+        self._flush_columns()
         out, queued = self._assign, self._assigned_at
         self._assign, self._assigned_at = [], []
         for c in self._cancel:
@@ -182,6 +249,58 @@ class WorkerConn:
             await self._waiter
         finally:
             self._waiter = None
+
+
+class _Columns:
+    """Plain assignments of one message, a list a column until it is sent."""
+
+    __slots__ = (
+        "attempts",
+        "event_ids",
+        "inputs",
+        "node_id",
+        "results",
+        "steps",
+        "task_ids",
+        "terms",
+        "timeouts",
+        "versions",
+        "workflows",
+    )
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.terms: list[int] = []
+        self.event_ids: list[int] = []
+        self.task_ids: list[str] = []
+        self.steps: list[str] = []
+        self.attempts: list[int] = []
+        self.workflows: list[str] = []
+        self.versions: list[int] = []
+        self.inputs: list[bytes] = []
+        self.results: list[bytes] = []
+        self.timeouts: list[float] = []
+
+    def into(self, m: wpb.Assign) -> None:
+        m.node_id = self.node_id
+        m.terms.extend(self.terms)
+        m.event_ids.extend(self.event_ids)
+        m.task_ids.extend(self.task_ids)
+        m.steps.extend(self.steps)
+        m.attempts.extend(self.attempts)
+        m.workflows.extend(self.workflows)
+        m.versions.extend(self.versions)
+        m.inputs_json.extend(self.inputs)
+        m.results_json.extend(self.results)
+        m.timeouts_s.extend(self.timeouts)
+
+
+def tokens(m: wpb.Assign) -> list[AttemptToken]:
+    """The tokens of every assignment of an Assign, whole or in columns."""
+    return [
+        *(from_pb(a.token) for a in m.assignments),
+        *(AttemptToken(t, e) for t, e in zip(m.terms, m.event_ids, strict=True)),
+    ]
 
 
 def to_pb(token: AttemptToken) -> wpb.AttemptToken:

@@ -89,6 +89,7 @@ class WorkersService:
             address=context.peer(),
             version=reg.version,
             packed_acks=reg.packed_acks,
+            packed_assignments=reg.packed_assignments,
         )
         try:
             stale = ex.connect(conn, list(reg.running))

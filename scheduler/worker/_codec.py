@@ -81,6 +81,7 @@ def register(
             running=[_running(r) for r in running],
             version=version,
             packed_acks=True,
+            packed_assignments=True,
         )
     )
 
@@ -226,6 +227,49 @@ def _assignment(m: pb.Assignment) -> Assignment:
     )
 
 
+def _plain(m: pb.Assign) -> list[Assignment]:
+    """The assignments sent in columns (Assign's plain attempts)."""
+    columns = (
+        m.terms,
+        m.event_ids,
+        m.task_ids,
+        m.steps,
+        m.attempts,
+        m.workflows,
+        m.versions,
+        m.inputs_json,
+        m.results_json,
+        m.timeouts_s,
+    )
+    n = len(m.terms)
+    if any(len(c) != n for c in columns):
+        raise ProtocolError(
+            "an Assign whose columns differ in length: " + ", ".join(str(len(c)) for c in columns)
+        )
+    node_id = m.node_id
+    out: list[Assignment] = []
+    for row in zip(*columns, strict=True):
+        term, event_id, task_id, step, attempt, workflow, version, inp, deps, timeout_s = row
+        out.append(
+            Assignment(
+                token=Token(term, event_id),
+                task_id=task_id,
+                step=step,
+                attempt=attempt,
+                workflow=workflow,
+                version=version,
+                input_json=inp,
+                results_json=deps,
+                timeout_s=timeout_s,
+                last_heartbeat_json=b"",
+                node_id=node_id,
+                durable=None,
+                traceparent="",
+            )
+        )
+    return out
+
+
 class ProtocolError(Exception):
     """The primary sent something this worker does not understand."""
 
@@ -251,7 +295,7 @@ def dispatch(m: pb.DispatchMessage) -> Dispatch | None:
     worker does not know (a newer primary's), to be ignored, not to end the stream."""
     body = m.WhichOneof("body")
     if body == "assign":
-        return Assign(tuple(_assignment(a) for a in m.assign.assignments))
+        return Assign((*(_assignment(a) for a in m.assign.assignments), *_plain(m.assign)))
     if body == "cancel":
         return Cancel(token_of(m.cancel.token), m.cancel.reason)
     if body == "acks":

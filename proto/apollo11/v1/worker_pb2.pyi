@@ -37,7 +37,7 @@ class RunningAttempt(_message.Message):
     def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., heartbeat_json: _Optional[bytes] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version", "packed_acks")
+    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version", "packed_acks", "packed_assignments")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Register(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PACKED_ACKS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     instance: str
     slots: int
@@ -61,7 +62,8 @@ class Register(_message.Message):
     running: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
     version: str
     packed_acks: bool
-    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ..., packed_acks: _Optional[bool] = ...) -> None: ...
+    packed_assignments: bool
+    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ..., packed_acks: _Optional[bool] = ..., packed_assignments: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
     __slots__ = ("running",)
@@ -220,10 +222,32 @@ class Registered(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ..., pings: _Optional[bool] = ..., packed_results: _Optional[bool] = ...) -> None: ...
 
 class Assign(_message.Message):
-    __slots__ = ("assignments",)
+    __slots__ = ("assignments", "node_id", "terms", "event_ids", "task_ids", "steps", "attempts", "workflows", "versions", "inputs_json", "results_json", "timeouts_s")
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TERMS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUTS_S_FIELD_NUMBER: _ClassVar[int]
     assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
-    def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+    node_id: str
+    terms: _containers.RepeatedScalarFieldContainer[int]
+    event_ids: _containers.RepeatedScalarFieldContainer[int]
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    steps: _containers.RepeatedScalarFieldContainer[str]
+    attempts: _containers.RepeatedScalarFieldContainer[int]
+    workflows: _containers.RepeatedScalarFieldContainer[str]
+    versions: _containers.RepeatedScalarFieldContainer[int]
+    inputs_json: _containers.RepeatedScalarFieldContainer[bytes]
+    results_json: _containers.RepeatedScalarFieldContainer[bytes]
+    timeouts_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., node_id: _Optional[str] = ..., terms: _Optional[_Iterable[int]] = ..., event_ids: _Optional[_Iterable[int]] = ..., task_ids: _Optional[_Iterable[str]] = ..., steps: _Optional[_Iterable[str]] = ..., attempts: _Optional[_Iterable[int]] = ..., workflows: _Optional[_Iterable[str]] = ..., versions: _Optional[_Iterable[int]] = ..., inputs_json: _Optional[_Iterable[bytes]] = ..., results_json: _Optional[_Iterable[bytes]] = ..., timeouts_s: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CancelAttempt(_message.Message):
     __slots__ = ("token", "reason")

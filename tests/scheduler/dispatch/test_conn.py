@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from apollo11.scheduler.dispatch.conn import ASSIGN_BATCH_BYTES, WorkerConn
+from apollo11.scheduler.dispatch.conn import ASSIGN_BATCH_BYTES, WorkerConn, tokens
 from apollo11.scheduler.engine.executor import AttemptToken
 
 
-def _conn(name: str = "w1", instance: str = "i1", *, packed: bool = False) -> WorkerConn:
+def _conn(
+    name: str = "w1", instance: str = "i1", *, packed: bool = False, columns: bool = False
+) -> WorkerConn:
     return WorkerConn(
         name=name,
         instance=instance,
@@ -16,6 +18,7 @@ def _conn(name: str = "w1", instance: str = "i1", *, packed: bool = False) -> Wo
         address="ipv4:127.0.0.1:1",
         version="0",
         packed_acks=packed,
+        packed_assignments=columns,
     )
 
 
@@ -114,3 +117,61 @@ def test_a_worker_that_does_not_read_them_gets_a_message_each() -> None:
     (m,), _ = conn.drain()
     assert not m.acks.accepted_event_ids
     assert [(a.token.event_id, a.accepted) for a in m.acks.acks] == [(11, True)]
+
+
+def _plain(conn: WorkerConn, event_id: int, input_json: bytes = b"{}") -> None:
+    conn.assign_plain(
+        AttemptToken(3, event_id),
+        len(input_json),
+        "n1",
+        f"t{event_id}",
+        "collect",
+        1,
+        "etl",
+        1,
+        input_json,
+        b"{}",
+        30.0,
+    )
+
+
+def test_plain_assignments_go_in_columns_to_a_worker_that_reads_them() -> None:
+    conn = _conn(columns=True)
+    _plain(conn, 101)
+    _assign(conn, 102)  # a whole one (a durable main's, a traced one) beside them
+    _plain(conn, 103, b'{"x": 1}')
+    (m,), queued = conn.drain()
+    a = m.assign
+    assert len(queued) == 3 and conn.assigned == 3
+    assert [x.task_id for x in a.assignments] == ["t102"]
+    assert a.node_id == "n1"
+    assert list(a.terms) == [3, 3] and list(a.event_ids) == [101, 103]
+    assert list(a.task_ids) == ["t101", "t103"] and list(a.steps) == ["collect"] * 2
+    assert list(a.attempts) == [1, 1] and list(a.workflows) == ["etl"] * 2
+    assert list(a.versions) == [1, 1] and list(a.inputs_json) == [b"{}", b'{"x": 1}']
+    assert list(a.results_json) == [b"{}", b"{}"] and list(a.timeouts_s) == [30.0, 30.0]
+    assert sorted(t.event_id for t in tokens(a)) == [101, 102, 103]
+    assert conn.drain() == ([], [])
+
+
+def test_columns_are_split_under_the_bound_and_move_to_a_new_stream() -> None:
+    conn = _conn(columns=True)
+    big = b'"' + b"x" * (300 * 1024) + b'"'
+    for i in range(7):
+        _plain(conn, i + 1, big)
+    new = _conn(columns=True)
+    _plain(new, 50)
+    assert new.take_over(conn) == {AttemptToken(3, i) for i in [*range(1, 8), 50]}
+    out, queued = new.drain()
+    assert len(queued) == 8
+    assert [list(m.assign.event_ids) for m in out] == [[1, 2, 3], [4, 5, 6], [7], [50]]
+    assert all(m.ByteSize() <= ASSIGN_BATCH_BYTES for m in out)
+
+
+def test_a_worker_that_does_not_read_columns_gets_a_message_each() -> None:
+    conn = _conn()
+    _plain(conn, 7)
+    (m,), _ = conn.drain()
+    (a,) = m.assign.assignments
+    assert (a.token.event_id, a.task_id, a.node_id, a.timeout_s) == (7, "t7", "n1", 30.0)
+    assert not m.assign.event_ids

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from apollo11.scheduler.worker._codec import (
     RESULTS_BATCH_BYTES,
+    ProtocolError,
     dispatch,
     register,
     registration,
@@ -12,6 +15,7 @@ from apollo11.scheduler.worker._codec import (
 from apollo11.scheduler.worker._records import (
     Ack,
     Acks,
+    Assign,
     Cancelled,
     Failed,
     Result,
@@ -120,3 +124,46 @@ def test_the_registration_says_whether_the_primary_reads_columns() -> None:
 
     assert registration(reg(packed_results=True)).packed_results
     assert not registration(reg()).packed_results  # an older primary: a message each
+
+
+def test_assignments_in_columns_read_as_the_same_records() -> None:
+    m = pb.DispatchMessage(
+        assign=pb.Assign(
+            node_id="n2",
+            terms=[7, 7],
+            event_ids=[40, 41],
+            task_ids=["ta", "tb"],
+            steps=["load", "clean"],
+            attempts=[1, 3],
+            workflows=["etl", "etl"],
+            versions=[2, 2],
+            inputs_json=[b"{}", b"[1]"],
+            results_json=[b"{}", b'{"load": 1}'],
+            timeouts_s=[60.0, 5.0],
+        )
+    )
+    whole = m.assign.assignments.add(task_id="tc", step="main", attempt=1, node_id="n2")
+    whole.token.term, whole.token.event_id = 7, 39
+    d = dispatch(m)
+    assert isinstance(d, Assign)
+    assert [(a.token, a.task_id, a.step, a.attempt) for a in d.assignments] == [
+        (Token(7, 39), "tc", "main", 1),
+        (Token(7, 40), "ta", "load", 1),
+        (Token(7, 41), "tb", "clean", 3),
+    ]
+    b = d.assignments[2]
+    assert (b.workflow, b.version, b.input_json, b.results_json, b.timeout_s) == (
+        "etl",
+        2,
+        b"[1]",
+        b'{"load": 1}',
+        5.0,
+    )
+    assert (b.node_id, b.durable, b.traceparent, b.last_heartbeat_json) == ("n2", None, "", b"")
+    del m.assign.steps[1]  # a broken primary: the stream ends, naming why
+    with pytest.raises(ProtocolError, match="columns differ in length"):
+        dispatch(m)
+    reg = register(
+        name="w", instance="i", slots=1, workflows=(), labels={}, running=(), version="0"
+    )
+    assert reg.register.packed_assignments
