@@ -174,6 +174,8 @@ class WorkerConn:
         self.held |= old.held
         old._flush_columns()
         self._flush_columns()
+        if not self._assign:  # its next assignments go in the old stream's last message
+            self._assign_size = old._assign_size
         self._assign = old._assign + self._assign
         for event_id in old._accepted:  # through ack: its term may not be this one's
             self.ack(AttemptToken(old._accepted_term, event_id), True)

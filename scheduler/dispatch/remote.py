@@ -49,6 +49,7 @@ from apollo11.scheduler.engine.executor import (
     Lost,
     Outcome,
     Succeeded,
+    failure,
 )
 from apollo11.scheduler.engine.journal import StoreJournal
 from apollo11.scheduler.engine.steps import Key
@@ -234,7 +235,10 @@ class RemoteExecutor:
         # fewer an attempt, at thousands a second (docs/benchmarks.md). The attempt's
         # context is not kept while its worker runs it: a few objects more for the
         # collector to scan.
-        sent = self._send(attempt)
+        try:
+            sent = self._send(attempt)
+        except Exception as e:  # this executor's own fault fails the attempt, as a step's
+            return _ended(failure(e))
         del attempt
         if type(sent) is Lost:
             return _ended(sent)
@@ -479,8 +483,7 @@ class RemoteExecutor:
         conn.last_seen = time.monotonic()
         for r in results.results:
             self._result(conn, r)
-        if results.ok_event_ids or results.ok_terms:
-            self._succeeded(conn, results)
+        self._succeeded(conn, results)
 
     def _succeeded(self, conn: WorkerConn, res: wpb.Results) -> None:
         """Succeeded results in columns (Results.ok_*): the everyday case taken here,
@@ -494,10 +497,16 @@ class RemoteExecutor:
             res.ok_results_json,
         )
         n = len(columns[0])
+        if not n and not any(columns) and not res.ok_seconds:
+            return  # none: the message carried whole results only
         if any(len(c) != n for c in columns) or len(res.ok_seconds) != n:
             # A worker's fault, never skipped: its attempts are lost and run again.
             log.error("worker %s sent results whose columns differ in length", conn.name)
-            self._gone(conn, "it sent results whose columns differ in length")
+            why = "it sent results whose columns differ in length"
+            if self.workers.get(conn.name) is conn:
+                self._gone(conn, why)
+            else:  # a stream its process replaced: its attempts are the new one's now
+                conn.close(why)
             return
         name = conn.name
         inflights = self._inflight

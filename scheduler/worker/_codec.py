@@ -303,8 +303,9 @@ def dispatch(m: pb.DispatchMessage) -> Dispatch | None:
         term = acks.accepted_term
         return Acks(
             (
-                *(Ack(token_of(a.token), a.accepted, a.reason) for a in acks.acks),
+                # the accepted first: a refusal beside one is of a copy sent again
                 *(Ack(Token(term, e), True, "") for e in acks.accepted_event_ids),
+                *(Ack(token_of(a.token), a.accepted, a.reason) for a in acks.acks),
             )
         )
     if body == "journal":

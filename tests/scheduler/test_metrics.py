@@ -33,4 +33,6 @@ def test_observe_all_is_observe_for_each() -> None:
         return [(s.name.split("_seconds")[1], s.labels, s.value) for s in family.samples]
 
     assert samples(batch) == samples(one)
+    # the batch path, not its fallback: the client's insides it counts on are there
+    assert all(hasattr(batch, a) for a in ("_upper_bounds", "_buckets", "_sum"))
     assert samples(one)[0] == ("_bucket", {"le": "0.001"}, 4.0)  # 0, 0.0005, 0.001 twice

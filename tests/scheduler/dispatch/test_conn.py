@@ -175,3 +175,20 @@ def test_a_worker_that_does_not_read_columns_gets_a_message_each() -> None:
     (a,) = m.assign.assignments
     assert (a.token.event_id, a.task_id, a.node_id, a.timeout_s) == (7, "t7", "n1", 30.0)
     assert not m.assign.event_ids
+
+
+def test_a_new_stream_fills_the_old_ones_last_message_only_up_to_the_bound() -> None:
+    """A new stream (always empty when it takes over) goes on filling the old one's
+    last message: it counts what that message holds already."""
+    big = b'"' + b"x" * (300 * 1024) + b'"'
+    for columns in (False, True):
+        old = _conn(columns=columns)
+        for i in range(3):
+            _plain(old, i + 1, big)
+        new = _conn(columns=columns)
+        new.take_over(old)
+        for i in range(3):
+            _plain(new, i + 10, big)
+        out, queued = new.drain()
+        assert len(queued) == 6
+        assert all(m.ByteSize() <= ASSIGN_BATCH_BYTES for m in out), [m.ByteSize() for m in out]

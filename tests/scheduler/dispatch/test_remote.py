@@ -15,9 +15,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from apollo11.scheduler import tracing
 from apollo11.scheduler.client import Client
 from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.dispatch.conn import WorkerConn
 from apollo11.scheduler.log import EventType, FsyncPolicy
 from apollo11.scheduler.node import Node
 from apollo11.scheduler.replay import TaskStatus
+from apollo11.v1 import worker_pb2 as wpb
 
 from .rawworker import RawWorker, running
 
@@ -522,3 +524,72 @@ async def test_results_whose_columns_differ_end_the_stream_and_the_attempt_runs_
     again = (await w2.next("assign")).assignments[0]
     assert (again.step, again.attempt) == ("first", 2)
     await w2.close()
+
+
+async def test_an_assignment_that_cannot_be_sent_fails_the_attempt(
+    start: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor's own fault fails the attempt (and its retry runs), as a step's
+    does: it is not left STARTED for the next primary."""
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    calls = 0
+    real = WorkerConn.assign
+
+    def once_broken(self: WorkerConn, *args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("cannot encode the assignment")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(WorkerConn, "assign", once_broken)
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    assert (a.step, a.attempt) == ("first", 2)
+    (failed,) = _events(node, task_id, EventType.STEP_FAILED)
+    assert "cannot encode the assignment" in failed.payload["error"]
+    await w.close()
+
+
+async def test_broken_columns_on_a_replaced_stream_spare_the_workers_new_one(
+    start: Any,
+) -> None:
+    """The same worker process on a new stream: a last message read from its old
+    one cannot lose the attempts the new one holds."""
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None and node.dispatch is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    old = node.dispatch.workers["w1"]
+    again = RawWorker(f"127.0.0.1:{node.port}")
+    again.instance = w.instance  # the same process, reconnected
+    await again.connect(running=(running(a),))
+    assert node.dispatch.workers["w1"] is not old
+    node.dispatch.results(old, wpb.Results(ok_terms=[a.token.term]))  # columns differ
+    await again.result(a, {"n": 1})
+    b = (await again.next("assign")).assignments[0]
+    assert b.step == "second"
+    assert _events(node, task_id, EventType.STEP_FAILED) == []
+    await w.close()
+    await again.close()
+
+
+async def test_columns_without_tokens_are_not_skipped(start: Any) -> None:
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None and node.dispatch is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    await w.next("assign")
+    node.dispatch.results(node.dispatch.workers["w1"], wpb.Results(ok_task_ids=[task_id]))
+    async with asyncio.timeout(10):
+        while not _events(node, task_id, EventType.STEP_FAILED):
+            await asyncio.sleep(0.02)
+    (failed,) = _events(node, task_id, EventType.STEP_FAILED)
+    assert "columns differ" in failed.payload["error"]
+    await w.close()

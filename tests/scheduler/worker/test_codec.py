@@ -68,9 +68,9 @@ def test_acks_packed_or_whole_read_as_the_same_records() -> None:
     m.acks.acks.add(accepted=False, reason="not taken: cancelled").token.event_id = 19
     assert dispatch(m) == Acks(
         (
-            Ack(Token(0, 19), False, "not taken: cancelled"),
             Ack(Token(5, 20), True, ""),
             Ack(Token(5, 21), True, ""),
+            Ack(Token(0, 19), False, "not taken: cancelled"),
         )
     )
     reg = register(
