@@ -65,6 +65,18 @@ def _events(node: Node, task_id: str, kind: EventType) -> list[Any]:
     return [e for e in node.store.log.read() if e.task_id == task_id and e.event_type is kind]
 
 
+async def _one_assigned(start: Any) -> tuple[Node, RawWorker, str, Any]:
+    """A node, a raw worker connected to it, and a pair task whose first step's
+    assignment the worker holds."""
+    node = await start()
+    w = RawWorker(f"127.0.0.1:{node.port}")
+    await w.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w.next("assign")).assignments[0]
+    return node, w, task_id, a
+
+
 async def test_a_worker_runs_the_steps_and_the_started_names_it(start: Any) -> None:
     node = await start()
     w = RawWorker(f"127.0.0.1:{node.port}")
@@ -132,12 +144,7 @@ async def test_no_worker_for_the_version_no_assignment(start: Any) -> None:
 
 
 async def test_a_broken_stream_loses_its_attempts_and_they_run_again(start: Any) -> None:
-    node = await start()
-    w = RawWorker(f"127.0.0.1:{node.port}")
-    await w.connect()
-    assert node.engine is not None
-    task_id = (await node.engine.submit("pair", None)).task_id
-    a = (await w.next("assign")).assignments[0]
+    node, w, task_id, a = await _one_assigned(start)
     await w.close()  # the worker's socket closes
     w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
     await w2.connect()
@@ -164,12 +171,7 @@ async def test_a_broken_stream_loses_its_attempts_and_they_run_again(start: Any)
 async def test_a_silent_worker_is_cut_off_and_its_heartbeat_details_carry_over(
     start: Any,
 ) -> None:
-    node = await start()
-    w = RawWorker(f"127.0.0.1:{node.port}")
-    await w.connect()
-    assert node.engine is not None
-    task_id = (await node.engine.submit("pair", None)).task_id
-    a = (await w.next("assign")).assignments[0]
+    node, w, task_id, a = await _one_assigned(start)
     w.beating = False
     await w.heartbeat(running(a, {"rows": 500}))
     # ... then nothing: past the heartbeat timeout (1 s) the worker is cut off
@@ -189,12 +191,7 @@ async def test_a_silent_worker_is_cut_off_and_its_heartbeat_details_carry_over(
 async def test_a_restarted_primary_adopts_the_attempt_and_does_not_run_it_again(
     start: Any, tmp_path: Path
 ) -> None:
-    node = await start()
-    w = RawWorker(f"127.0.0.1:{node.port}")
-    await w.connect()
-    assert node.engine is not None
-    task_id = (await node.engine.submit("pair", None)).task_id
-    a = (await w.next("assign")).assignments[0]
+    node, w, task_id, a = await _one_assigned(start)
     await node.stop()  # the attempt keeps running on the worker
     await w.close()
     node2 = await start()
@@ -216,12 +213,7 @@ async def test_a_restarted_primary_adopts_the_attempt_and_does_not_run_it_again(
 
 
 async def test_cancel_reaches_the_worker_and_a_late_result_is_refused(start: Any) -> None:
-    node = await start()
-    w = RawWorker(f"127.0.0.1:{node.port}")
-    await w.connect()
-    assert node.engine is not None
-    task_id = (await node.engine.submit("pair", None)).task_id
-    a = (await w.next("assign")).assignments[0]
+    node, w, task_id, a = await _one_assigned(start)
     cancel = asyncio.create_task(node.engine.cancel_task(task_id, operator="t", reason="test"))
     c = await w.next("cancel")
     assert c.token == a.token
@@ -342,12 +334,7 @@ async def test_both_uses_the_nodes_own_slots_first_then_the_workers(start: Any) 
 async def test_the_same_worker_on_a_new_stream_keeps_its_attempts(start: Any) -> None:
     """Its old stream broke on its side first (keepalive, a NAT): it reconnects as the
     same instance, reporting the attempt running. Nothing is lost or run twice."""
-    node = await start()
-    w = RawWorker(f"127.0.0.1:{node.port}")
-    await w.connect()
-    assert node.engine is not None
-    task_id = (await node.engine.submit("pair", None)).task_id
-    a = (await w.next("assign")).assignments[0]
+    node, w, task_id, a = await _one_assigned(start)
     again = RawWorker(f"127.0.0.1:{node.port}")
     again.instance = w.instance
     reg = await again.connect(running=(running(a),))
@@ -505,12 +492,7 @@ async def test_succeeded_results_in_columns_are_taken_and_a_stale_one_refused(
 async def test_results_whose_columns_differ_end_the_stream_and_the_attempt_runs_again(
     start: Any,
 ) -> None:
-    node = await start()
-    w = RawWorker(f"127.0.0.1:{node.port}")
-    await w.connect()
-    assert node.engine is not None
-    task_id = (await node.engine.submit("pair", None)).task_id
-    a = (await w.next("assign")).assignments[0]
+    node, w, task_id, a = await _one_assigned(start)
     await w.packed([(a, {"n": 1})], cut=1)  # no task id for its one row
     async with asyncio.timeout(10):
         while not _events(node, task_id, EventType.STEP_FAILED):
