@@ -231,10 +231,18 @@ class RemoteExecutor:
         if tracing.on():
             # sent once awaited, inside the attempt's span: its worker's trace parent
             return self._run_in_span(attempt)
-        # Sent now, and what the runner awaits is the waiter itself: two coroutines
-        # fewer an attempt, at thousands a second (docs/benchmarks.md). The attempt's
-        # context is not kept while its worker runs it: a few objects more for the
-        # collector to scan.
+        return self._start(attempt)
+
+    async def _run_in_span(self, attempt: Attempt) -> Outcome:
+        started = self._start(attempt)
+        del attempt
+        return await started
+
+    def _start(self, attempt: Attempt) -> asyncio.Future[Outcome]:
+        """Send the attempt now: what the runner awaits is the waiter itself, two
+        coroutines fewer an attempt, at thousands a second (docs/benchmarks.md). The
+        attempt's context is not kept while its worker runs it: a few objects more for
+        the collector to scan."""
         try:
             sent = self._send(attempt)
         except Exception as e:  # this executor's own fault fails the attempt, as a step's
@@ -244,14 +252,6 @@ class RemoteExecutor:
             return _ended(sent)
         assert type(sent) is _Inflight
         return self._waiter(sent)
-
-    async def _run_in_span(self, attempt: Attempt) -> Outcome:
-        sent = self._send(attempt)
-        del attempt
-        if type(sent) is Lost:
-            return sent
-        assert type(sent) is _Inflight
-        return await self._wait(sent)
 
     def _send(self, attempt: Attempt) -> _Inflight | Lost:
         """Queue the attempt's assignment for its worker: what to wait on."""
@@ -341,9 +341,6 @@ class RemoteExecutor:
                     f"worker {where} did not report the attempt within "
                     f"{self.heartbeat_timeout_s:g}s of this node taking over"
                 )
-        return await self._wait(inflight)
-
-    async def _wait(self, inflight: _Inflight) -> Outcome:
         return await self._waiter(inflight)
 
     def _waiter(self, inflight: _Inflight) -> asyncio.Future[Outcome]:
@@ -351,11 +348,9 @@ class RemoteExecutor:
         runner cancelled: a timeout, a cancel, leadership lost) leaves the attempt to
         `abandon` or to the next primary; `release`, which follows in every case,
         forgets it here."""
-        fut = asyncio.get_running_loop().create_future()
         if inflight.outcome is not None:
-            fut.set_result(inflight.outcome)
-        else:
-            inflight.waiter = fut
+            return _ended(inflight.outcome)
+        fut = inflight.waiter = asyncio.get_running_loop().create_future()
         return fut
 
     def abandon(self, task_id: str, step: str, reason: str) -> None:
@@ -496,10 +491,10 @@ class RemoteExecutor:
             res.ok_attempts,
             res.ok_results_json,
         )
-        n = len(columns[0])
-        if not n and not any(columns) and not res.ok_seconds:
+        lengths = {len(c) for c in columns} | {len(res.ok_seconds)}
+        if lengths == {0}:
             return  # none: the message carried whole results only
-        if any(len(c) != n for c in columns) or len(res.ok_seconds) != n:
+        if len(lengths) != 1:
             # A worker's fault, never skipped: its attempts are lost and run again.
             log.error("worker %s sent results whose columns differ in length", conn.name)
             why = "it sent results whose columns differ in length"
