@@ -339,7 +339,8 @@ class Client:
     ) -> SentEvent:
         """Record an event for the durable tasks waiting on `key` (docs/durable.md). The
         same idempotency key records it once (one is generated when you give none, so
-        that the retry on UNAVAILABLE is safe)."""
+        that the retry on UNAVAILABLE is safe); reused with another `key` or `payload`
+        it raises AlreadyExistsError, naming the key and the event it names."""
         idem = idempotency_key or f"client-{uuid.uuid4()}"
         req = build.send_event_request(key, orjson.dumps(payload).decode(), idem)
         resp = await self._call("scheduler", "SendEvent", req, write=True, retry=True)

@@ -26,7 +26,7 @@ from apollo11.scheduler.errors import (
     WorkflowDefinitionError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from apollo11.scheduler.replay import State, StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.shell import SHELL_WORKFLOW, shell_workflow
 from apollo11.scheduler.store import Store
 from apollo11.scheduler.taskid import new_task_id as new_task_id
@@ -99,6 +99,7 @@ class Requests:
         self._inflight: dict[str, asyncio.Future[Submitted]] = {}
         self._inflight_what: dict[str, tuple[str, Any]] = {}  # key -> (workflow, input)
         self._events_inflight: dict[str, asyncio.Future[EventSent]] = {}
+        self._events_inflight_what: dict[str, tuple[str, Any]] = {}  # key -> (key, payload)
 
     async def submit(
         self,
@@ -265,7 +266,8 @@ class Requests:
         sender: str | None = None,
     ) -> EventSent:
         """Record an EVENT; an idempotency key already recorded (or being written)
-        answers with the first event instead (replay records a racing copy once too)."""
+        answers with the first event instead (replay records a racing copy once too),
+        and AlreadyExistsError when that event has another key or payload."""
         p = self._p
         p.check_leading()
         if not key or len(key) > KEY_MAX:
@@ -278,10 +280,15 @@ class Requests:
             if known is not None:
                 ends = state.event_key_expires.get(idempotency_key)
                 if ends is None or p.clock.now_ms() < ends:
+                    refuse_event_reuse(state, idempotency_key, known, key, payload)
                     return EventSent(known, False)
                 renews = known  # its TTL is over: a new event, which replay takes as one
             pending = self._events_inflight.get(idempotency_key)
             if pending is not None:
+                what = self._events_inflight_what[idempotency_key]
+                if what != (key, payload):
+                    differs = "another event key" if what[0] != key else "another payload"
+                    raise AlreadyExistsError(_event_conflict(idempotency_key, None, differs))
                 return EventSent((await asyncio.shield(pending)).event_id, False)
         body: dict[str, Any] = {"key": key, "payload": payload}
         if idempotency_key is not None:
@@ -292,18 +299,21 @@ class Requests:
                 body["renews"] = renews
             fut: asyncio.Future[EventSent] = asyncio.get_running_loop().create_future()
             self._events_inflight[idempotency_key] = fut
+            self._events_inflight_what[idempotency_key] = (key, payload)
         if sender:
             body["sender"] = sender
         try:
             event = await p.store.log.append(EventType.EVENT, "", payload=body)
         except BaseException as e:
             if idempotency_key is not None:
+                self._events_inflight_what.pop(idempotency_key, None)
                 failed = self._events_inflight.pop(idempotency_key)
                 failed.set_exception(e)
                 failed.exception()  # retrieved: nobody may be waiting on it
             raise
         sent = EventSent(event.event_id, True)
         if idempotency_key is not None:
+            self._events_inflight_what.pop(idempotency_key, None)
             self._events_inflight.pop(idempotency_key).set_result(sent)
         await p.wait_commit(event.event_id)
         return sent
@@ -495,10 +505,33 @@ def shown_as(payload: dict[str, Any], display: str | None) -> dict[str, Any]:
     return payload
 
 
+def refuse_event_reuse(state: State, idem: str, known: int, key: str, payload: Any) -> None:
+    """Raise AlreadyExistsError unless event `known`, which idempotency key `idem`
+    recorded, is this one: the same event key and payload (as a submission's key
+    must carry the same workflow and input). Answering the first event for another
+    one would drop the new one silently; the producer must hear it was not sent."""
+    first = state.first_event(key, known)  # the recorded one, if it had this key
+    if first is None or first[0] != known:
+        raise AlreadyExistsError(_event_conflict(idem, known, "another event key"))
+    if first[1] != payload:
+        raise AlreadyExistsError(_event_conflict(idem, known, "another payload"))
+
+
+def _reused(key: str, names: str, differs: str, same: str) -> str:
+    """The one wording of an idempotency key reused for another request, for tasks
+    and events alike (ALREADY_EXISTS)."""
+    return (
+        f"idempotency key {key!r} already names {names} ({differs}); the same key must "
+        f"carry the same {same}: use a new key for a new request"
+    )
+
+
 def _conflict(key: str, task: str, had: str, asked: str) -> str:
     which = f"task {task}" if task != "being submitted" else "a submission under way"
     other = f"workflow {had}" if had != asked else "another input"
-    return (
-        f"idempotency key {key!r} already names {which} ({other}); the same key must "
-        f"carry the same workflow and input: use a new key for a new request"
-    )
+    return _reused(key, which, other, "workflow and input")
+
+
+def _event_conflict(key: str, event_id: int | None, differs: str) -> str:
+    which = f"event {event_id}" if event_id is not None else "an event being sent"
+    return _reused(key, which, differs, "event key and payload")

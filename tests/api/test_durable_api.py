@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.client import InvalidArgumentError, SyncClient
+from apollo11.scheduler.client import AlreadyExistsError, InvalidArgumentError, SyncClient
 from tests.nodes import NodeProc, cli, start_node
 
 
@@ -57,8 +57,26 @@ def test_approval_waits_then_an_event_from_the_cli_ships_it(node: NodeProc, tmp_
         assert res.returncode == 0, res.stderr
         first = json.loads(res.stdout)
         assert first["created"] is True
-        again = c.send_event("approval:A1", {"by": "mallory"}, idempotency_key="approve-A1")
+        again = c.send_event("approval:A1", {"by": "alice"}, idempotency_key="approve-A1")
         assert not again.created and again.event_id == first["event_id"]
+        # the key reused for another payload: refused, not answered with alice's event
+        with pytest.raises(AlreadyExistsError, match="idempotency key 'approve-A1' already"):
+            c.send_event("approval:A1", {"by": "mallory"}, idempotency_key="approve-A1")
+        res = cli(
+            "event",
+            "send",
+            "approval:A1",
+            "--payload",
+            '{"by": "mallory"}',
+            "--idempotency-key",
+            "approve-A1",
+            server=node.address,
+        )
+        assert res.returncode == 1, res.stdout
+        said = " ".join(res.stderr.split())
+        names = f"error: idempotency key 'approve-A1' already names event {first['event_id']}"
+        assert names in said, said
+        assert "use a new key for a new request" in said, said
         done = c.wait(sub.task_id)
     assert done.state == "SUCCEEDED"
     assert done.steps[0].result["approved_by"] == {"by": "alice"}

@@ -179,7 +179,8 @@ class SchedulerServicer:
     def SendEvent(self, request, context):
         """Record an external event for durable tasks' waits (docs/durable.md): a wait
         on its key matches the first event at or after the wait's position. The same
-        idempotency_key records it once (the answer names the first one).
+        idempotency_key records it once (the answer names the first one); reused with
+        another key or payload, it is ALREADY_EXISTS, as for SubmitTask.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

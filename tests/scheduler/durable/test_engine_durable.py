@@ -7,8 +7,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.durable import DedupeKey, DurableContext, DurableWorkflow
+from apollo11.scheduler.errors import AlreadyExistsError
 from apollo11.scheduler.examples import approval
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.replay import StepStatus, TaskStatus
@@ -119,7 +122,7 @@ async def test_an_event_sent_before_the_wait_registers_is_matched_once(tmp_path:
                 await asyncio.sleep(0.005)
         # the main runs its charge: no wait is registered yet when the events are sent
         first = await rig.engine.send_event("ok:o2", {"n": 1}, idempotency_key="k1")
-        dup = await rig.engine.send_event("ok:o2", {"n": 99}, idempotency_key="k1")
+        dup = await rig.engine.send_event("ok:o2", {"n": 1}, idempotency_key="k1")
         assert first.created and not dup.created and dup.event_id == first.event_id
         assert len(rig.store.state.events["ok:o2"]) == 1  # the duplicate counted once
         GATES["o2"].set()
@@ -136,6 +139,44 @@ async def test_an_event_sent_before_the_wait_registers_is_matched_once(tmp_path:
         assert CALLS.count("charge:o2") == 1
         cps = done.durable.checkpoints if done.durable else []
         assert [c.get("event_id") for c in cps[1:]] == [first.event_id, second.event_id]
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_an_event_key_reused_for_another_event_is_refused(tmp_path: Path) -> None:
+    """The same idempotency key with another payload (or event key) is another event:
+    answering the first one would drop it silently, so it is ALREADY_EXISTS, as a
+    submission's key reused for another input is."""
+    rig = await make_rig(tmp_path / "reuse", ManualClock(), approval)
+    try:
+        first = await rig.engine.send_event("ok:o5", {"by": "ann"}, idempotency_key="k5")
+        before = rig.store.log.next_id
+        with pytest.raises(
+            AlreadyExistsError,
+            match=rf"idempotency key 'k5' already names event {first.event_id} \(another "
+            rf"payload\); the same key must carry the same event key and payload",
+        ):
+            await rig.engine.send_event("ok:o5", {"by": "bob"}, idempotency_key="k5")
+        with pytest.raises(
+            AlreadyExistsError,
+            match=rf"'k5' already names event {first.event_id} \(another event key\)",
+        ):
+            await rig.engine.send_event("ok:o6", {"by": "ann"}, idempotency_key="k5")
+        assert rig.store.log.next_id == before, "nothing written"
+        # the same event again is still the first one, as before
+        again = await rig.engine.send_event("ok:o5", {"by": "ann"}, idempotency_key="k5")
+        assert not again.created and again.event_id == first.event_id
+        # ...and while the first is still being written, too
+        a, b = await asyncio.gather(
+            rig.engine.send_event("ok:o7", 1, idempotency_key="k7"),
+            rig.engine.send_event("ok:o7", 2, idempotency_key="k7"),
+            return_exceptions=True,
+        )
+        assert not isinstance(a, BaseException) and a.created
+        assert isinstance(b, AlreadyExistsError), b
+        assert "'k7' already names an event being sent (another payload)" in str(b)
+        assert [p for _, p in rig.store.state.events["ok:o7"]] == [1]
     finally:
         await rig.engine.stop()
         await rig.store.close()
@@ -193,7 +234,7 @@ async def test_an_event_key_dedupes_within_its_ttl_only(tmp_path: Path) -> None:
     try:
         ttl = rig.engine.idempotency_ttl_s
         first = await rig.engine.send_event("k", 1, idempotency_key="i")
-        again = await rig.engine.send_event("k", 2, idempotency_key="i")
+        again = await rig.engine.send_event("k", 1, idempotency_key="i")
         assert first.created and not again.created and again.event_id == first.event_id
         rig.clock.advance(ttl + 1)
         later = await rig.engine.send_event("k", 3, idempotency_key="i")
