@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from apollo11.scheduler import tracing
 from apollo11.scheduler.api import actions, codec, listing
-from apollo11.scheduler.api.checks import optional, required
+from apollo11.scheduler.api.checks import check_depth, optional, required
 from apollo11.scheduler.api.decode import Undecodable, add_service
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
 from apollo11.scheduler.api.wire import LEADER_METADATA
@@ -152,7 +152,8 @@ def _not_shell(workflow: str, name: str) -> str:
     return workflow
 
 
-def _json(text: str, name: str, limit: int) -> Any:
+def _json(text: str, name: str, limit: int, depth: int) -> Any:
+    """JSON text a client sent: at most `limit` bytes and `depth` levels deep."""
     if len(text.encode()) > limit:
         raise InvalidArgumentError(
             f"{name} is {len(text.encode())} bytes, over the {limit}-byte limit "
@@ -160,6 +161,7 @@ def _json(text: str, name: str, limit: int) -> Any:
         )
     if not text:
         return None
+    check_depth(text, name, depth)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as e:
@@ -198,15 +200,17 @@ class SchedulerService(pbg.SchedulerServicer):
     def _engine(self) -> Engine:
         return actions.leading_engine(self.node)
 
-    def _submit_cap(self) -> int:
-        return self._store().log.config.submit_max_bytes
+    def _json(self, text: str, name: str) -> Any:
+        """A JSON field of a request, within the node's limits."""
+        cap = self._store().log.config.submit_max_bytes
+        return _json(text, name, cap, self.node.settings.json_max_depth)
 
     @rpc
     async def SubmitTask(
         self, request: pb.SubmitTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitTaskResponse:
         workflow = _not_shell(required(request.workflow, "workflow"), "workflow")
-        data = _json(request.input_json, "input_json", self._submit_cap())
+        data = self._json(request.input_json, "input_json")
         key = optional(request.idempotency_key, "idempotency_key")
         engine = self._engine()
         with self.admission.admit(1), _traced(context, "SubmitTask") as span:
@@ -229,7 +233,6 @@ class SchedulerService(pbg.SchedulerServicer):
         n = len(request.tasks)
         if not 1 <= n <= MAX_SUBMIT_BATCH:
             raise InvalidArgumentError(f"tasks has {n} items; send 1 to {MAX_SUBMIT_BATCH}")
-        cap = self._submit_cap()
         engine = self._engine()
         with self.admission.admit(n), _traced(context, "SubmitTasks") as span:
             items = []
@@ -239,7 +242,7 @@ class SchedulerService(pbg.SchedulerServicer):
                         _not_shell(
                             required(t.workflow, f"tasks[{i}].workflow"), f"tasks[{i}].workflow"
                         ),
-                        _json(t.input_json, f"tasks[{i}].input_json", cap),
+                        self._json(t.input_json, f"tasks[{i}].input_json"),
                         optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
                         t.version or None,
                         tracing.task_trace(span),
@@ -261,7 +264,7 @@ class SchedulerService(pbg.SchedulerServicer):
         why = engine.shell_refusal()
         if why:  # before the document is even read: nothing of it is looked at
             raise FailedPreconditionError(why)
-        dag = _json(required(request.dag_json, "dag_json", 10**9), "dag_json", self._submit_cap())
+        dag = self._json(required(request.dag_json, "dag_json", 10**9), "dag_json")
         key = optional(request.idempotency_key, "idempotency_key")
         with self.admission.admit(1), _traced(context, "SubmitShell") as span:
             sub = await engine.submit(
@@ -426,7 +429,7 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.SendEventRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendEventResponse:
         key = required(request.key, "key")
-        data = _json(request.payload_json, "payload_json", self._submit_cap())
+        data = self._json(request.payload_json, "payload_json")
         idem = optional(request.idempotency_key, "idempotency_key")
         engine = self._engine()
         with self.admission.admit(1):

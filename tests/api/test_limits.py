@@ -16,7 +16,7 @@ from apollo11.scheduler.client import Client
 from apollo11.scheduler.client._connection import CLIENT_OPTIONS
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.errors import ResourceExhaustedError
-from apollo11.scheduler.log import FsyncPolicy
+from apollo11.scheduler.log import EventType, FsyncPolicy
 from apollo11.scheduler.node import Node
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
@@ -168,6 +168,105 @@ async def test_a_message_over_max_message_bytes_is_refused_by_grpc(node: Node) -
                 pb.SubmitTaskRequest(workflow="etl", input_json=json.dumps({"b": "x" * 70_000}))
             )
         assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+JSON_MAX_DEPTH = 64  # json_max_depth's default
+
+
+def _deep(depth: int) -> str:
+    """JSON text whose arrays nest `depth` levels deep."""
+    return "[" * depth + "]" * depth
+
+
+def _deep_input(depth: int) -> str:
+    """An etl input `depth` levels deep: its arrays inside the object."""
+    return '{"step_seconds": 0, "deep": ' + _deep(depth - 1) + "}"
+
+
+async def _refused(call: Awaitable[Any]) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await call
+    assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT, exc.value.details()
+    return exc.value.details() or ""
+
+
+async def test_json_nested_past_json_max_depth_is_refused_and_nothing_written(
+    node: Node,
+) -> None:
+    """An input 900 levels deep was refused as "not JSON-serializable: Recursion limit
+    reached" (the log's encoder), and one 250 deep was taken: an event payload that
+    deep then broke every snapshot of the node. The depth has a limit of its own."""
+    assert node.store is not None
+    async with grpc.aio.insecure_channel(node.address) as ch:
+        stub = pbg.SchedulerStub(ch)
+        for depth in (JSON_MAX_DEPTH - 1, JSON_MAX_DEPTH):  # just under and at the limit
+            await stub.SubmitTask(
+                pb.SubmitTaskRequest(workflow="etl", input_json=_deep_input(depth))
+            )
+            await stub.SendEvent(pb.SendEventRequest(key="k", payload_json=_deep(depth)))
+        # brackets inside strings are text, not nesting
+        flat = json.dumps({"step_seconds": 0, "s": "[{" * 500, "q": '\\"[' * 100})
+        await stub.SubmitTask(pb.SubmitTaskRequest(workflow="etl", input_json=flat))
+        before = node.store.log.next_id
+        over = JSON_MAX_DEPTH + 1
+        refusals = {
+            "input_json": [
+                stub.SubmitTask(pb.SubmitTaskRequest(workflow="etl", input_json=_deep_input(n)))
+                for n in (over, 900, 5000)
+            ],
+            "payload_json": [
+                stub.SendEvent(pb.SendEventRequest(key="k", payload_json=_deep(n)))
+                for n in (over, 900)
+            ],
+            "tasks[1].input_json": [
+                stub.SubmitTasks(
+                    pb.SubmitTasksRequest(
+                        tasks=[
+                            pb.SubmitTaskRequest(workflow="etl", input_json="{}"),
+                            pb.SubmitTaskRequest(workflow="etl", input_json=_deep_input(over)),
+                        ]
+                    )
+                )
+            ],
+        }
+        for field, calls in refusals.items():
+            said = [await _refused(call) for call in calls]
+            depths = (over, 900, 5000)[: len(said)]
+            assert said == [
+                f"{field} is nested {n} levels deep, over the limit of {JSON_MAX_DEPTH} "
+                f"(json_max_depth): flatten it, or pass a reference to the data"
+                for n in depths
+            ]
+        # the accepted tasks' steps go on; no refused submission or event was written
+        written = {e.event_type for e in node.store.log.read(before)}
+        assert not written & {EventType.TASK_SUBMITTED, EventType.EVENT}, written
+
+
+async def test_json_max_depth_is_a_setting_and_holds_for_shell_dags(
+    start: Callable[..., Awaitable[Node]],
+) -> None:
+    node = await start(json_max_depth=4, allow_shell=True)
+    assert node.store is not None
+    async with grpc.aio.insecure_channel(node.address) as ch:
+        stub = pbg.SchedulerStub(ch)
+        await stub.SendEvent(pb.SendEventRequest(key="k", payload_json=_deep(4)))
+        before = node.store.log.next_id
+        said = await _refused(stub.SendEvent(pb.SendEventRequest(key="k", payload_json=_deep(5))))
+        assert said.startswith("payload_json is nested 5 levels deep, over the limit of 4 ")
+        dag = {"steps": [{"name": "a", "run": "true", "idempotency": "idempotent"}]}
+        dag["steps"][0]["env"] = {"X": [[["deep"]]]}  # {, steps [, {, env {, [[[: 7 levels
+        said = await _refused(stub.SubmitShell(pb.SubmitShellRequest(dag_json=json.dumps(dag))))
+        assert said.startswith("dag_json is nested 7 levels deep, over the limit of 4 "), said
+        assert node.store.log.next_id == before, "nothing written"
+
+
+def test_json_max_depth_is_bounded_below_what_the_log_can_encode() -> None:
+    """The log and its snapshots wrap an input in a few levels of their own (an event's
+    payload sits 5 deep in a snapshot); orjson encodes at most 254."""
+    for bad in (0, 129):
+        with pytest.raises(ValueError, match="json_max_depth"):
+            NodeSettings(data_dir=Path("/nonexistent"), json_max_depth=bad)
+    assert NodeSettings(data_dir=Path("/nonexistent")).json_max_depth == JSON_MAX_DEPTH
 
 
 def test_the_client_keepalive_is_within_what_the_server_permits() -> None:
