@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import grpc
-import orjson
 
 from apollo11.scheduler.client import _convert as convert
 from apollo11.scheduler.client import _requests as build
@@ -290,7 +289,7 @@ class Client:
         version: int = 0,
     ) -> Submission:
         key = idempotency_key or f"client-{uuid.uuid4()}"  # makes the retry below safe
-        req = build.submit_request(workflow, orjson.dumps(input).decode(), key, version)
+        req = build.submit_request(workflow, build.json_text(input, "input"), key, version)
         resp = await self._call("scheduler", "SubmitTask", req, write=True, retry=True)
         return convert.submission_from_pb(resp)
 
@@ -300,20 +299,17 @@ class Client:
         `workflow` and optionally `input`, `idempotency_key` and `version`; answers
         come in the same order. All or nothing: an invalid item refuses the batch."""
         reqs = []
-        for t in tasks:
+        for i, t in enumerate(tasks):
             key = t.get("idempotency_key") or f"client-{uuid.uuid4()}"
-            reqs.append(
-                build.submit_request(
-                    t["workflow"], orjson.dumps(t.get("input")).decode(), key, t.get("version", 0)
-                )
-            )
+            text = build.json_text(t.get("input"), f"tasks[{i}].input")
+            reqs.append(build.submit_request(t["workflow"], text, key, t.get("version", 0)))
         req = build.submit_many_request(reqs)
         resp = await self._call("scheduler", "SubmitTasks", req, write=True, retry=True)
         return [convert.submission_from_pb(m) for m in resp.tasks]
 
     async def submit_shell(self, dag: Any, *, idempotency_key: str | None = None) -> Submission:
         key = idempotency_key or f"client-{uuid.uuid4()}"
-        req = build.submit_shell_request(orjson.dumps(dag).decode(), key)
+        req = build.submit_shell_request(build.json_text(dag, "dag"), key)
         resp = await self._call("scheduler", "SubmitShell", req, write=True, retry=True)
         return convert.submission_from_pb(resp)
 
@@ -342,7 +338,7 @@ class Client:
         that the retry on UNAVAILABLE is safe); reused with another `key` or `payload`
         it raises AlreadyExistsError, naming the key and the event it names."""
         idem = idempotency_key or f"client-{uuid.uuid4()}"
-        req = build.send_event_request(key, orjson.dumps(payload).decode(), idem)
+        req = build.send_event_request(key, build.json_text(payload, "payload"), idem)
         resp = await self._call("scheduler", "SendEvent", req, write=True, retry=True)
         return convert.sent_event_from_pb(resp)
 

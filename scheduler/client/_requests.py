@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from apollo11.scheduler.api import wire
 from apollo11.scheduler.errors import InvalidArgumentError
 from apollo11.v1 import scheduler_pb2 as pb
@@ -13,6 +17,20 @@ def _task_state(name: str) -> pb.TaskState:
         known = ", ".join(n for n, v in wire.TASK_STATE.items() if v)
         raise InvalidArgumentError(f"state {name!r} is not a task state: one of {known}")
     return value
+
+
+def json_text(value: Any, name: str) -> str:
+    """`value` as the JSON text of argument `name`; InvalidArgumentError (as a node's
+    refusal is) when it cannot be encoded, rather than orjson's bare TypeError."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError as e:
+        if "Recursion" in str(e):  # orjson's only depth error: "Recursion limit reached"
+            raise InvalidArgumentError(
+                f"{name} nests deeper than 254 levels, more than JSON can be encoded "
+                f"here (and far past what a node takes: json_max_depth, 64 by default)"
+            ) from e
+        raise InvalidArgumentError(f"{name} cannot be sent as JSON: {e}") from e
 
 
 def submit_request(workflow: str, input_json: str, key: str, version: int) -> pb.SubmitTaskRequest:

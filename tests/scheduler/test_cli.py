@@ -84,6 +84,17 @@ def test_in_a_pipe_errors_are_one_plain_line() -> None:
     assert line.startswith("error: cannot reach any node (127.0.0.1:1) within 2s"), line
 
 
+def test_an_input_too_deep_to_send_is_an_error_not_a_traceback() -> None:
+    from tests.nodes import cli
+
+    deep = "[" * 900 + "]" * 900
+    for args in (("submit", "etl", "--input", deep), ("event", "send", "k", "--payload", deep)):
+        res = cli(*args, "--server", "127.0.0.1:1")  # refused before a node is asked
+        assert res.returncode == 1, res.stdout
+        assert "Traceback" not in res.stderr, res.stderr
+        assert " nests deeper than 254 levels" in " ".join(res.stderr.split()), res.stderr
+
+
 def test_in_a_pipe_the_command_list_keeps_each_commands_summary_whole() -> None:
     """Issue 19: click cut each summary to fit 80 columns ("run what is...")."""
     from tests.nodes import cli
