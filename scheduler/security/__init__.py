@@ -22,6 +22,7 @@ _HOME = {
     "OPEN_METHODS": "roles",
     "Principal": "roles",
     "Role": "roles",
+    "grants": "roles",
     "AuthInterceptor": "interceptor",
     "Authenticator": "interceptor",
     "Refused": "interceptor",
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         OPEN_METHODS,
         Principal,
         Role,
+        grants,
     )
     from apollo11.scheduler.security.tokens import Principals, create_token
 else:
@@ -71,4 +73,5 @@ __all__ = [
     "authorize",
     "create_token",
     "current_principal",
+    "grants",
 ]

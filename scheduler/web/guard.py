@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 
-from apollo11.scheduler.security import ANONYMOUS, Principal, Principals, Role
+from apollo11.scheduler.security import ANONYMOUS, Principal, Principals, Role, grants
 from apollo11.scheduler.web.flash import Flash
 from apollo11.scheduler.web.sessions import Session, Sessions
 
@@ -211,6 +211,19 @@ class Gate:
             raise Refused(401, "the bearer token is not valid (unknown or revoked)")
         _need(principal, Role.READER)
 
+    def sign_in(self, token: str) -> Session:
+        """A new session for `token`; Refused (401, 403) says why there is none."""
+        assert self.sessions is not None
+        principal = self.sessions.principals.by_token(token)
+        if principal is None:
+            raise Refused(401, "that token is not valid (unknown or revoked)")
+        why = sign_in_refusal(principal)
+        if why is not None:  # no session: every page would answer it 403
+            raise Refused(403, why)
+        session = self.sessions.open(token)
+        assert session is not None  # the file read a moment ago, with no await between
+        return session
+
     # -------------------------------------------------------------- cookies
 
     def start_session(self, response: Response, session: Session) -> None:
@@ -254,6 +267,20 @@ class Gate:
             raise Refused(
                 403, "the login form expired or did not come from this server: load it again"
             )
+
+
+def sign_in_refusal(principal: Principal) -> str | None:
+    """Why `principal` may not sign in to the pages (None: it may). A token whose role
+    cannot read them (worker; node has no token) would get a session that every page
+    refuses, so it gets none, and is told which roles can."""
+    if principal.may(Role.READER):
+        return None
+    have = principal.role.value if principal.role else "none"
+    readers = [r.value for r in Role if grants(r, Role.READER)]
+    return (
+        f"that token ({principal.name}, role {have}) cannot read these pages: sign in "
+        f"with a token of role {', '.join(readers[:-1])} or {readers[-1]}"
+    )
 
 
 def _need(principal: Principal, need: Role) -> None:

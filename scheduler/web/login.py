@@ -16,7 +16,7 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from apollo11.scheduler.security import Role
-from apollo11.scheduler.web.guard import Gate, safe_next
+from apollo11.scheduler.web.guard import Gate, Refused, safe_next
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,12 @@ def add_login(app: FastAPI, gate: Gate, render: Render) -> None:
         if gate.sessions is None:
             return RedirectResponse("/", status_code=303)
         gate.check_login(request, csrf)
-        session = gate.sessions.open(token.strip())
-        if session is None:
+        try:
+            session = gate.sign_in(token.strip())
+        except Refused as e:  # the form again, saying why
             client = request.client.host if request.client else "?"
-            log.warning("web sign-in refused from %s: the token is unknown or revoked", client)
-            return form(safe_next(next), 401, "that token is not valid (unknown or revoked)")
+            log.warning("web sign-in refused from %s: %s", client, e.message)
+            return form(safe_next(next), e.status, e.message)
         p = session.principal
         log.info("web sign-in: %s (role %s)", p.name, p.role.value if p.role else "none")
         response = RedirectResponse(safe_next(next), status_code=303)

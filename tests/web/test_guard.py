@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from apollo11.scheduler.config import load_settings
-from apollo11.scheduler.web.guard import Gate, allowed_hosts, host_name
+from apollo11.scheduler.security import Principal, Role
+from apollo11.scheduler.web.guard import Gate, allowed_hosts, host_name, sign_in_refusal
 
 
 def test_host_names_without_port_brackets_or_case() -> None:
@@ -42,3 +43,14 @@ def test_the_allowed_hosts_of_a_node(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert gate.host_allowed(ok), ok
     for bad in ("evil.example:7412", "", "node1.evil.example", "localhost.evil.example:7412"):
         assert not gate.host_allowed(bad), bad
+
+
+def test_only_roles_that_read_the_pages_may_sign_in() -> None:
+    for role in (Role.READER, Role.SUBMITTER, Role.OPERATOR):
+        assert sign_in_refusal(Principal("p", role, "token")) is None, role
+    for role in (Role.WORKER, Role.NODE):  # node: a peer certificate, never a token
+        why = sign_in_refusal(Principal("p", role, "token"))
+        assert why == (
+            f"that token (p, role {role.value}) cannot read these pages: sign in with a "
+            f"token of role reader, submitter or operator"
+        )

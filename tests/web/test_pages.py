@@ -453,6 +453,7 @@ class Secured:
     tokens: Path
     operator: str
     reader: str
+    worker: str
 
 
 @pytest.fixture(scope="module")
@@ -461,9 +462,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     tokens = root / "tokens"
     operator = create_token(tokens, "olga", Role.OPERATOR)
     reader = create_token(tokens, "rita", Role.READER)
+    worker = create_token(tokens, "w1", Role.WORKER)
     port = free_port()
     node = start_node(root / "d", "--http", f"127.0.0.1:{port}", "--tokens-file", str(tokens))
-    yield Secured(node, f"http://127.0.0.1:{port}", tokens, operator, reader)
+    yield Secured(node, f"http://127.0.0.1:{port}", tokens, operator, reader, worker)
     assert node.stop() == 0
 
 
@@ -548,6 +550,27 @@ def test_sign_in_with_a_good_and_a_bad_token(secured: Secured) -> None:
         assert r.status_code == 303 and r.headers["location"] == "/login"
     # signed out: the session is gone on the server, not only in that browser
     assert httpx.get(base + "/", cookies={name: sid}).status_code == 303
+
+
+def test_a_worker_token_cannot_sign_in(secured: Secured) -> None:
+    """A worker's token is valid, but grants the worker stream only: it signed in,
+    and then every page answered 403. The sign-in refuses it, saying why."""
+    with httpx.Client(base_url=secured.base) as client:
+        csrf = csrf_of(client.get("/login", params={"next": "/tasks"}).text)
+        r = client.post("/login", data={"token": secured.worker, "csrf": csrf, "next": "/tasks"})
+        assert r.status_code == 403, r.text
+        assert '<form method="post" action="/login"' in r.text, "the login page, again"
+        said = " ".join(r.text.split())
+        assert (
+            "that token (w1, role worker) cannot read these pages: sign in with a token "
+            "of role reader, submitter or operator"
+        ) in said, said
+        assert not any(c.name.startswith("apollo11-session-") for c in client.cookies.jar)
+        r = client.get("/tasks")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login"), "no session"
+        # ...nor does it read /metrics
+        bearer = {"authorization": f"Bearer {secured.worker}"}
+        assert httpx.get(secured.base + "/metrics", headers=bearer).status_code == 403
 
 
 def test_no_open_redirect_after_sign_in(secured: Secured) -> None:
