@@ -32,9 +32,11 @@ proto: setup
 	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --pyi_out=proto \
 		--grpc_python_out=proto proto/apollo11/v1/*.proto
 
-# The Python client's API reference, from its docstrings (tests/test_apidoc.py: current).
+# The Python client's API reference, from its docstrings (tests/test_apidoc.py: current),
+# and the README's role table, from scheduler/security/roles.py (tests/test_roledoc.py).
 docs: setup
 	$(BIN)/python -m apollo11.scheduler.tools.apidoc > docs/client-api.md
+	$(BIN)/python -m apollo11.scheduler.tools.roledoc README.md
 
 lint: setup
 	$(BIN)/ruff check .

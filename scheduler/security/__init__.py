@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING
 
 _HOME = {
     "ANONYMOUS": "roles",
+    "APART": "roles",
+    "LADDER": "roles",
     "METHOD_ROLES": "roles",
+    "METRICS_ROLE": "roles",
     "OPEN_METHODS": "roles",
+    "PAGES_ROLE": "roles",
+    "WEB_ACTIONS_ROLE": "roles",
     "Principal": "roles",
     "Role": "roles",
     "grants": "roles",
@@ -42,8 +47,13 @@ if TYPE_CHECKING:
     )
     from apollo11.scheduler.security.roles import (
         ANONYMOUS,
+        APART,
+        LADDER,
         METHOD_ROLES,
+        METRICS_ROLE,
         OPEN_METHODS,
+        PAGES_ROLE,
+        WEB_ACTIONS_ROLE,
         Principal,
         Role,
         grants,
@@ -62,8 +72,13 @@ else:
 
 __all__ = [
     "ANONYMOUS",
+    "APART",
+    "LADDER",
     "METHOD_ROLES",
+    "METRICS_ROLE",
     "OPEN_METHODS",
+    "PAGES_ROLE",
+    "WEB_ACTIONS_ROLE",
     "AuthInterceptor",
     "Authenticator",
     "Principal",

@@ -9,7 +9,9 @@ stands apart too: it grants the worker stream only.
 The table is the whole policy. A method that is not in it is refused (deny by
 default), so a new RPC cannot ship without somebody deciding its role, and
 the role matrix test (generated from the service descriptors) fails until
-they do.
+they do. The web pages' roles are here too (PAGES_ROLE, WEB_ACTIONS_ROLE,
+METRICS_ROLE, which scheduler/web/guard.py asks), and the README's role table
+is rendered from this module (scheduler/tools/roledoc.py, `make docs`).
 """
 
 from __future__ import annotations
@@ -34,17 +36,17 @@ class Role(enum.Enum):
             raise ValueError(f"unknown role {text!r} (roles: {names})") from None
 
 
-_LADDER = (Role.READER, Role.SUBMITTER, Role.OPERATOR)
+LADDER = (Role.READER, Role.SUBMITTER, Role.OPERATOR)  # each may what the one before may
 # Each grants its own service only: a node's certificate replication, a worker's
 # token the worker stream (a worker reports any step's result: nothing else).
-_APART = (Role.NODE, Role.WORKER)
+APART = (Role.NODE, Role.WORKER)
 
 
 def grants(have: Role, need: Role) -> bool:
     """Does a principal holding `have` get what `need` allows?"""
-    if have in _APART or need in _APART:
+    if have in APART or need in APART:
         return have is need
-    return _LADDER.index(have) >= _LADDER.index(need)
+    return LADDER.index(have) >= LADDER.index(need)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,15 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Replication/ReadRecords": Role.NODE,
     "/apollo11.v1.Workers/Connect": Role.WORKER,
 }
+
+
+# The web pages (scheduler/web/guard.py): reading any page (signing in needs a token
+# of a role that may, and signing out a session of one), acting from a page (retry,
+# skip, cancel), and /metrics (a bearer token or a session; open to anyone with
+# --metrics-open).
+PAGES_ROLE = Role.READER
+WEB_ACTIONS_ROLE = Role.OPERATOR
+METRICS_ROLE = Role.READER
 
 
 def required_role(method: str) -> Role | None:

@@ -1,7 +1,8 @@
 """Who is looking at a page, and whether a POST may act.
 
 With a tokens file (authentication on), reading takes a session of role
-reader and acting one of role operator; without one (a loopback node), the
+reader and acting one of role operator (security/roles.py: PAGES_ROLE,
+WEB_ACTIONS_ROLE); without one (a loopback node), the
 viewer is the anonymous principal, who may do everything, as over gRPC.
 
 Every POST, signed in or not, must come from this server's own pages: its
@@ -29,7 +30,16 @@ from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 
-from apollo11.scheduler.security import ANONYMOUS, Principal, Principals, Role, grants
+from apollo11.scheduler.security import (
+    ANONYMOUS,
+    METRICS_ROLE,
+    PAGES_ROLE,
+    WEB_ACTIONS_ROLE,
+    Principal,
+    Principals,
+    Role,
+    grants,
+)
 from apollo11.scheduler.web.flash import Flash
 from apollo11.scheduler.web.sessions import Session, Sessions
 
@@ -157,10 +167,10 @@ class Gate:
             if request.url.query:
                 path += "?" + request.url.query
             raise LoginRequired(path)
-        _need(viewer.principal, Role.READER)
+        _need(viewer.principal, PAGES_ROLE)
         return viewer
 
-    def actor(self, request: Request, csrf: str, need: Role = Role.OPERATOR) -> Viewer:
+    def actor(self, request: Request, csrf: str, need: Role = WEB_ACTIONS_ROLE) -> Viewer:
         """For a POST: the viewer, if it comes from our own form and may do this; else Refused."""
         self.same_origin(request)
         viewer = self.viewer(request)
@@ -191,7 +201,7 @@ class Gate:
         return f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
 
     def scraper(self, request: Request) -> None:
-        """For /metrics: a bearer token or a session of role reader, unless metrics are open."""
+        """For /metrics: a bearer token or a session of METRICS_ROLE, unless metrics are open."""
         if self.principals is None or self.metrics_open:
             return
         auth = request.headers.get("authorization")
@@ -201,7 +211,7 @@ class Gate:
                 raise Refused(
                     401, "/metrics needs a bearer token of role reader (or --metrics-open)"
                 )
-            _need(viewer.principal, Role.READER)
+            _need(viewer.principal, METRICS_ROLE)
             return
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -209,7 +219,7 @@ class Gate:
         principal = self.principals.by_token(token.strip())
         if principal is None:
             raise Refused(401, "the bearer token is not valid (unknown or revoked)")
-        _need(principal, Role.READER)
+        _need(principal, METRICS_ROLE)
 
     def sign_in(self, token: str) -> Session:
         """A new session for `token`; Refused (401, 403) says why there is none."""
@@ -273,10 +283,10 @@ def sign_in_refusal(principal: Principal) -> str | None:
     """Why `principal` may not sign in to the pages (None: it may). A token whose role
     cannot read them (worker; node has no token) would get a session that every page
     refuses, so it gets none, and is told which roles can."""
-    if principal.may(Role.READER):
+    if principal.may(PAGES_ROLE):
         return None
     have = principal.role.value if principal.role else "none"
-    readers = [r.value for r in Role if grants(r, Role.READER)]
+    readers = [r.value for r in Role if grants(r, PAGES_ROLE)]
     return (
         f"that token ({principal.name}, role {have}) cannot read these pages: sign in "
         f"with a token of role {', '.join(readers[:-1])} or {readers[-1]}"

@@ -28,7 +28,7 @@ from apollo11.scheduler import waits
 from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.replay import TaskStatus
-from apollo11.scheduler.security import Role
+from apollo11.scheduler.security import WEB_ACTIONS_ROLE
 from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
@@ -182,7 +182,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         response = render(
             "task.html",
             viewer=viewer,
-            can_act=viewer.principal.may(Role.OPERATOR),
+            can_act=viewer.principal.may(WEB_ACTIONS_ROLE),
             t=t,
             blocked="" if at else listing.blocked(node, task_id),
             svg=svg,
