@@ -1,11 +1,12 @@
 """The Workers service: one bidirectional stream per worker process.
 
-The first message must be a Register; the answer is Registered (or the stream
-ends with a status: FAILED_PRECONDITION naming the primary on a standby,
-UNAVAILABLE while there is none, ALREADY_EXISTS for a name taken by another
-live worker, INVALID_ARGUMENT for a registration that cannot be taken). Then
-a reader takes heartbeats and results, and the writer sends what the remote
-executor queued for the worker, one message per kind per turn of the loop.
+The first message must be a Register, read before anything is answered; the
+answer is Registered (or the stream ends with a status: FAILED_PRECONDITION
+naming the primary on a standby, UNAVAILABLE while there is none,
+ALREADY_EXISTS for a name taken by another live worker, INVALID_ARGUMENT for a
+registration that cannot be taken). Then a reader takes heartbeats and
+results, and the writer sends what the remote executor queued for the worker,
+one message per kind per turn of the loop.
 """
 
 from __future__ import annotations
@@ -68,10 +69,14 @@ class WorkersService:
 
     async def Connect(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         ex = self.executor
+        # The Register is read before any answer, a refusal too: grpc.aio's client
+        # reports INTERNAL ("Internal error from Core") for a write that meets the
+        # stream's end (grpc/grpc#36066), so a standby that refused as the stream
+        # opened lost its redirect to a worker still writing its Register.
+        first = await context.read()
         if not ex.accepting:
             await _refuse_not_leader(context, self._not_leader())
             return
-        first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("body") != "register":
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a register"

@@ -7,6 +7,7 @@ appends `task step attempt node term:attempt worker` before it works.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -14,9 +15,13 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 
+from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.client import SyncClient, TaskView
+from apollo11.v1 import worker_pb2 as wpb
+from apollo11.v1 import worker_pb2_grpc as wpbg
 from tests.cluster import Cluster
 from tests.workerprocs import (
     HEARTBEAT_TIMEOUT,
@@ -169,6 +174,44 @@ def test_a_worker_given_a_standby_finds_the_primary(
     workers("w1", servers=standby.address)
     _until("the redirect", _connected(primary, "w1"))
     assert "worker w1 connected" not in standby.log_text()
+
+
+def test_a_standby_answers_every_registration_with_the_primarys_address(
+    remote: Cluster,
+) -> None:
+    """Found against a cluster: about one registration in ten sent to a standby was
+    answered INTERNAL ("Internal error from Core"), not FAILED_PRECONDITION naming
+    the primary: the standby refused as the stream opened, and grpc.aio's client
+    reports INTERNAL for a write (the Register) that meets the stream's end
+    (grpc/grpc#36066). Each try is a new connection, as a worker's first is."""
+    primary = remote.primary()
+    standby = next(m for m in remote.members if m is not primary)
+    _until("the standby knows the primary", lambda: "standby: following" in standby.log_text())
+    answers = asyncio.run(_registrations(standby.address, 100))
+    assert answers == Counter({("FAILED_PRECONDITION", primary.address): 100})
+
+
+async def _registrations(address: str, n: int) -> Counter[tuple[str, str | None]]:
+    """Register `n` times at `address`, each on a new channel: (status, leader) counted."""
+    answers: Counter[tuple[str, str | None]] = Counter()
+    for i in range(n):
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = wpbg.WorkersStub(channel).Connect()
+            register = wpb.Register(
+                name=f"w{i}",
+                instance=f"i{i}",
+                slots=1,
+                workflows=[wpb.WorkflowRef(name="etl", version=1)],
+            )
+            try:
+                await call.write(wpb.WorkerMessage(register=register))
+                await asyncio.wait_for(call.read(), 10)
+            except grpc.aio.AioRpcError as e:
+                leader = dict(e.trailing_metadata() or ()).get(LEADER_METADATA)
+                answers[(e.code().name, None if leader is None else str(leader))] += 1
+            else:
+                answers[("registered", None)] += 1
+    return answers
 
 
 def test_cancel_kills_a_step_in_its_child_process(
