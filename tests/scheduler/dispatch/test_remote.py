@@ -4,7 +4,6 @@ worker that speaks the protocol by hand (tests/scheduler/dispatch/rawworker.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,44 +13,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from apollo11.scheduler import tracing
 from apollo11.scheduler.client import Client
-from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch.conn import WorkerConn
-from apollo11.scheduler.log import EventType, FsyncPolicy
+from apollo11.scheduler.log import EventType
 from apollo11.scheduler.node import Node
 from apollo11.scheduler.replay import TaskStatus
 from apollo11.v1 import worker_pb2 as wpb
 
 from .rawworker import RawWorker, running
-
-FLOWS = "tests.scheduler.dispatch.flows"
-
-
-@pytest.fixture
-async def start(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Node]]]:
-    nodes: list[Node] = []
-
-    async def make(**settings: Any) -> Node:
-        settings.setdefault("data_dir", tmp_path / "data")
-        settings.setdefault("execution", "remote")
-        n = Node(
-            NodeSettings(
-                node_id="n1",
-                listen="127.0.0.1:0",
-                workflows=[FLOWS],
-                fsync=FsyncPolicy.UNSAFE_NEVER,
-                worker_heartbeat_interval=0.2,
-                worker_heartbeat_timeout=1.0,
-                **settings,
-            )
-        )
-        await n.start()
-        nodes.append(n)
-        return n
-
-    yield make
-    for n in nodes:
-        if n.role != "stopped":
-            await n.stop()
 
 
 async def _wait(node: Node, task_id: str, timeout: float = 20) -> Any:
