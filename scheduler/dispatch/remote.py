@@ -432,7 +432,7 @@ class RemoteExecutor:
                 stale.append(token)  # not this worker's current attempt: stop it
                 continue
             if r.heartbeat_json:
-                self._beat(token, r.heartbeat_json)
+                self._beat(conn, token, r.heartbeat_json)
         if old is not None:
             # What was sent on the old stream and is not reported never reached it.
             for inflight in list(self._inflight.values()):
@@ -463,11 +463,13 @@ class RemoteExecutor:
         conn.last_seen = time.monotonic()
         for r in beat.running:
             if r.heartbeat_json:
-                self._beat(AttemptToken(r.token.term, r.token.event_id), r.heartbeat_json)
+                self._beat(conn, AttemptToken(r.token.term, r.token.event_id), r.heartbeat_json)
 
-    def _beat(self, token: AttemptToken, raw: bytes) -> None:
+    def _beat(self, conn: WorkerConn, token: AttemptToken, raw: bytes) -> None:
         inflight = self._inflight.get(token)
-        if inflight is None or inflight.beat is None:
+        # Only the worker an attempt was given to speaks for it: the token is no
+        # secret (any reader sees it), and the details become its retry's input.
+        if inflight is None or inflight.beat is None or inflight.worker != conn.name:
             return
         try:
             inflight.beat(orjson.loads(raw))
