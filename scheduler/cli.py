@@ -489,7 +489,13 @@ def worker(
     name: Annotated[
         str | None,
         typer.Option(
-            "--name", envvar="APOLLO11_WORKER_NAME", help="Unique name (default HOST-PID)."
+            "--name",
+            envvar="APOLLO11_WORKER_NAME",
+            help=(
+                "Unique name (default HOST-PID). On a node with tokens it is bound to the "
+                "credential: the token's (or certificate's) NAME or NAME/anything, and the "
+                "default is NAME/HOST-PID; any other is refused."
+            ),
         ),
     ] = None,
     labels: Annotated[
@@ -521,7 +527,11 @@ def worker(
     key: KeyOption = None,
     token_file: TokenFileOption = None,
 ) -> None:
-    """Run steps for the primary: connect, register, run what is assigned (Ctrl-C drains)."""
+    """Run steps for the primary: connect, register, run what is assigned (Ctrl-C drains).
+
+    On a node with tokens a worker's name is its credential's name or one beneath
+    it (--name NAME/...), by default NAME/HOST-PID: no other credential can take
+    its name, nor its running attempts after a failover."""
     import asyncio
 
     # the worker's package is loaded here only: other commands do not pay for it

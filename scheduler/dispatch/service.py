@@ -3,10 +3,11 @@
 The first message must be a Register, read before anything is answered; the
 answer is Registered (or the stream ends with a status: FAILED_PRECONDITION
 naming the primary on a standby, UNAVAILABLE while there is none,
-ALREADY_EXISTS for a name taken by another live worker, INVALID_ARGUMENT for a
-registration that cannot be taken). Then a reader takes heartbeats and
-results, and the writer sends what the remote executor queued for the worker,
-one message per kind per turn of the loop.
+ALREADY_EXISTS for a name taken by another live worker, PERMISSION_DENIED for a
+name the worker's credential may not use (security/worker_names.py),
+INVALID_ARGUMENT for a registration that cannot be taken). Then a reader takes
+heartbeats and results, and the writer sends what the remote executor queued
+for the worker, one message per kind per turn of the loop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
 from apollo11.scheduler.dispatch.remote import RefusedError, RemoteExecutor
 from apollo11.scheduler.errors import ApolloError, NotLeaderError
+from apollo11.scheduler.security import WorkerNameRefused, current_principal, worker_name
 from apollo11.v1 import worker_pb2 as wpb
 
 log = logging.getLogger(__name__)
@@ -85,8 +87,21 @@ class WorkersService:
         problem = check_register(reg)
         if problem is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        try:
+            # bound to the credential: the STARTED records it, and after a failover
+            # the attempts it names are adopted from this name's worker only
+            name = worker_name(current_principal(), reg.name, default=reg.default_name)
+        except WorkerNameRefused as e:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+            return
+        if len(name) > NAME_MAX:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"register.name: {name!r} (beneath the credential's name) is longer than "
+                f"{NAME_MAX} characters; pass a shorter --name",
+            )
         conn = WorkerConn(
-            name=reg.name,
+            name=name,
             instance=reg.instance,
             slots=reg.slots,
             workflows=frozenset((w.name, w.version) for w in reg.workflows),
@@ -117,6 +132,7 @@ class WorkersService:
                         stale=[to_pb(t) for t in stale],
                         pings=True,
                         packed_results=True,
+                        name=conn.name,
                     )
                 )
             )

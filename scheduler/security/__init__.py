@@ -5,6 +5,7 @@ tokens.py       the principals file (token hashes, certificate names), SIGHUP re
 interceptor.py  the one interceptor that authenticates and authorizes every RPC
 tls.py          PEM files and gRPC credentials (public port, peer port)
 protect.py      protected mode: what a node refuses to start without
+worker_names.py which worker names a principal may register under
 
 The names below load their module on first use, not with the package: the
 client makes its channel credentials with tls.py (which imports only grpc) and
@@ -35,6 +36,8 @@ _HOME = {
     "current_principal": "interceptor",
     "Principals": "tokens",
     "create_token": "tokens",
+    "WorkerNameRefused": "worker_names",
+    "worker_name": "worker_names",
 }
 
 if TYPE_CHECKING:
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
         grants,
     )
     from apollo11.scheduler.security.tokens import Principals, create_token
+    from apollo11.scheduler.security.worker_names import WorkerNameRefused, worker_name
 else:
 
     def __getattr__(name: str) -> object:
@@ -85,8 +89,10 @@ __all__ = [
     "Principals",
     "Refused",
     "Role",
+    "WorkerNameRefused",
     "authorize",
     "create_token",
     "current_principal",
     "grants",
+    "worker_name",
 ]

@@ -38,7 +38,8 @@ class Role(enum.Enum):
 
 LADDER = (Role.READER, Role.SUBMITTER, Role.OPERATOR)  # each may what the one before may
 # Each grants its own service only: a node's certificate replication, a worker's
-# token the worker stream (a worker reports any step's result: nothing else).
+# token the worker stream (a worker reports its own attempts' results, under a name
+# its credential may use (worker_names.py): nothing else).
 APART = (Role.NODE, Role.WORKER)
 
 

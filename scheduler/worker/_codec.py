@@ -70,6 +70,7 @@ def register(
     labels: Mapping[str, str],
     running: Iterable[Running],
     version: str,
+    default_name: bool = False,
 ) -> pb.WorkerMessage:
     return pb.WorkerMessage(
         register=pb.Register(
@@ -82,6 +83,7 @@ def register(
             version=version,
             packed_acks=True,
             packed_assignments=True,
+            default_name=default_name,
         )
     )
 
@@ -287,6 +289,7 @@ def registration(m: pb.DispatchMessage) -> Registration:
         stale=frozenset(token_of(t) for t in r.stale),
         pings=r.pings,
         packed_results=r.packed_results,
+        name=r.name,
     )
 
 

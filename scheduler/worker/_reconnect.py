@@ -14,7 +14,8 @@
   this worker's own ghost (a stream the primary has not yet timed out), so retry,
   slowly, on the same primary.
 * INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED: the configuration is wrong
-  (a bad label, a token without the worker role); retrying cannot help: stop.
+  (a bad label, a token without the worker role, a --name the credential may not
+  use); retrying cannot help: stop.
 
 `Reconnect.after` is pure but for the jitter source, and tested without a network.
 """

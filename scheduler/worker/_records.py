@@ -119,6 +119,7 @@ class Registration:
     stale: frozenset[Token]
     pings: bool = False  # it writes at least every interval (a frozen one does not)
     packed_results: bool = False  # it reads succeeded results in columns (worker.proto)
+    name: str = ""  # what this worker is registered as ("": the name it asked for)
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,7 +165,10 @@ class Worker:
         `isolation="process"` runs each attempt in a child process that imports
         `modules` (default: the modules the registry's steps are defined in).
         `ca`, `cert`, `key`, `tls`, `token` as for `Client` (each defaults to its
-        APOLLO11_* variable)."""
+        APOLLO11_* variable). `name`: unique among the workers (default HOST-PID); on
+        a node with authentication it is the credential's name or one beneath it
+        (`etl`, `etl/a`), and the default is HOST-PID beneath it (`etl/HOST-PID`):
+        `name` says what the primary registered, once connected."""
         if slots < 1:
             raise InvalidArgumentError(f"slots must be at least 1, got {slots}")
         if isolation not in ("thread", "process"):
@@ -174,7 +177,11 @@ class Worker:
             raise InvalidArgumentError("the registry holds no workflow: nothing to run")
         self.endpoints = endpoints_from(endpoints)
         self.registry = registry
-        self.name = name or default_name()
+        # What it asks to be called; `name` becomes what the primary registered it as
+        # (beneath its credential's name when it asks for its default: worker.proto)
+        self._asked_name = name or default_name()
+        self._default_name = not name
+        self.name = self._asked_name
         self.instance = uuid.uuid4().hex  # a restarted worker is a new instance
         self.slots = slots
         self.labels = dict(labels or {})
@@ -318,7 +325,8 @@ class Worker:
             running = [a.running() for a in self._attempts.values()]
             await call.write(
                 codec.register(
-                    name=self.name,
+                    name=self._asked_name,
+                    default_name=self._default_name,
                     instance=self.instance,
                     slots=self.slots,
                     workflows=[(wf.name, wf.version) for wf in self.registry.all()],
@@ -446,6 +454,8 @@ class Worker:
 
     def _registered(self, reg: Registration, session: _Session) -> None:
         session.registration = reg
+        if reg.name:  # an older primary does not say: the name asked for, then
+            self.name = reg.name
         self._session = session
         self._interval = reg.heartbeat_interval_s or DEFAULT_HEARTBEAT_INTERVAL_S
         self._wake.set()  # the writer's wait was for the old interval

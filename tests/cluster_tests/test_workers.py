@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -23,6 +24,7 @@ from apollo11.scheduler.client import SyncClient, TaskView
 from apollo11.v1 import worker_pb2 as wpb
 from apollo11.v1 import worker_pb2_grpc as wpbg
 from tests.cluster import Cluster
+from tests.cluster_tests.conftest import Secured
 from tests.workerprocs import (
     HEARTBEAT_TIMEOUT,
     WorkerProc,
@@ -212,6 +214,103 @@ async def _registrations(address: str, n: int) -> Counter[tuple[str, str | None]
             else:
                 answers[("registered", None)] += 1
     return answers
+
+
+def test_a_forged_worker_name_after_a_failover_is_refused_and_its_result_not_applied(
+    secure_remote: Secured, tmp_path: Path
+) -> None:
+    """Found from outside against a secure cluster: a worker's name was self-declared.
+    After a failover, a holder of any worker token (mallory's) who registered first
+    under w1's name, reporting w1's running attempt by its token (which any reader
+    reads in GetEvents), was adopted in w1's place and its result applied. w1 is
+    stopped over the failover, so that the forger is first."""
+    c, pki = secure_remote.cluster, secure_remote.pki
+    primary = c.primary()
+    token_file = tmp_path / "w1.token"
+    token_file.write_text(secure_remote.workers["w1"])
+    ca = str(pki.dir / "ca.pem")
+    w1 = WorkerProc(
+        tmp_path, "w1", c.endpoints, "--slots", "1", "--ca", ca, "--token-file", str(token_file)
+    )
+    try:
+        _until("w1", _connected(primary, "w1"))
+        ledger = tmp_path / "ledger"
+        with SyncClient(c.endpoints) as client:
+            task_id = client.submit("etl", {"step_seconds": 3, "ledger": str(ledger)}).task_id
+            _until("collect running on w1", lambda: len(_lines(ledger)) >= 1)
+        with SyncClient(c.endpoints, token=pki.tokens["reader"]) as reader:
+            [started] = [
+                e for e in reader.events(task_id=task_id)[0] if e.event_type == "STEP_STARTED"
+            ]
+        w1.signal(signal.SIGSTOP)
+        primary.signal(signal.SIGKILL)
+        others = [m.address for m in c.members if m is not primary]
+        creds = grpc.ssl_channel_credentials(pki.pem("ca.pem"))
+        answer = asyncio.run(_forge(others, creds, secure_remote.workers["mallory"], started))
+        w1.signal(signal.SIGCONT)
+        with SyncClient(c.endpoints) as client:
+            task = client.wait(task_id, timeout=120)
+    finally:
+        w1.stop()
+    code, details = answer
+    assert code == "PERMISSION_DENIED", answer
+    assert "'w1'" in details and "'mallory'" in details, details
+    assert task.state == "SUCCEEDED"
+    assert [s.result for s in task.steps if "forged" in str(s.result)] == []
+
+
+async def _forge(
+    endpoints: list[str], creds: grpc.ChannelCredentials, token: str, started: Any
+) -> tuple[str, str]:
+    """Register as w1 with mallory's token wherever a primary takes it, reporting the
+    attempt `started` running, and send a forged result for it: (status, details) of
+    the registration's refusal, or ("registered", what the ack said)."""
+    attempt = wpb.RunningAttempt(
+        token=wpb.AttemptToken(term=started.term, event_id=started.event_id),
+        task_id=started.task_id,
+        step=started.step_name,
+        attempt=started.attempt,
+    )
+    register = wpb.Register(
+        name="w1",
+        instance="forger",
+        slots=1,
+        workflows=[wpb.WorkflowRef(name="etl", version=1)],
+        running=[attempt],
+    )
+    metadata = (("authorization", f"Bearer {token}"),)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for address in endpoints:
+            async with grpc.aio.secure_channel(address, creds) as channel:
+                call = wpbg.WorkersStub(channel).Connect(metadata=metadata)
+                try:
+                    await call.write(wpb.WorkerMessage(register=register))
+                    await asyncio.wait_for(call.read(), 5)
+                    forged = wpb.StepResult(
+                        token=attempt.token,
+                        task_id=attempt.task_id,
+                        step=attempt.step,
+                        attempt=attempt.attempt,
+                        result_json=b'{"forged": true}',
+                    )
+                    await call.write(wpb.WorkerMessage(results=wpb.Results(results=[forged])))
+                    return ("registered", await _ack(call))
+                except grpc.aio.AioRpcError as e:
+                    if e.code() is grpc.StatusCode.PERMISSION_DENIED:
+                        return (e.code().name, e.details() or "")
+                except TimeoutError:
+                    pass
+        await asyncio.sleep(0.02)
+    raise AssertionError("no node took or refused the forged registration")
+
+
+async def _ack(call: Any) -> str:
+    """The next acknowledgement on `call` (the primary's pings are empty Acks)."""
+    while True:
+        m = await asyncio.wait_for(call.read(), 5)
+        if m.WhichOneof("body") == "acks" and (m.acks.acks or m.acks.accepted_event_ids):
+            return str(m.acks)
 
 
 def test_cancel_kills_a_step_in_its_child_process(

@@ -37,7 +37,7 @@ class RunningAttempt(_message.Message):
     def __init__(self, token: _Optional[_Union[AttemptToken, _Mapping]] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., heartbeat_json: _Optional[bytes] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version", "packed_acks", "packed_assignments")
+    __slots__ = ("name", "instance", "slots", "workflows", "labels", "running", "version", "packed_acks", "packed_assignments", "default_name")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class Register(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PACKED_ACKS_FIELD_NUMBER: _ClassVar[int]
     PACKED_ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     instance: str
     slots: int
@@ -63,7 +64,8 @@ class Register(_message.Message):
     version: str
     packed_acks: bool
     packed_assignments: bool
-    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ..., packed_acks: _Optional[bool] = ..., packed_assignments: _Optional[bool] = ...) -> None: ...
+    default_name: bool
+    def __init__(self, name: _Optional[str] = ..., instance: _Optional[str] = ..., slots: _Optional[int] = ..., workflows: _Optional[_Iterable[_Union[WorkflowRef, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ..., version: _Optional[str] = ..., packed_acks: _Optional[bool] = ..., packed_assignments: _Optional[bool] = ..., default_name: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
     __slots__ = ("running",)
@@ -204,7 +206,7 @@ class DurableJournal(_message.Message):
     def __init__(self, checkpoints_json: _Optional[bytes] = ..., wait_json: _Optional[bytes] = ..., first_event_id: _Optional[int] = ..., now_ms: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale", "pings", "packed_results")
+    __slots__ = ("node_id", "term", "heartbeat_interval_s", "heartbeat_timeout_s", "stale", "pings", "packed_results", "name")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +214,7 @@ class Registered(_message.Message):
     STALE_FIELD_NUMBER: _ClassVar[int]
     PINGS_FIELD_NUMBER: _ClassVar[int]
     PACKED_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     term: int
     heartbeat_interval_s: float
@@ -219,7 +222,8 @@ class Registered(_message.Message):
     stale: _containers.RepeatedCompositeFieldContainer[AttemptToken]
     pings: bool
     packed_results: bool
-    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ..., pings: _Optional[bool] = ..., packed_results: _Optional[bool] = ...) -> None: ...
+    name: str
+    def __init__(self, node_id: _Optional[str] = ..., term: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., stale: _Optional[_Iterable[_Union[AttemptToken, _Mapping]]] = ..., pings: _Optional[bool] = ..., packed_results: _Optional[bool] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Assign(_message.Message):
     __slots__ = ("assignments", "node_id", "terms", "event_ids", "task_ids", "steps", "attempts", "workflows", "versions", "inputs_json", "results_json", "timeouts_s")

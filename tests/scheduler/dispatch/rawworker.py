@@ -14,10 +14,14 @@ from apollo11.v1 import worker_pb2_grpc as wpbg
 
 
 class RawWorker:
-    def __init__(self, address: str, name: str = "w1", slots: int = 4) -> None:
+    def __init__(
+        self, address: str, name: str = "w1", slots: int = 4, *, token: str | None = None
+    ) -> None:
         self.address = address
         self.name = name
         self.slots = slots
+        self.metadata = None if token is None else (("authorization", f"Bearer {token}"),)
+        self.default_name = False  # `name` is its default (HOST-PID): Register.default_name
         self.instance = uuid.uuid4().hex
         self.channel: grpc.aio.Channel | None = None
         self.call: Any = None
@@ -36,7 +40,7 @@ class RawWorker:
         running: tuple[wpb.RunningAttempt, ...] = (),
     ) -> wpb.Registered:
         self.channel = grpc.aio.insecure_channel(self.address)
-        self.call = wpbg.WorkersStub(self.channel).Connect()
+        self.call = wpbg.WorkersStub(self.channel).Connect(metadata=self.metadata)
         await self.call.write(
             wpb.WorkerMessage(
                 register=wpb.Register(
@@ -45,6 +49,7 @@ class RawWorker:
                     slots=self.slots,
                     workflows=[wpb.WorkflowRef(name=n, version=v) for n, v in workflows],
                     running=list(running),
+                    default_name=self.default_name,
                 )
             )
         )

@@ -67,9 +67,9 @@ def _call(address: str, creds: grpc.ChannelCredentials, token: str | None, m: Me
         try:
             if m.client_streaming:
                 if m.name == "Connect":  # a worker's stream: a registration opens it
-                    first = request_cls(
-                        register=worker_pb2.Register(name="w", instance="i", slots=1)
-                    )
+                    # a default name: beneath whichever credential calls (worker_names.py)
+                    reg = worker_pb2.Register(name="w", instance="i", slots=1, default_name=True)
+                    first = request_cls(register=reg)
                 else:
                     first = request_cls(hello=replication_pb2.Hello(node_id="n1", address="x:1"))
                 call = ch.stream_stream(name, **kw)(iter([first]), timeout=5, metadata=metadata)

@@ -129,6 +129,7 @@ class FakePrimary(pbg.WorkersServicer):
         self.refuse: Refusal | None = None
         self.stale: Sequence[pb.AttemptToken] = ()
         self.refused = 0
+        self.registered_as = ""  # Registered.name ("": as an older primary, none)
         self._conns: asyncio.Queue[Conn] = asyncio.Queue()
         self.address = ""
 
@@ -155,6 +156,7 @@ class FakePrimary(pbg.WorkersServicer):
                     heartbeat_interval_s=self.interval_s,
                     heartbeat_timeout_s=self.interval_s * 5,
                     stale=list(self.stale),
+                    name=self.registered_as,
                 )
             )
         )

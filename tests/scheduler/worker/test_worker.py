@@ -14,7 +14,7 @@ import grpc
 import orjson
 import pytest
 
-from apollo11.scheduler.worker import Worker, WorkerRefusedError
+from apollo11.scheduler.worker import Worker, WorkerRefusedError, default_name
 from apollo11.scheduler.workflow import Registry
 from tests.scheduler.worker import flows
 from tests.scheduler.worker.fake import WAIT_S, FakePrimary, Refusal, assignment, key, serving
@@ -67,7 +67,7 @@ async def test_register_carries_workflows_slots_labels(primary: FakePrimary) -> 
     async with running(worker):
         conn = await primary.next_conn()
     reg = conn.register
-    assert reg.name == "w1"
+    assert reg.name == "w1" and not reg.default_name
     assert reg.slots == 3
     assert dict(reg.labels) == {"zone": "a"}
     assert [(w.name, w.version) for w in reg.workflows] == [("wtest", 1)]
@@ -109,6 +109,27 @@ async def test_assign_result_ack_and_the_context_a_step_is_told(primary: FakePri
         await conn.ack(a.token)
         await conn.ack(b.token, accepted=False, reason="not the current attempt")
         await _until(lambda: len(worker._outbox) == 0, "both acknowledged")
+
+
+async def test_a_default_name_says_so_and_the_name_registered_is_the_workers(
+    primary: FakePrimary,
+) -> None:
+    """On a node with authentication a worker left to its default name (HOST-PID) is
+    registered beneath its credential's name: it asks for its default as such, and
+    calls itself (and tells its steps) what the primary registered."""
+    primary.registered_as = "etl/host-1"
+    worker = Worker(primary.address, registry())
+    async with running(worker):
+        conn = await primary.next_conn()
+        assert conn.register.default_name
+        assert conn.register.name == default_name() == f"{socket.gethostname()}-{os.getpid()}"
+        await _until(lambda: worker.name == "etl/host-1", "the registered name taken")
+        a = assignment("echo", 13)
+        await conn.assign(a)
+        assert orjson.loads((await conn.result(a.token)).result_json)["worker"] == "etl/host-1"
+        conn.drop()
+        again = await primary.next_conn()  # it asks for the same again, a default still
+        assert again.register.default_name and again.register.name == conn.register.name
 
 
 async def test_failures_become_failure_results(primary: FakePrimary) -> None:
