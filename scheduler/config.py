@@ -65,6 +65,10 @@ class NodeSettings(BaseSettings):
     listen: str = "127.0.0.1:7411"
     advertise: str | None = None
     http: str | None = None
+    # Connections the HTTP port holds at once, in all and from one address; past
+    # either a new one is closed at once (scheduler/web/listener.py).
+    http_max_connections: int = Field(default=128, ge=1, le=100_000)
+    http_max_connections_per_source: int = Field(default=32, ge=1, le=100_000)
     # Host names the pages answer to besides localhost, IP literals, the --http and
     # --advertise hosts and the node id (the DNS-rebinding guard, scheduler/web/guard.py).
     http_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -264,6 +264,15 @@ PROMOTION_SECONDS = Histogram(
 COMPENSATION_BACKLOG = Gauge(
     "apollo11_compensation_backlog", "Compensations owed or running, on the primary"
 )
+HTTP_CONNECTIONS = Gauge(
+    "apollo11_http_connections", "Connections open on the HTTP port (scheduler/web/listener.py)"
+)
+HTTP_CONNECTIONS_DROPPED = Counter(
+    "apollo11_http_connections_dropped_total",
+    "HTTP port connections refused or dropped: total or per_source (over the limit), "
+    "handshake (TLS failed or too slow), no_request (no request's headers in time)",
+    ["reason"],
+)
 ACTIVE_TASKS = Gauge("apollo11_active_tasks", "Tasks not finished yet")
 RUNNING_STEPS = Gauge("apollo11_running_steps", "Steps executing on this node")
 RECOVERY_SECONDS = Gauge(

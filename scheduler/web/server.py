@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -19,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apollo11.scheduler.web import scrape
 from apollo11.scheduler.web.guard import Gate, Refused, allowed_hosts
+from apollo11.scheduler.web.listener import ConnectionLimits, Connections, GuardedHttp
 from apollo11.scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
@@ -34,7 +37,6 @@ SECURITY_HEADERS = {
 }
 
 
-LIMIT_CONCURRENCY = 1000
 # asyncio reports EMFILE from accept() up to `backlog` times per wake-up (uvicorn's
 # default is 2048); a smaller queue also holds fewer connections nobody serves.
 BACKLOG = 256
@@ -105,6 +107,12 @@ class HttpServer:
         self.app = make_app(node)
         s = node.settings
         self.scheme = "https" if s.tls_cert is not None else "http"
+        self.connections = Connections(
+            ConnectionLimits(
+                total=s.http_max_connections, per_source=s.http_max_connections_per_source
+            )
+        )
+        tls = None if s.tls_cert is None else _tls_context(s.tls_cert, s.tls_key)
         self.server = _Server(
             uvicorn.Config(
                 self.app,
@@ -113,16 +121,10 @@ class HttpServer:
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
-                ssl_certfile=None if s.tls_cert is None else str(s.tls_cert),
-                ssl_keyfile=None if s.tls_key is None else str(s.tls_key),
-                # Red-team: idle connections ran the node out of file descriptors.
-                # Past LIMIT_CONCURRENCY connections or requests, a request is
-                # answered 503 at once; a kept-alive connection is closed after
-                # KEEP_ALIVE_S quiet. uvicorn has no timeout for reading a
-                # request's headers, and none for a connection that never sends
-                # a byte: those stay bounded only by the open files limit, which
-                # the node raises to the hard limit at start.
-                limit_concurrency=LIMIT_CONCURRENCY,
+                # Plain TCP for uvicorn: the connection's door and its TLS are
+                # GuardedHttp's (web/listener.py), which bounds how many, how
+                # long without a request, and what a cut handshake leaves behind.
+                http=GuardedHttp.bind(self.connections, tls),
                 backlog=BACKLOG,
                 timeout_keep_alive=KEEP_ALIVE_S,
             )
@@ -143,3 +145,13 @@ class HttpServer:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._task, 5)
+        # uvicorn closed what speaks HTTP; what is still in its handshake is ours.
+        self.connections.close_all()
+
+
+def _tls_context(cert: Path, key: Path | None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(cert), None if key is None else str(key))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx

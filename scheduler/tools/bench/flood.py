@@ -1,0 +1,145 @@
+"""Connection floods with no credential: what anyone who can reach a port can do.
+
+The patterns of issue 28, for `bench overload --connections` and for the tests
+of the ports' doors (tests/web/test_connections.py, tests/api/test_conn_limits.py):
+
+* idle: connect and send nothing;
+* half: connect and send the first half of a TLS ClientHello, then nothing;
+* churn: connect, send a whole ClientHello, close at once (the server is
+  mid-handshake when the connection ends);
+* halfclose: as churn, but shut the write side and wait for the server to close.
+
+Each connection may come from its own loopback source address (`source`), so a
+test can tell a flood from a legitimate client on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Pattern = Literal["idle", "half", "churn", "halfclose"]
+PATTERNS: tuple[Pattern, ...] = ("idle", "half", "churn", "halfclose")
+
+
+def client_hello(alpn: Sequence[str] = ("h2", "http/1.1")) -> bytes:
+    """The bytes a TLS client sends first (one ClientHello record)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(list(alpn))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_side=False, server_hostname="apollo11")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return outgoing.read()
+
+
+@dataclass
+class Held:
+    """Connections a flood holds open; `closed()` counts those the server ended."""
+
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    readers: list[asyncio.StreamReader] = field(default_factory=list)
+    failed: int = 0  # connect refused or reset at once
+
+    def closed(self) -> int:
+        return sum(1 for r in self.readers if _ended(r)) + self.failed
+
+    def open(self) -> int:
+        return sum(1 for r in self.readers if not _ended(r))
+
+    async def drain_reads(self) -> None:
+        """Read what the server sent, so an EOF it sent is seen."""
+        for r in self.readers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(r.read(65536), 0.001)
+
+    def close(self) -> None:
+        for w in self.writers:
+            with contextlib.suppress(Exception):
+                w.transport.abort()
+        self.writers.clear()
+
+
+def _ended(r: asyncio.StreamReader) -> bool:
+    return r.at_eof() or r.exception() is not None
+
+
+async def _connect(
+    host: str, port: int, source: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(host, port, local_addr=(source, 0))
+
+
+async def hold(host: str, port: int, n: int, pattern: Pattern, *, source: str) -> Held:
+    """Open `n` connections in the `idle` or `half` pattern and keep them."""
+    first = b"" if pattern == "idle" else client_hello()[:40]
+    held = Held()
+    for _ in range(n):
+        try:
+            r, w = await _connect(host, port, source)
+        except OSError:
+            held.failed += 1
+            continue
+        if first:
+            w.write(first)
+        held.readers.append(r)
+        held.writers.append(w)
+    await asyncio.sleep(0.2)
+    await held.drain_reads()
+    return held
+
+
+async def churn(
+    host: str, port: int, n: int, pattern: Pattern, *, source: str, concurrency: int = 16
+) -> int:
+    """`n` connections in the `churn` or `halfclose` pattern, `concurrency` at a time;
+    returns how many could not even connect."""
+    hello = client_hello()
+    failed = 0
+    todo = iter(range(n))
+
+    async def one() -> None:
+        nonlocal failed
+        try:
+            r, w = await _connect(host, port, source)
+        except OSError:
+            failed += 1
+            return
+        try:
+            w.write(hello)
+            if pattern == "halfclose":
+                w.write_eof()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(r.read(), 30)
+            else:
+                await asyncio.sleep(0)
+                # RST, not FIN: the server is cut off mid-handshake
+                sock = w.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            w.transport.abort()
+
+    async def lane() -> None:
+        for _ in todo:
+            await one()
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return failed
+
+
+def open_fds(pid: int) -> int:
+    """How many files `pid` has open now (0 once it is gone)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
