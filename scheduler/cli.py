@@ -25,6 +25,8 @@ from apollo11.scheduler.taskstatus import TaskStatus
 if TYPE_CHECKING:
     from apollo11.scheduler.replay import State, TaskState
 
+# whether the operator set GRPC_VERBOSITY (main sets a default)
+_GRPC_VERBOSITY_GIVEN = False
 GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `node`)
 NODE_GRPC_EXPERIMENTS = (  # gRPC's I/O path in a node (see `node`)
     "-event_engine_client,-event_engine_listener,"
@@ -358,6 +360,13 @@ def node(
     ours = "GRPC_EXPERIMENTS" not in os.environ
     if ours:
         os.environ["GRPC_EXPERIMENTS"] = NODE_GRPC_EXPERIMENTS
+    # Nor any of gRPC core's own lines: anyone who can reach a port chooses how many
+    # it writes (one error per TLS handshake naming a server name not in the
+    # certificate: 3,950 lines for 4,000 connections, issue 28). What goes wrong
+    # with a node's own calls reaches its log as their status; GRPC_VERBOSITY=ERROR
+    # brings gRPC's lines back, to diagnose a handshake.
+    if not _GRPC_VERBOSITY_GIVEN:
+        os.environ["GRPC_VERBOSITY"] = "NONE"
     import grpc  # noqa: F401  (reads it now)
 
     if ours:
@@ -1604,12 +1613,39 @@ def bench_overload(
         float, typer.Option("--sample-every", min=1, help="Seconds between RSS samples.")
     ] = 10.0,
     quick: Annotated[bool, typer.Option("--quick", help="60 s of flood.")] = False,
+    connections: Annotated[
+        bool,
+        typer.Option(
+            "--connections",
+            help="Connection floods instead (idle, half, churn, halfclose on each port).",
+        ),
+    ] = False,
     as_json: BenchJson = False,
     workdir: BenchDir = None,
 ) -> None:
     """Overload: a node flooded at 2x the submits/s it accepts; its RSS every 10 s, the
     slope over the second half, every answer's code. Exits 1 if the node died or
-    answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE."""
+    answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE.
+
+    With --connections: floods of connections with no credential on each port of a
+    secure node, beside a legitimate client: RSS and open files over time, the
+    client's submissions/s during the flood against before it. Exits 1 if the RSS
+    did not come back within 20 % or the client got under 0.8x its rate."""
+    if connections:
+        from apollo11.scheduler.tools.bench import connflood_bench
+
+        result = _bench(
+            connflood_bench.run,
+            connflood_bench.summary_rows,
+            "overload --connections",
+            quick,
+            as_json,
+            workdir,
+        )
+        why = connflood_bench.failed(result)
+        if why:
+            raise _fail(f"bench overload --connections failed: {why}")
+        return
     from apollo11.scheduler.tools.bench import overload_bench
 
     def run(q: bool, w: str | None, progress: Any) -> Any:
@@ -1769,7 +1805,10 @@ def main() -> None:
         typer.core.TyperGroup.get_short_help_str = _first_paragraph  # type: ignore[method-assign]
     # gRPC's C core writes its own lines to stderr ("I1201 ... chttp2_transport.cc:
     # 1403] ... Got goaway"), beside the log and in no format of ours: errors only,
-    # unless the operator asks for more (GRPC_VERBOSITY=INFO, GRPC_TRACE=...).
+    # unless the operator asks for more (GRPC_VERBOSITY=INFO, GRPC_TRACE=...). A
+    # node writes none (`node`).
+    global _GRPC_VERBOSITY_GIVEN
+    _GRPC_VERBOSITY_GIVEN = bool(os.environ.get("GRPC_VERBOSITY"))
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     logfmt.configure("text", logging.WARNING)
     app()

@@ -123,6 +123,10 @@ class NodeSettings(BaseSettings):
     # least a SubmitTask of submit_max_bytes in its envelope (checked below), and
     # at least 1 MiB for a standby's Hello (its term history).
     max_watch_streams: int = Field(default=1000, ge=1)
+    # Connections the gRPC ports hold at once (the client port, and the peer port
+    # with --peer-listen); gRPC core closes one past them as soon as it is accepted.
+    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    peer_max_connections: int = Field(default=64, ge=1, le=1_000_000)
     # Admission control on the primary: submissions waiting for their commit (fsync,
     # standbys), and tasks in memory (unfinished, or finished and not yet archived).
     # Past either, submissions get RESOURCE_EXHAUSTED with a retry hint, so an

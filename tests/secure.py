@@ -64,7 +64,9 @@ def make_pki(root: Path, nodes: tuple[str, ...] = ("n1", "n2", "n3")) -> Pki:
 _TOKEN_ROLES = (Role.READER, Role.SUBMITTER, Role.OPERATOR, Role.WORKER)
 
 
-def start_secure_node(root: Path, pki: Pki, *extra: str, node_id: str = "n1") -> NodeProc:
+def start_secure_node(
+    root: Path, pki: Pki, *extra: str, node_id: str = "n1", env: dict[str, str] | None = None
+) -> NodeProc:
     return start_node(
         root / node_id,
         "--node-id",
@@ -76,4 +78,5 @@ def start_secure_node(root: Path, pki: Pki, *extra: str, node_id: str = "n1") ->
         "127.0.0.1:0",
         *pki.node_files(node_id),
         *extra,
+        env=env,
     )

@@ -569,9 +569,11 @@ class Watchers:
 SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replication")
 
 
-def _server(authenticate: Authenticator | None, settings: NodeSettings) -> grpc.aio.Server:
+def _server(
+    authenticate: Authenticator | None, settings: NodeSettings, max_connections: int
+) -> grpc.aio.Server:
     return grpc.aio.server(
-        options=[*server_options(settings), ("grpc.so_reuseport", 0)],
+        options=[*server_options(settings, max_connections), ("grpc.so_reuseport", 0)],
         # Authentication off (loopback): no interceptor at all, nothing on the hot path.
         interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
     )
@@ -600,7 +602,7 @@ class ApiServer:
         public_auth = None
         if principals is not None:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
-        self.server = _server(public_auth, s)
+        self.server = _server(public_auth, s, s.max_connections)
         services = pb.DESCRIPTOR.services_by_name
         admission = Admission(
             s.max_pending_writes,
@@ -617,7 +619,9 @@ class ApiServer:
 
         self.peer: grpc.aio.Server | None = None
         if s.peer_listen:
-            self.peer = _server(Authenticator(None, peer=True, mtls=s.peer_tls), s)
+            self.peer = _server(
+                Authenticator(None, peer=True, mtls=s.peer_tls), s, s.peer_max_connections
+            )
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.peer)
         else:
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.server)

@@ -1,5 +1,5 @@
 """The node process: serve one node until a signal, and the process around it
-(fatal-error stacks, the open-files limit, a subreaper's orphans)."""
+(fatal-error stacks, the open-files limit, a subreaper's orphans, memory given back)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import signal
 import threading
 import time
 
-from apollo11.scheduler import guard, merger
+from apollo11.scheduler import guard, memtrim, merger
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.loop_errors import LoopErrorLog, thread_died
+from apollo11.scheduler.node import files
 from apollo11.scheduler.node.node import Node
 
 log = logging.getLogger("apollo11.scheduler.node")
@@ -28,6 +29,10 @@ async def serve(settings: NodeSettings) -> int:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(LoopErrorLog())
     threading.excepthook = thread_died
+    log.info("%s", raise_open_files_limit())
+    settings, shrunk = files.fit_settings(settings, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    if shrunk is not None:
+        log.warning("%s", shrunk)
     node = Node(settings)
     # The handlers before anything else: a SIGHUP (a tokens reload) sent as the node
     # came up, before they were installed, killed it (the default action).
@@ -36,15 +41,16 @@ async def serve(settings: NodeSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
     loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
-    log.info("%s", raise_open_files_limit())
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
     # (not a Node in a test's process). Commands run under scheduler/guard.py die with
     # the node even by SIGKILL; these orphans do not (README, "Step processes").
     orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
     print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
+    trimmer = asyncio.create_task(memtrim.keep_trimmed(), name="apollo11-memtrim")
     await stop.wait()
     print(f"apollo11 node {settings.node_id}: {await node.stop()}", flush=True)
+    trimmer.cancel()
     if orphans is not None:
         orphans.cancel()
         killed = guard.kill_descendants(keep=merger.pids())

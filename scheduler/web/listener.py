@@ -22,8 +22,7 @@ source address and in total), runs the TLS handshake itself through
 `loop.start_tls` with a deadline and drops the failed handshake's traceback,
 and gives the connection FIRST_REQUEST_S to send a complete request's headers
 (each later one too: uvicorn's keep-alive timeout closes a quiet connection
-before that). After a burst of ended connections, freed memory goes back to the
-system (memtrim.py).
+before that). After a burst, freed memory goes back to the system (memtrim.py).
 
 Every refusal or drop is counted in apollo11_http_connections_dropped_total
 {reason} and logged, at most once per LOG_EVERY_S per reason.
@@ -44,7 +43,6 @@ from typing import Any, Literal
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.memtrim import Trimmer
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +84,6 @@ class Connections:
         self._open: set[asyncio.Transport] = set()
         self._dropped: Counter[str] = Counter()
         self._logged_at: dict[str, float] = {}
-        self.trimmer = Trimmer()
 
     @property
     def total(self) -> int:
@@ -113,7 +110,6 @@ class Connections:
         if self._by_source[source] <= 0:
             del self._by_source[source]
         metrics.HTTP_CONNECTIONS.set(len(self._open))
-        self.trimmer.ended()
 
     def dropped(self, reason: Reason, source: str) -> None:
         metrics.HTTP_CONNECTIONS_DROPPED.labels(reason).inc()
@@ -136,7 +132,6 @@ class Connections:
     def close_all(self) -> None:
         for transport in list(self._open):
             transport.abort()
-        self.trimmer.cancel()
 
 
 class GuardedHttp(asyncio.Protocol):

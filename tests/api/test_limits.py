@@ -273,7 +273,7 @@ def test_the_client_keepalive_is_within_what_the_server_permits() -> None:
     client = dict(CLIENT_OPTIONS)
     assert client["grpc.keepalive_time_ms"] >= 2 * limits.MIN_PING_INTERVAL_MS
     assert client["grpc.keepalive_permit_without_calls"] == 0
-    server = dict(limits.server_options(NodeSettings(data_dir=Path("/nonexistent"))))
+    server = dict(limits.server_options(NodeSettings(data_dir=Path("/nonexistent")), 1000))
     assert server["grpc.http2.min_ping_interval_without_data_ms"] == limits.MIN_PING_INTERVAL_MS
     assert server["grpc.max_receive_message_length"] == 16 * 1024 * 1024
 
@@ -282,7 +282,7 @@ async def test_a_connection_that_never_sends_the_preface_is_closed() -> None:
     """Red-team: idle connections without a byte of HTTP/2 (or TLS) held a file
     descriptor each until the node ran out of them; the handshake timeout closes one."""
     server = grpc.aio.server(
-        options=limits.server_options(NodeSettings(data_dir=Path("/nonexistent")))
+        options=limits.server_options(NodeSettings(data_dir=Path("/nonexistent")), 1000)
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -1,0 +1,281 @@
+"""`apollo11 bench overload --connections`: connection floods with no credential,
+on each port of a secure node, beside a legitimate client (issue 28).
+
+For each port (gRPC client port, replication port, HTTPS) and each pattern of
+flood.py (idle, half, churn, halfclose), on a fresh secure node (TLS, tokens,
+peer mTLS, as the README sets one up):
+
+1. a legitimate client (a submitter token, its connection open from 127.0.0.1)
+   submits closed loop for `measure_s`: its submissions/s without a flood;
+2. a flood process offers the pattern from FLOOD_SOURCES loopback addresses
+   (re-opening what the node closes, as an attacker would) while the client
+   measures again: its submissions/s during the flood, as a ratio to 1 (the
+   target is ≥ 0.8, both measured on the same node minutes apart);
+3. the flood stops; the node's RSS and open files are sampled every second,
+   during and for `settle_s` after: the RSS must come back within 20 % of
+   where it was before the flood.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from apollo11.scheduler.tools.bench import flood
+from apollo11.scheduler.tools.bench.overload_bench import rss_mb
+
+PORTS = ("grpc", "peer", "http")
+FLOOD_SOURCES = 40
+PER_SOURCE = 100  # idle/half: what each source tries to hold; churn: lanes x rounds
+RSS_TARGET = 1.2
+RATE_TARGET = 0.8
+
+
+def _pki(d: Path) -> dict[str, str]:
+    from apollo11.scheduler.security import Role, create_token
+    from apollo11.scheduler.security.certs import create_cluster_certs
+
+    create_cluster_certs(d, ["n1"], days=1)
+    token = create_token(d / "tokens", "bench", Role.SUBMITTER)
+    return {"ca": str(d / "ca.pem"), "token": token, "tokens": str(d / "tokens")}
+
+
+def _start(
+    base: Path, pki: dict[str, str], timeout: float = 60
+) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    from apollo11.lease.local_etcd import free_port
+
+    d = base / "pki"
+    http = free_port()
+    log_path = base / "node.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - the node writes it until it exits
+    cert, key = str(d / "n1.pem"), str(d / "n1-key.pem")
+    args = ["--node-id", "n1", "--data-dir", str(base / "data"), "--listen", "127.0.0.1:0"]
+    args += ["--tls-cert", cert, "--tls-key", key, "--tokens-file", pki["tokens"]]
+    args += ["--peer-listen", "127.0.0.1:0", "--peer-ca", pki["ca"]]
+    args += ["--peer-cert", cert, "--peer-key", key, "--http", f"127.0.0.1:{http}"]
+    args += ["--workflows", "apollo11.scheduler.examples"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apollo11.scheduler.cli", "node", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = log_path.read_text(errors="replace")
+        m = re.search(r"serving on port (\d+)", text)
+        peer = re.search(r"replication on port (\d+)", text)
+        if m and peer:
+            return proc, {"grpc": int(m.group(1)), "peer": int(peer.group(1)), "http": http}
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"the node did not start: see {log_path}")
+
+
+def _legit(address: str, ca: str, token: str, seconds: float, clients: int = 8) -> float:
+    """Accepted submissions per second of closed-loop clients on one connection."""
+    from apollo11.scheduler.client import Client
+
+    async def go() -> float:
+        async with Client(address, ca=ca, token=token, timeout_s=30, retries=6) as c:
+            await c.status()
+            ok = 0
+            stop = time.perf_counter() + seconds
+
+            async def caller() -> None:
+                nonlocal ok
+                while time.perf_counter() < stop:
+                    await c.submit("etl", {"step_seconds": 0.0})
+                    ok += 1
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(caller() for _ in range(clients)))
+            return ok / (time.perf_counter() - t0)
+
+    return asyncio.run(go())
+
+
+def _flood(port: int, pattern: flood.Pattern, seconds: float) -> int:
+    """Offer `pattern` to `port` for `seconds`; returns connections attempted."""
+    os.nice(10)  # the node's own cores; on a deployment the flood is elsewhere
+    sources = [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(FLOOD_SOURCES)]
+
+    async def go() -> int:
+        stop = time.monotonic() + seconds
+        tried = 0
+        if pattern in ("idle", "half"):
+            helds: list[flood.Held] = []
+            while time.monotonic() < stop:
+                for h in helds:
+                    h.close()
+                helds = list(
+                    await asyncio.gather(
+                        *(
+                            flood.hold("127.0.0.1", port, PER_SOURCE, pattern, source=s)
+                            for s in sources
+                        )
+                    )
+                )
+                tried += PER_SOURCE * len(sources)
+                # held until the node closes them, then again
+                while time.monotonic() < stop and any(h.open() for h in helds):
+                    await asyncio.sleep(1)
+                    for h in helds:
+                        await h.drain_reads()
+            for h in helds:
+                h.close()
+            return tried
+        while time.monotonic() < stop:
+            await asyncio.gather(
+                *(
+                    flood.churn("127.0.0.1", port, 8, pattern, source=s, concurrency=2)
+                    for s in sources
+                )
+            )
+            tried += 8 * len(sources)
+        return tried
+
+    return asyncio.run(go())
+
+
+def _cell(
+    base: Path,
+    port_name: str,
+    pattern: flood.Pattern,
+    measure_s: float,
+    settle_s: float,
+    ex: ProcessPoolExecutor,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    base.mkdir(parents=True)
+    pki = _pki(base / "pki")
+    proc, ports = _start(base, pki)
+    address = f"127.0.0.1:{ports['grpc']}"
+    try:
+        ex.submit(_legit, address, pki["ca"], pki["token"], 2.0).result()  # warm up
+        before = ex.submit(_legit, address, pki["ca"], pki["token"], measure_s).result()
+        rss0, fds0 = rss_mb(proc.pid), flood.open_fds(proc.pid)
+        attack = ex.submit(_flood, ports[port_name], pattern, measure_s + 3)
+        time.sleep(1.5)
+        during_f = ex.submit(_legit, address, pki["ca"], pki["token"], measure_s)
+        samples: list[tuple[float, float, int]] = []
+        t0 = time.monotonic()
+        while not (attack.done() and during_f.done()):
+            samples.append(
+                (round(time.monotonic() - t0, 1), rss_mb(proc.pid), flood.open_fds(proc.pid))
+            )
+            time.sleep(1)
+        during, tried = during_f.result(), attack.result()
+        flood_end = len(samples)
+        while time.monotonic() - t0 < samples[-1][0] + settle_s:
+            samples.append(
+                (round(time.monotonic() - t0, 1), rss_mb(proc.pid), flood.open_fds(proc.pid))
+            )
+            time.sleep(1)
+        alive = proc.poll() is None
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    cell = {
+        "port": port_name,
+        "pattern": pattern,
+        "connections_offered": tried,
+        "rss_start_mb": round(rss0, 1),
+        "rss_peak_mb": round(max(r for _, r, _ in samples), 1),
+        "rss_end_of_flood_mb": round(samples[flood_end - 1][1], 1),
+        "rss_after_mb": round(samples[-1][1], 1),
+        "fds_start": fds0,
+        "fds_peak": max(f for _, _, f in samples),
+        "fds_after": samples[-1][2],
+        "legit_before_per_s": round(before, 1),
+        "legit_during_per_s": round(during, 1),
+        "legit_ratio": round(during / before, 3) if before else 0.0,
+        "samples": [(t, round(r, 1), f) for t, r, f in samples],
+        "node_alive": alive,
+    }
+    progress(
+        f"{port_name} {pattern}: RSS {cell['rss_start_mb']:.0f} -> peak {cell['rss_peak_mb']:.0f} "
+        f"-> {cell['rss_after_mb']:.0f} MB; files {fds0} -> {cell['fds_peak']} -> "
+        f"{cell['fds_after']}; legit {before:.0f} -> {during:.0f}/s (x{cell['legit_ratio']:.2f})"
+    )
+    return cell
+
+
+def run(
+    quick: bool,
+    workdir: str | None,
+    progress: Callable[[str], None],
+    *,
+    ports: Sequence[str] = PORTS,
+    patterns: Sequence[flood.Pattern] = flood.PATTERNS,
+) -> dict[str, Any]:
+    measure_s = 5.0 if quick else 10.0
+    settle_s = 20.0 if quick else 30.0
+    base = Path(tempfile.mkdtemp(prefix="apollo11-connflood-", dir=workdir or os.getcwd()))
+    ctx = multiprocessing.get_context("spawn")
+    cells = []
+    try:
+        with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as ex:
+            for port_name in ports:
+                for pattern in patterns:
+                    cells.append(
+                        _cell(
+                            base / f"{port_name}-{pattern}",
+                            port_name,
+                            pattern,
+                            measure_s,
+                            settle_s,
+                            ex,
+                            progress,
+                        )
+                    )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return {"quick": quick, "measure_s": measure_s, "settle_s": settle_s, "cells": cells}
+
+
+def failed(r: dict[str, Any]) -> str | None:
+    """Why the run fails (the CLI exits nonzero), or None."""
+    for c in r["cells"]:
+        name = f"{c['port']} {c['pattern']}"
+        if not c["node_alive"]:
+            return f"{name}: the node died"
+        if c["rss_after_mb"] > c["rss_start_mb"] * RSS_TARGET:
+            return f"{name}: RSS {c['rss_start_mb']} MB before, {c['rss_after_mb']} after"
+        if c["legit_ratio"] < RATE_TARGET:
+            return f"{name}: the legitimate client got x{c['legit_ratio']} of its rate"
+    return None
+
+
+def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    for c in r["cells"]:
+        rows.append(
+            (
+                f"{c['port']} {c['pattern']} ({c['connections_offered']:,} offered)",
+                f"RSS {c['rss_start_mb']:.0f}/{c['rss_peak_mb']:.0f}/{c['rss_after_mb']:.0f} MB, "
+                f"files {c['fds_start']}/{c['fds_peak']}/{c['fds_after']}, "
+                f"legit x{c['legit_ratio']:.2f} ({c['legit_before_per_s']:.0f} -> "
+                f"{c['legit_during_per_s']:.0f}/s)",
+            )
+        )
+    return rows
