@@ -174,6 +174,8 @@ class Client:
                     pause = min(pause, left)
                 await asyncio.sleep(pause)
             eps = self._order(write)
+            if not self._reached:
+                eps = await self._reach_any(eps, t0 + self.connect_timeout_s)
             tried: set[str] = set()
             i = 0
             while i < len(eps):
@@ -229,6 +231,32 @@ class Client:
             if last is None:
                 last = UnavailableError("no endpoint to call")
         raise self._hinted(last) if self._reached else self._unreachable(last)
+
+    async def _reach_any(self, eps: list[str], deadline: float) -> list[str]:
+        """`eps` with those that have a connection first: every endpoint connects at
+        once, until one is READY, all have failed, or `deadline`. One at a time, a node
+        that takes the connection and never answers (SIGSTOPped, hung, behind a firewall
+        that drops) spent the whole connect deadline when it was listed first, and the
+        live nodes after it were never asked: "cannot reach any node" from a cluster
+        with two of three nodes up."""
+        channels = {ep: self._channel(ep) for ep in eps}
+        failed = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+        while True:
+            states = {ep: ch.get_state(try_to_connect=True) for ep, ch in channels.items()}
+            ready = [ep for ep in eps if states[ep] is grpc.ChannelConnectivity.READY]
+            left = deadline - time.monotonic()
+            if ready or left <= 0 or all(st in failed for st in states.values()):
+                return ready + [ep for ep in eps if ep not in ready]
+            waits = [
+                asyncio.ensure_future(channels[ep].wait_for_state_change(st))
+                for ep, st in states.items()
+                if st not in failed
+            ]
+            try:
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
 
     async def _connects(self, ep: str, deadline: float) -> str:
         """Whether `ep`'s channel gets a connection (gRPC's READY) before `deadline`:
@@ -414,7 +442,8 @@ class Client:
         primary's knowledge); the first node that answers when no primary does."""
         first: StatusView | None = None
         deadline = time.monotonic() + self.connect_timeout_s
-        for ep in self.endpoints:
+        eps = self.endpoints if self._reached else await self._reach_any(self.endpoints, deadline)
+        for ep in eps:
             if not self._reached and await self._connects(ep, deadline) != _READY:
                 continue  # the retrying call below says why, within the deadline
             try:

@@ -78,3 +78,35 @@ async def test_a_slow_first_answer_is_waited_for_not_taken_for_no_node() -> None
         assert sub.task_id == "t1"
     finally:
         await server.stop(0)
+
+
+@pytest.mark.parametrize("call", ["submit", "status"])
+async def test_a_hung_node_listed_first_does_not_hide_the_live_one(call: str, silent: str) -> None:
+    """Issue 28: a client given every node, one of them SIGSTOPped, reported "cannot
+    reach any node" when the stopped one came first: it waited out the whole connect
+    deadline on that node and never asked the live ones after it."""
+    import grpc
+
+    from apollo11.v1 import scheduler_pb2 as pb
+    from apollo11.v1 import scheduler_pb2_grpc as pbg
+
+    class Live(pbg.SchedulerServicer, pbg.ClusterServicer):
+        async def SubmitTask(self, request: Any, context: Any) -> Any:
+            return pb.SubmitTaskResponse(task_id="t1", created=True, event_id=1)
+
+        async def GetStatus(self, request: Any, context: Any) -> Any:
+            return pb.ClusterStatus(node_id="n2", role="primary")
+
+    server = grpc.aio.server()
+    pbg.add_SchedulerServicer_to_server(Live(), server)
+    pbg.add_ClusterServicer_to_server(Live(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with Client([silent, f"127.0.0.1:{port}"], connect_timeout_s=2) as c:
+            if call == "submit":
+                assert (await c.submit("etl", {})).task_id == "t1"
+            else:
+                assert (await c.status()).node_id == "n2"
+    finally:
+        await server.stop(0)
