@@ -20,6 +20,8 @@ runs against each one):
   created only where none exists, and then updated only by the Lease object
   that created it (compare-and-swap on the record's lease): a record another
   process holds raises NodeIdTaken, and is left as it is.
+* `member_lease_left(node_id)` reads how long a member record's lease has
+  left, so that a record kept alive can be told from one that is lapsing.
 * `register(node_id)` puts the node on the cluster's roster (a key with no
   lease: it stays while the node is down); `world()` returns the roster. How
   many members there are is what an election's quorum is counted from.
@@ -209,6 +211,14 @@ class Lease(abc.ABC):
     @abc.abstractmethod
     async def world(self) -> World:
         """The leader and every live member, in one read."""
+
+    @abc.abstractmethod
+    async def member_lease_left(self, node_id: str) -> int | None:
+        """Whole seconds left on the lease under `node_id`'s member record, rounded
+        down (etcd's grain); None: there is no record. Only a refresh makes it more
+        than it was less the time since: that is how a record kept alive by a live
+        process is told from a dead one's (an idle member writes no new revision,
+        see keep()). A lease past its end that the store has not removed yet is 0."""
 
     @abc.abstractmethod
     async def register(self, node_id: str) -> None:

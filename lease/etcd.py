@@ -435,6 +435,20 @@ class EtcdLease(Lease):
 
         return await self._do("claim the cluster id", go)
 
+    async def member_lease_left(self, node_id: str) -> int | None:
+        key = self.members_prefix + node_id.encode()
+
+        async def go(c: aetcd.Client) -> int | None:
+            got = await c.get(key)
+            if got is None:
+                return None
+            # TTL is -1 for a lease already gone (the key goes with it), and a lease past
+            # its end but not yet revoked reports 0: both are "lapsing"
+            info = await c.get_lease_info(got.lease, keys=False)
+            return max(0, int(info.TTL))
+
+        return await self._do("read a member's lease", go)
+
     async def world(self) -> World:
         async def go(c: aetcd.Client) -> Any:
             return await c.get_prefix(self.root.encode())

@@ -6,6 +6,7 @@ sharing one etcd: same contract, same conformance suite.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -143,6 +144,13 @@ class MemoryLease(Lease):
         s.revision += 1
         s.config, s.config_revision = dict(values), s.revision
         return True
+
+    async def member_lease_left(self, node_id: str) -> int | None:
+        s = self.store
+        held = s.members.get(node_id)
+        if held is None or held[1] <= s.clock():
+            return None
+        return math.floor(held[1] - s.clock())
 
     async def world(self) -> World:
         s = self.store

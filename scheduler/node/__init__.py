@@ -2,8 +2,8 @@
 
 `Node` (node.py) composes them and runs the role loop; `serve` (process.py) runs
 one node as a process. The other files are the node's parts: reshape.py (a
-closed store's files changed), the pure election rule and role decisions in
-role.py.
+closed store's files changed), nodeid.py (is this node id free at start), the
+pure election rule and role decisions in role.py.
 """
 
 from apollo11.scheduler.node.node import Node

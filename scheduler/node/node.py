@@ -26,7 +26,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import time
 import uuid
@@ -82,8 +81,9 @@ from apollo11.scheduler.log import EventType, mend
 from apollo11.scheduler.log.datadir import DataDir
 from apollo11.scheduler.log.eventlog import Position, cut_unsynced
 from apollo11.scheduler.log.segment import Segment
-from apollo11.scheduler.node import options, reshape, role
+from apollo11.scheduler.node import nodeid, options, reshape, role
 from apollo11.scheduler.node.fence import Fence
+from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.role import FAILED
 from apollo11.scheduler.replay import State, StepStatus, TaskState
 from apollo11.scheduler.security import Principals, protect
@@ -322,7 +322,7 @@ class Node:
             self._published_at = time.monotonic()
         except NodeIdTaken as e:
             await self.stop()  # serving already: stop all of it, then refuse
-            raise ApolloError(f"{e}; {_DUPLICATE_HINT}") from None
+            raise ApolloError(f"{e}; {DUPLICATE_HINT}") from None
         except LeaseUnavailable as e:
             log.warning("publishing this node's member record: %s (the role loop retries)", e)
         self._spawn(self._role_loop(), "apollo11-role")
@@ -358,7 +358,9 @@ class Node:
         while True:
             try:
                 ident, joined = await self._check_cluster_id()
-                waited = await self._check_node_id()
+                waited = await nodeid.check(
+                    self.lease, self.settings.node_id, self.settings.cluster
+                )
                 if identity.read(self.settings.data_dir) is None:
                     # kept only now: a node refused for its node id leaves nothing behind
                     await asyncio.to_thread(identity.write, self.settings.data_dir, ident)
@@ -389,48 +391,6 @@ class Node:
         )
         return ident, sentence
 
-    async def _check_node_id(self) -> str:
-        """No other live process may hold this node id. A record under it that nobody
-        refreshes is this node's own from before a crash (its lease outlives the process
-        by up to a TTL): wait for it to lapse. One that is republished meanwhile is
-        another live process: refuse at once."""
-        me = self.settings.node_id
-        ttl = self.lease.ttl_s
-        # etcd leases are whole seconds and expire on its own tick: a margin above that
-        deadline = time.monotonic() + 3 * math.ceil(ttl) + 2
-        first_revision: int | None = None
-        t0 = time.monotonic()
-        while True:
-            world = await self.lease.world()
-            record = world.members.get(me)
-            if record is None:
-                if first_revision is None:
-                    return f"node id {me!r} is free"
-                return f"node id {me!r}: its old record lapsed after {time.monotonic() - t0:.1f}s"
-            revision = world.member_revisions.get(me, 0)
-            if first_revision is None:
-                first_revision = revision
-                log.info(
-                    "node id %r has a member record (%s at %s): waiting up to a TTL to see "
-                    "whether it is this node's own, from before a restart",
-                    me,
-                    record.role,
-                    record.address,
-                )
-            elif revision != first_revision:
-                raise ApolloError(
-                    f"node id {me!r} is already live in cluster {self.settings.cluster!r}: "
-                    f"another process ({record.role} at {record.address}) keeps publishing "
-                    f"its member record; {_DUPLICATE_HINT}"
-                )
-            if time.monotonic() > deadline:
-                raise ApolloError(
-                    f"node id {me!r} has a member record in etcd ({record.role} at "
-                    f"{record.address}) that did not lapse within {time.monotonic() - t0:.0f}s; "
-                    f"{_DUPLICATE_HINT}"
-                )
-            await asyncio.sleep(min(0.2, ttl / 10))
-
     async def _abandon_start(self) -> None:
         """Undo what start() did before refusing: nothing may be left open."""
         if self._lease is not None:
@@ -458,7 +418,7 @@ class Node:
             except NodeIdTaken as e:
                 # Not publishing, this node is no candidate in any election (it is not
                 # in the world the others read): it waits for the other one to go.
-                sentence = f"{e}; not taking part in elections: {_DUPLICATE_HINT}"
+                sentence = f"{e}; not taking part in elections: {DUPLICATE_HINT}"
             except asyncio.CancelledError:
                 if self._stopping:
                     raise
@@ -1384,13 +1344,6 @@ class Node:
         if drained:
             return "stopped"
         return "stopped (steps still running were left for the next leader)"
-
-
-_DUPLICATE_HINT = (
-    "two processes must not share a node id: give this one its own --node-id, or stop "
-    "the other one (is a second `apollo11 dev` or another deployment using this etcd "
-    "and --cluster?)"
-)
 
 
 def _probe_writes(data_dir: str) -> None:

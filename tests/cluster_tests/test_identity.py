@@ -8,6 +8,7 @@ a write blocked on replication that must say what it waits for.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import grpc
 import orjson
 import pytest
 
+from apollo11.lease.etcd import EtcdLease
 from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.client import SyncClient
 from apollo11.v1 import replication_pb2 as rpb
@@ -45,6 +47,21 @@ def _wait_connected(c: Cluster, primary: Member, want: set[str], timeout: float 
             return
         time.sleep(0.1)
     raise AssertionError(f"{want} did not connect:\n{c.tail_logs()}")
+
+
+async def _record_settles(etcd: LocalEtcd, c: Cluster, node_id: str, last: int) -> None:
+    """Until `node_id`'s member record in etcd holds position `last`."""
+    lease = EtcdLease([etcd.url], cluster=c.name, ttl_s=TTL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            record = (await lease.world()).members.get(node_id)
+            if record is not None and record.last_event_id == last:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{node_id}'s record never showed event {last}:\n{c.tail_logs()}")
+    finally:
+        await lease.close()
 
 
 def _cluster_id(data_dir: Path) -> str:
@@ -197,6 +214,9 @@ def test_a_data_dir_of_another_cluster_is_refused(
 def test_a_node_id_already_live_is_refused(
     tmp_path: Path, etcd_server: LocalEtcd, pair: Cluster
 ) -> None:
+    # n2 caught up and idle: it writes no new revision of its record, it only keeps
+    # its lease alive (issue 28: that was waited out as a record that "did not lapse")
+    asyncio.run(_record_settles(etcd_server, pair, "n2", pair.wait_converged()))
     t0 = time.monotonic()
     done = _run_node(_node_args("n2", tmp_path / "dup", etcd_server.url, pair.name))
     out = done.stdout + done.stderr

@@ -128,6 +128,29 @@ async def test_keeping_a_record_alive_writes_no_revision(world: tuple[Make, Wait
     await b.close()
 
 
+async def test_a_kept_record_shows_its_lease_refreshed(world: tuple[Make, Wait]) -> None:
+    """What tells a live member's record from a dead one's when neither is written
+    again (scheduler/node/nodeid.py): a refresh puts time back on its lease."""
+    make, wait = world
+    a, b = make(), make()
+    rec = MemberInfo("a", "standby", "a:1", 10, 3)
+    assert await b.member_lease_left("a") is None, "no record"
+    await a.publish(rec)
+    first = await b.member_lease_left("a")
+    assert first is not None and 0 <= first <= TTL
+    await wait(1.2)
+    # whole seconds, rounded down: the lease had less than first + 1 s left at first
+    unkept = await b.member_lease_left("a")
+    assert unkept is None or unkept <= max(first - 1, 0), "not refreshed: it runs down"
+    await a.keep(rec)
+    kept = await b.member_lease_left("a")
+    assert kept is not None and kept >= TTL - 1, "a refresh puts the TTL back"
+    await wait(TTL + 1.5)
+    assert await b.member_lease_left("a") is None, "lapsed: no record"
+    await a.close()
+    await b.close()
+
+
 async def test_a_member_record_of_another_process_is_never_overwritten(
     world: tuple[Make, Wait],
 ) -> None:

@@ -3,7 +3,7 @@ and the node id are checked before it serves anything."""
 
 from __future__ import annotations
 
-import time
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -74,21 +74,23 @@ async def test_a_node_id_another_process_keeps_publishing_is_refused(
 ) -> None:
     store = MemoryStore()
     await node_on(store, "n1", "d1").start()
-    t0 = time.monotonic()
+    # "already live", not the bound's "neither lapsed nor was seen kept alive": the
+    # live node's record was seen written again or refreshed (scheduler/node/nodeid.py)
     with pytest.raises(ApolloError, match="'n1' is already live"):
         await node_on(store, "n1", "d2").start()
-    assert time.monotonic() - t0 < TTL, "refused as soon as the record is republished"
     assert identity.read(tmp_path / "d2") is None, "a refused node keeps nothing"
 
 
-async def test_a_record_nobody_refreshes_is_waited_out(node_on: Callable[..., Node]) -> None:
+async def test_a_record_nobody_refreshes_is_waited_out(
+    node_on: Callable[..., Node], caplog: pytest.LogCaptureFixture
+) -> None:
     store = MemoryStore()
     # this node's own record from before a crash: nobody publishes it any more
     await MemoryLease(ttl_s=TTL, store=store).publish(
         MemberInfo("n1", "standby", "127.0.0.1:9", 0, 0, instance="dead")
     )
-    t0 = time.monotonic()
     n1 = node_on(store, "n1", "d1")
-    await n1.start()
-    assert TTL * 0.8 < time.monotonic() - t0 < TTL * 3
+    with caplog.at_level(logging.INFO, logger="apollo11.scheduler.node"):
+        await n1.start()
+    assert "node id 'n1': its old record lapsed after" in caplog.text, "waited out"
     assert store.members["n1"][0].instance == n1.instance
