@@ -7,8 +7,9 @@ processes (w1, w2, ...) run the steps.
 
 It refuses to start when one of its ports is taken: a second `apollo11 dev`
 once failed to start its etcd, printed the address anyway, and its nodes
-joined the first one's cluster (issue 15). It prints the pid of everything it
-starts, and says when one of them dies.
+joined the first one's cluster (issue 15). It prints the addresses once a
+primary answers, the pid of everything it starts, and says when one of them
+dies.
 """
 
 from __future__ import annotations
@@ -315,6 +316,16 @@ def run(
         dev.stop()
         print(f"apollo11 dev: {e}", file=sys.stderr, flush=True)
         return 1
+    # What is printed below invites `apollo11 submit` at once: a script that ran it on
+    # a loaded machine met nodes still importing, past the client's connect deadline.
+    try:
+        dev.primary(timeout=60)
+    except RuntimeError as e:
+        print(f"apollo11 dev: {e} (the nodes' logs say why)", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("\nstopping…", flush=True)
+        dev.stop()
+        return 0
     pids = dev.pids()
     eps = ",".join(dev.endpoints)
     print(f"etcd      {dev.etcd.url if dev.etcd else ''}   pid {pids.get('etcd')}")
