@@ -249,6 +249,20 @@ class Cluster:
             time.sleep(0.1)
         raise AssertionError(f"logs did not converge: {lasts}\n" + self.tail_logs())
 
+    def wait_applied(self, m: Member, through: int, timeout: float = 30) -> None:
+        """Until `m`'s live state has applied every event through `through`: a standby
+        applies what it made durable a moment later, and its reads come from that state."""
+        deadline = time.monotonic() + timeout
+        applied = None
+        while time.monotonic() < deadline:
+            applied = (self.status(m) or {}).get("applied_event_id")
+            if isinstance(applied, int) and applied >= through:
+                return
+            time.sleep(0.05)
+        raise AssertionError(
+            f"{m.node_id} applied only through {applied}, not {through}\n" + self.tail_logs()
+        )
+
     def tail_logs(self, n: int = 15) -> str:
         return "\n".join(
             f"--- {m.node_id}\n" + "\n".join(m.log_text().splitlines()[-n:]) for m in self.members

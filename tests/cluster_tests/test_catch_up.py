@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,16 +52,16 @@ def test_an_empty_standby_catches_up_by_snapshot_and_tail(small: Cluster) -> Non
     assert standby.stop() == 0
     shutil.rmtree(standby.data_dir)
     standby.start()
-    small.wait_converged()
+    last = small.wait_converged()
     assert "installed snapshot" in standby.log_text()
     logs = sorted((standby.data_dir / "log").glob("*.seg"))
     assert int(logs[0].name[:20]) > 1, "its log starts after the snapshot, not at event 1"
-    time.sleep(0.3)
-    with SyncClient(standby.address) as c:  # reads on a standby come from its live state
+    small.wait_applied(standby, last)  # reads on a standby come from its live state
+    with SyncClient(standby.address) as c:
         for t in ids:
             assert c.task(t).state == "SUCCEEDED"
     more = submit_and_wait(small, 5)
-    small.wait_converged()
+    small.wait_applied(standby, small.wait_converged())
     with SyncClient(standby.address) as c:
         assert all(c.task(t).state == "SUCCEEDED" for t in more)
 

@@ -237,7 +237,7 @@ def test_a_write_to_a_standby_names_the_primary(cluster: Cluster) -> None:
     with SyncClient(standby.address) as c:
         sub = c.submit("etl", {"step_seconds": 0})
         assert c.wait(sub.task_id).state == "SUCCEEDED"
-    time.sleep(0.5)
+    cluster.wait_applied(standby, cluster.wait_converged())
     with SyncClient(standby.address) as c:
         view = c.task(sub.task_id)
     assert view.state == "SUCCEEDED"

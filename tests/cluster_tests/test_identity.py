@@ -133,9 +133,8 @@ def test_a_second_stream_under_a_live_standbys_id_does_not_unhook_it(pair: Clust
             call.cancel()
         time.sleep(1.0)  # let the primary see that stream end
         assert _connected(pair, primary) == {"n2"}, pair.tail_logs()
-        t0 = time.monotonic()
-        client.submit("etl", {"step_seconds": 0})  # raises OutcomeUnknown when wedged
-        assert time.monotonic() - t0 < 1.5
+        # wedged, it waits out APOLLO11_SYNC_TIMEOUT and raises "outcome is unknown"
+        client.submit("etl", {"step_seconds": 0})
     # what the "writes blocked" alert compares
     url = f"http://127.0.0.1:{primary.http_port}/metrics"
     body = urllib.request.urlopen(url, timeout=5).read().decode()
