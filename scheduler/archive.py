@@ -57,6 +57,7 @@ from typing import Any
 
 import orjson
 
+from apollo11.scheduler import jsondepth
 from apollo11.scheduler.errors import SnapshotError
 from apollo11.scheduler.log.datadir import fsync_dir
 from apollo11.scheduler.replay import Summary, TaskState, TaskStatus, TaskStore, summarize
@@ -96,7 +97,7 @@ Record = tuple[str, bytes, bytes, str]
 
 def encode_entry(task: TaskState) -> Record:
     tid = task.task_id.encode()
-    rest = ID_LEN.pack(len(tid)) + tid + orjson.dumps(task.to_dict())
+    rest = ID_LEN.pack(len(tid)) + tid + jsondepth.dumps(task.to_dict())
     return (
         task.task_id,
         ENTRY.pack(zlib.crc32(rest), len(rest)) + rest,

@@ -99,10 +99,13 @@ class NodeSettings(BaseSettings):
     segment_max_bytes: int = Field(default=defaults.SEGMENT_MAX_BYTES, ge=4096)
     payload_max_bytes: int = Field(default=defaults.PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
     submit_max_bytes: int = Field(default=defaults.SUBMIT_MAX_BYTES, ge=64, le=8 * 1024 * 1024)
-    # How deeply JSON a client sends (inputs, event payloads, shell DAGs) may nest
-    # (scheduler/api/checks.py). At most 128: the log and its snapshots wrap it in
-    # levels of their own, and orjson encodes at most 254.
-    json_max_depth: int = Field(default=64, ge=1, le=128)
+    # How deeply JSON may nest: what a client sends (inputs, event payloads, shell
+    # DAGs; scheduler/api/checks.py) and what the cluster writes (results, checkpoints,
+    # heartbeat details; the log refuses it). At most 128: the log and its snapshots
+    # wrap it in levels of their own, and orjson encodes at most 254.
+    json_max_depth: int = Field(
+        default=defaults.JSON_MAX_DEPTH, ge=1, le=defaults.JSON_MAX_DEPTH_MAX
+    )
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     idempotency_ttl: float = Field(default=defaults.IDEMPOTENCY_TTL_S, gt=0)
     # all: keep every segment (full audit history and time travel); snapshots: delete

@@ -9,4 +9,8 @@ PAYLOAD_MAX_BYTES = 4096  # an event's payload, but a submission's
 # A submission carries the task's input and its DAG (a runbook of a hundred shell
 # steps does not fit in 4 KiB); every other event keeps the small cap.
 SUBMIT_MAX_BYTES = 64 * 1024
+# How deeply JSON may nest, a client's and the cluster's own (scheduler/jsondepth.py);
+# the setting is at most JSON_MAX_DEPTH_MAX, well below what the log can encode.
+JSON_MAX_DEPTH = 64
+JSON_MAX_DEPTH_MAX = 128
 SNAPSHOT_INTERVAL = 1000  # events between two snapshots

@@ -19,6 +19,10 @@ class PayloadTooLargeError(InvalidEventError):
     """A payload is over the configured cap. Never truncated silently."""
 
 
+class PayloadTooDeepError(InvalidEventError):
+    """A payload carries a value nested past json_max_depth (scheduler/jsondepth.py)."""
+
+
 class LogError(ApolloError):
     """The event log cannot do what was asked."""
 

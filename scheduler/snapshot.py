@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from apollo11.scheduler import defaults, merger, metrics
+from apollo11.scheduler import defaults, jsondepth, merger, metrics
 from apollo11.scheduler.archive import (
     SUFFIX as CHUNK_SUFFIX,
 )
@@ -135,7 +135,7 @@ class _TaskJsonCache:
         hit = self._by_id.get(task.task_id)
         if hit is not None and hit[0] == task.last_event_id:
             return hit[1]
-        data = orjson.dumps(task.to_dict())
+        data = jsondepth.dumps(task.to_dict())
         self._by_id[task.task_id] = (task.last_event_id, data)
         return data
 
@@ -161,7 +161,7 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
             active.append(cache.get(task))
             active_ids.add(task.task_id)
         else:
-            active.append(orjson.dumps(task.to_dict()))
+            active.append(jsondepth.dumps(task.to_dict()))
     if cache is not None:
         cache.keep_only(active_ids)
     archive = state.archive
@@ -170,7 +170,7 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
         state.last_event_id,
         state.term,
         position,
-        orjson.dumps(_state_meta(state)),
+        jsondepth.dumps(_state_meta(state)),
         active,
         quiet,
         chunks,

@@ -475,6 +475,8 @@ class RemoteExecutor:
             inflight.beat(orjson.loads(raw))
         except orjson.JSONDecodeError:
             log.warning("attempt %s: a heartbeat's details are not JSON; ignored", token)
+        except ValueError as e:  # nested past json_max_depth: the last good ones stay
+            log.warning("attempt %s: a heartbeat's details are refused, ignored: %s", token, e)
 
     def results(self, conn: WorkerConn, results: wpb.Results) -> None:
         conn.last_seen = time.monotonic()

@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from apollo11.scheduler import waits
+from apollo11.scheduler import jsondepth, waits
 from apollo11.scheduler.workflow import (
     Idempotency,
     Journal,
@@ -204,12 +204,21 @@ async def _call_within(
     return running.result()
 
 
-def _roundtrip(value: Any) -> Any:
-    """What a replay will return: the value as the log keeps it (JSON)."""
+def _roundtrip(value: Any, max_depth: int) -> Any:
+    """What a replay will return: the value as the log keeps it (JSON), nested at most
+    `max_depth` levels (json_max_depth: the log would refuse its checkpoint)."""
     try:
-        return orjson.loads(orjson.dumps(value))
+        data = orjson.dumps(value)
     except TypeError as e:
+        depth = jsondepth.value_depth(value)
+        if depth > max_depth:  # past orjson's own limit (254)
+            said = jsondepth.too_deep_value("output", depth, max_depth)
+            raise StepError(said, final=True) from None
         raise StepError(f"output is not JSON-serializable: {e}", final=True) from e
+    deep = jsondepth.deeper_than(data, max_depth)
+    if deep is not None:
+        raise StepError(jsondepth.too_deep("output", deep, max_depth), final=True)
+    return orjson.loads(data)
 
 
 class DurableContext:
@@ -227,6 +236,9 @@ class DurableContext:
         self._consumed: dict[str, int] = {}  # event key -> the last event id a wait took
         # replay-check: stop at the first position past the log, before any side effect
         self._replay_only = bool(getattr(journal, "replay_only", False))
+        # the node's json_max_depth where the journal knows it (a worker's does not:
+        # the node's log refuses a deeper checkpoint there)
+        self._max_depth = int(getattr(journal, "json_max_depth", jsondepth.MAX_DEPTH))
         # set by DurableWorkflow's compensation: the NotIdempotent ctx.steps that
         # succeeded, as (seq, name, undo, output, args), found by replaying to the end
         self.compensations: (
@@ -366,7 +378,7 @@ class DurableContext:
             tries += 1
             token = _CURRENT.set(StepInfo(self.task_id, name, seq, tries))
             try:
-                out = _roundtrip(await _call_within(fn, args, limit_s, name))
+                out = _roundtrip(await _call_within(fn, args, limit_s, name), self._max_depth)
             except Exception as e:
                 _CURRENT.reset(token)
                 if undo is not None:

@@ -64,6 +64,11 @@ class StoreJournal:
         return task.durable if task is not None else None
 
     @property
+    def json_max_depth(self) -> int:
+        """How deeply a ctx.step's output may nest (the node's setting)."""
+        return self._store.log.config.json_max_depth
+
+    @property
     def checkpoints(self) -> Sequence[Mapping[str, Any]]:
         d = self._durable()
         return list(d.checkpoints) if d is not None else []

@@ -17,7 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from apollo11.scheduler import logfmt, metrics, tracing
+import orjson
+
+from apollo11.scheduler import jsondepth, logfmt, metrics, tracing
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import FailLost
 from apollo11.scheduler.engine.executor import (
@@ -50,6 +52,20 @@ ERROR_TEXT_MAX = 1024  # our own error strings are cut (visibly) to stay under t
 AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this many
 SLIM_KEYS = ("error", "final", "lost", "timeout", "compensate")  # kept when details are too big
 _NO_BEAT = object()
+
+
+def check_details(details: Any, limit: int) -> None:
+    """Refuse heartbeat details nested past json_max_depth (`limit`) in the step that
+    passed them, with a ValueError: they are written in the attempt's FAILED, and a
+    value that deep would break every later snapshot of the node."""
+    try:
+        deep = jsondepth.deeper_than(orjson.dumps(details), limit)
+    except TypeError:  # not JSON, or past orjson's own limit
+        depth = jsondepth.value_depth(details)
+        deep = depth if depth > limit else None  # not JSON: the FAILED keeps the rest
+    if deep is not None:
+        said = jsondepth.too_deep_value("ctx.heartbeat details", deep, limit)
+        raise ValueError(f"{said}: report progress (a cursor, a count), not data")
 
 
 def cut(text: str) -> str:
@@ -388,8 +404,10 @@ class StepRunner:
         step = task.steps[name]
         beats = self._beats
         key = (task.task_id, name)
+        limit = self.store.log.config.json_max_depth
 
         def beat(details: Any) -> None:
+            check_details(details, limit)
             beats[key] = details
 
         return StepContext(

@@ -1,4 +1,5 @@
-"""The event log's options: how big a segment, a payload, a batch; whether to fsync."""
+"""The event log's options: how big a segment, a payload, a batch; how deep a payload;
+whether to fsync."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ class LogConfig:
     segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
     payload_max_bytes: int = DEFAULT_PAYLOAD_MAX_BYTES
     submit_max_bytes: int = DEFAULT_SUBMIT_MAX_BYTES
+    # how deeply a payload's values may nest (scheduler/jsondepth.py: a deeper one,
+    # once written, broke every later snapshot)
+    json_max_depth: int = defaults.JSON_MAX_DEPTH
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     max_batch_bytes: int = 8 * 1024 * 1024
     # newest records kept in memory for followers that keep up (0: always read disk)
@@ -44,6 +48,11 @@ class LogConfig:
             raise ValueError(
                 f"submit_max_bytes must be between payload_max_bytes and 8388608, "
                 f"got {self.submit_max_bytes}"
+            )
+        if not 1 <= self.json_max_depth <= defaults.JSON_MAX_DEPTH_MAX:
+            raise ValueError(
+                f"json_max_depth must be between 1 and {defaults.JSON_MAX_DEPTH_MAX}, "
+                f"got {self.json_max_depth}"
             )
         if not self.manifest_interval_s > 0:
             raise ValueError(

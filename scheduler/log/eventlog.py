@@ -37,6 +37,7 @@ from apollo11.scheduler.log.manifest import Manifest
 from apollo11.scheduler.log.reader import ID_READ_WINDOW
 from apollo11.scheduler.log.record import (
     FRAME,
+    VALUE_LEVELS,
     Event,
     EventType,
     decode_batch,
@@ -296,6 +297,8 @@ class EventLog:
                 "submit_max_bytes"
                 if event_type is EventType.TASK_SUBMITTED
                 else "payload_max_bytes",
+                self.config.json_max_depth,
+                VALUE_LEVELS[event_type],
             ),
             now,
             attempt,

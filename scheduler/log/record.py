@@ -29,8 +29,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from apollo11.scheduler import defaults
-from apollo11.scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
+from apollo11.scheduler import defaults, jsondepth
+from apollo11.scheduler.errors import (
+    CorruptLogError,
+    InvalidEventError,
+    PayloadTooDeepError,
+    PayloadTooLargeError,
+)
 
 HEADER = Struct("<IIQQQIBBHH")
 FRAME = Struct("<II")  # crc32, body_len: enough to know how long a record claims to be
@@ -68,6 +73,12 @@ class EventType(enum.IntEnum):
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}
 
+# The levels of its own an event's payload puts around the values it carries, which
+# nest at most json_max_depth: one (a result's {"result": ...}, an input's, a
+# heartbeat's, an event's), but a checkpoint's two (the outputs of a gather in a
+# list, a ctx.step error's details in its "error").
+VALUE_LEVELS: dict[EventType, int] = {t: 1 for t in EventType} | {EventType.CHECKPOINT: 2}
+
 
 class Event(NamedTuple):
     """An immutable fact in the log.
@@ -89,9 +100,15 @@ class Event(NamedTuple):
 
 
 def encode_payload(
-    payload: Mapping[str, Any] | None, max_bytes: int, setting: str = "payload_max_bytes"
+    payload: Mapping[str, Any] | None,
+    max_bytes: int,
+    setting: str = "payload_max_bytes",
+    max_depth: int = defaults.JSON_MAX_DEPTH,
+    levels: int = 1,
 ) -> bytes:
-    """Serialize a payload to JSON, refusing anything that is not a small JSON object."""
+    """Serialize a payload to JSON, refusing anything that is not a small JSON object:
+    at most `max_bytes`, its values nested at most `max_depth` levels (json_max_depth)
+    below the payload's own `levels` (VALUE_LEVELS)."""
     if payload is None:
         return b"{}"
     if type(payload) is not dict and not isinstance(payload, Mapping):
@@ -101,6 +118,10 @@ def encode_payload(
     try:
         data = orjson.dumps(payload)
     except TypeError as e:
+        # past orjson's own limit (254 levels), or a cycle: say so by the setting
+        depth = jsondepth.value_depth(payload)
+        if depth > max_depth + levels:
+            raise _too_deep(depth, max_depth, counted=True) from None
         raise InvalidEventError(f"payload is not JSON-serializable: {e}") from e
     if len(data) > max_bytes:
         raise PayloadTooLargeError(
@@ -108,7 +129,22 @@ def encode_payload(
             f"({setting}); store bulk output elsewhere and put a reference "
             f"(path, URL, checksum) in the payload"
         )
+    # Refused before it is written: written, a value that deep would sit past orjson's
+    # limit in a snapshot, and every later snapshot of the node would fail.
+    deep = jsondepth.deeper_than(data, max_depth + levels)
+    if deep is not None:
+        raise _too_deep(deep, max_depth)
     return data
+
+
+def _too_deep(depth: int, limit: int, *, counted: bool = False) -> PayloadTooDeepError:
+    """`depth`: the payload's (`counted`: by value_depth, not from its text); its
+    values' is one less (a checkpoint's may be one more than the limit, in its extra
+    level: a ctx.step's output is checked by the step)."""
+    what = "a value in the payload"
+    if counted and depth > jsondepth.VALUE_DEPTH_CAP:
+        return PayloadTooDeepError(jsondepth.too_deep_value(what, depth, limit))
+    return PayloadTooDeepError(jsondepth.too_deep(what, depth - 1, limit))
 
 
 _BODY_HEAD = Struct("<IQQQIBBHH")  # HEADER without the crc

@@ -23,6 +23,7 @@ def store_config(s: NodeSettings, *, segment_max_bytes: int) -> StoreConfig:
             payload_max_bytes=s.payload_max_bytes,
             # a submission may always carry what any event may
             submit_max_bytes=max(s.submit_max_bytes, s.payload_max_bytes),
+            json_max_depth=s.json_max_depth,
             fsync=s.fsync,
         ),
         snapshot_interval=s.snapshot_interval,

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from apollo11.scheduler import jsondepth
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome, Succeeded
 from apollo11.scheduler.workflow import FencingToken, Journal, StepContext, StepError
 
@@ -40,10 +41,21 @@ def context(
     )
 
 
-# A result no node would take (payload_max_bytes is at most 1 MiB), and heartbeat
-# details that travel with every heartbeat: refused here, in the step that made them.
+# A result no node would take (payload_max_bytes is at most 1 MiB, json_max_depth at
+# most 128), and heartbeat details that travel with every heartbeat: refused here, in
+# the step that made them. The node refuses what is over its own settings.
 RESULT_MAX_BYTES = 1024 * 1024
 DETAILS_MAX_BYTES = 64 * 1024
+MAX_DEPTH = jsondepth.MAX_DEPTH
+
+
+def _too_deep(value: Any, raw: bytes | None) -> int | None:
+    """How deeply `value` (`raw`: its JSON, None when orjson could not encode it)
+    nests, if deeper than any node takes."""
+    if raw is not None:
+        return jsondepth.deeper_than(raw, MAX_DEPTH)
+    depth = jsondepth.value_depth(value)
+    return depth if depth > MAX_DEPTH else None
 
 
 def encode_details(details: Any) -> bytes:
@@ -54,7 +66,17 @@ def encode_details(details: Any) -> bytes:
     try:
         raw = orjson.dumps(details)
     except TypeError as e:
-        raise TypeError(f"ctx.heartbeat details must be JSON-serializable: {e}") from None
+        deep = _too_deep(details, None)
+        if deep is None:
+            raise TypeError(f"ctx.heartbeat details must be JSON-serializable: {e}") from None
+        raw = b""
+    else:
+        deep = _too_deep(details, raw)
+    if deep is not None:
+        raise ValueError(
+            f"{jsondepth.too_deep_value('ctx.heartbeat details', deep, MAX_DEPTH)}: report "
+            f"progress (a cursor, a count), not data"
+        )
     if len(raw) > DETAILS_MAX_BYTES:
         raise ValueError(
             f"ctx.heartbeat details are {len(raw)} bytes of JSON, more than "
@@ -67,7 +89,17 @@ def succeeded(result: Any) -> Outcome:
     try:
         raw = orjson.dumps(result)
     except TypeError as e:
-        return Failed("TypeError", f"the step's result is not JSON-serializable: {e}")
+        deep = _too_deep(result, None)
+        if deep is None:
+            return Failed("TypeError", f"the step's result is not JSON-serializable: {e}")
+        raw = b""
+    else:
+        deep = _too_deep(result, raw)
+    if deep is not None:
+        said = jsondepth.too_deep_value("the step's result", deep, MAX_DEPTH)
+        return Failed(
+            "ResultTooDeep", f"{said}: return a small summary and store bulk output elsewhere"
+        )
     if len(raw) > RESULT_MAX_BYTES:
         return Failed(
             "ResultTooLarge",

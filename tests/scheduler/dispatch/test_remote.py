@@ -543,3 +543,58 @@ async def test_columns_without_tokens_are_not_skipped(start: Any) -> None:
     (failed,) = _events(node, task_id, EventType.STEP_FAILED)
     assert "columns differ" in failed.payload["error"]
     await w.close()
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_workers_result_nested_past_json_max_depth_fails_the_attempt_for_good(
+    start: Any,
+) -> None:
+    """A result 200 levels deep from a worker (a whole StepResult or a packed row) was
+    taken, and one a little deeper broke every later snapshot of the node. It fails its
+    attempt for good naming the limit, as a result over payload_max_bytes does."""
+    node, w, task_id, a = await _one_assigned(start)
+    await w.result(a, _deep(200))
+    task = await _wait(node, task_id)
+    assert task.status is TaskStatus.FAILED
+    step = task.steps["first"]
+    assert step.final and step.attempt == 1
+    assert step.error.startswith(
+        "result rejected: a value in the payload is nested 200 levels deep, over the limit "
+        "of 64 (json_max_depth). "
+    )
+    assert not _events(node, task_id, EventType.STEP_SUCCEEDED)
+    assert node.store is not None
+    await node.store.snapshot_now()
+    # in columns, as this project's workers send them
+    task_id = (await node.engine.submit("pair", None)).task_id  # type: ignore[union-attr]
+    b = (await w.next("assign")).assignments[0]
+    await w.packed([(b, _deep(65))])
+    task = await _wait(node, task_id)
+    assert "nested 65 levels deep, over the limit of 64" in task.steps["first"].error
+    await w.close()
+
+
+async def test_a_workers_heartbeat_details_past_json_max_depth_are_not_kept(
+    start: Any,
+) -> None:
+    """Details 200 levels deep became the FAILED's heartbeat (and the retry's input);
+    refused, the last good ones stay."""
+    node, w, task_id, a = await _one_assigned(start)
+    w.beating = False
+    await w.heartbeat(running(a, {"rows": 500}))
+    await w.heartbeat(running(a, _deep(200)))
+    # ... then nothing: past the heartbeat timeout (1 s) the worker is cut off
+    w2 = RawWorker(f"127.0.0.1:{node.port}", name="w2")
+    await w2.connect()
+    b = (await w2.next("assign", timeout=15)).assignments[0]
+    assert b.attempt == 2 and b.last_heartbeat_json == b'{"rows":500}'
+    failed = _events(node, task_id, EventType.STEP_FAILED)
+    assert failed[0].payload["heartbeat"] == {"rows": 500}
+    await w.close()
+    await w2.close()

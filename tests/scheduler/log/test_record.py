@@ -2,7 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from apollo11.scheduler.errors import CorruptLogError, InvalidEventError, PayloadTooLargeError
+from apollo11.scheduler.errors import (
+    CorruptLogError,
+    InvalidEventError,
+    PayloadTooDeepError,
+    PayloadTooLargeError,
+)
 from apollo11.scheduler.log.record import (
     EventType,
     check_record,
@@ -86,6 +91,34 @@ def test_payload_over_cap_names_the_limit() -> None:
     with pytest.raises(PayloadTooLargeError, match="4096-byte limit"):
         encode_payload({"blob": "x" * 5000}, 4096)
     assert len(encode_payload({"blob": "x" * 4000}, 4096)) <= 4096
+
+
+def _deep(depth: int) -> object:
+    value: object = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_payload_whose_values_nest_past_json_max_depth_is_refused_naming_it() -> None:
+    """A result 250 levels deep was written, and broke every later snapshot (a result
+    sits 3 levels deep in its task's line, and orjson stops at 254); one 900 deep was
+    refused as "Recursion limit reached". Both name the setting now."""
+    encode_payload({"result": _deep(64)}, 64 * 1024, max_depth=64)
+    encode_payload({"result": "[" * 500}, 64 * 1024, max_depth=64)  # brackets in text
+    for depth in (65, 250, 900):
+        with pytest.raises(PayloadTooDeepError) as exc:
+            encode_payload({"result": _deep(depth)}, 64 * 1024, max_depth=64)
+        assert str(exc.value) == (
+            f"a value in the payload is nested {depth} levels deep, over the limit of 64 "
+            f"(json_max_depth)"
+        )
+    # a checkpoint's gather keeps its outputs in a list: one level more of its own
+    encode_payload({"output": [_deep(64)]}, 64 * 1024, max_depth=64, levels=2)
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    with pytest.raises(PayloadTooDeepError, match="nested more than 2540 levels deep"):
+        encode_payload({"result": cyclic}, 64 * 1024, max_depth=64)
 
 
 @pytest.mark.parametrize(
