@@ -16,6 +16,9 @@ from apollo11.scheduler.node import Node
 from apollo11.scheduler.replay import TaskStatus
 from apollo11.scheduler.security.roles import Role
 from apollo11.scheduler.security.tokens import create_token
+from apollo11.v1 import scheduler_pb2 as pb
+from apollo11.v1 import scheduler_pb2_grpc as pbg
+from apollo11.v1 import worker_pb2 as wpb
 
 from .rawworker import RawWorker, running
 
@@ -170,3 +173,62 @@ async def test_heartbeat_details_count_only_from_the_worker_the_attempt_was_give
     assert failed.payload["heartbeat"] == {"rows": 500}
     await other.close()
     await w3.close()
+
+
+async def test_an_attempt_token_a_reader_sees_is_useless_to_another_worker_identity(
+    start: Any, tokens: tuple[Path, dict[str, str]]
+) -> None:
+    """Issue item: "attempt tokens are readable by a reader". They are: a token is the
+    term and event id of the STARTED, which GetEvents shows a reader, with the name of
+    the worker it was given to. It is no credential: only that worker's credential
+    speaks for the attempt (the name is bound to it), so a holder of another worker
+    token who reports by it, as a result, a row of packed results, a heartbeat or a
+    running attempt of its own, is refused, and the attempt's own result applies."""
+    path, token = tokens
+    reader = create_token(path, "ann", Role.READER)
+    node = await start(tokens_file=path)
+    address = f"127.0.0.1:{node.port}"
+    w1 = RawWorker(address, name="w1", slots=1, token=token["w1"])
+    await w1.connect()
+    assert node.engine is not None
+    task_id = (await node.engine.submit("pair", None)).task_id
+    a = (await w1.next("assign")).assignments[0]
+    await w1.heartbeat(running(a, {"rows": 500}))
+    async with grpc.aio.insecure_channel(address) as ch:
+        seen = await pbg.SchedulerStub(ch).GetEvents(
+            pb.GetEventsRequest(task_id=task_id),
+            metadata=(("authorization", f"Bearer {reader}"),),
+        )
+    [started] = [e for e in seen.events if e.event_type == pb.EVENT_TYPE_STEP_STARTED]
+    assert (started.term, started.event_id) == (a.token.term, a.token.event_id)
+    assert started.payload_json == '{"worker":"w1"}'  # the reader knows whose it is, too
+    # mallory builds the attempt from what the reader saw
+    forged = wpb.Assignment(task_id=task_id, step=started.step_name, attempt=started.attempt)
+    forged.token.term, forged.token.event_id = started.term, started.event_id
+    mallory = RawWorker(address, name="mallory", token=token["mallory"])
+    # it claims the attempt running: told to cancel it, as not its own
+    reg = await mallory.connect(workflows=(), running=(running(forged, {"rows": 0}),))
+    assert [(t.term, t.event_id) for t in reg.stale] == [(started.term, started.event_id)]
+    assert await _registered(RawWorker(address, name="w1", token=token["mallory"])) is not None
+    await mallory.heartbeat(running(forged, {"rows": 1, "forged": True}))
+    await mallory.result(forged, {"n": 666})
+    refusal = (await mallory.next("acks")).acks[0]
+    assert not refusal.accepted and refusal.reason == "the attempt was given to worker w1"
+    await mallory.packed([(forged, {"n": 667})])
+    refusal = (await mallory.next("acks")).acks[0]
+    assert not refusal.accepted and refusal.reason == "the attempt was given to worker w1"
+    await w1.result(a, {"n": 1})
+    assert (await w1.next("acks")).acks[0].accepted
+    b = (await w1.next("assign")).assignments[0]
+    await w1.result(b, {"n": 2})
+    async with asyncio.timeout(20):
+        task = await node.engine.wait(task_id)
+    assert task.status is TaskStatus.SUCCEEDED and task.steps["first"].result == {"n": 1}
+    assert node.store is not None
+    assert not [
+        e
+        for e in node.store.log.read()
+        if e.task_id == task_id and e.event_type is EventType.STEP_FAILED
+    ]
+    await mallory.close()
+    await w1.close()
