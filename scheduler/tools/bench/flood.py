@@ -99,10 +99,17 @@ async def hold(host: str, port: int, n: int, pattern: Pattern, *, source: str) -
 
 
 async def churn(
-    host: str, port: int, n: int, pattern: Pattern, *, source: str, concurrency: int = 16
+    host: str,
+    port: int,
+    n: int,
+    pattern: Pattern,
+    *,
+    source: str,
+    concurrency: int = 16,
+    rate: float | None = None,
 ) -> int:
-    """`n` connections in the `churn` or `halfclose` pattern, `concurrency` at a time;
-    returns how many could not even connect."""
+    """`n` connections in the `churn` or `halfclose` pattern, `concurrency` at a time
+    (at most `rate` a second, if given); returns how many could not even connect."""
     hello = client_hello()
     failed = 0
     todo = iter(range(n))
@@ -117,24 +124,43 @@ async def churn(
         try:
             w.write(hello)
             if pattern == "halfclose":
-                w.write_eof()
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # the server may have closed first
+                    w.write_eof()
                     await asyncio.wait_for(r.read(), 30)
             else:
                 await asyncio.sleep(0)
                 # RST, not FIN: the server is cut off mid-handshake
                 sock = w.get_extra_info("socket")
                 if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    with contextlib.suppress(OSError):
+                        linger = struct.pack("ii", 1, 0)
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
         finally:
             w.transport.abort()
 
+    loop = asyncio.get_running_loop()
+    gap = concurrency / rate if rate else 0.0  # each lane's share of the rate
+
     async def lane() -> None:
+        next_at = loop.time()
         for _ in todo:
             await one()
+            if gap:
+                next_at += gap
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
 
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     return failed
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time `pid` has used so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def open_fds(pid: int) -> int:
