@@ -29,10 +29,10 @@ async def serve(settings: NodeSettings) -> int:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(LoopErrorLog())
     threading.excepthook = thread_died
-    log.info("%s", raise_open_files_limit())
+    # The connection caps fit the open-files limit, so it is raised before the Node
+    # is made; said once the handlers below are in (tests signal at this line).
+    raised = raise_open_files_limit()
     settings, shrunk = files.fit_settings(settings, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    if shrunk is not None:
-        log.warning("%s", shrunk)
     node = Node(settings)
     # The handlers before anything else: a SIGHUP (a tokens reload) sent as the node
     # came up, before they were installed, killed it (the default action).
@@ -41,6 +41,9 @@ async def serve(settings: NodeSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
     loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
+    log.info("%s", raised)
+    if shrunk is not None:
+        log.warning("%s", shrunk)
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
     # (not a Node in a test's process). Commands run under scheduler/guard.py die with
