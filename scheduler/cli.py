@@ -1620,6 +1620,12 @@ def bench_overload(
             help="Connection floods instead (idle, half, churn, halfclose on each port).",
         ),
     ] = False,
+    churn_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--churn-rate", min=1, help="With --connections: churn at most this many a second."
+        ),
+    ] = None,
     as_json: BenchJson = False,
     workdir: BenchDir = None,
 ) -> None:
@@ -1634,14 +1640,11 @@ def bench_overload(
     if connections:
         from apollo11.scheduler.tools.bench import connflood_bench
 
-        result = _bench(
-            connflood_bench.run,
-            connflood_bench.summary_rows,
-            "overload --connections",
-            quick,
-            as_json,
-            workdir,
-        )
+        def flood_run(q: bool, w: str | None, progress: Any) -> Any:
+            return connflood_bench.run(q, w, progress, churn_rate=churn_rate)
+
+        rows = connflood_bench.summary_rows
+        result = _bench(flood_run, rows, "overload --connections", quick, as_json, workdir)
         why = connflood_bench.failed(result)
         if why:
             raise _fail(f"bench overload --connections failed: {why}")
