@@ -270,6 +270,7 @@ HTTP_CONNECTIONS = Gauge(
 HTTP_CONNECTIONS_DROPPED = Counter(
     "apollo11_http_connections_dropped_total",
     "HTTP port connections refused or dropped: total or per_source (over the limit), "
+    "rate (too many new ones from one source), "
     "handshake (TLS failed or too slow), no_request (no request's headers in time)",
     ["reason"],
 )

@@ -18,7 +18,7 @@ credential against a secure node:
 
 So uvicorn serves plain TCP here and this protocol wraps each of its
 connections: it admits the connection or drops it at once (`refusal`: per
-source address and in total), runs the TLS handshake itself through
+source address, new ones a second per source, and in total), runs the TLS handshake itself through
 `loop.start_tls` with a deadline and drops the failed handshake's traceback,
 and gives the connection FIRST_REQUEST_S to send a complete request's headers
 (each later one too: uvicorn's keep-alive timeout closes a quiet connection
@@ -37,6 +37,7 @@ import logging
 import ssl
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,7 +47,7 @@ from apollo11.scheduler import metrics
 
 log = logging.getLogger(__name__)
 
-Reason = Literal["total", "per_source", "handshake", "no_request"]
+Reason = Literal["total", "per_source", "rate", "handshake", "no_request"]
 
 LOG_EVERY_S = 10.0
 # What a client may send before its TLS handshake is done: a ClientHello is a
@@ -60,26 +61,49 @@ class ConnectionLimits:
     # opens about six per origin; a scraper one.
     total: int = 128
     per_source: int = 32
+    # New connections from one source address: `per_source_rate` a second, in bursts
+    # of up to `per_source_burst`. Each costs a TLS handshake on the event loop: a
+    # churn of 2,273 a second took 83 % of the node's CPU (docs/benchmarks.md).
+    per_source_rate: float = 20.0
+    per_source_burst: int = 40
     # From accept to the end of the TLS handshake.
     handshake_s: float = 5.0
     # From the end of the handshake (or the last request) to a complete request's headers.
     first_request_s: float = 10.0
 
 
-def refusal(limits: ConnectionLimits, *, total: int, from_source: int) -> Reason | None:
-    """Why a new connection is turned away, given what is open now; None: admitted."""
+def refusal(
+    limits: ConnectionLimits, *, total: int, from_source: int, tokens: float = 1.0
+) -> Reason | None:
+    """Why a new connection is turned away, given what is open now and the tokens left
+    in its source's bucket; None: admitted."""
     if total >= limits.total:
         return "total"
     if from_source >= limits.per_source:
         return "per_source"
+    if tokens < 1.0:
+        return "rate"
     return None
+
+
+def refill(tokens: float, elapsed: float, limits: ConnectionLimits) -> float:
+    """A source's bucket after `elapsed` seconds: `per_source_rate` a second, at most
+    `per_source_burst`."""
+    return min(float(limits.per_source_burst), tokens + elapsed * limits.per_source_rate)
+
+
+BUCKETS_MAX = 10_000  # past it, full buckets (sources quiet a while) are forgotten
 
 
 class Connections:
     """The connections open on the HTTP port, by source address."""
 
-    def __init__(self, limits: ConnectionLimits) -> None:
+    def __init__(
+        self, limits: ConnectionLimits, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.limits = limits
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # source -> (tokens, at)
         self._by_source: Counter[str] = Counter()
         self._open: set[asyncio.Transport] = set()
         self._dropped: Counter[str] = Counter()
@@ -93,14 +117,30 @@ class Connections:
         return self._by_source[source]
 
     def admit(self, source: str, transport: asyncio.Transport) -> bool:
-        reason = refusal(self.limits, total=self.total, from_source=self._by_source[source])
+        now = self._clock()
+        tokens, at = self._buckets.get(source, (float(self.limits.per_source_burst), now))
+        tokens = refill(tokens, now - at, self.limits)
+        reason = refusal(
+            self.limits, total=self.total, from_source=self._by_source[source], tokens=tokens
+        )
+        if reason == "rate":
+            self._buckets[source] = (tokens, now)
         if reason is not None:
             self.dropped(reason, source)
             return False
+        self._buckets[source] = (tokens - 1.0, now)
+        if len(self._buckets) > BUCKETS_MAX:
+            self._forget_full(now)
         self._by_source[source] += 1
         self._open.add(transport)
         metrics.HTTP_CONNECTIONS.set(len(self._open))
         return True
+
+    def _forget_full(self, now: float) -> None:
+        full = float(self.limits.per_source_burst)
+        for source, (tokens, at) in list(self._buckets.items()):
+            if refill(tokens, now - at, self.limits) >= full:
+                del self._buckets[source]
 
     def release(self, source: str, transport: asyncio.Transport) -> None:
         if transport not in self._open:
@@ -119,12 +159,14 @@ class Connections:
             self._logged_at[reason] = now
             log.warning(
                 "HTTP port: dropped a connection from %s (%s; %d so far for this reason, "
-                "limits: %d in all, %d per source, %.0f s handshake, %.0f s to a request)",
+                "limits: %d in all, %d per source, %g new a second per source, "
+                "%.0f s handshake, %.0f s to a request)",
                 source,
                 reason,
                 self._dropped[reason],
                 self.limits.total,
                 self.limits.per_source,
+                self.limits.per_source_rate,
                 self.limits.handshake_s,
                 self.limits.first_request_s,
             )
