@@ -188,7 +188,8 @@ class GuardedHttp(asyncio.Protocol):
     ) -> None:
         self._conns = conns
         self._tls = tls
-        self._inner = H11Protocol(**uvicorn_args)
+        self._uvicorn_args = uvicorn_args
+        self._inner: H11Protocol  # made once admitted: a refusal costs no more than it must
         self._loop = asyncio.get_running_loop()
         self._raw: asyncio.Transport | None = None
         self._transport: asyncio.Transport | None = None  # what HTTP is spoken on
@@ -213,6 +214,7 @@ class GuardedHttp(asyncio.Protocol):
         if not self._conns.admit(self._source, transport):
             transport.abort()
             return
+        self._inner = H11Protocol(**self._uvicorn_args)
         self._raw = transport
         if self._tls is None:
             self._speak_http(transport)
