@@ -20,7 +20,7 @@ So uvicorn serves plain TCP here and this protocol wraps each of its
 connections: it admits the connection or drops it at once (`refusal`: per
 source address, new ones a second per source, and in total), runs the TLS handshake itself through
 `loop.start_tls` with a deadline and drops the failed handshake's traceback,
-and gives the connection FIRST_REQUEST_S to send a complete request's headers
+and gives the connection `first_request_s` to send a complete request's headers
 (each later one too: uvicorn's keep-alive timeout closes a quiet connection
 before that). After a burst, freed memory goes back to the system (memtrim.py).
 
@@ -113,9 +113,6 @@ class Connections:
     def total(self) -> int:
         return len(self._open)
 
-    def from_source(self, source: str) -> int:
-        return self._by_source[source]
-
     def admit(self, source: str, transport: asyncio.Transport) -> bool:
         now = self._clock()
         tokens, at = self._buckets.get(source, (float(self.limits.per_source_burst), now))
@@ -123,9 +120,7 @@ class Connections:
         reason = refusal(
             self.limits, total=self.total, from_source=self._by_source[source], tokens=tokens
         )
-        if reason == "rate":
-            self._buckets[source] = (tokens, now)
-        if reason is not None:
+        if reason is not None:  # the bucket stands: refill is the same from either point
             self.dropped(reason, source)
             return False
         self._buckets[source] = (tokens - 1.0, now)
@@ -154,7 +149,7 @@ class Connections:
     def dropped(self, reason: Reason, source: str) -> None:
         metrics.HTTP_CONNECTIONS_DROPPED.labels(reason).inc()
         self._dropped[reason] += 1
-        now = time.monotonic()
+        now = self._clock()
         if now - self._logged_at.get(reason, -LOG_EVERY_S) >= LOG_EVERY_S:
             self._logged_at[reason] = now
             log.warning(
