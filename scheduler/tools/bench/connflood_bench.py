@@ -28,9 +28,7 @@ import multiprocessing
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -39,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo11.scheduler.tools.bench import flood
-from apollo11.scheduler.tools.bench.overload_bench import rss_mb
+from apollo11.scheduler.tools.bench.overload_bench import rss_mb, start_node, stop_node
 
 PORTS = ("grpc", "peer", "http")
 FLOOD_SOURCES = 40
@@ -65,38 +63,22 @@ def _pki(d: Path) -> dict[str, str]:
     return {"ca": str(d / "ca.pem"), "token": token, "tokens": str(d / "tokens")}
 
 
-def _start(
-    base: Path, pki: dict[str, str], timeout: float = 60
-) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+def _start(base: Path, pki: dict[str, str]) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
     from apollo11.lease.local_etcd import free_port
 
     d = base / "pki"
     http = free_port()
     log_path = base / "node.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - the node writes it until it exits
     cert, key = str(d / "n1.pem"), str(d / "n1-key.pem")
-    args = ["--node-id", "n1", "--data-dir", str(base / "data"), "--listen", "127.0.0.1:0"]
-    args += ["--tls-cert", cert, "--tls-key", key, "--tokens-file", pki["tokens"]]
+    args = ["--tls-cert", cert, "--tls-key", key, "--tokens-file", pki["tokens"]]
     args += ["--peer-listen", "127.0.0.1:0", "--peer-ca", pki["ca"]]
     args += ["--peer-cert", cert, "--peer-key", key, "--http", f"127.0.0.1:{http}"]
-    args += ["--workflows", "apollo11.scheduler.examples"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "apollo11.scheduler.cli", "node", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        text = log_path.read_text(errors="replace")
-        m = re.search(r"serving on port (\d+)", text)
-        peer = re.search(r"replication on port (\d+)", text)
-        if m and peer:
-            return proc, {"grpc": int(m.group(1)), "peer": int(peer.group(1)), "http": http}
-        time.sleep(0.1)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"the node did not start: see {log_path}")
+    proc, address = start_node(base / "data", log_path, args, node_id="n1")
+    # on the line that gave the client port
+    peer = re.search(r"replication on port (\d+)", log_path.read_text(errors="replace"))
+    assert peer is not None, f"no replication port in {log_path}"
+    grpc = int(address.rpartition(":")[2])
+    return proc, {"grpc": grpc, "peer": int(peer.group(1)), "http": http}
 
 
 def _legit(address: str, ca: str, token: str, seconds: float, clients: int = 8) -> list[float]:
@@ -246,13 +228,7 @@ def _cell(
         during = _rate(times, flood_start + 1.5, min(flood_end, max(times, default=0)))
         alive = proc.poll() is None
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_node(proc)
     cell = {
         "port": port_name,
         "pattern": pattern,

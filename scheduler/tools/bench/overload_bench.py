@@ -180,8 +180,13 @@ def _submit_load(
     return asyncio.run(go())
 
 
-def _start_node(
-    data_dir: Path, log_path: Path, node_args: Sequence[str], timeout: float = 60
+def start_node(
+    data_dir: Path,
+    log_path: Path,
+    node_args: Sequence[str],
+    timeout: float = 60,
+    *,
+    node_id: str = "overload",
 ) -> tuple[subprocess.Popen[bytes], str]:
     """`apollo11 node` standalone on a free port, its output in `log_path` (a pipe
     nobody drains would stall a node that logs under load)."""
@@ -199,7 +204,7 @@ def _start_node(
             "--workflows",
             "apollo11.scheduler.examples",
             "--node-id",
-            "overload",
+            node_id,
             *node_args,
         ],
         stdout=log,
@@ -215,6 +220,18 @@ def _start_node(
     proc.kill()
     proc.wait()
     raise RuntimeError(f"the node did not start: see {log_path}")
+
+
+def stop_node(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the node drains), SIGKILL past a minute; nothing if it already ended."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _answers(address: str) -> bool:
@@ -256,7 +273,7 @@ def run(
     capacity_seconds = capacity_seconds or (5.0 if quick else 10.0)
     base = Path(tempfile.mkdtemp(prefix="apollo11-overload-", dir=workdir or os.getcwd()))
     log_path = base / "node.log"
-    proc, address = _start_node(base / "data", log_path, node_args)
+    proc, address = start_node(base / "data", log_path, node_args)
     ctx = multiprocessing.get_context("spawn")
     samples: list[tuple[float, float]] = []
     active: list[int | None] = []
@@ -301,13 +318,7 @@ def run(
         alive = proc.poll() is None and _answers(address)
     finally:
         exit_code = proc.poll()
-        if exit_code is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_node(proc)
     codes: Counter[str] = Counter()
     for part in flood:
         codes.update(part["codes"])
