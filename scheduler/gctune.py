@@ -7,7 +7,7 @@ Python's default of 700, under a backlog a node collected its young generation
 about 200 times a second, its middle one 20 times (4–5 ms each) and the whole
 heap twice (30 ms each): a fifth of the node's time went to collections that
 found next to nothing, and more of it when steps run on workers, where each
-step allocates more (docs/benchmarks.md, "Dec 2: the cyclic GC"). A young
+step allocates more (docs/bench-history/workers.md, "Dec 2: the cyclic GC"). A young
 threshold of 5,000 cut the collections' time by half and the full ones to
 almost none; each young pass then takes about 3 ms, under the dispatch and
 replication targets.

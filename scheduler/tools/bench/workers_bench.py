@@ -59,7 +59,7 @@ WORKFLOWS = f"{EXAMPLES},{FLOWS}"
 LOAD_NICE = int(os.environ.get("APOLLO11_BENCH_LOAD_NICE", "10"))
 HEARTBEAT_TIMEOUT_S = 3.0
 HEARTBEAT_INTERVAL_S = 0.5
-# Each side at its best on this machine (docs/benchmarks.md, Dec 2): a worker of 64
+# Each side at its best on this machine (docs/bench-history/workers.md, Dec 2): a worker of 64
 # slots leaves its node waiting on the slots' round trips (the node's loop 73% busy),
 # 256 keeps it busy; an embedded node does best at 256 (512 is slower: more in
 # flight, more overhead).

@@ -1,6 +1,6 @@
 """`apollo11 bench workers` in its smallest configuration: one worker killed mid-step
 is found lost by its closed socket, well inside the heartbeat timeout (the full
-bench and its figures: docs/benchmarks.md, "Dec 1: workers")."""
+bench and its figures: docs/bench-history/workers.md, "Dec 1: workers")."""
 
 from __future__ import annotations
 
