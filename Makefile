@@ -33,10 +33,10 @@ proto: setup
 		--grpc_python_out=proto proto/apollo11/v1/*.proto
 
 # The Python client's API reference, from its docstrings (tests/test_apidoc.py: current),
-# and the README's role table, from scheduler/security/roles.py (tests/test_roledoc.py).
+# and the security page's role table, from scheduler/security/roles.py (tests/test_roledoc.py).
 docs: setup
 	$(BIN)/python -m apollo11.scheduler.tools.apidoc > docs/client-api.md
-	$(BIN)/python -m apollo11.scheduler.tools.roledoc README.md
+	$(BIN)/python -m apollo11.scheduler.tools.roledoc docs/security.md
 
 lint: setup
 	$(BIN)/ruff check .

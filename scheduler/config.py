@@ -84,7 +84,7 @@ class NodeSettings(BaseSettings):
     sync_mode: Literal["strict", "relaxed"] = "strict"
     sync_timeout: float = Field(default=5.0, gt=0)
     concurrency: int = Field(default=defaults.CONCURRENCY, ge=1, le=10_000)
-    # Where steps run (README "Workers"): in this process (embedded), only on
+    # Where steps run (docs/workers.md): in this process (embedded), only on
     # `apollo11 worker` processes (remote: the node dispatches), or both (this node's
     # `concurrency` slots first, then its workers').
     execution: Literal["embedded", "remote", "both"] = "embedded"
@@ -139,7 +139,7 @@ class NodeSettings(BaseSettings):
     max_streams_per_connection: int = Field(default=1000, ge=1)
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3)
 
-    # Security (README "Security"). TLS for the public gRPC port and the HTTP side:
+    # Security (docs/security.md). TLS for the public gRPC port and the HTTP side:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     # Require client certificates signed by this CA on the public port; a certificate's

@@ -13,7 +13,7 @@ Its input controls what it does, so tests and demos can script failures:
   can count what ran how often, and where (a step killed mid-run still has its
   line). The fifth field is the attempt's fencing token: a reader that refuses a
   line whose token is below the highest it has seen for the step is the fenced
-  external system of the README (a deposed primary's late line is refused). The
+  external system of docs/workflows.md (a deposed primary's late line is refused). The
   last is where it ran: a worker's name, or the node's id when embedded.
 
 Whoever may submit a task chooses `ledger`, so it is confined to one

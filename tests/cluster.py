@@ -217,7 +217,7 @@ class Cluster:
     def wait_formed(self, timeout: float = 60) -> Member:
         """Until the primary streams to every other live member; returns the primary.
         A standby that connects empty once the primary has a snapshot is sent that
-        snapshot (README, Rejoin): its log then begins after it, so a test that reads
+        snapshot (docs/cluster.md, "Rejoin"): its log then begins after it, so a test that reads
         a takeover's log from the first event needs every standby streaming before the
         snapshot is taken."""
         deadline = time.monotonic() + timeout

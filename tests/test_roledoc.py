@@ -1,4 +1,4 @@
-"""The README's role table is what scheduler/security/roles.py says now."""
+"""docs/security.md's role table is what scheduler/security/roles.py says now."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from apollo11.scheduler.security import METHOD_ROLES, Role
 from apollo11.scheduler.tools import roledoc
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 
 
-def test_the_readme_role_table_is_current() -> None:
-    assert roledoc.current(README.read_text()) == roledoc.render(), (
-        "README.md's role table is stale: run `make docs` and commit it"
+def test_the_security_pages_role_table_is_current() -> None:
+    assert roledoc.current(PAGE.read_text()) == roledoc.render(), (
+        "docs/security.md's role table is stale: run `make docs` and commit it"
     )
 
 

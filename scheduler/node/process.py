@@ -47,7 +47,8 @@ async def serve(settings: NodeSettings) -> int:
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
     # (not a Node in a test's process). Commands run under scheduler/guard.py die with
-    # the node even by SIGKILL; these orphans do not (README, "Step processes").
+    # the node even by SIGKILL; these orphans do not (docs/workflows.md, "Step processes
+    # and fencing").
     orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
     print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
     trimmer = asyncio.create_task(memtrim.keep_trimmed(), name="apollo11-memtrim")

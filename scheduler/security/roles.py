@@ -10,8 +10,8 @@ The table is the whole policy. A method that is not in it is refused (deny by
 default), so a new RPC cannot ship without somebody deciding its role, and
 the role matrix test (generated from the service descriptors) fails until
 they do. The web pages' roles are here too (PAGES_ROLE, WEB_ACTIONS_ROLE,
-METRICS_ROLE, which scheduler/web/guard.py asks), and the README's role table
-is rendered from this module (scheduler/tools/roledoc.py, `make docs`).
+METRICS_ROLE, which scheduler/web/guard.py asks), and docs/security.md's role
+table is rendered from this module (scheduler/tools/roledoc.py, `make docs`).
 """
 
 from __future__ import annotations

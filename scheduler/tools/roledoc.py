@@ -1,12 +1,13 @@
-"""The README's role table, from the code's: `python -m apollo11.scheduler.tools.roledoc
-README.md` (`make docs`) rewrites the table between the two marker comments.
+"""The security page's role table, from the code's: `python -m
+apollo11.scheduler.tools.roledoc docs/security.md` (`make docs`) rewrites the table
+between the two marker comments.
 
 Which role may call which RPC is METHOD_ROLES, how roles nest is the ladder
 (`grants`), what the web pages need is PAGES_ROLE, WEB_ACTIONS_ROLE and
 METRICS_ROLE: all in scheduler/security/roles.py. A table written by hand beside
 them fell behind (it lacked SendEvent, the workflow and history reads,
 Switchover, ReadRecords and the worker role); tests/test_roledoc.py fails when
-the README's table differs from what this writes, as tests/test_apidoc.py does
+the page's table differs from what this writes, as tests/test_apidoc.py does
 for docs/client-api.md. The prose here says only what the table cannot derive:
 how a role is proven, and the one method that also needs a node setting.
 """
@@ -123,7 +124,7 @@ def current(text: str) -> str:
 
 
 def main(argv: list[str]) -> None:
-    path = Path(argv[1] if len(argv) > 1 else "README.md")
+    path = Path(argv[1] if len(argv) > 1 else "docs/security.md")
     text = path.read_text()
     new = splice(text, render())
     if new != text:

@@ -82,7 +82,7 @@ def _fenced_runs(
     a line whose (term, attempt) is below the highest already seen for its step is
     refused. A node checks its lease right before an attempt begins, but the check
     and the beginning are not atomic: a primary paused between the two begins late,
-    after its successor's attempt, and only such a system can refuse it (README,
+    after its successor's attempt, and only such a system can refuse it (docs/workflows.md,
     "Step processes and fencing"). Returns (accepted runs per step, refused lines)."""
     runs: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     highest: dict[tuple[str, str], tuple[int, int]] = {}

@@ -123,7 +123,7 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SubmitShell(self, request, context):
-        """Submit an inline DAG of shell steps (a JSON document, see the README).
+        """Submit an inline DAG of shell steps (a JSON document, see docs/workflows.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -3,7 +3,7 @@ on each port of a secure node, beside a legitimate client (issue 28).
 
 For each port (gRPC client port, replication port, HTTPS) and each pattern of
 flood.py (idle, half, churn, halfclose), on a fresh secure node (TLS, tokens,
-peer mTLS, as the README sets one up):
+peer mTLS, as docs/security.md sets one up):
 
 1. a legitimate client (a submitter token, its connection open from 127.0.0.1)
    submits closed loop for `measure_s`: its submissions/s without a flood;
@@ -13,7 +13,7 @@ peer mTLS, as the README sets one up):
    flood, as a ratio to before (the target is ≥ 0.8, both measured on the same
    node seconds apart). A client that connects during the flood is tried once
    too: on the gRPC ports, which have no cap per source, a flood can fill the
-   cap and keep it out (reported, not a failure: README "Security");
+   cap and keep it out (reported, not a failure: docs/security.md, "Connections");
 3. first, on the same node, the flood alone (a client's submissions would grow
    the state too): the node's RSS and open files are sampled every second,
    during and for `settle_s` after; the RSS must come back within 20 % of

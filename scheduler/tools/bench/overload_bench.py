@@ -1,6 +1,6 @@
 """`apollo11 bench overload`: a real node flooded at twice what it accepts, for minutes.
 
-The promise under test (README, "Failures": overload): past its admission
+The promise under test (docs/failures.md: overload): past its admission
 limits a node answers RESOURCE_EXHAUSTED instead of queueing, so its memory
 stays bounded however long the flood lasts, and it neither crashes nor answers
 anything but the documented codes.
