@@ -16,7 +16,8 @@ from urllib.parse import unquote
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+THIS = Path(__file__).resolve()
+ROOT = THIS.parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 ALERT_RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 # Where code, comments, alert rules and build files may cite a page.
@@ -139,7 +140,7 @@ def _unwrap(text: str) -> str:
 def _citing_files() -> Iterator[Path]:
     for top in CITING:
         for path in sorted((ROOT / top).rglob("*")):
-            if path.suffix in CITING_SUFFIXES and path.is_file() and path != Path(__file__):
+            if path.suffix in CITING_SUFFIXES and path.is_file() and path != THIS:
                 yield path
     for name in CITING_FILES:
         if (ROOT / name).is_file():
