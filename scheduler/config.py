@@ -5,9 +5,12 @@ log's segment and payload sizes, the engine's concurrency and idempotency TTL, t
 snapshot interval). The one mapping from these settings into the log's, the store's
 and the engine's options is scheduler/node/options.py.
 
-Every `apollo11 node` flag has an environment variable (`--data-dir` is
-`APOLLO11_DATA_DIR`) and a key in the config file (`data_dir = "..."`).
-Invalid values are refused at start with a message naming the setting.
+Every setting is an `apollo11 node` flag, an environment variable and a key in
+the config file (`--data-dir`, `APOLLO11_DATA_DIR`, `data_dir = "..."`): the CLI
+makes its flags from these fields (scheduler/cli/_nodeflags.py), and
+tests/scheduler/cli/test_node_flags.py holds the docs to them. The one
+exception is etcd_password, which has no flag: a flag's value is on every
+user's `ps`. Invalid values are refused at start with a message naming the setting.
 """
 
 from __future__ import annotations
@@ -58,119 +61,232 @@ def _hostport(value: str, name: str) -> str:
 
 
 class NodeSettings(BaseSettings):
+    """A node's settings: each field is a flag of `apollo11 node` (cli/_nodeflags.py
+    makes them from these fields, their descriptions their help), an APOLLO11_*
+    variable and a key of the TOML file."""
+
     model_config = SettingsConfigDict(env_prefix="APOLLO11_", extra="forbid", frozen=True)
 
-    node_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=64)
-    data_dir: Path
-    listen: str = "127.0.0.1:7411"
-    advertise: str | None = None
-    http: str | None = None
+    node_id: str = Field(
+        default_factory=socket.gethostname,
+        min_length=1,
+        max_length=64,
+        description="This node's name.",
+    )
+    data_dir: Path = Field(description="Where the log lives.")
+    listen: str = Field(default="127.0.0.1:7411", description="gRPC HOST:PORT.")
+    advertise: str | None = Field(default=None, description="HOST:PORT others reach this node at.")
+    http: str | None = Field(default=None, description="Metrics/UI HOST:PORT.")
     # Connections the HTTP port holds at once, in all and from one address; past
     # either a new one is closed at once (scheduler/web/listener.py).
-    http_max_connections: int = Field(default=128, ge=1, le=100_000)
-    http_max_connections_per_source: int = Field(default=32, ge=1, le=100_000)
+    http_max_connections: int = Field(
+        default=128, ge=1, le=100_000, description="Connections the HTTP port holds at once."
+    )
+    http_max_connections_per_source: int = Field(
+        default=32,
+        ge=1,
+        le=100_000,
+        description="Connections the HTTP port holds at once from one address.",
+    )
     # Host names the pages answer to besides localhost, IP literals, the --http and
     # --advertise hosts and the node id (the DNS-rebinding guard, scheduler/web/guard.py).
-    http_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    # NoDecode: from the environment these are "a,b" (split below), not JSON lists.
-    workflows: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    etcd: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    cluster: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    lease_ttl: float = 5.0
-    sync_replicas: int = Field(default=1, ge=0, le=8)
+    # NoDecode: from the environment these lists are "a,b" (split below), not JSON.
+    http_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="More Host names the UI answers to, comma-separated."
+    )
+    workflows: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Workflow modules, comma-separated."
+    )
+    etcd: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="etcd URLs, comma-separated (absent: standalone)."
+    )
+    cluster: str = Field(
+        default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Cluster name."
+    )
+    # lease_ttl, sync_replicas and sync_mode: the first node writes them to etcd as the
+    # cluster's; afterwards each node's are only that bootstrap value (`config set`).
+    lease_ttl: float = Field(default=5.0, description="Seconds (>= 2).")
+    sync_replicas: int = Field(default=1, ge=0, le=8, description="Standbys that must ack a write.")
     # strict: a write waits for sync_replicas standbys (up to sync_timeout, then the
     # client hears UNAVAILABLE, outcome unknown); relaxed: with fewer connected, it
     # waits for those there are (async when none): available, can lose the tail.
-    sync_mode: Literal["strict", "relaxed"] = "strict"
-    sync_timeout: float = Field(default=5.0, gt=0)
-    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1, le=10_000)
+    sync_mode: Literal["strict", "relaxed"] = Field(
+        default="strict",
+        description="strict: a write waits for --sync-replicas standbys; relaxed: for "
+        "those connected (can lose the tail on failover).",
+    )
+    sync_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a write waits for standbys before UNAVAILABLE (outcome unknown).",
+    )
+    concurrency: int = Field(
+        default=defaults.CONCURRENCY, ge=1, le=10_000, description="Steps running at once."
+    )
     # Where steps run (docs/workers.md): in this process (embedded), only on
     # `apollo11 worker` processes (remote: the node dispatches), or both (this node's
     # `concurrency` slots first, then its workers').
-    execution: Literal["embedded", "remote", "both"] = "embedded"
+    execution: Literal["embedded", "remote", "both"] = Field(
+        default="embedded",
+        description="Where steps run: embedded (in this process), remote (on `apollo11 "
+        "worker` processes; this node only dispatches) or both (its own --concurrency "
+        "slots first, then its workers').",
+    )
     # A worker heartbeats every interval; one silent for the timeout is cut off and its
     # attempts are lost (a worker whose process dies is found at once: its stream ends).
-    worker_heartbeat_interval: float = Field(default=2.0, gt=0, le=60)
-    worker_heartbeat_timeout: float = Field(default=10.0, gt=0, le=3600)
-    snapshot_interval: int = Field(default=defaults.SNAPSHOT_INTERVAL, ge=1)
+    worker_heartbeat_interval: float = Field(
+        default=2.0, gt=0, le=60, description="Seconds between a worker's heartbeats."
+    )
+    worker_heartbeat_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Seconds of silence before a worker's attempts are lost.",
+    )
+    snapshot_interval: int = Field(
+        default=defaults.SNAPSHOT_INTERVAL, ge=1, description="Events between two snapshots."
+    )
     # ...but not more often than this (a busy primary would snapshot a dozen times a
     # second; recovery then replays at most about this long's worth of events)
-    snapshot_min_interval: float = Field(default=1.0, ge=0)
-    segment_max_bytes: int = Field(default=defaults.SEGMENT_MAX_BYTES, ge=4096)
-    payload_max_bytes: int = Field(default=defaults.PAYLOAD_MAX_BYTES, ge=64, le=1024 * 1024)
-    submit_max_bytes: int = Field(default=defaults.SUBMIT_MAX_BYTES, ge=64, le=8 * 1024 * 1024)
+    snapshot_min_interval: float = Field(
+        default=1.0, ge=0, description="Seconds at least between two snapshots."
+    )
+    segment_max_bytes: int = Field(
+        default=defaults.SEGMENT_MAX_BYTES, ge=4096, description="A log segment rotates past this."
+    )
+    payload_max_bytes: int = Field(
+        default=defaults.PAYLOAD_MAX_BYTES,
+        ge=64,
+        le=1024 * 1024,
+        description="Largest event payload (a step's result, a checkpoint).",
+    )
+    submit_max_bytes: int = Field(
+        default=defaults.SUBMIT_MAX_BYTES,
+        ge=64,
+        le=8 * 1024 * 1024,
+        description="Largest submission (a task's input and its DAG).",
+    )
     # How deeply JSON may nest: what a client sends (inputs, event payloads, shell
     # DAGs; scheduler/api/checks.py) and what the cluster writes (results, checkpoints,
     # heartbeat details; the log refuses it). At most 128: the log and its snapshots
     # wrap it in levels of their own, and orjson encodes at most 254.
     json_max_depth: int = Field(
-        default=defaults.JSON_MAX_DEPTH, ge=1, le=defaults.JSON_MAX_DEPTH_MAX
+        default=defaults.JSON_MAX_DEPTH,
+        ge=1,
+        le=defaults.JSON_MAX_DEPTH_MAX,
+        description="How deeply JSON may nest, sent or written.",
     )
-    fsync: FsyncPolicy = FsyncPolicy.ALWAYS
-    idempotency_ttl: float = Field(default=defaults.IDEMPOTENCY_TTL_S, gt=0)
-    # all: keep every segment (full audit history and time travel); snapshots: delete
-    # what the oldest kept snapshot covers.
-    log_retention: Literal["all", "snapshots"] = "all"
+    fsync: FsyncPolicy = Field(
+        default=FsyncPolicy.ALWAYS,
+        description="always; unsafe-never acknowledges before the disk has it (tests only).",
+    )
+    idempotency_ttl: float = Field(
+        default=defaults.IDEMPOTENCY_TTL_S,
+        gt=0,
+        description="Seconds an idempotency key is remembered.",
+    )
+    log_retention: Literal["all", "snapshots"] = Field(
+        default="all",
+        description="all: keep every segment (audits, time travel); snapshots: delete what "
+        "the oldest kept snapshot covers.",
+    )
     # The background scrub (scheduler/scrub.py): reads sealed segments and archive
     # chunks at most this fast (0: off), a full pass at most every scrub_interval s.
-    scrub_mb_per_s: float = Field(default=8.0, ge=0)
-    scrub_interval: float = Field(default=3600.0, gt=0)
-    drain_timeout: float = Field(default=10.0, ge=0)
+    scrub_mb_per_s: float = Field(
+        default=8.0, ge=0, description="MB/s the background scrub reads at most (0: off)."
+    )
+    scrub_interval: float = Field(
+        default=3600.0, gt=0, description="Seconds at least between two full scrub passes."
+    )
+    drain_timeout: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds running steps get to finish on SIGTERM or a switchover.",
+    )
     # OpenTelemetry traces (scheduler/tracing.py) to a collector over OTLP/gRPC
     # ("": off, unless OTEL_EXPORTER_OTLP_ENDPOINT names one)
-    otlp_endpoint: str = ""
-    # where the bundled examples' `ledger` input may write (None: the system temp dir)
-    examples_dir: Path | None = None
+    otlp_endpoint: str = Field(
+        default="",
+        description="Send traces to this OpenTelemetry collector (OTLP/gRPC, e.g. "
+        "http://127.0.0.1:4317; needs apollo11[otlp]). Default: OTEL_EXPORTER_OTLP_ENDPOINT.",
+    )
+    examples_dir: Path | None = Field(
+        default=None, description="Where apollo11.scheduler.examples may write (default: temp)."
+    )
     # Abuse limits of the gRPC server (scheduler/api/limits.py). A received message
     # is at most max_message_bytes (gRPC answers RESOURCE_EXHAUSTED past it): at
     # least a SubmitTask of submit_max_bytes in its envelope (checked below), and
     # at least 1 MiB for a standby's Hello (its term history).
-    max_watch_streams: int = Field(default=1000, ge=1)
+    max_watch_streams: int = Field(default=1000, ge=1, description="Open WatchTask streams.")
     # Connections the gRPC ports hold at once (the client port, and the peer port
     # with --peer-listen); gRPC core closes one past them as soon as it is accepted.
-    max_connections: int = Field(default=1000, ge=1, le=1_000_000)
-    peer_max_connections: int = Field(default=64, ge=1, le=1_000_000)
+    max_connections: int = Field(
+        default=1000, ge=1, le=1_000_000, description="Connections the gRPC port holds at once."
+    )
+    peer_max_connections: int = Field(
+        default=64,
+        ge=1,
+        le=1_000_000,
+        description="Connections the replication port holds at once.",
+    )
     # Admission control on the primary: submissions waiting for their commit (fsync,
     # standbys), and tasks in memory (unfinished, or finished and not yet archived).
     # Past either, submissions get RESOURCE_EXHAUSTED with a retry hint, so an
     # overload is refused at the door instead of growing queues and memory.
-    max_pending_writes: int = Field(default=10_000, ge=1)
-    max_tasks_in_memory: int = Field(default=50_000, ge=1)
-    max_streams_per_connection: int = Field(default=1000, ge=1)
-    max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3)
+    max_pending_writes: int = Field(
+        default=10_000, ge=1, description="Submissions waiting to commit."
+    )
+    max_tasks_in_memory: int = Field(default=50_000, ge=1, description="Tasks held in memory.")
+    max_streams_per_connection: int = Field(
+        default=1000, ge=1, description="Concurrent calls per connection."
+    )
+    max_message_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024 * 1024, le=1024**3, description="Largest request."
+    )
 
     # Security (docs/security.md). TLS for the public gRPC port and the HTTP side:
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    # Require client certificates signed by this CA on the public port; a certificate's
-    # common name is looked up in the tokens file (`NAME ROLE cert`).
-    client_ca: Path | None = None
-    # Bearer tokens (hashes) and certificate names with their roles; re-read on SIGHUP.
+    tls_cert: Path | None = Field(default=None, description="TLS certificate for gRPC and HTTP.")
+    tls_key: Path | None = Field(default=None, description="Its private key.")
+    # A certificate's common name is looked up in the tokens file (`NAME ROLE cert`).
+    client_ca: Path | None = Field(
+        default=None, description="Require client certificates signed by this CA."
+    )
     # Unset: authentication is off, which protected mode allows on loopback only.
-    tokens_file: Path | None = None
+    tokens_file: Path | None = Field(
+        default=None, description="Token hashes and roles (re-read on SIGHUP)."
+    )
     # The Replication service on a port of its own, mutual TLS with the cluster CA.
-    peer_listen: str | None = None
-    peer_advertise: str | None = None
-    peer_ca: Path | None = None
-    peer_cert: Path | None = None
-    peer_key: Path | None = None
+    peer_listen: str | None = Field(default=None, description="HOST:PORT of the replication port.")
+    peer_advertise: str | None = Field(default=None, description="HOST:PORT peers reach it at.")
+    peer_ca: Path | None = Field(default=None, description="The cluster CA.")
+    peer_cert: Path | None = Field(default=None, description="This node's peer certificate.")
+    peer_key: Path | None = Field(default=None, description="Its private key.")
     # Shell steps run commands as the node's user: off unless every node allows them.
-    allow_shell: bool = False
+    allow_shell: bool = Field(default=False, description="Allow shell steps (every node must).")
     # Start on a non-loopback address without TLS and authentication (logged loudly).
-    insecure: bool = False
-    # Serve /metrics without a credential (Prometheus without a bearer token).
-    metrics_open: bool = False
+    insecure: bool = Field(
+        default=False, description="Run open beyond loopback (no TLS or tokens)."
+    )
+    metrics_open: bool = Field(default=False, description="Serve /metrics without a credential.")
 
     # etcd's own security. The password: from etcd_password_file (preferred: it stays
     # out of the environment of every process the node starts) or APOLLO11_ETCD_PASSWORD;
     # a SecretStr, so no repr or log line of the settings shows it. TLS: https://
     # endpoints, etcd_ca to trust etcd's certificate, etcd_cert + etcd_key to present one.
-    etcd_password: SecretStr | None = None
-    etcd_password_file: Path | None = None
-    etcd_user: str | None = Field(default=None, validate_default=True)
-    etcd_ca: Path | None = None
-    etcd_cert: Path | None = None
-    etcd_key: Path | None = Field(default=None, validate_default=True)
+    etcd_password: SecretStr | None = Field(
+        default=None, description="etcd's password (no flag: see --etcd-password-file)."
+    )
+    etcd_password_file: Path | None = Field(
+        default=None, description="File holding the etcd password (or APOLLO11_ETCD_PASSWORD)."
+    )
+    etcd_user: str | None = Field(
+        default=None, validate_default=True, description="etcd user (etcd auth enabled)."
+    )
+    etcd_ca: Path | None = Field(default=None, description="PEM CA that signed etcd's certificate.")
+    etcd_cert: Path | None = Field(default=None, description="PEM client certificate for etcd.")
+    etcd_key: Path | None = Field(
+        default=None, validate_default=True, description="PEM key of --etcd-cert."
+    )
 
     @field_validator("etcd_password_file", "etcd_ca", "etcd_cert", "etcd_key")
     @classmethod

@@ -1,5 +1,5 @@
 """A node does its gRPC socket I/O on gRPC's poller thread, not on EventEngine
-threads that hand each message over (see `node` in scheduler/cli.py)."""
+threads that hand each message over (see scheduler/cli/_grpcenv.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,3 @@
+from apollo11.scheduler.cli import main
+
+main()

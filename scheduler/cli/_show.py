@@ -1,0 +1,90 @@
+"""How a task and its events are printed: by `submit --wait`, `task` and `events`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from apollo11.scheduler.cli._shared import Grid, clock, out
+from apollo11.scheduler.clio import escape
+
+
+def progress_line(ev: Any) -> None:
+    what = ev.event_type.removeprefix("STEP_").removeprefix("TASK_")
+    who = f"{ev.step_name} " if ev.step_name else ""
+    extra = ""
+    if isinstance(ev.payload, dict) and ev.payload.get("error"):
+        extra = f" — {ev.payload['error']}"
+    if isinstance(ev.payload, dict) and ev.payload.get("operator"):
+        # who acted, as the credential proved it; a typed display name beside it
+        shown = f" (as {ev.payload['as']})" if ev.payload.get("as") else ""
+        extra += f" — by {ev.payload['operator']}{shown}: {ev.payload.get('reason', '')}"
+    attempt = f" (attempt {ev.attempt})" if ev.attempt else ""
+    # markup=False: step names, errors and reasons are whoever submitted's text
+    line = f"{clock(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
+    out.print(line, markup=False, highlight=False)
+
+
+def show_task_view(t: Any) -> None:
+    from apollo11.scheduler.taskname import task_name
+
+    shown = task_name(t.workflow, t.input)
+    out.print(
+        f"task [bold]{escape(t.task_id)}[/bold] ({escape(shown)} v{t.version}): "
+        f"[bold]{t.state}[/bold]"
+        f" as of event {t.as_of_event_id}"
+    )
+    table = Grid("step", "state", "attempt", "duration ms", "error")
+    for s in t.steps:
+        dur = s.duration_ms
+        table.add_row(
+            s.name, s.state, str(s.attempt), "" if dur is None else str(dur), s.error or ""
+        )
+    table.show()
+    if t.cancelled:
+        shown = f" (as {t.cancelled['as']})" if t.cancelled.get("as") else ""
+        out.print(
+            f"cancelled by {t.cancelled['operator']}{shown}: {t.cancelled['reason']}",
+            markup=False,
+        )
+    for note in t.anomalies:
+        out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
+    if t.blocked:
+        out.print(f"[yellow]blocked:[/yellow] {escape(t.blocked)}")
+    if t.parent:
+        out.print(
+            f"child of task {t.parent.get('task_id')} (spawned at its checkpoint "
+            f"{t.parent.get('seq')}; if it closes first: {t.parent.get('close')})",
+            markup=False,
+        )
+    if t.durable:
+        _show_durable(t.durable)
+
+
+def _show_durable(d: dict[str, Any]) -> None:
+    """A durable task's checkpoints, and what it waits for until when."""
+    checkpoints = d.get("checkpoints") or []
+    if checkpoints:
+        out.print(f"checkpoints: {len(checkpoints)}")
+        table = Grid("seq", "kind", "name", "outcome")
+        for c in checkpoints:
+            if "error" in c:
+                outcome = f"error {c['error'].get('type')}: {c['error'].get('message')}"
+            elif c.get("timeout"):
+                outcome = "timed out"
+            else:
+                outcome = orjson.dumps(c.get("output")).decode()
+            table.add_row(str(c.get("seq")), str(c.get("kind")), str(c.get("name")), outcome[:80])
+        table.show()
+    from apollo11.scheduler import waits  # only here: a light module, for one command
+
+    kids = waits.spawned(checkpoints)
+    if kids:
+        out.print(f"children: {', '.join(f'{c} ({close})' for c, close in kids)}", markup=False)
+    w = d.get("wait")
+    if w:
+        out.print(f"waiting for {waits.describe(w)} (checkpoint {w.get('seq')})", markup=False)
+    n = d.get("nondeterminism")
+    if n:
+        out.print(f"[red]non-determinism[/red] at checkpoint {n.get('seq')}", markup=True)

@@ -1,0 +1,233 @@
+"""What the command offers besides nodes and clients, in front of scheduler/tools:
+`dev` (a bundled etcd and a local cluster) and `bench` (side-by-side measurements)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from apollo11.scheduler.cli._shared import Grid, err, fail, print_json
+
+
+def dev(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where etcd and the nodes keep their data.")
+    ] = Path(".apollo11-dev"),
+    nodes: Annotated[int, typer.Option("--nodes", help="How many nodes.")] = 3,
+    base_port: Annotated[int, typer.Option("--base-port", help="gRPC port of n1; n2 +1...")] = 7411,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", help="Seconds (>= 2).")] = 5.0,
+    workflows: Annotated[str, typer.Option("--workflows", help="Workflow modules.")] = (
+        "apollo11.scheduler.examples"
+    ),
+    http_base_port: Annotated[
+        int, typer.Option("--http-base-port", help="Web UI and /metrics of n1; n2 +1...; 0: off.")
+    ] = 8411,
+    etcd_port: Annotated[int, typer.Option("--etcd-port", help="The bundled etcd's port.")] = 23790,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", help="Worker processes to run the steps (0: the nodes run them)."
+        ),
+    ] = 0,
+) -> None:
+    """A bundled etcd and a local cluster of nodes, in one command (Ctrl-C stops it)."""
+    from apollo11.scheduler.tools.dev import run
+
+    if lease_ttl < 2:
+        raise fail("--lease-ttl must be at least 2 seconds", 2)
+    if not 1 <= nodes <= 9:
+        raise fail("--nodes must be between 1 and 9", 2)
+    if not 0 <= workers <= 32:
+        raise fail("--workers must be between 0 and 32", 2)
+    raise typer.Exit(
+        run(directory, nodes, base_port, lease_ttl, workflows, http_base_port, etcd_port, workers)
+    )
+
+
+BenchJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+BenchDir = Annotated[
+    Path | None, typer.Option("--dir", help="Where to write (default: the current directory).")
+]
+
+
+def bench_log(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs; under a minute.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Event log: durable appends, commit latency, replay and recovery, beside baselines."""
+    from apollo11.scheduler.tools.bench.log_bench import run, summary_rows
+
+    _measure(run, summary_rows, "log", quick, as_json, workdir)
+
+
+def bench_engine(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Engine: five-step no-op tasks/s (fsync on) and scheduler cost per decision vs history."""
+    from apollo11.scheduler.tools.bench.engine_bench import run, summary_rows
+
+    _measure(run, summary_rows, "engine", quick, as_json, workdir)
+
+
+def bench_grpc(
+    quick: Annotated[bool, typer.Option("--quick", help="Shorter runs.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """gRPC: submits/s against one node from many clients, and submit-to-ack latency."""
+    from apollo11.scheduler.tools.bench.grpc_bench import run, summary_rows
+
+    _measure(run, summary_rows, "grpc", quick, as_json, workdir)
+
+
+def bench_durable(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Durable tasks: memory per waiting task and a node's recovery holding 100k of
+    them, 10k timers due together, replay of 1,000 checkpoints, event to wake."""
+    from apollo11.scheduler.tools.bench.durable_bench import run, summary_rows
+
+    _measure(run, summary_rows, "durable", quick, as_json, workdir)
+
+
+def bench_failover(
+    cycles: Annotated[int | None, typer.Option("--cycles", help="Kills (default 20).")] = None,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", help="Seconds.")] = 5.0,
+    quick: Annotated[bool, typer.Option("--quick", help="3 kills, shorter runs.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Cluster: failover time over N kills, acked writes lost, replication lag, e2e tasks/s."""
+    from apollo11.scheduler.tools.bench import failover_bench
+
+    def run(q: bool, w: str | None, progress: Any) -> Any:
+        return failover_bench.run(q, w, progress, cycles=cycles, ttl=lease_ttl)
+
+    _measure(run, failover_bench.summary_rows, "failover", quick, as_json, workdir)
+
+
+def bench_lag(
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Fresh clusters.")] = 5,
+    quick: Annotated[bool, typer.Option("--quick", help="3 s windows.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Replication ack latency at 10k events/s (the failover bench's window) on N fresh
+    clusters: p99 per round, and its spread."""
+    from apollo11.scheduler.tools.bench import failover_bench
+
+    def run(q: bool, w: str | None, progress: Any) -> Any:
+        return failover_bench.run_lag(q, w, progress, rounds=rounds)
+
+    _measure(run, failover_bench.lag_rows, "lag", quick, as_json, workdir)
+
+
+def bench_overload(
+    duration: Annotated[
+        float | None, typer.Option("--duration", min=1, help="Seconds of flood (default 300).")
+    ] = None,
+    factor: Annotated[
+        float, typer.Option("--factor", min=1, help="The flood, as a multiple of capacity.")
+    ] = 2.0,
+    sample_every: Annotated[
+        float, typer.Option("--sample-every", min=1, help="Seconds between RSS samples.")
+    ] = 10.0,
+    quick: Annotated[bool, typer.Option("--quick", help="60 s of flood.")] = False,
+    connections: Annotated[
+        bool,
+        typer.Option(
+            "--connections",
+            help="Connection floods instead (idle, half, churn, halfclose on each port).",
+        ),
+    ] = False,
+    churn_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--churn-rate", min=1, help="With --connections: churn at most this many a second."
+        ),
+    ] = None,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Overload: a node flooded at 2x the submits/s it accepts; its RSS every 10 s, the
+    slope over the second half, every answer's code. Exits 1 if the node died or
+    answered anything but RESOURCE_EXHAUSTED / CANCELLED (shed) / UNAVAILABLE.
+
+    With --connections: floods of connections with no credential on each port of a
+    secure node, beside a legitimate client: RSS and open files over time, the
+    client's submissions/s during the flood against before it. Exits 1 if the RSS
+    did not come back within 20 % or the client got under 0.8x its rate."""
+    if connections:
+        from apollo11.scheduler.tools.bench import connflood_bench
+
+        def flood_run(q: bool, w: str | None, progress: Any) -> Any:
+            return connflood_bench.run(q, w, progress, churn_rate=churn_rate)
+
+        rows = connflood_bench.summary_rows
+        result = _measure(flood_run, rows, "overload --connections", quick, as_json, workdir)
+        why = connflood_bench.failed(result)
+        if why:
+            raise fail(f"bench overload --connections failed: {why}")
+        return
+    from apollo11.scheduler.tools.bench import overload_bench
+
+    def run(q: bool, w: str | None, progress: Any) -> Any:
+        return overload_bench.run(
+            q, w, progress, duration=duration, factor=factor, sample_every=sample_every
+        )
+
+    result = _measure(run, overload_bench.summary_rows, "overload", quick, as_json, workdir)
+    why = overload_bench.failed(result)
+    if why:
+        raise fail(f"bench overload failed: {why}")
+
+
+def bench_workers(
+    quick: Annotated[bool, typer.Option("--quick", help="One round, short windows.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Remote execution beside embedded: tasks/s with 1, 2, 4 workers, dispatch latency,
+    2,000 one-second steps at once, lost-worker detection, a CPU-bound step's effect on
+    replication acks; issue 17's targets met or missed."""
+    from apollo11.scheduler.tools.bench import workers_bench
+
+    _measure(workers_bench.run, workers_bench.summary_rows, "workers", quick, as_json, workdir)
+
+
+def bench_cli(
+    quick: Annotated[bool, typer.Option("--quick", help="5 rounds instead of 15.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """CLI start-up: the imports of `status` and `submit` (python -X importtime) against
+    a standalone node, beside `import asyncio` as the machine's yardstick; the 120 ms
+    budget met or missed."""
+    from apollo11.scheduler.tools.bench import cli_bench
+
+    _measure(cli_bench.run, cli_bench.summary_rows, "cli", quick, as_json, workdir)
+
+
+def _measure(
+    run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
+) -> Any:
+    def progress(msg: str) -> None:
+        err.print(f"[dim]… {msg}[/dim]")
+
+    result = run(quick, str(workdir) if workdir else None, progress)
+    if as_json:
+        print_json(result)
+        return result
+    title = f"apollo11 bench {name}" + (" --quick" if quick else "")
+    table = Grid("measurement", "result", title=title)
+    for label, value in rows(result):
+        table.add_row(label, value)
+    table.show()
+    return result
