@@ -114,41 +114,41 @@ app.command()(_replay.replay)
 app.command("replay-check")(_replay.replay_check)
 app.command()(_credentials.certs)
 
-bench = typer.Typer(help="Benchmarks: side-by-side measurements, ratios to baselines.")
-app.add_typer(bench, name="bench")
-bench.command("log")(_tools.bench_log)
-bench.command("engine")(_tools.bench_engine)
-bench.command("grpc")(_tools.bench_grpc)
-bench.command("durable")(_tools.bench_durable)
-bench.command("failover")(_tools.bench_failover)
-bench.command("lag")(_tools.bench_lag)
-bench.command("overload")(_tools.bench_overload)
-bench.command("workers")(_tools.bench_workers)
-bench.command("cli")(_tools.bench_cli)
+bench_app = typer.Typer(help="Benchmarks: side-by-side measurements, ratios to baselines.")
+app.add_typer(bench_app, name="bench")
+bench_app.command("log")(_tools.bench_log)
+bench_app.command("engine")(_tools.bench_engine)
+bench_app.command("grpc")(_tools.bench_grpc)
+bench_app.command("durable")(_tools.bench_durable)
+bench_app.command("failover")(_tools.bench_failover)
+bench_app.command("lag")(_tools.bench_lag)
+bench_app.command("overload")(_tools.bench_overload)
+bench_app.command("workers")(_tools.bench_workers)
+bench_app.command("cli")(_tools.bench_cli)
 
-token = typer.Typer(help="Bearer tokens: create, list, revoke (the node re-reads on SIGHUP).")
-app.add_typer(token, name="token")
-token.command("create")(_credentials.token_create)
-token.command("list")(_credentials.token_list)
-token.command("revoke")(_credentials.token_revoke)
+token_app = typer.Typer(help="Bearer tokens: create, list, revoke (the node re-reads on SIGHUP).")
+app.add_typer(token_app, name="token")
+token_app.command("create")(_credentials.token_create)
+token_app.command("list")(_credentials.token_list)
+token_app.command("revoke")(_credentials.token_revoke)
 
-event = typer.Typer(help="External events, which durable tasks wait for (docs/durable.md).")
-app.add_typer(event, name="event")
-event.command("send")(_submit.event_send)
+event_app = typer.Typer(help="External events, which durable tasks wait for (docs/durable.md).")
+app.add_typer(event_app, name="event")
+event_app.command("send")(_submit.event_send)
 
-roster = typer.Typer(
+roster_app = typer.Typer(
     help="The members an election counts (kept in etcd while they are down): list, remove."
 )
-app.add_typer(roster, name="roster")
-roster.command("list")(_roster.roster_list)
-roster.command("remove")(_roster.roster_remove)
+app.add_typer(roster_app, name="roster")
+roster_app.command("list")(_roster.roster_list)
+roster_app.command("remove")(_roster.roster_remove)
 
-config = typer.Typer(
+config_app = typer.Typer(
     help="Cluster-wide settings in etcd (lease_ttl, sync_replicas, sync_mode): show, set."
 )
-app.add_typer(config, name="config")
-config.command("show")(_roster.config_show)
-config.command("set")(_roster.config_set)
+app.add_typer(config_app, name="config")
+config_app.command("show")(_roster.config_show)
+config_app.command("set")(_roster.config_set)
 
 
 def _first_paragraph(self: Any, limit: int = 0) -> str:
