@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,25 +22,14 @@ GIL_SWITCH_S = 0.001  # a node's sys.setswitchinterval (see `start`)
 CRASHED = 70
 
 
-def node(
-    ctx: typer.Context,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            envvar="APOLLO11_CONFIG",
-            show_envvar=False,  # said in the same words as every other flag's
-            help="A TOML file with the same settings. [env APOLLO11_CONFIG]",
-        ),
-    ] = None,
-) -> None:
+def node(ctx: typer.Context) -> None:
     """Run a node (standalone without --etcd). Flags > APOLLO11_* env > --config file."""
     _grpcenv.for_node()
-    settings = _settings(config, _nodeflags.given(ctx))
+    settings = _settings(*_nodeflags.given(ctx))
     raise typer.Exit(start(settings))
 
 
-def _settings(config: Path | None, flags: dict[str, object]) -> NodeSettings:
+def _settings(config: Path | None, flags: dict[str, Any]) -> NodeSettings:
     from apollo11.scheduler.config import load_settings
 
     try:

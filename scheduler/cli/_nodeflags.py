@@ -5,6 +5,7 @@ variables and a TOML file. Each of its fields is a flag here, spelled as the fie
 with dashes (`data_dir`, `--data-dir`), its description the help, with the variable
 and the default beside it; a secret is the exception (a flag's value is on every
 user's `ps`). A new setting is therefore a flag, a variable and a key at once.
+The command's one other option, `--config`, names the file.
 
 The flags pass text, not parsed values: the model converts and checks a flag's
 value as it does a variable's or a file's, with the same message naming all three
@@ -31,46 +32,37 @@ import typer.core
 if typing.TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
-# where the values of the model's flags wait for the command's callback
+# where the command line's values wait for the command's callback
 _GIVEN = "apollo11.node.settings"
+CONFIG = "config"  # the file's own option, the one that is no setting
 
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def settings_flags() -> dict[str, str]:
-    """Each setting that has a flag, and the flag."""
-    from apollo11.scheduler.config import NodeSettings
-
-    return {
-        name: flag(name)
-        for name, field in NodeSettings.model_fields.items()
-        if not _secret(field.annotation)
-    }
-
-
-def given(ctx: typer.Context) -> dict[str, Any]:
-    """The settings the command line gave (the command's callback reads them here)."""
-    values: dict[str, Any] = ctx.meta.get(_GIVEN, {})
-    return {k: v for k, v in values.items() if v is not None}
+def given(ctx: typer.Context) -> tuple[Path | None, dict[str, Any]]:
+    """The config file and the settings the command line gave (for the callback)."""
+    values: dict[str, Any] = dict(ctx.meta.get(_GIVEN, {}))
+    config = values.pop(CONFIG, None)
+    return config, {k: v for k, v in values.items() if v is not None}
 
 
 class NodeCommand(typer.core.TyperCommand):
-    """A command whose parameters are its own (`--config`) and then a flag for each
-    setting of the node, made on first use."""
+    """A command whose options are a flag for each setting of the node and the
+    config file's, made on first use."""
 
-    _flags: list[typer.core.TyperOption] | None = None
+    _made: list[typer.core.TyperOption] | None = None
 
     def get_params(self, ctx: Any) -> list[Any]:
-        if self._flags is None:
-            self._flags = _options()
-        return [*self._flags, *super().get_params(ctx)]
+        if self._made is None:
+            self._made = [*_options(), _config_option()]
+        return [*self._made, *super().get_params(ctx)]
 
     def invoke(self, ctx: Any) -> Any:
-        # typer calls the callback with its declared parameters only: the settings
-        # wait in the context for it
-        ctx.meta[_GIVEN] = {o.name: ctx.params.pop(o.name) for o in self._flags or ()}
+        # typer calls the callback with its declared parameters only: these wait in
+        # the context for it
+        ctx.meta[_GIVEN] = {o.name: ctx.params.pop(o.name) for o in self._made or ()}
         return super().invoke(ctx)
 
 
@@ -91,20 +83,36 @@ def _options() -> list[typer.core.TyperOption]:
                 is_flag=switch or None,
                 default=None,
                 metavar=None if switch else _metavar(field),
-                help=_help(field, f"{env_prefix}{name.upper()}"),
+                help=f"{field.description} {_bracketed(_shown(field, env_prefix + name.upper()))}",
             )
         )
     return made
 
 
-def _help(field: FieldInfo, env: str) -> str:
+def _config_option() -> typer.core.TyperOption:
+    env = "APOLLO11_CONFIG"
+    return typer.core.TyperOption(
+        param_decls=[flag(CONFIG), CONFIG],
+        type=Path,
+        envvar=env,  # click reads this one: it says where the settings are, it is none
+        metavar="<path>",
+        help=f"A TOML file with the same settings. {_bracketed('env ' + env)}",
+    )
+
+
+def _bracketed(text: str) -> str:
+    # on a terminal rich draws the help and would take "[env ...]" for a style tag
+    return ("\\[" if typer.core.HAS_RICH else "[") + text + "]"
+
+
+def _shown(field: FieldInfo, env: str) -> str:
     shown = f"env {env}"
     default = field.get_default(call_default_factory=True)
     if isinstance(default, enum.Enum):
         default = default.value
     if not field.is_required() and default not in (None, "", [], ()):
         shown += f"; default {default}"
-    return f"{field.description or ''} [{shown}]".lstrip()
+    return shown
 
 
 def _metavar(field: FieldInfo) -> str:

@@ -205,3 +205,16 @@ def test_every_flag_the_docs_name_is_an_apollo11_option() -> None:
     }
     assert len(named) > 50, sorted(named)
     assert sorted((p, f) for p, f in named if f not in options and f not in FOREIGN) == []
+
+
+def test_on_a_terminal_the_help_still_names_each_variable() -> None:
+    """rich, which draws the help on a terminal, took "[env ...]" for a style tag
+    and dropped it."""
+    import typer.core
+
+    assert typer.core.HAS_RICH, "this process draws help as a terminal would"
+    res = CliRunner().invoke(app, ["node", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "╭" in res.output, "drawn by rich"
+    for variable in ("APOLLO11_LEASE_TTL", "APOLLO11_SYNC_MODE", "APOLLO11_CONFIG"):
+        assert variable in res.output
