@@ -7,8 +7,10 @@ a margin short of the TTL. The keepalive renews every TTL/3; the watchdog
 looks every 50 ms; and `valid()` is what every acknowledgement and every
 attempt's start checks, because a node resumed from a pause runs what was
 ready (an ack, a step about to begin) before the watchdog's next look. The
-fence reports "lost" through `on_lost` (the node demotes itself); it never
-decides anything else.
+fence only records why it was lost (`lost`) and wakes the role loop, which
+decides the demotion with every other reason to stop leading
+(scheduler/node/role.py); from that moment `valid()` is False, so nothing is
+acknowledged or started while the loop gets there.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from apollo11.lease import Lease, LeaseUnavailable
 from apollo11.scheduler import metrics
@@ -38,6 +40,7 @@ class Fence:
         self.fence_after_s = fence_after(ttl_s)
         self.renewed_at = 0.0  # monotonic time (taken before the request) of the last renewal
         self.holding = False  # armed at promotion, until the node stops being primary
+        self.lost: str | None = None  # why the lease is no longer this node's (None: held)
 
     def set_ttl(self, ttl_s: float) -> None:
         """The TTL of the next lease (never while holding one: it keeps its own)."""
@@ -48,13 +51,29 @@ class Fence:
     def arm(self, renewed_at: float) -> None:
         self.renewed_at = renewed_at
         self.holding = True
+        self.lost = None
 
     def disarm(self) -> None:
         self.holding = False
 
     def valid(self) -> bool:
         """Sure to hold the lease now?"""
-        return self.holding and time.monotonic() - self.renewed_at <= self.fence_after_s
+        return (
+            self.holding
+            and self.lost is None
+            and time.monotonic() - self.renewed_at <= self.fence_after_s
+        )
+
+    def lapsed(self) -> str | None:
+        """Why this node, holding, may no longer act as the primary; None: it may."""
+        if not self.holding:
+            return None
+        if self.lost is not None:
+            return self.lost
+        since = time.monotonic() - self.renewed_at
+        if since > self.fence_after_s:
+            return f"the lease was not renewed for {since:.1f}s (TTL {self.ttl_s:g}s)"
+        return None
 
     def remaining_s(self) -> float:
         """Of the TTL, as etcd may count it at the latest; -1 when not holding."""
@@ -62,11 +81,16 @@ class Fence:
             return -1.0
         return max(0.0, self.ttl_s - (time.monotonic() - self.renewed_at))
 
-    async def keepalive(self, on_lost: Callable[[str], Awaitable[str]]) -> None:
+    def _lose(self, why: str, wake: Callable[[], None]) -> None:
+        if self.lost is None:
+            self.lost = why
+        wake()
+
+    async def keepalive(self, wake: Callable[[], None]) -> None:
         """Renew every TTL/3. A renewal that etcd refuses means the lease is gone."""
         lease = self._lease()
         period = lease.ttl_s / 3
-        while self.holding:
+        while self.holding and self.lost is None:
             t0 = time.monotonic()
             try:
                 alive = await lease.renew()
@@ -77,18 +101,17 @@ class Fence:
                 continue
             if not alive:
                 metrics.LEASE_RENEWALS.labels("lost").inc()
-                log.error("%s", await on_lost("etcd says the lease is gone"))
+                self._lose("etcd says the lease is gone", wake)
                 return
             metrics.LEASE_RENEWALS.labels("ok").inc()
             self.renewed_at = t0
             await asyncio.sleep(max(0.0, period - (time.monotonic() - t0)))
 
-    async def watchdog(self, on_lost: Callable[[str], Awaitable[str]]) -> None:
+    async def watchdog(self, wake: Callable[[], None]) -> None:
         """Fence before the lease can expire: the explicit branch for losing it."""
         while self.holding:
-            since = time.monotonic() - self.renewed_at
-            if since > self.fence_after_s:
-                why = f"the lease was not renewed for {since:.1f}s (TTL {self.ttl_s:g}s)"
-                log.error("%s", await on_lost(why))
+            why = self.lapsed()
+            if why is not None:
+                self._lose(why, wake)
                 return
             await asyncio.sleep(WATCHDOG_S)

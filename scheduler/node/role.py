@@ -5,6 +5,10 @@ Patroni's HA cycle in two halves: `decide(me, world)` names the move as data,
 with the sentence the node logs; the node (node.py) carries it out. The
 election rule is `elect(me, world)`: among the members that may lead, the one
 furthest ahead (last term, then last event id), the smallest node id on a tie.
+
+Every reason to stop leading is a field of `Me` that `decide` reads, in one
+order (`leave`): the watchers (the fence, the log's, a switchover) record a fact
+and wake the loop, and the sentence logged is the same whichever got there first.
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ class Me:
     # standbys a write waits for (0: asynchronous, or a relaxed sync mode that may ack
     # with fewer): what the election's quorum is counted from
     sync_replicas: int = 0
+    # Reasons to stop leading, each None while it does not hold:
+    fence_lapsed: str | None = None  # the lease is lost or may be (node/fence.py)
+    foreign: str | None = None  # etcd holds another cluster's id: the sentence
+    duplicate: str | None = None  # another process publishes this node id: the sentence
+    handed_over: str | None = None  # a switchover caught its target up: why
+    etcd_error: str | None = None  # etcd did not answer this cycle (the world is None)
 
 
 # The moves. Each carries the sentence the node logs when it has carried it out
@@ -57,6 +67,14 @@ class StayPrimary:
 @dataclass(frozen=True, slots=True)
 class Demote:
     why: str
+    role: str = "standby"  # FAILED: its log takes no event
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Change nothing this cycle (etcd did not answer: a standby keeps following)."""
+
+    sentence: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +88,7 @@ class StandAside:
 
     sentence: str
     redirect: LeaderInfo | None = None
+    failed: bool = False  # its log refuses writes: the role says so (FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +103,7 @@ class Campaign:
     min_term: int  # above every term this node and the live members know
 
 
-Move = StayPrimary | Demote | Follow | StandAside | Wait | Campaign
+Move = StayPrimary | Demote | Hold | Follow | StandAside | Wait | Campaign
 
 
 def elect(me: MemberInfo, world: World) -> MemberInfo:
@@ -142,23 +161,48 @@ def quorum(members: int, sync_replicas: int) -> int:
     return members // 2 + 1
 
 
-def decide(me: Me, world: World, *, log_retry_s: float = 1.0) -> Move:
-    """One decision for one cycle (the cluster-id check comes before, in the node)."""
+def leave(me: Me) -> Demote | None:
+    """Why a primary must stop leading now, the first reason in this order (the log
+    first: the role it leaves to says so); None: nothing says it must."""
+    if me.log_trouble is not None:
+        return Demote(f"its event log failed ({me.log_trouble})", role=FAILED)
+    for why in (me.fence_lapsed, me.foreign, me.duplicate, me.handed_over):
+        if why is not None:
+            return Demote(why)
+    return None
+
+
+def decide(me: Me, world: World | None, *, log_retry_s: float = 1.0) -> Move:
+    """One decision for one cycle; `world` is None when etcd did not answer."""
     node_id = me.record.node_id
-    leader = world.leader
+    if me.role == "primary":
+        demote = leave(me)
+        if demote is not None:
+            return demote
+        mine = me.holding
+        if world is None:
+            return Hold(f"primary: term {mine.term if mine else '?'}; {me.etcd_error}")
+        leader = world.leader
+        if leader is None or mine is None or leader.term != mine.term:
+            return Demote("the leader key is gone or belongs to another term")
+        return StayPrimary(f"primary: term {mine.term}")
     if me.log_trouble is not None:
         # Neither campaign nor follow: this log can take no event. The leader is
         # remembered only to redirect writes to it.
+        leader = world.leader if world is not None else None
         return StandAside(
             f"not campaigning or following: the event log failed ({me.log_trouble}); "
             f"retrying to reopen it every {log_retry_s:g}s",
             redirect=leader if leader and leader.node_id != node_id else None,
+            failed=True,
         )
-    if me.role == "primary":
-        mine = me.holding
-        if leader is None or mine is None or leader.term != mine.term:
-            return Demote("the leader key is gone or belongs to another term")
-        return StayPrimary(f"primary: term {mine.term}")
+    if me.foreign is not None:
+        return StandAside(me.foreign)
+    if me.duplicate is not None:
+        return StandAside(me.duplicate)
+    if world is None:
+        return Hold(f"{me.etcd_error}")
+    leader = world.leader
     if leader is not None and leader.term < me.known_term:
         # etcd restored from an older backup: the key names a term already over
         return StandAside(

@@ -18,7 +18,7 @@ from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.errors import LogFailedError
 from apollo11.scheduler.log import FsyncPolicy, writer
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.node import node as node_module
+from apollo11.scheduler.node import logwatch
 from apollo11.scheduler.web import scrape
 
 
@@ -32,7 +32,7 @@ async def _until(ok: Callable[[], bool], timeout: float = 5) -> None:
 async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers_by_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(node_module, "LOG_RETRY_S", 0.2)
+    monkeypatch.setattr(logwatch, "LOG_RETRY_S", 0.2)
     node = Node(
         NodeSettings(
             node_id="n1",
@@ -47,7 +47,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
     try:
         assert node.engine is not None
         await node.engine.submit("etl", {"step_seconds": 0})
-        write_all, probe = writer._write_all, node_module._probe_writes
+        write_all, probe = writer._write_all, logwatch.probe_writes
         probes = []
 
         def no_space(*args: object) -> None:
@@ -55,7 +55,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(writer, "_write_all", no_space)
-        monkeypatch.setattr(node_module, "_probe_writes", no_space)
+        monkeypatch.setattr(logwatch, "probe_writes", no_space)
         with pytest.raises(LogFailedError, match="No space left on device"):
             await node.engine.submit("etl", {"step_seconds": 0})
         await _until(lambda: node.role == "failed")
@@ -70,7 +70,7 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
         assert node.role == "failed"
 
         monkeypatch.setattr(writer, "_write_all", write_all)
-        monkeypatch.setattr(node_module, "_probe_writes", probe)
+        monkeypatch.setattr(logwatch, "probe_writes", probe)
         # the role is primary a moment before the engine takes writes (the term's
         # first record is written in between)
         await _until(lambda: node.role == "primary" and bool(node.engine and node.engine.leading))

@@ -220,6 +220,7 @@ def test_a_node_whose_log_failed_stands_aside_and_redirects() -> None:
         "not campaigning or following: the event log failed (ENOSPC); retrying to reopen "
         "it every 1s",
         redirect=leader,
+        failed=True,
     )
 
 

@@ -1,0 +1,695 @@
+"""The role loop: read the world, decide (role.py), carry it out, say so.
+
+A few times a second the loop publishes this node's record, reads the world
+from etcd once and takes one decision, logged as one sentence (Patroni's
+style). It is the only way into and out of primary: the fence, the log's
+watch and a switchover record a fact (`fence.lost`, the log's trouble,
+`handed_over`) and wake the loop, which decides with all of them at once
+(`role.leave`), so the sentence logged does not depend on which watcher got
+there first. While the loop gets there the fence is already invalid: no ack
+and no new attempt (node/commit.py, engine/steps.py).
+
+A wake interrupts the loop's read of etcd: a primary cut off from etcd still
+demotes itself on time (a read may take up to half a TTL before it times out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from apollo11.lease import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, NodeIdTaken, World
+from apollo11.lease.clusterconfig import ClusterConfig
+from apollo11.replicator.hub import ReplicationHub
+from apollo11.replicator.ports import StandbySide
+from apollo11.replicator.receiver import Follower
+from apollo11.scheduler import metrics, repair
+from apollo11.scheduler.dispatch import RemoteExecutor
+from apollo11.scheduler.engine import Engine
+from apollo11.scheduler.engine.executor import AttemptToken
+from apollo11.scheduler.errors import (
+    ApolloError,
+    FailedPreconditionError,
+    NodeUnavailableError,
+)
+from apollo11.scheduler.log import EventType
+from apollo11.scheduler.node import role
+from apollo11.scheduler.node.fence import Fence
+from apollo11.scheduler.node.logwatch import LOG_RETRY_S
+from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
+from apollo11.scheduler.node.role import FAILED
+from apollo11.scheduler.replay import StepStatus
+
+log = logging.getLogger("apollo11.scheduler.node")
+
+CYCLE_S = 0.1  # how often the role loop reads the world, at most
+IDLE_S = 1.0  # ... and at least, while a leader leads and etcd reports no change
+PUBLISH_S = 1.0  # a record unchanged is kept alive this often; a primary's put at most so
+FENCE_TASKS = ("apollo11-keepalive", "apollo11-watchdog")
+
+
+class Host(StandbySide, Protocol):
+    """What the loop needs of its node (node.py's `Node`), and nothing more."""
+
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def engine(self) -> Engine | None: ...
+    @property
+    def dispatch(self) -> RemoteExecutor | None: ...
+    @property
+    def peer_address(self) -> str: ...
+    @property
+    def instance(self) -> str: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def log_trouble(self) -> str | None: ...
+
+    repair: repair.Repair | None
+
+    def notice(self, text: str) -> None: ...
+    def not_leader(self) -> ApolloError: ...
+
+
+class RoleLoop:
+    def __init__(self, host: Host) -> None:
+        s = host.settings
+        self.host = host
+        self.role = "starting"
+        self.known_term = 0
+        self.leader: LeaderInfo | None = None
+        self.world: World | None = None
+        self.hub = ReplicationHub()
+        self.follower: Follower | None = None
+        self.fence = Fence(lambda: host.lease, s.lease_ttl)
+        # the cluster-wide settings in force here (lease/clusterconfig.py): this node's
+        # flags until etcd's are read, and etcd's from then on
+        self.cluster_config = ClusterConfig(s.lease_ttl, s.sync_replicas, s.sync_mode)
+        self.handover = ""  # a switchover under way: the standby this primary hands to
+        self.handed_over: str | None = None  # ... which holds every event now: why
+        self.left = asyncio.Event()  # set by each demotion (a switchover waits for it)
+        self.last_demotion = ""
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []  # the fence's, while primary
+        self._last_sentence = ""
+        self._leaderless_since: float | None = None
+        self._leaderless_at = 0  # the store's revision then (role.Me.leaderless_at)
+        self._published_at = -1e9  # monotonic time of the last member record put or kept
+        self._published: MemberInfo | None = None  # the last record put
+        self._store_behind: str | None = None  # etcd knows less than this node: why
+        self._store_behind_since = 0.0  # monotonic time this node first saw that
+        self._timing_batches = False  # the hub's durable-batch observer is registered
+
+    def wake(self) -> None:
+        """A reason to stop leading, or to look again, arose: cycle now."""
+        self._wake.set()
+
+    def saw_term(self, term: int) -> None:
+        if term > self.known_term:
+            self.known_term = term
+            metrics.TERM.set(term)
+
+    def store_reopened(self) -> None:
+        self._timing_batches = False  # a new store: register the hub's observer again
+
+    @property
+    def shown_role(self) -> str:
+        """The role published and reported: a standby being refilled says so."""
+        return repair.REPAIRING if self.host.repair and self.role == "standby" else self.role
+
+    def lease_valid(self) -> bool:
+        """Sure to hold the lease now? (scheduler/node/fence.py)"""
+        return self.role == "primary" and self.fence.valid()
+
+    def record(self) -> MemberInfo:
+        h = self.host
+        assert h.store is not None
+        return MemberInfo(
+            h.settings.node_id,
+            self.shown_role,
+            h.address,
+            h.store.log.durable_id,
+            h.store.log.last_term,
+            h.peer_address,
+            h.settings.allow_shell,
+            self.known_term,
+            h.instance,
+            self.handover,
+        )
+
+    async def put_record(self) -> None:
+        me = self.record()
+        await self.host.lease.publish(me)
+        self._published, self._published_at = me, time.monotonic()
+
+    # ------------------------------------------------------------- the loop
+
+    async def run(self) -> None:
+        while not self.host.stopping:
+            try:
+                sentence = await self.cycle()
+            except asyncio.CancelledError:
+                if self.host.stopping:
+                    raise
+                # A stray cancellation (a request timeout that escaped as one) must not
+                # end the loop that decides this node's role.
+                task = asyncio.current_task()
+                if task is not None:
+                    while task.uncancel():
+                        pass
+                sentence = "role cycle interrupted; continuing"
+            except Exception as e:  # one bad cycle must not end the loop
+                log.exception("role cycle failed")
+                sentence = f"role cycle failed: {e}"
+            if sentence != self._last_sentence:
+                log.info("%s", sentence)
+                self._last_sentence = sentence
+            await self._pause(CYCLE_S)
+            if self._settled():
+                # a leader, and nothing under way: until etcd reports a change (the
+                # leader key gone, a record put), or IDLE_S, instead of 10 reads a second
+                await self._pause(IDLE_S - CYCLE_S, etcd=True)
+
+    async def _pause(self, seconds: float, *, etcd: bool = False) -> None:
+        """Sleep `seconds` (or until etcd reports a change); a wake ends it at once."""
+        if self._wake.is_set():
+            return
+        woken = asyncio.ensure_future(self._wake.wait())
+        other = asyncio.ensure_future(
+            self.host.lease.wait_change(seconds) if etcd else asyncio.sleep(seconds)
+        )
+        try:
+            await asyncio.wait((woken, other), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (woken, other):
+                t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LeaseUnavailable):
+                await other
+
+    def _settled(self) -> bool:
+        """Is there nothing a role cycle must look at soon, but what etcd would report?"""
+        world = self.world
+        return (
+            world is not None
+            and world.leader is not None
+            and self.role in ("primary", "standby")
+            and not self.host.stopping
+            and self._store_behind is None
+            and self.host.log_trouble is None
+            and not self.host.repair
+            and self.handed_over is None
+        )
+
+    async def cycle(self) -> str:
+        """Read the world once and take one decision."""
+        if self.host.store is None:
+            # Between closing and reopening the store (node.reopen): no position to
+            # publish or to campaign with. It was an AssertionError in record() and a
+            # traceback every cycle while a rejoining standby cut its divergent tail.
+            return (
+                "reshaping the store (a divergent tail cut, or a snapshot installed): "
+                "not publishing or deciding until it is open again"
+            )
+        self._wake.clear()
+        now = time.monotonic()
+        read = Read()
+        if self._urgent():
+            read.error = "etcd not read: a reason to stop leading came first"
+        else:
+            await self._read_or_wake(now, read)
+        me = self._as_seen(now, read)
+        move = role.decide(me, read.world, log_retry_s=LOG_RETRY_S)
+        return await self._carry_out(move)
+
+    def _urgent(self) -> bool:
+        """A primary with a reason to stop leading decides at once, etcd or not."""
+        return self.role == "primary" and role.leave(self._as_seen(time.monotonic())) is not None
+
+    async def _read_or_wake(self, now: float, read: Read) -> None:
+        reading = asyncio.ensure_future(self._read(now, read))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((reading, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            if not reading.done():
+                reading.cancel()
+                read.error = "woken before etcd answered"
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+        if reading.cancelled():
+            read.world = None
+        elif (e := reading.exception()) is not None:
+            if not isinstance(e, LeaseUnavailable):
+                raise e
+            read.world, read.error = None, f"cannot read the cluster from etcd: {e}"
+
+    async def _read(self, now: float, read: Read) -> None:
+        """Publish this node's record, read the world, check it holds this cluster."""
+        lease = self.host.lease
+        # A record is written when it changes, and every cycle while there is no
+        # leader (an election counts only records put since the leader went:
+        # role._leaderless); else its lease is only kept alive, once a second,
+        # which makes no revision in etcd: an idle cluster writes nothing
+        # (Patroni writes once per loop_wait; issue 19 counted 203 revisions in 10
+        # idle seconds, standbys rewriting identical records). The primary's own
+        # record changes with every write: it is put at most once a second.
+        me = self.record()
+        leaderless = self.role != "primary" and (self.world is None or self.world.leader is None)
+        due = now - self._published_at >= PUBLISH_S
+        try:
+            if leaderless or (me != self._published and (self.role != "primary" or due)):
+                await lease.publish(me)
+                self._published, self._published_at = me, now
+            elif due:
+                await lease.keep(me)  # unchanged: its lease only
+                self._published_at = now
+        except NodeIdTaken as e:
+            # Not publishing, this node is no candidate in any election (it is not
+            # in the world the others read): it waits for the other one to go.
+            read.duplicate = f"{e}; not taking part in elections: {DUPLICATE_HINT}"
+        world = self.world = await lease.world()
+        if world.revision < self._leaderless_at:
+            # etcd restored: its revisions started again; only records put from now on
+            # are known to be live members'
+            self._leaderless_at = world.revision
+        read.foreign = await self._check_cluster(world)
+        if read.foreign is None and read.duplicate is None:
+            if self.host.settings.node_id not in world.roster:
+                # once, and again after etcd lost its data: the quorum is counted from it
+                await lease.register(self.host.settings.node_id)
+            self._check_store(world)
+            if world.config is not None:
+                self.apply_config(world.config)
+            if world.leader is not None:
+                self.saw_term(world.leader.term)
+                if self.handover and world.leader.node_id != self.host.settings.node_id:
+                    self.handover = ""  # handed over: the next record names no one
+        read.world = world
+
+    def _as_seen(self, now: float, read: Read | None = None) -> role.Me:
+        """This node as the role decision sees it (role.py), read once."""
+        h, since = self.host, self._leaderless_since
+        read = read or Read()
+        return role.Me(
+            record=self.record(),
+            role=self.role,
+            known_term=self.known_term,
+            holding=self.leader if self.role == "primary" else None,
+            log_trouble=h.log_trouble,
+            needs_through=h.repair.needs_through if h.repair is not None else None,
+            leaderless_for=None if since is None else now - since,
+            leaderless_at=self._leaderless_at,
+            store_behind=self._store_behind,
+            store_behind_for=now - self._store_behind_since,
+            ttl_s=h.lease.ttl_s,
+            sync_replicas=(
+                self.cluster_config.sync_replicas
+                if self.cluster_config.sync_mode == "strict"
+                else 0
+            ),
+            fence_lapsed=self.fence.lapsed() if self.role == "primary" else None,
+            foreign=read.foreign,
+            duplicate=read.duplicate,
+            handed_over=self.handed_over,
+            etcd_error=read.error,
+        )
+
+    async def _carry_out(self, move: role.Move) -> str:
+        """Do what the decision says; the sentence to log."""
+        if not isinstance(move, role.Wait | role.Campaign | role.Hold):
+            self._leaderless_since = None
+        if self.role == FAILED and not isinstance(move, role.StandAside | role.Hold):
+            self.role = "standby"  # its log takes writes again
+        match move:
+            case role.StayPrimary(sentence):
+                return f"{sentence}, {len(self.hub.connected())} standby(s) connected"
+            case role.Hold(sentence):
+                return sentence
+            case role.Demote(why, to):
+                return await self.demote(why, role=to)
+            case role.StandAside(sentence, redirect, failed):
+                await self.stop_following()
+                self.leader = redirect
+                if failed:
+                    self.role = FAILED
+                elif self.role == FAILED:
+                    self.role = "standby"
+                return sentence
+            case role.Follow(leader):
+                self.leader = leader
+                await self._follow(leader)
+                store = self.host.store
+                assert store is not None
+                if self.host.repair is not None:
+                    return await self._check_repaired(leader)
+                return (
+                    f"standby: following {leader.node_id} (term {leader.term}) "
+                    f"at event {store.log.durable_id}"
+                )
+            case role.Wait(sentence):
+                await self._become_leaderless()
+                return sentence
+            case role.Campaign(min_term):
+                await self._become_leaderless()
+                t0 = time.monotonic()
+                h = self.host
+                won = await h.lease.campaign(h.settings.node_id, h.address, min_term=min_term)
+                if won is None:
+                    return "no leader: another node won the election"
+                return await self.promote(won, t0)
+        raise AssertionError(f"unknown move {move!r}")
+
+    async def _become_leaderless(self) -> None:
+        self.leader = None
+        await self.stop_following()
+        if self._leaderless_since is None:
+            self._leaderless_since = time.monotonic()
+            self._leaderless_at = self.world.revision if self.world is not None else 0
+
+    async def _check_repaired(self, leader: LeaderInfo) -> str:
+        """A repairing standby is repaired once it holds every event it held before
+        and has caught up with the primary it follows."""
+        h = self.host
+        r, store, f = h.repair, h.store, self.follower
+        assert r is not None and store is not None
+        durable = store.log.durable_id
+        head = f.primary_durable_id if f is not None and f.connected else 0
+        if head and durable >= max(r.needs_through, head):
+            await asyncio.to_thread(repair.done, h.settings.data_dir)
+            h.repair = None
+            h.notice(
+                f"repaired from {leader.node_id}: this node holds events through {durable} "
+                f"again (it needed {r.needs_through}); the damaged files stay in {r.quarantine}"
+            )
+            return f"standby: repaired, following {leader.node_id} (term {leader.term})"
+        return (
+            f"repairing: following {leader.node_id} (term {leader.term}) at event {durable}, "
+            f"needs {max(r.needs_through, head)}"
+        )
+
+    # ------------------------------------------------------ what etcd holds
+
+    def apply_config(self, stored: Mapping[str, Any]) -> str | None:
+        """Follow the cluster's settings as etcd holds them: sync_replicas and sync_mode
+        at once, lease_ttl for this node's next lease (a primary keeps the TTL its lease
+        was granted with). The sentence saying what changed; None: nothing did."""
+        lease = self.host.lease
+        try:
+            new = ClusterConfig.of(stored, self.cluster_config)
+        except ValueError as e:
+            log.warning("ignoring the cluster settings in etcd: %s", e)
+            return None
+        old = self.cluster_config
+        if new.lease_ttl != lease.ttl_s and self.role != "primary":
+            lease.set_ttl(new.lease_ttl)
+            self.fence.set_ttl(new.lease_ttl)
+        if new == old:
+            return None
+        self.cluster_config = new
+        changed = ", ".join(
+            f"{k} {getattr(old, k)} -> {getattr(new, k)}"
+            for k in ("lease_ttl", "sync_replicas", "sync_mode")
+            if getattr(old, k) != getattr(new, k)
+        )
+        sentence = f"cluster settings from etcd: {changed}"
+        if self.role == "primary" and new.lease_ttl != lease.ttl_s:
+            sentence += " (the lease TTL applies from the next election)"
+        log.info("%s", sentence)
+        return sentence
+
+    async def _check_cluster(self, world: World) -> str | None:
+        """etcd must still hold this node's cluster id. None when it does; else the
+        sentence: this node then takes no part in the cluster's business."""
+        h = self.host
+        stored = world.cluster_id
+        if stored is None and h.cluster_id:
+            # etcd lost its data (restored empty): the data directories keep the id
+            stored = await h.lease.claim_cluster_id(h.cluster_id)
+            if stored == h.cluster_id:
+                h.notice(f"etcd held no cluster id: put this node's back ({stored})")
+        if stored is None or stored == h.cluster_id:
+            return None
+        return (
+            f"etcd holds cluster id {stored} for {h.settings.cluster!r}, but this node "
+            f"belongs to cluster {h.cluster_id}: not taking part (is --etcd pointing at "
+            f"another cluster's etcd?)"
+        )
+
+    def _check_store(self, world: World) -> None:
+        """Notice etcd knowing less than this node (restored empty or from an old
+        backup): say so once, in the log and in status, and hold this node's next
+        campaign for a TTL (role._leaderless)."""
+        held = max(world.term or 0, world.leader.term if world.leader else 0)
+        if self.known_term > held:
+            if self._store_behind is None:
+                if world.term is None:
+                    why = "etcd lost its data: it holds no term for this cluster"
+                else:
+                    why = "etcd lost its data (restored from an older backup?): it holds "
+                    why += f"term {world.term} for this cluster"
+                why += f", below term {self.known_term} this node knows"
+                if world.term is None and world.revision >= self.known_term:
+                    # Earlier versions' terms were revisions, so an etcd that kept its
+                    # data has a revision above them: this may be no loss at all.
+                    why += " (or the first election since an upgrade that added the term key)"
+                self._store_behind, self._store_behind_since = why, time.monotonic()
+                self.host.notice(why)
+        elif self._store_behind is not None:
+            leader = world.leader
+            self._store_caught_up(
+                f"leader key recreated at term {leader.term} by {leader.node_id}"
+                if leader
+                else f"its term is {world.term} again"
+            )
+
+    def _store_caught_up(self, how: str) -> None:
+        assert self._store_behind is not None
+        self.host.notice(f"{self._store_behind}; {how}")
+        self._store_behind = None
+
+    # -------------------------------------------------------- following
+
+    def replication_address(self, leader: LeaderInfo) -> str:
+        """Where the primary serves replication. With a peer port its member record
+        says where (it publishes the record as it promotes); else its public address."""
+        record = self.world.members.get(leader.node_id) if self.world else None
+        return (record.peer_address if record else "") or leader.address
+
+    async def _follow(self, leader: LeaderInfo) -> None:
+        address = self.replication_address(leader)
+        f = self.follower
+        if f is not None and f.address == address and f.leader_term == leader.term:
+            return
+        await self.stop_following()
+        self.follower = Follower(self.host, address, leader.term, leader_id=leader.node_id)
+        self.follower.start()
+
+    async def stop_following(self) -> None:
+        if self.follower is not None:
+            await self.follower.stop()
+            self.follower = None
+
+    # ------------------------------------------------ promotion, demotion
+
+    async def promote(self, won: LeaderInfo, renewed_at: float) -> str:
+        h = self.host
+        store, engine = h.store, h.engine
+        assert store is not None and engine is not None
+        last = store.log.last_term
+        if won.term <= last:
+            # Every event of a new term would be refused (StaleTermError): never call
+            # this node primary for a term it cannot write in.
+            with contextlib.suppress(Exception):
+                await h.lease.resign()
+            return (
+                f"won term {won.term}, but the log already holds term {last}: resigned "
+                f"(the lease handed out a term below this node's log)"
+            )
+        t0 = time.perf_counter()
+        await self.stop_following()  # (its last staged batches are applied by now)
+        previous = self._previous_leader()  # before anything changes: it reads the log
+        self.fence.arm(renewed_at)
+        self.handed_over = None
+        self.saw_term(won.term)
+        store.log.term = won.term
+        self.role = "primary"
+        self.leader = won
+        self.hub = ReplicationHub()
+        if not self._timing_batches:
+            # Registered once: it always feeds the current hub.
+            store.add_observer(lambda events: self.hub.on_durable(events[-1].event_id))
+            self._timing_batches = True
+        started = await store.log.append(
+            EventType.TERM_STARTED,
+            "",
+            payload={
+                "node_id": h.settings.node_id,
+                "address": h.address,
+                "began": role.began(h.settings.node_id, previous, self.world),
+                "previous": previous or "",
+            },
+        )
+        await engine.start()
+        if h.dispatch is not None:
+            h.dispatch.start(won.term, self._is_current_attempt)
+        for coro, name in (
+            (self.fence.keepalive(self.wake), FENCE_TASKS[0]),
+            (self.fence.watchdog(self.wake), FENCE_TASKS[1]),
+        ):
+            self._tasks.append(asyncio.create_task(coro, name=name))
+        spent = time.perf_counter() - t0
+        metrics.PROMOTION_SECONDS.observe(spent)
+        metrics.LEADER_CHANGES.inc()
+        metrics.ROLE.set(1)
+        metrics.TERM.set(won.term)
+        if self._store_behind is not None:
+            self._store_caught_up(f"leader key recreated at term {won.term} by this node")
+        with contextlib.suppress(LeaseUnavailable):
+            await self.put_record()
+        return (
+            f"promoted: term {won.term} starts at event {started.event_id}, "
+            f"scheduling after {spent * 1000:.1f} ms"
+        )
+
+    def _is_current_attempt(
+        self, task_id: str, step: str, token: AttemptToken, worker: str
+    ) -> bool:
+        """Is `token` the attempt the log says `step` is running, on `worker`? (A
+        worker's result counts only then.)"""
+        store = self.host.store
+        task = None if store is None else store.state.tasks.get(task_id)
+        found = None if task is None else task.steps.get(step)
+        return (
+            found is not None
+            and found.status is StepStatus.STARTED
+            and found.started_event == token.event_id
+            and found.started_term == token.term
+            and found.worker == worker
+        )
+
+    def _previous_leader(self) -> str | None:
+        """The leader of the last term this log holds (None: it holds none; "": its
+        TERM_STARTED is no longer kept, or could not be read)."""
+        store = self.host.store
+        assert store is not None
+        terms = store.state.terms
+        if not terms:
+            return None
+        try:
+            for e in store.log.read_ids([terms[-1][1]]):
+                return str(e.payload.get("node_id", ""))
+        except Exception as e:  # a history detail: never a reason not to lead
+            log.warning("the previous term's TERM_STARTED cannot be read (%s): not recorded", e)
+        return ""
+
+    async def demote(self, why: str, *, role: str = "standby") -> str:
+        """Stop acting as primary at once: no more acks, no more steps. Called by the
+        loop alone (and by stop()), never by a watcher."""
+        if self.role != "primary":
+            return f"already not primary ({why})"
+        h = self.host
+        self.role = role
+        self.fence.disarm()
+        self.leader = None
+        metrics.ROLE.set(0)
+        self.hub.fail_all(f"this node stopped being the primary: {why}")
+        if h.engine is not None:
+            await h.engine.stop()  # first: nothing is decided once the workers go
+        if h.dispatch is not None:
+            # Workers go to the next primary with their attempts: nothing is failed.
+            await h.dispatch.stop(f"this node stopped being the primary: {why}")
+        await self.stop_fence()
+        with contextlib.suppress(Exception):
+            await h.lease.resign()  # if the key is still ours, let others go now
+        self.last_demotion = f"demoted self because {why}"
+        self.left.set()
+        return self.last_demotion
+
+    async def stop_fence(self) -> None:
+        current = asyncio.current_task()
+        for t in self._tasks:
+            if t is not current:
+                t.cancel()
+        for t in self._tasks:
+            if t is not current:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        self._tasks.clear()
+
+    async def switchover(self, to: str | None, *, operator: str) -> tuple[str, int, str]:
+        """A planned hand-over to `to` (None: the standby furthest ahead): start no new
+        step, let running ones finish (up to the drain timeout), wait until the target
+        holds every event this node wrote, then let the loop demote this node; the
+        election prefers the target (role.elect) while this node's record names it.
+        Returns (target, the last event id it holds, the sentence). Raises
+        FailedPreconditionError (not the primary, no such standby) or
+        NodeUnavailableError (it did not catch up in time; this node leads on)."""
+        h = self.host
+        engine = h.engine
+        if self.role != "primary" or engine is None or not engine.leading:
+            raise h.not_leader()
+        following = {v.node_id: v for v in self.hub.connected()}
+        members = self.world.members if self.world is not None else {}
+        standbys = {
+            n: v
+            for n, v in following.items()
+            if (m := members.get(n)) is not None and m.role == "standby"
+        }
+        if to is not None and to == h.settings.node_id:
+            raise FailedPreconditionError(f"{to} is the primary already")
+        if to is not None and to not in standbys:
+            raise FailedPreconditionError(
+                f"{to} is not a live standby following this primary (standbys: "
+                f"{', '.join(sorted(standbys)) or 'none'})"
+            )
+        if not standbys:
+            raise FailedPreconditionError("no live standby follows this primary: no one to hand to")
+        target = to or max(standbys.values(), key=lambda v: (v.acked_id, v.node_id)).node_id
+        view = standbys[target]
+        budget = max(5.0, 2 * h.lease.ttl_s)
+        log.info("switchover to %s asked by %s: draining", target, operator)
+        self.handover = target
+        await self.put_record()
+        if h.settings.execution != "remote":
+            await engine.drain(within_s=h.settings.drain_timeout)
+        else:
+            engine.stop_starting()
+        last = h.store.log.durable_id if h.store is not None else 0
+        deadline = time.monotonic() + budget
+        while view.acked_id < last and time.monotonic() < deadline:
+            view.acked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(view.acked.wait(), deadline - time.monotonic())
+            if h.store is not None:
+                last = h.store.log.durable_id
+        if view.acked_id < last:
+            self.handover = ""
+            engine.resume()
+            raise NodeUnavailableError(
+                f"switchover to {target} called off: it holds events up to {view.acked_id} "
+                f"of {last} after {budget:g}s; this node leads on"
+            )
+        self.left.clear()
+        self.handed_over = f"switchover to {target} asked by {operator}"
+        self.wake()
+        await asyncio.wait_for(self.left.wait(), budget)
+        h.notice(f"handed over to {target} (asked by {operator})")
+        return target, last, self.last_demotion
+
+
+class Read:
+    """What one cycle read of etcd: the world (None: no answer), and what it says."""
+
+    __slots__ = ("duplicate", "error", "foreign", "world")
+
+    def __init__(self) -> None:
+        self.world: World | None = None
+        self.error: str | None = None  # why there is no world
+        self.foreign: str | None = None  # etcd holds another cluster's id
+        self.duplicate: str | None = None  # another process publishes this node id

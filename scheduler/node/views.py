@@ -1,0 +1,204 @@
+"""What the API reads of its node: status, terms, workers, time travel, and the
+error for a write this node cannot take (api/ports.py's NodeView)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+from apollo11.lease import LeaderInfo, Lease, World
+from apollo11.lease.clusterconfig import ClusterConfig
+from apollo11.replicator.hub import ReplicationHub
+from apollo11.replicator.receiver import Follower
+from apollo11.scheduler import metrics
+from apollo11.scheduler.api.status import (
+    ClusterStatus,
+    LeaseStatus,
+    MemberStatus,
+    TermRecord,
+    WorkerStatus,
+    members,
+)
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.dispatch import RemoteExecutor
+from apollo11.scheduler.engine import Engine
+from apollo11.scheduler.errors import (
+    ApolloError,
+    LogFailedError,
+    NodeUnavailableError,
+    NoLeaderError,
+    NotLeaderError,
+)
+from apollo11.scheduler.node.fence import Fence
+from apollo11.scheduler.node.logwatch import LOG_RETRY_S
+from apollo11.scheduler.replay import State, TaskState
+from apollo11.scheduler.security import protect
+from apollo11.scheduler.store import NeedsFullReplay, Store, state_at
+
+log = logging.getLogger("apollo11.scheduler.node")
+
+
+class Host(Protocol):
+    @property
+    def settings(self) -> NodeSettings: ...
+    @property
+    def store(self) -> Store | None: ...
+    @property
+    def engine(self) -> Engine | None: ...
+    @property
+    def dispatch(self) -> RemoteExecutor | None: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def shown_role(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def leader(self) -> LeaderInfo | None: ...
+    @property
+    def world(self) -> World | None: ...
+    @property
+    def follower(self) -> Follower | None: ...
+    @property
+    def hub(self) -> ReplicationHub: ...
+    @property
+    def fence(self) -> Fence: ...
+    @property
+    def known_term(self) -> int: ...
+    @property
+    def cluster_config(self) -> ClusterConfig: ...
+    @property
+    def lease_or_none(self) -> Lease | None: ...
+    @property
+    def log_trouble(self) -> str | None: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def notice_text(self) -> str: ...
+
+
+class Views:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def not_leader(self) -> ApolloError:
+        h = self.host
+        leader = h.leader
+        if h.role == "primary" or h.stopping:
+            # UNAVAILABLE, not FAILED_PRECONDITION: no leader to redirect to yet, and
+            # clients retry only what says "try again" (issue 15: a submit lost to it)
+            return NodeUnavailableError(
+                f"{h.settings.node_id} is shutting down or stepping down; retry, here "
+                f"or on another node"
+            )
+        if leader is None and h.log_trouble is not None:
+            return LogFailedError(
+                f"{h.settings.node_id} refuses writes: its event log failed "
+                f"({h.log_trouble}); free space in {h.settings.data_dir} (it reopens "
+                f"the log by itself within {LOG_RETRY_S:g}s of writes working again)"
+            )
+        if leader is None:
+            return NoLeaderError("no primary is known right now (an election is under way); retry")
+        return NotLeaderError(
+            f"this node is a standby; the primary is {leader.node_id} at {leader.address}",
+            leader=leader.address,
+        )
+
+    async def state_at(self, event_id: int) -> State:
+        """Time travel: the state as of `event_id`, rebuilt read-only off the loop."""
+        return await asyncio.to_thread(state_at, self.host.settings.data_dir, event_id)
+
+    async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
+        """Time travel for one task: from its own events (a few reads), or by
+        rebuilding the whole state when those are not all at hand."""
+        store = self.host.store
+        assert store is not None
+        try:
+            return store.task_at(task_id, event_id)
+        except NeedsFullReplay as e:
+            log.info("time travel for %s replays the log: %s", task_id, e)
+            return (await self.state_at(event_id)).peek(task_id)
+
+    def status(self) -> ClusterStatus:
+        h = self.host
+        store = h.store
+        assert store is not None
+        durable = store.log.durable_id
+        primary = h.role == "primary"
+        follower = h.follower
+        head = durable
+        if not primary and follower is not None:
+            head = max(durable, follower.primary_durable_id)
+        me = MemberStatus(
+            h.settings.node_id,
+            h.role,
+            h.address,
+            durable,
+            store.log.last_term,
+            connected=primary or (follower is not None and follower.connected),
+        )
+        views = list(h.hub.by_node().values()) if primary else []
+        listed = members(
+            me,
+            h.world.members.values() if h.world is not None else (),
+            standbys=views,
+            live={v.node_id for v in h.hub.connected()} if primary else set(),
+            synchronous=h.cluster_config.sync_replicas > 0,
+            head=head,
+            durable=durable,
+        )
+        streaming = {v.node_id for v in views}
+        for m in listed:
+            if m.node_id in streaming:
+                metrics.REPLICATION_LAG_SECONDS.labels(m.node_id).set(m.lag_ms / 1000)
+        lease = h.lease_or_none
+        return ClusterStatus(
+            node_id=h.settings.node_id,
+            role=h.shown_role,
+            term=max(h.known_term, store.state.term),
+            leader=h.leader,
+            lease=None
+            if lease is None
+            else LeaseStatus(lease.ttl_s, round(h.fence.remaining_s(), 3)),
+            members=listed,
+            last_event_id=durable,
+            applied_event_id=store.state.last_event_id,
+            recovery=str(store.recovery),
+            running_steps=h.engine.running() if h.engine else 0,
+            active_tasks=sum(1 for t in store.state.tasks.values() if not t.quiescent),
+            security=protect.describe(h.settings),
+            notice=h.notice_text,
+            workers=self.workers(),
+            execution=h.settings.execution,
+            terms_started=len(store.state.terms),
+        )
+
+    def history(self) -> list[TermRecord]:
+        """Every term in this node's log, oldest first, with its TERM_STARTED's leader
+        and time (one indexed read for all of them)."""
+        store = self.host.store
+        if store is None:
+            return []
+        terms = list(store.state.terms)
+        events = {e.event_id: e for e in store.log.read_ids([eid for _, eid in terms])}
+        out = []
+        for term, eid in terms:
+            e = events.get(eid)
+            p = e.payload if e is not None else {}
+            out.append(
+                TermRecord(
+                    term,
+                    eid,
+                    str(p.get("node_id", "")),
+                    str(p.get("address", "")),
+                    e.timestamp if e is not None else 0,
+                    str(p.get("began", "")),
+                    str(p.get("previous", "")),
+                )
+            )
+        return out
+
+    def workers(self) -> tuple[WorkerStatus, ...]:
+        dispatch = self.host.dispatch
+        return () if dispatch is None else dispatch.statuses()
