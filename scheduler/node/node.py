@@ -505,7 +505,7 @@ class Node:
         return self.views.workers()
 
     async def switchover(self, to: str | None, *, operator: str) -> tuple[str, int, str]:
-        return await self.roles.switchover(to, operator=operator)
+        return await self.roles.leading.switchover(to, operator=operator)
 
     # ------------------------------------------------------------- stop
 
@@ -530,7 +530,7 @@ class Node:
         self.roles.role = "stopped"
         self.fence.disarm()
         metrics.ROLE.set(0)
-        await self.roles.stop_fence()
+        await self.roles.leading.stop_fence()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

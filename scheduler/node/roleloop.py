@@ -30,26 +30,21 @@ from apollo11.replicator.receiver import Follower
 from apollo11.scheduler import metrics, repair
 from apollo11.scheduler.dispatch import RemoteExecutor
 from apollo11.scheduler.engine import Engine
-from apollo11.scheduler.engine.executor import AttemptToken
 from apollo11.scheduler.errors import (
     ApolloError,
-    FailedPreconditionError,
-    NodeUnavailableError,
 )
-from apollo11.scheduler.log import EventType
 from apollo11.scheduler.node import role
 from apollo11.scheduler.node.fence import Fence
+from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.role import FAILED
-from apollo11.scheduler.replay import StepStatus
 
 log = logging.getLogger("apollo11.scheduler.node")
 
 CYCLE_S = 0.1  # how often the role loop reads the world, at most
 IDLE_S = 1.0  # ... and at least, while a leader leads and etcd reports no change
 PUBLISH_S = 1.0  # a record unchanged is kept alive this often; a primary's put at most so
-FENCE_TASKS = ("apollo11-keepalive", "apollo11-watchdog")
 
 
 class Host(StandbySide, Protocol):
@@ -84,18 +79,12 @@ class RoleLoop:
         self.known_term = 0
         self.leader: LeaderInfo | None = None
         self.world: World | None = None
-        self.hub = ReplicationHub()
         self.follower: Follower | None = None
-        self.fence = Fence(lambda: host.lease, s.lease_ttl)
+        self.leading = Leading(host, self)
         # the cluster-wide settings in force here (lease/clusterconfig.py): this node's
         # flags until etcd's are read, and etcd's from then on
         self.cluster_config = ClusterConfig(s.lease_ttl, s.sync_replicas, s.sync_mode)
-        self.handover = ""  # a switchover under way: the standby this primary hands to
-        self.handed_over: str | None = None  # ... which holds every event now: why
-        self.left = asyncio.Event()  # set by each demotion (a switchover waits for it)
-        self.last_demotion = ""
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []  # the fence's, while primary
         self._last_sentence = ""
         self._leaderless_since: float | None = None
         self._leaderless_at = 0  # the store's revision then (role.Me.leaderless_at)
@@ -103,7 +92,6 @@ class RoleLoop:
         self._published: MemberInfo | None = None  # the last record put
         self._store_behind: str | None = None  # etcd knows less than this node: why
         self._store_behind_since = 0.0  # monotonic time this node first saw that
-        self._timing_batches = False  # the hub's durable-batch observer is registered
 
     def wake(self) -> None:
         """A reason to stop leading, or to look again, arose: cycle now."""
@@ -114,8 +102,16 @@ class RoleLoop:
             self.known_term = term
             metrics.TERM.set(term)
 
+    @property
+    def fence(self) -> Fence:
+        return self.leading.fence
+
+    @property
+    def hub(self) -> ReplicationHub:
+        return self.leading.hub
+
     def store_reopened(self) -> None:
-        self._timing_batches = False  # a new store: register the hub's observer again
+        self.leading.timing_batches = False  # a new store: register the hub's observer again
 
     @property
     def shown_role(self) -> str:
@@ -139,7 +135,7 @@ class RoleLoop:
             h.settings.allow_shell,
             self.known_term,
             h.instance,
-            self.handover,
+            self.leading.handover,
         )
 
     async def put_record(self) -> None:
@@ -202,7 +198,7 @@ class RoleLoop:
             and self._store_behind is None
             and self.host.log_trouble is None
             and not self.host.repair
-            and self.handed_over is None
+            and self.leading.handed_over is None
         )
 
     async def cycle(self) -> str:
@@ -288,8 +284,8 @@ class RoleLoop:
                 self.apply_config(world.config)
             if world.leader is not None:
                 self.saw_term(world.leader.term)
-                if self.handover and world.leader.node_id != self.host.settings.node_id:
-                    self.handover = ""  # handed over: the next record names no one
+                if self.leading.handover and world.leader.node_id != self.host.settings.node_id:
+                    self.leading.handover = ""  # handed over: the next record names no one
         read.world = world
 
     def _as_seen(self, now: float, read: Read | None = None) -> role.Me:
@@ -316,7 +312,7 @@ class RoleLoop:
             fence_lapsed=self.fence.lapsed() if self.role == "primary" else None,
             foreign=read.foreign,
             duplicate=read.duplicate,
-            handed_over=self.handed_over,
+            handed_over=self.leading.handed_over,
             etcd_error=read.error,
         )
 
@@ -499,8 +495,8 @@ class RoleLoop:
 
     async def promote(self, won: LeaderInfo, renewed_at: float) -> str:
         h = self.host
-        store, engine = h.store, h.engine
-        assert store is not None and engine is not None
+        store = h.store
+        assert store is not None
         last = store.log.last_term
         if won.term <= last:
             # Every event of a new term would be refused (StaleTermError): never call
@@ -513,174 +509,30 @@ class RoleLoop:
             )
         t0 = time.perf_counter()
         await self.stop_following()  # (its last staged batches are applied by now)
-        previous = self._previous_leader()  # before anything changes: it reads the log
-        self.fence.arm(renewed_at)
-        self.handed_over = None
+        previous = self.leading.previous_leader()  # before anything changes: it reads the log
         self.saw_term(won.term)
-        store.log.term = won.term
         self.role = "primary"
         self.leader = won
-        self.hub = ReplicationHub()
-        if not self._timing_batches:
-            # Registered once: it always feeds the current hub.
-            store.add_observer(lambda events: self.hub.on_durable(events[-1].event_id))
-            self._timing_batches = True
-        started = await store.log.append(
-            EventType.TERM_STARTED,
-            "",
-            payload={
-                "node_id": h.settings.node_id,
-                "address": h.address,
-                "began": role.began(h.settings.node_id, previous, self.world),
-                "previous": previous or "",
-            },
-        )
-        await engine.start()
-        if h.dispatch is not None:
-            h.dispatch.start(won.term, self._is_current_attempt)
-        for coro, name in (
-            (self.fence.keepalive(self.wake), FENCE_TASKS[0]),
-            (self.fence.watchdog(self.wake), FENCE_TASKS[1]),
-        ):
-            self._tasks.append(asyncio.create_task(coro, name=name))
+        started = await self.leading.begin(won, renewed_at, previous, self.world)
         spent = time.perf_counter() - t0
         metrics.PROMOTION_SECONDS.observe(spent)
-        metrics.LEADER_CHANGES.inc()
-        metrics.ROLE.set(1)
-        metrics.TERM.set(won.term)
         if self._store_behind is not None:
             self._store_caught_up(f"leader key recreated at term {won.term} by this node")
         with contextlib.suppress(LeaseUnavailable):
             await self.put_record()
         return (
-            f"promoted: term {won.term} starts at event {started.event_id}, "
+            f"promoted: term {won.term} starts at event {started}, "
             f"scheduling after {spent * 1000:.1f} ms"
         )
 
-    def _is_current_attempt(
-        self, task_id: str, step: str, token: AttemptToken, worker: str
-    ) -> bool:
-        """Is `token` the attempt the log says `step` is running, on `worker`? (A
-        worker's result counts only then.)"""
-        store = self.host.store
-        task = None if store is None else store.state.tasks.get(task_id)
-        found = None if task is None else task.steps.get(step)
-        return (
-            found is not None
-            and found.status is StepStatus.STARTED
-            and found.started_event == token.event_id
-            and found.started_term == token.term
-            and found.worker == worker
-        )
-
-    def _previous_leader(self) -> str | None:
-        """The leader of the last term this log holds (None: it holds none; "": its
-        TERM_STARTED is no longer kept, or could not be read)."""
-        store = self.host.store
-        assert store is not None
-        terms = store.state.terms
-        if not terms:
-            return None
-        try:
-            for e in store.log.read_ids([terms[-1][1]]):
-                return str(e.payload.get("node_id", ""))
-        except Exception as e:  # a history detail: never a reason not to lead
-            log.warning("the previous term's TERM_STARTED cannot be read (%s): not recorded", e)
-        return ""
-
     async def demote(self, why: str, *, role: str = "standby") -> str:
         """Stop acting as primary at once: no more acks, no more steps. Called by the
-        loop alone (and by stop()), never by a watcher."""
+        loop alone, never by a watcher."""
         if self.role != "primary":
             return f"already not primary ({why})"
-        h = self.host
         self.role = role
-        self.fence.disarm()
         self.leader = None
-        metrics.ROLE.set(0)
-        self.hub.fail_all(f"this node stopped being the primary: {why}")
-        if h.engine is not None:
-            await h.engine.stop()  # first: nothing is decided once the workers go
-        if h.dispatch is not None:
-            # Workers go to the next primary with their attempts: nothing is failed.
-            await h.dispatch.stop(f"this node stopped being the primary: {why}")
-        await self.stop_fence()
-        with contextlib.suppress(Exception):
-            await h.lease.resign()  # if the key is still ours, let others go now
-        self.last_demotion = f"demoted self because {why}"
-        self.left.set()
-        return self.last_demotion
-
-    async def stop_fence(self) -> None:
-        current = asyncio.current_task()
-        for t in self._tasks:
-            if t is not current:
-                t.cancel()
-        for t in self._tasks:
-            if t is not current:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
-        self._tasks.clear()
-
-    async def switchover(self, to: str | None, *, operator: str) -> tuple[str, int, str]:
-        """A planned hand-over to `to` (None: the standby furthest ahead): start no new
-        step, let running ones finish (up to the drain timeout), wait until the target
-        holds every event this node wrote, then let the loop demote this node; the
-        election prefers the target (role.elect) while this node's record names it.
-        Returns (target, the last event id it holds, the sentence). Raises
-        FailedPreconditionError (not the primary, no such standby) or
-        NodeUnavailableError (it did not catch up in time; this node leads on)."""
-        h = self.host
-        engine = h.engine
-        if self.role != "primary" or engine is None or not engine.leading:
-            raise h.not_leader()
-        following = {v.node_id: v for v in self.hub.connected()}
-        members = self.world.members if self.world is not None else {}
-        standbys = {
-            n: v
-            for n, v in following.items()
-            if (m := members.get(n)) is not None and m.role == "standby"
-        }
-        if to is not None and to == h.settings.node_id:
-            raise FailedPreconditionError(f"{to} is the primary already")
-        if to is not None and to not in standbys:
-            raise FailedPreconditionError(
-                f"{to} is not a live standby following this primary (standbys: "
-                f"{', '.join(sorted(standbys)) or 'none'})"
-            )
-        if not standbys:
-            raise FailedPreconditionError("no live standby follows this primary: no one to hand to")
-        target = to or max(standbys.values(), key=lambda v: (v.acked_id, v.node_id)).node_id
-        view = standbys[target]
-        budget = max(5.0, 2 * h.lease.ttl_s)
-        log.info("switchover to %s asked by %s: draining", target, operator)
-        self.handover = target
-        await self.put_record()
-        if h.settings.execution != "remote":
-            await engine.drain(within_s=h.settings.drain_timeout)
-        else:
-            engine.stop_starting()
-        last = h.store.log.durable_id if h.store is not None else 0
-        deadline = time.monotonic() + budget
-        while view.acked_id < last and time.monotonic() < deadline:
-            view.acked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(view.acked.wait(), deadline - time.monotonic())
-            if h.store is not None:
-                last = h.store.log.durable_id
-        if view.acked_id < last:
-            self.handover = ""
-            engine.resume()
-            raise NodeUnavailableError(
-                f"switchover to {target} called off: it holds events up to {view.acked_id} "
-                f"of {last} after {budget:g}s; this node leads on"
-            )
-        self.left.clear()
-        self.handed_over = f"switchover to {target} asked by {operator}"
-        self.wake()
-        await asyncio.wait_for(self.left.wait(), budget)
-        h.notice(f"handed over to {target} (asked by {operator})")
-        return target, last, self.last_demotion
+        return await self.leading.end(why)
 
 
 class Read:

@@ -17,8 +17,7 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.errors import LogFailedError
 from apollo11.scheduler.log import FsyncPolicy, writer
-from apollo11.scheduler.node import Node
-from apollo11.scheduler.node import logwatch
+from apollo11.scheduler.node import Node, logwatch
 from apollo11.scheduler.web import scrape
 
 

@@ -1,0 +1,220 @@
+"""Every way out of primary, one test each, in process: two real Nodes on one
+MemoryLease. Each reason is a fact the role loop decides on (role.leave), so
+each test asserts the one sentence logged, whatever noticed it first."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from apollo11.lease import LeaseUnavailable, MemoryLease
+from apollo11.lease.memory import MemoryStore
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.log import writer
+from apollo11.scheduler.node import FAILED, Node, logwatch
+from apollo11.scheduler.workflow import Idempotent, Registry, StepContext, Workflow
+
+TTL = 2.0
+
+
+async def _until(ok: Callable[[], bool], timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while not ok():
+            await asyncio.sleep(0.02)
+
+
+def _settings(tmp_path: Path, node_id: str, **kw: object) -> NodeSettings:
+    return NodeSettings(
+        node_id=node_id,
+        data_dir=tmp_path / node_id,
+        listen="127.0.0.1:0",
+        etcd="http://127.0.0.1:1",  # never dialled: the lease below is the store
+        lease_ttl=TTL,
+        cluster="c",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _registry() -> Registry:
+    wf = Workflow("w")
+
+    @wf.step(idempotency=Idempotent())
+    async def only(ctx: StepContext) -> None:
+        pass
+
+    registry = Registry()
+    registry.register(wf)
+    return registry
+
+
+class Pair:
+    def __init__(self, nodes: list[Node], store: MemoryStore) -> None:
+        self.nodes, self.store = nodes, store
+
+    @property
+    def primary(self) -> Node:
+        (p,) = [n for n in self.nodes if n.role == "primary"]
+        return p
+
+    @property
+    def standby(self) -> Node:
+        return next(n for n in self.nodes if n is not self.primary)
+
+
+@pytest.fixture
+async def pair(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Pair]:
+    caplog.set_level(logging.INFO, logger="apollo11.scheduler.node")
+    store = MemoryStore()
+    nodes = []
+    for node_id in ("n1", "n2"):
+        node = Node(
+            _settings(tmp_path, node_id),
+            lease=MemoryLease(ttl_s=TTL, store=store),
+            registry=_registry(),
+        )
+        await node.start()
+        nodes.append(node)
+    p = Pair(nodes, store)
+    try:
+        await _until(lambda: sum(n.role == "primary" for n in nodes) == 1)
+        await _until(lambda: p.standby.follower is not None and p.standby.follower.connected)
+        yield p
+    finally:
+        for n in nodes:
+            if n.role != "stopped":
+                await n.stop()
+
+
+async def _demoted(node: Node, caplog: pytest.LogCaptureFixture, because: str) -> str:
+    """Wait for the demotion; the one sentence it logged."""
+    await _until(lambda: "demoted self because" in caplog.text and node.role != "primary")
+    said = [r.getMessage() for r in caplog.records if "demoted self because" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"demoted self because {because}"), said[0]
+    return said[0]
+
+
+async def test_the_fence_lapsing_demotes_through_the_loop(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = pair.primary
+    old.fence.renewed_at = time.monotonic() - 1000  # as if paused for 1000 s just now
+    assert not old.lease_valid(), "no ack from the moment the fence lapsed"
+    await _demoted(old, caplog, "the lease was not renewed for")
+    # it may lead again (a tie goes to the smallest node id): in a new term
+    await _until(lambda: any(n.role == "primary" and n.known_term == 2 for n in pair.nodes))
+
+
+async def test_etcd_refusing_the_renewal_demotes(
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = pair.primary
+
+    async def refused() -> bool:
+        return False
+
+    monkeypatch.setattr(old.lease, "renew", refused)
+    await _demoted(old, caplog, "etcd says the lease is gone")
+
+
+async def test_the_leader_key_gone_demotes(
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = pair.primary
+
+    async def renewed() -> bool:  # only the loop's read can see the key go
+        return True
+
+    monkeypatch.setattr(old.lease, "renew", renewed)
+    pair.store.holder, pair.store.owner = None, None
+    pair.store.revision += 1
+    await _demoted(old, caplog, "the leader key is gone or belongs to another term")
+
+
+async def test_a_failed_log_demotes_to_failed(
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = pair.primary
+
+    def no_space(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer, "_write_all", no_space)
+    monkeypatch.setattr(logwatch, "probe_writes", no_space)
+    assert old.engine is not None
+    with pytest.raises(Exception, match="No space left"):
+        await old.engine.submit("w", {})
+    await _demoted(old, caplog, "its event log failed (")
+    assert old.role == FAILED
+
+
+async def test_a_foreign_cluster_id_demotes(pair: Pair, caplog: pytest.LogCaptureFixture) -> None:
+    old = pair.primary
+    pair.store.cluster_id = "someone-else"
+    pair.store.revision += 1
+    await _demoted(old, caplog, "etcd holds cluster id someone-else for 'c'")
+
+
+async def test_another_process_with_this_node_id_demotes(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = pair.primary
+    node_id = old.settings.node_id
+    record = pair.store.members[node_id][0]
+    pair.store.members[node_id] = (record, pair.store.clock() + 60, pair.store.revision, object())
+    await _demoted(old, caplog, f"node id {node_id!r} is already live")
+
+
+async def test_a_switchover_demotes_through_the_loop(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, target = pair.primary, pair.standby
+    to = target.settings.node_id
+    _, _, sentence = await old.switchover(to, operator="alice")
+    assert sentence == f"demoted self because switchover to {to} asked by alice"
+    await _demoted(old, caplog, f"switchover to {to} asked by alice")
+    await _until(lambda: target.role == "primary")
+
+
+async def test_a_primary_whose_etcd_hangs_still_demotes_on_time(
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An etcd read may take half a TTL to time out: the fence's wake interrupts it."""
+    old = pair.primary
+
+    async def hangs(*args: object, **kw: object) -> None:
+        await asyncio.sleep(3600)
+
+    async def unreachable() -> bool:
+        raise LeaseUnavailable("etcd unreachable")
+
+    lease = old.lease
+    for name in ("world", "publish", "keep", "wait_change"):
+        monkeypatch.setattr(lease, name, hangs)
+    monkeypatch.setattr(lease, "renew", unreachable)
+    t0 = time.monotonic()
+    await _demoted(old, caplog, "the lease was not renewed for")
+    assert time.monotonic() - t0 < TTL + 1, "demoted within the TTL, not after a hung read"
+
+
+async def test_a_standalone_node_paused_past_its_ttl_leads_again(tmp_path: Path) -> None:
+    """A laptop's sleep: the standalone node's fence lapsed, it stepped down, and
+    nothing ever made it primary again (every write refused "no primary")."""
+    node = Node(
+        NodeSettings(node_id="n1", data_dir=tmp_path / "d", listen="127.0.0.1:0", lease_ttl=2)
+    )
+    await node.start()
+    try:
+        assert node.known_term == 1
+        await asyncio.sleep(0.2)  # past the keepalive's first renewal
+        node.fence.renewed_at = time.monotonic() - 1000
+        await _until(lambda: node.role == "primary" and node.known_term == 2)
+        assert node.engine is not None and node.engine.leading
+    finally:
+        await node.stop()
