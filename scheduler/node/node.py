@@ -32,7 +32,7 @@ from apollo11.lease import (
 from apollo11.lease.clusterconfig import ClusterConfig
 from apollo11.replicator.hub import ReplicationHub
 from apollo11.replicator.receiver import Follower
-from apollo11.scheduler import gctune, identity, merger, metrics, repair, scrub
+from apollo11.scheduler import gctune, merger, metrics, repair, scrub
 from apollo11.scheduler.api.server import ApiServer
 from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
 from apollo11.scheduler.clock import Clock
@@ -47,7 +47,7 @@ from apollo11.scheduler.errors import (
     SnapshotMismatchError,
 )
 from apollo11.scheduler.log.datadir import DataDir
-from apollo11.scheduler.node import nodeid, options, reshape
+from apollo11.scheduler.node import join, options, reshape
 from apollo11.scheduler.node.commit import Commit
 from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.logwatch import LogWatch
@@ -63,8 +63,6 @@ from apollo11.scheduler.workflow import Registry
 
 # the node's log lines keep the name they had before the node became a package
 log = logging.getLogger("apollo11.scheduler.node")
-
-JOIN_RETRY_S = 1.0  # how often a starting node asks an unreachable etcd again
 
 
 class Node:
@@ -378,46 +376,14 @@ class Node:
         return store
 
     async def _join(self) -> str:
-        """Check this node's cluster id and node id against etcd (retrying while etcd
-        does not answer); the sentence to log, or an ApolloError saying why not."""
-        last_warned = -1e9
-        while True:
-            try:
-                ident, joined = await self._check_cluster_id()
-                waited = await nodeid.check(
-                    self.lease, self.settings.node_id, self.settings.cluster
-                )
-                if identity.read(self.settings.data_dir) is None:
-                    # kept only now: a node refused for its node id leaves nothing behind
-                    await asyncio.to_thread(identity.write, self.settings.data_dir, ident)
-                self.cluster_id = ident.cluster_id
-                # this node's flags are the cluster's settings only if none are stored
-                stored = await self.lease.claim_config(self.cluster_config.to_json())
-                configured = (
-                    self.roles.apply_config(stored) or "cluster settings as this node's flags"
-                )
-                return f"{joined}; {waited}; {configured}"
-            except LeaseUnavailable as e:
-                now = time.monotonic()
-                if now - last_warned > 5:
-                    log.warning("cannot check this node's identity with etcd yet: %s", e)
-                    last_warned = now
-                await asyncio.sleep(JOIN_RETRY_S)
-
-    async def _check_cluster_id(self) -> tuple[identity.Identity, str]:
-        s, store = self.settings, self.store
-        assert store is not None
-        local = identity.read(s.data_dir)
-        stored = await self.lease.claim_cluster_id(local.cluster_id if local else identity.new_id())
-        has_history = store.log.durable_id > 0 or bool(store.snapshots.watermarks())
-        ident, sentence = identity.decide(
-            data_dir=str(s.data_dir),
-            cluster=s.cluster,
-            local=local,
-            stored=stored,
-            has_history=has_history,
+        self.cluster_id, sentence = await join.join(
+            self.lease,
+            self.settings,
+            self.store,
+            self.roles.cluster_config,
+            self.roles.apply_config,
         )
-        return ident, sentence
+        return sentence
 
     async def _abandon_start(self) -> None:
         """Undo what start() did before refusing: nothing may be left open."""

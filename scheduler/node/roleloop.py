@@ -34,6 +34,7 @@ from apollo11.scheduler.errors import (
     ApolloError,
 )
 from apollo11.scheduler.node import role
+from apollo11.scheduler.node.etcdfacts import EtcdFacts
 from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
@@ -83,15 +84,13 @@ class RoleLoop:
         self.leading = Leading(host, self)
         # the cluster-wide settings in force here (lease/clusterconfig.py): this node's
         # flags until etcd's are read, and etcd's from then on
-        self.cluster_config = ClusterConfig(s.lease_ttl, s.sync_replicas, s.sync_mode)
+        self.etcd = EtcdFacts(host, ClusterConfig(s.lease_ttl, s.sync_replicas, s.sync_mode))
         self._wake = asyncio.Event()
         self._last_sentence = ""
         self._leaderless_since: float | None = None
         self._leaderless_at = 0  # the store's revision then (role.Me.leaderless_at)
         self._published_at = -1e9  # monotonic time of the last member record put or kept
         self._published: MemberInfo | None = None  # the last record put
-        self._store_behind: str | None = None  # etcd knows less than this node: why
-        self._store_behind_since = 0.0  # monotonic time this node first saw that
 
     def wake(self) -> None:
         """A reason to stop leading, or to look again, arose: cycle now."""
@@ -101,6 +100,13 @@ class RoleLoop:
         if term > self.known_term:
             self.known_term = term
             metrics.TERM.set(term)
+
+    @property
+    def cluster_config(self) -> ClusterConfig:
+        return self.etcd.config
+
+    def apply_config(self, stored: Mapping[str, Any]) -> str | None:
+        return self.etcd.apply_config(stored, primary=self.role == "primary", fence=self.fence)
 
     @property
     def fence(self) -> Fence:
@@ -195,7 +201,7 @@ class RoleLoop:
             and world.leader is not None
             and self.role in ("primary", "standby")
             and not self.host.stopping
-            and self._store_behind is None
+            and self.etcd.store_behind is None
             and self.host.log_trouble is None
             and not self.host.repair
             and self.leading.handed_over is None
@@ -274,12 +280,12 @@ class RoleLoop:
             # etcd restored: its revisions started again; only records put from now on
             # are known to be live members'
             self._leaderless_at = world.revision
-        read.foreign = await self._check_cluster(world)
+        read.foreign = await self.etcd.check_cluster(world)
         if read.foreign is None and read.duplicate is None:
             if self.host.settings.node_id not in world.roster:
                 # once, and again after etcd lost its data: the quorum is counted from it
                 await lease.register(self.host.settings.node_id)
-            self._check_store(world)
+            self.etcd.check_store(world, self.known_term)
             if world.config is not None:
                 self.apply_config(world.config)
             if world.leader is not None:
@@ -301,8 +307,8 @@ class RoleLoop:
             needs_through=h.repair.needs_through if h.repair is not None else None,
             leaderless_for=None if since is None else now - since,
             leaderless_at=self._leaderless_at,
-            store_behind=self._store_behind,
-            store_behind_for=now - self._store_behind_since,
+            store_behind=self.etcd.store_behind,
+            store_behind_for=now - self.etcd.store_behind_since,
             ttl_s=h.lease.ttl_s,
             sync_replicas=(
                 self.cluster_config.sync_replicas
@@ -389,86 +395,6 @@ class RoleLoop:
             f"needs {max(r.needs_through, head)}"
         )
 
-    # ------------------------------------------------------ what etcd holds
-
-    def apply_config(self, stored: Mapping[str, Any]) -> str | None:
-        """Follow the cluster's settings as etcd holds them: sync_replicas and sync_mode
-        at once, lease_ttl for this node's next lease (a primary keeps the TTL its lease
-        was granted with). The sentence saying what changed; None: nothing did."""
-        lease = self.host.lease
-        try:
-            new = ClusterConfig.of(stored, self.cluster_config)
-        except ValueError as e:
-            log.warning("ignoring the cluster settings in etcd: %s", e)
-            return None
-        old = self.cluster_config
-        if new.lease_ttl != lease.ttl_s and self.role != "primary":
-            lease.set_ttl(new.lease_ttl)
-            self.fence.set_ttl(new.lease_ttl)
-        if new == old:
-            return None
-        self.cluster_config = new
-        changed = ", ".join(
-            f"{k} {getattr(old, k)} -> {getattr(new, k)}"
-            for k in ("lease_ttl", "sync_replicas", "sync_mode")
-            if getattr(old, k) != getattr(new, k)
-        )
-        sentence = f"cluster settings from etcd: {changed}"
-        if self.role == "primary" and new.lease_ttl != lease.ttl_s:
-            sentence += " (the lease TTL applies from the next election)"
-        log.info("%s", sentence)
-        return sentence
-
-    async def _check_cluster(self, world: World) -> str | None:
-        """etcd must still hold this node's cluster id. None when it does; else the
-        sentence: this node then takes no part in the cluster's business."""
-        h = self.host
-        stored = world.cluster_id
-        if stored is None and h.cluster_id:
-            # etcd lost its data (restored empty): the data directories keep the id
-            stored = await h.lease.claim_cluster_id(h.cluster_id)
-            if stored == h.cluster_id:
-                h.notice(f"etcd held no cluster id: put this node's back ({stored})")
-        if stored is None or stored == h.cluster_id:
-            return None
-        return (
-            f"etcd holds cluster id {stored} for {h.settings.cluster!r}, but this node "
-            f"belongs to cluster {h.cluster_id}: not taking part (is --etcd pointing at "
-            f"another cluster's etcd?)"
-        )
-
-    def _check_store(self, world: World) -> None:
-        """Notice etcd knowing less than this node (restored empty or from an old
-        backup): say so once, in the log and in status, and hold this node's next
-        campaign for a TTL (role._leaderless)."""
-        held = max(world.term or 0, world.leader.term if world.leader else 0)
-        if self.known_term > held:
-            if self._store_behind is None:
-                if world.term is None:
-                    why = "etcd lost its data: it holds no term for this cluster"
-                else:
-                    why = "etcd lost its data (restored from an older backup?): it holds "
-                    why += f"term {world.term} for this cluster"
-                why += f", below term {self.known_term} this node knows"
-                if world.term is None and world.revision >= self.known_term:
-                    # Earlier versions' terms were revisions, so an etcd that kept its
-                    # data has a revision above them: this may be no loss at all.
-                    why += " (or the first election since an upgrade that added the term key)"
-                self._store_behind, self._store_behind_since = why, time.monotonic()
-                self.host.notice(why)
-        elif self._store_behind is not None:
-            leader = world.leader
-            self._store_caught_up(
-                f"leader key recreated at term {leader.term} by {leader.node_id}"
-                if leader
-                else f"its term is {world.term} again"
-            )
-
-    def _store_caught_up(self, how: str) -> None:
-        assert self._store_behind is not None
-        self.host.notice(f"{self._store_behind}; {how}")
-        self._store_behind = None
-
     # -------------------------------------------------------- following
 
     def replication_address(self, leader: LeaderInfo) -> str:
@@ -516,8 +442,8 @@ class RoleLoop:
         started = await self.leading.begin(won, renewed_at, previous, self.world)
         spent = time.perf_counter() - t0
         metrics.PROMOTION_SECONDS.observe(spent)
-        if self._store_behind is not None:
-            self._store_caught_up(f"leader key recreated at term {won.term} by this node")
+        if self.etcd.store_behind is not None:
+            self.etcd.caught_up(f"leader key recreated at term {won.term} by this node")
         with contextlib.suppress(LeaseUnavailable):
             await self.put_record()
         return (
