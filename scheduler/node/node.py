@@ -37,9 +37,8 @@ from apollo11.scheduler.api.server import ApiServer
 from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.dispatch import BothExecutor, RemoteExecutor, WorkersService
+from apollo11.scheduler.dispatch import WorkersService
 from apollo11.scheduler.engine import Engine
-from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
@@ -55,9 +54,8 @@ from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.roleloop import RoleLoop
 from apollo11.scheduler.node.upkeep import Upkeep
 from apollo11.scheduler.node.views import Views
-from apollo11.scheduler.replay import State, TaskState
+from apollo11.scheduler.replay import TaskState
 from apollo11.scheduler.security import Principals, protect
-from apollo11.scheduler.shell import SHELL_DISABLED
 from apollo11.scheduler.store import Store
 from apollo11.scheduler.workflow import Registry
 
@@ -82,18 +80,7 @@ class Node:
         self.store: Store | None = None
         self.engine: Engine | None = None
         # Remote execution: the workers' side of the engine (scheduler/dispatch/).
-        self.dispatch: RemoteExecutor | None = None
-        self.executor: Executor | None = None  # None: the engine's own (in process)
-        if settings.execution != "embedded":
-            self.dispatch = RemoteExecutor(
-                node_id=settings.node_id,
-                heartbeat_interval_s=settings.worker_heartbeat_interval,
-                heartbeat_timeout_s=settings.worker_heartbeat_timeout,
-            )
-            self.executor = self.dispatch
-            if settings.execution == "both":
-                local = InProcessExecutor(threads=settings.concurrency)
-                self.executor = BothExecutor(local, self.dispatch, settings.concurrency)
+        self.dispatch, self.executor = options.executors(settings)
         self.api: ApiServer | None = None
         self.http: Any = None
         self.http_port = 0
@@ -212,21 +199,6 @@ class Node:
     def loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop
 
-    def shell_refusal(self) -> str | None:
-        """Why shell steps may not be submitted or run now: every node must allow them,
-        or a failover would hand them to one that was never meant to run commands."""
-        if not self.settings.allow_shell:
-            return SHELL_DISABLED
-        world = self.world
-        if world is not None:
-            for m in world.members.values():
-                if not m.shell and m.node_id != self.settings.node_id:
-                    return (
-                        f"shell steps are disabled on node {m.node_id}; start every node "
-                        f"with --allow-shell"
-                    )
-        return None
-
     def reload_principals(self) -> str:
         if self.principals is None:
             return "SIGHUP: no --tokens-file to reload"
@@ -263,7 +235,7 @@ class Node:
             clock=self.clock,
             **options.engine_options(s),
             commit=self.commit,
-            shell_refusal=self.shell_refusal,
+            shell_refusal=self.views.shell_refusal,
             lease_valid=self.lease_valid,
         )
         if self.api is not None:
@@ -454,9 +426,6 @@ class Node:
     def durable_id(self) -> int:
         assert self.store is not None
         return self.store.log.durable_id
-
-    async def state_at(self, event_id: int) -> State:
-        return await self.views.state_at(event_id)
 
     async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
         return await self.views.task_at(task_id, event_id)

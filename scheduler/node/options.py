@@ -1,11 +1,13 @@
 """The one mapping from a node's settings into its parts' options: the log's, the
-store's and the engine's. Anything a setting changes in them changes here only."""
+store's, the engine's and its executors'. Anything a setting changes in them changes here only."""
 
 from __future__ import annotations
 
 from typing import TypedDict
 
 from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.dispatch import BothExecutor, RemoteExecutor
+from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
 from apollo11.scheduler.log import LogConfig
 from apollo11.scheduler.store import StoreConfig
 
@@ -40,3 +42,19 @@ REMOTE_CONCURRENCY = 100_000
 def engine_options(s: NodeSettings) -> EngineOptions:
     concurrency = s.concurrency if s.execution == "embedded" else REMOTE_CONCURRENCY
     return {"concurrency": concurrency, "idempotency_ttl_s": s.idempotency_ttl}
+
+
+def executors(s: NodeSettings) -> tuple[RemoteExecutor | None, Executor | None]:
+    """(the workers' side of the engine, the engine's executor): (None, None) when
+    steps run in process only (the engine's own executor)."""
+    if s.execution == "embedded":
+        return None, None
+    dispatch = RemoteExecutor(
+        node_id=s.node_id,
+        heartbeat_interval_s=s.worker_heartbeat_interval,
+        heartbeat_timeout_s=s.worker_heartbeat_timeout,
+    )
+    if s.execution == "both":
+        local = InProcessExecutor(threads=s.concurrency)
+        return dispatch, BothExecutor(local, dispatch, s.concurrency)
+    return dispatch, dispatch

@@ -34,6 +34,7 @@ from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.replay import State, TaskState
 from apollo11.scheduler.security import protect
+from apollo11.scheduler.shell import SHELL_DISABLED
 from apollo11.scheduler.store import NeedsFullReplay, Store, state_at
 
 log = logging.getLogger("apollo11.scheduler.node")
@@ -81,6 +82,21 @@ class Host(Protocol):
 class Views:
     def __init__(self, host: Host) -> None:
         self.host = host
+
+    def shell_refusal(self) -> str | None:
+        """Why shell steps may not be submitted or run now: every node must allow them,
+        or a failover would hand them to one that was never meant to run commands."""
+        if not self.host.settings.allow_shell:
+            return SHELL_DISABLED
+        world = self.host.world
+        if world is not None:
+            for m in world.members.values():
+                if not m.shell and m.node_id != self.host.settings.node_id:
+                    return (
+                        f"shell steps are disabled on node {m.node_id}; start every node "
+                        f"with --allow-shell"
+                    )
+        return None
 
     def not_leader(self) -> ApolloError:
         h = self.host
