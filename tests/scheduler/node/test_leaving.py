@@ -214,7 +214,15 @@ async def test_a_standalone_node_paused_past_its_ttl_leads_again(tmp_path: Path)
         assert node.known_term == 1
         await asyncio.sleep(0.2)  # past the keepalive's first renewal
         node.fence.renewed_at = time.monotonic() - 1000
-        await _until(lambda: node.role == "primary" and node.known_term == 2)
-        assert node.engine is not None and node.engine.leading
+        # (the role is primary a moment before the engine leads: the term's first
+        # event is written in between)
+        await _until(
+            lambda: (
+                node.role == "primary"
+                and node.known_term == 2
+                and node.engine is not None
+                and node.engine.leading
+            )
+        )
     finally:
         await node.stop()
