@@ -266,6 +266,11 @@ def _section_appends(base: str, plan: Plan) -> dict[str, Any]:
             out[f"producers_{n}"] = round(await _producers(log, n, plan.seconds))
         out["batch_api"] = round(await _batches(log, plan.seconds))
         out["latency"] = await _latency_at(log, 50_000, plan.latency_seconds)
+        # Commit latency where the log is not saturated: at half of the capacity just
+        # measured (at a fixed 50k/s a slower machine queues, and that measures the
+        # queue, not the commit).
+        best = max(v for k, v in out.items() if k.startswith("producers_") and k != "producers_1")
+        out["latency_half"] = await _latency_at(log, max(1000, best // 2), plan.latency_seconds)
         await log.close()
         return out
 
@@ -303,6 +308,7 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
         progress("durable appends (fsync on), then the seed writer and SQLite FULL")
         appends = _in_child(_section_appends, base, plan)
         result["latency_at_50k"] = appends.pop("latency")
+        result["latency_at_half"] = appends.pop("latency_half")
         result["seed_baseline_appends_per_s"] = round(_in_child(_section_seed, base, plan))
         result["sqlite_full_appends_per_s"] = round(_in_child(_section_sqlite, base, plan))
         result["appends_per_s"] = appends
@@ -313,6 +319,7 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
         result["durable_appends_per_s"] = max(concurrent)
         result["batch_appends_per_s"] = appends["batch_api"]
         result["commit_p99_ms_at_50k"] = result["latency_at_50k"]["p99_ms"]
+        result["commit_p99_ms_at_half"] = result["latency_at_half"]["p99_ms"]
         best = result["durable_appends_per_s"]
         result["ratio_vs_seed"] = round(best / max(1, result["seed_baseline_appends_per_s"]), 1)
         result["ratio_vs_sqlite_full"] = round(
@@ -351,7 +358,7 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         (f"durable appends/s, {k.replace('_', ' ')}", f"{v:,}")
         for k, v in r["appends_per_s"].items()
     ]
-    lat = r["latency_at_50k"]
+    lat, half = r["latency_at_50k"], r["latency_at_half"]
     rows += [
         (
             "seed baseline (aiofiles open per append, no fsync)",
@@ -367,6 +374,11 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             "commit latency at 50k events/s offered",
             f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms "
             f"(achieved {lat['achieved_per_s']:,}/s)",
+        ),
+        (
+            f"commit latency at half the capacity ({half['offered_per_s']:,}/s offered)",
+            f"p50 {half['p50_ms']} ms, p99 {half['p99_ms']} ms "
+            f"(achieved {half['achieved_per_s']:,}/s)",
         ),
         (
             f"replay into state ({r['replay_events']:,} events)",
