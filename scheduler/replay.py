@@ -18,7 +18,6 @@ type replay does not know is different: that log cannot be understood, and
 from __future__ import annotations
 
 import bisect
-import enum
 import heapq
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.taskstatus import StepStatus as StepStatus
 from apollo11.scheduler.taskstatus import TaskStatus as TaskStatus
 
 DURATION_HISTORY = 100  # per (workflow, step): what `timeout="auto"` looks at
@@ -42,17 +42,6 @@ TERMINAL = frozenset(
         TaskStatus.NONDETERMINISTIC,
     }
 )
-
-
-class StepStatus(enum.StrEnum):
-    PENDING = "PENDING"
-    STARTED = "STARTED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    COMPENSATING = "COMPENSATING"
-    COMPENSATED = "COMPENSATED"
-    SKIPPED = "SKIPPED"
-    WAITING = "WAITING"  # a durable main whose attempt ended in a WAIT
 
 
 DONE = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})  # dependents may run

@@ -1,6 +1,6 @@
-"""A task's state, as the log's replay derives it (replay.py) and every listing shows
-it: a module of its own, so that the CLI can name the states without loading the
-storage engine."""
+"""A task's state and its steps', as the log's replay derives them (replay.py) and
+every listing shows them: a module of its own, so that the CLI can name the states
+and the retry rule (retry.py) read them without loading the storage engine."""
 
 from __future__ import annotations
 
@@ -17,3 +17,14 @@ class TaskStatus(enum.StrEnum):
     # asked for something other than its log holds (stopped for an operator, like FAILED).
     WAITING = "WAITING"
     NONDETERMINISTIC = "NONDETERMINISTIC"
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    STARTED = "STARTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    SKIPPED = "SKIPPED"
+    WAITING = "WAITING"  # a durable main whose attempt ended in a WAIT

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from apollo11.scheduler import jsondepth, waits
+from apollo11.scheduler.retry import next_try_in, next_undo_in, says_final
 from apollo11.scheduler.workflow import (
     Idempotency,
     Journal,
@@ -49,6 +50,7 @@ CLOSE_POLICIES = ("cancel", "abandon")
 T = TypeVar("T")
 
 _JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+_UNDO_RETRY = Retry()  # as the main's compensation_retry (_workflow.py)
 
 
 def input_hash(value: Any) -> str:
@@ -383,9 +385,10 @@ class DurableContext:
                 _CURRENT.reset(token)
                 if undo is not None:
                     await self._undo(name, seq, undo, None, args)
-                final = isinstance(e, StepError) and bool(e.details.get("final"))
-                if not final and tries < policy.attempts:
-                    await self._journal.sleep(policy.delay_s(tries, f"{self.task_id}:{seq}"))
+                final = isinstance(e, StepError) and says_final(e.details)
+                delay = next_try_in(policy, tries, self.task_id, seq, final=final)
+                if delay is not None:
+                    await self._journal.sleep(delay)
                     continue
                 details = dict(e.details) if isinstance(e, StepError) else {}
                 kind, message = type(e).__name__, str(e)
@@ -413,9 +416,8 @@ class DurableContext:
     async def _undo(
         self, name: str, seq: int, undo: Callable[..., Any], output: Any, args: tuple[Any, ...]
     ) -> None:
-        """Undo a NotIdempotent ctx.step: tried as its compensation's retry policy
-        says; if it cannot be undone, the main stops (an operator must look)."""
-        policy = Retry()
+        """Undo a NotIdempotent ctx.step, tried as `next_undo_in` (retry.py) says; if it
+        cannot be undone, the main stops (an operator must look)."""
         tries = 0
         while True:
             tries += 1
@@ -424,11 +426,12 @@ class DurableContext:
                 await _call(undo, (output, *args))
                 return
             except Exception as e:
-                if tries >= policy.attempts:
+                delay = next_undo_in(_UNDO_RETRY, tries, self.task_id, seq)
+                if delay is None:
                     raise JournalFailed(
                         StepError(f"ctx.step {name!r}: undoing it failed: {e}", final=True)
                     ) from e
-                await self._journal.sleep(policy.delay_s(tries, f"{self.task_id}:{seq}:undo"))
+                await self._journal.sleep(delay)
             finally:
                 _CURRENT.reset(token)
 

@@ -1,7 +1,7 @@
 """The workflow engine: decides, from the replayed state, what runs next, and acts.
 
-* `decide.py`: `decide(task, workflow, busy, now) -> list[Action]`, pure;
-* `retry.py`: will a step run again, and when (exported as the module `retry`);
+* `decide.py`: `decide(task, workflow, busy, now) -> list[Action]`, pure (whether and
+  when a step runs again is `scheduler/retry.py`'s, which durable mains ask too);
 * `engine.py`: the `Engine`: which tasks to decide, when, and acting on the actions;
 * `steps.py`: one attempt under its timeout, its outcome recorded; compensation;
 * `requests.py`: submissions (idempotency keys) and operator requests;
@@ -10,7 +10,6 @@
 Import from here, not from the modules inside.
 """
 
-from apollo11.scheduler.engine import retry
 from apollo11.scheduler.engine.decide import (
     Action,
     CancelAttempt,
@@ -66,5 +65,4 @@ __all__ = [
     "WakeAt",
     "decide",
     "new_task_id",
-    "retry",
 ]

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apollo11.scheduler import waits
-from apollo11.scheduler.engine.retry import due_at, final_after_loss, may_run_again
 from apollo11.scheduler.replay import DONE, StepStatus, TaskState, TaskStatus, outcome
+from apollo11.scheduler.retry import due_at, final_after_loss, may_run_again
 from apollo11.scheduler.workflow import Workflow
 
 _STARTED = StepStatus.STARTED

@@ -34,14 +34,15 @@ from apollo11.scheduler.engine.executor import (
     failure,
 )
 from apollo11.scheduler.engine.journal import Resolve, StoreJournal
-from apollo11.scheduler.engine.retry import (
-    compensation_delay,
-    final_after_failure,
-    final_after_loss,
-)
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.replay import TaskState
+from apollo11.scheduler.retry import (
+    compensation_delay,
+    final_after_failure,
+    final_after_loss,
+    says_final,
+)
 from apollo11.scheduler.store import Store
 from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
 
@@ -75,7 +76,10 @@ def cut(text: str) -> str:
 def failure_payload(outcome: Failed) -> dict[str, Any]:
     """The FAILED payload of an attempt whose code raised."""
     if outcome.declared:  # a StepError: its message, and the details it chose
-        return {"error": cut(outcome.message) or "failed", **outcome.details}
+        # but not `lost`: replay would count the failure as a loss, which uses no
+        # attempts and was never final (retry.py: only the engine says an attempt was lost)
+        details = {k: v for k, v in outcome.details.items() if k != "lost"}
+        return {"error": cut(outcome.message) or "failed", **details}
     return {"error": cut(f"{outcome.error_type}: {outcome.message}")}
 
 
@@ -323,7 +327,7 @@ class StepRunner:
         assert error is not None
         if span is not None:
             tracing.failed(span, str(error.get("error", "failed")))
-        final = error.get("final") or (
+        final = says_final(error) or (
             not error.get("lost") and final_after_failure(state, spec.retry)
         )
         error["final"] = bool(final)

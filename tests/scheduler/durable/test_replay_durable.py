@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from apollo11.scheduler import retry
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow, Idempotent
-from apollo11.scheduler.engine import StartAttempt, Stuck, WakeAt, decide, retry
+from apollo11.scheduler.engine import StartAttempt, Stuck, WakeAt, decide
 from apollo11.scheduler.engine.decide import CancelTask
 from apollo11.scheduler.log import Event
 from apollo11.scheduler.replay import (

@@ -1,6 +1,6 @@
 """One retry rule: a DAG step's attempts and a durable `ctx.step`'s tries, given the
 same policy and the same failures, run the same number of times with the same
-backoffs (scheduler/engine/retry.py decides both)."""
+backoffs (scheduler/retry.py decides both)."""
 
 from __future__ import annotations
 
@@ -81,14 +81,7 @@ async def _durable_runs(tmp_path: Path, kind: str) -> tuple[int, list[float]]:
     return len(runs), [s for s in clock.sleeps if s >= POLICY.backoff_s]
 
 
-DISAGREE = pytest.mark.xfail(
-    strict=True, reason="a StepError(lost=True) is counted as a loss by the engine, never final"
-)
-
-
-@pytest.mark.parametrize(
-    "kind", ["failure", "declared final", pytest.param("declared lost", marks=DISAGREE)]
-)
+@pytest.mark.parametrize("kind", ["failure", "declared final", "declared lost"])
 async def test_a_dag_step_and_a_ctx_step_retry_alike(tmp_path: Path, kind: str) -> None:
     dag = await _dag_runs(tmp_path, kind)
     durable = await _durable_runs(tmp_path, kind)

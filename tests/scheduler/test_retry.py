@@ -1,11 +1,12 @@
-"""retry: will a step run again, and when? Pure functions of a replayed step."""
+"""retry: will a step run again, and when? Pure functions of a replayed step, and of a
+durable ctx.step's tries."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apollo11.scheduler.engine import retry
+from apollo11.scheduler import retry
 from apollo11.scheduler.replay import StepStatus
 from apollo11.scheduler.workflow import Retry
 from tests.scheduler.engine.histories import E, History
@@ -113,3 +114,40 @@ def test_only_own_failures_use_up_attempts(lost: list[bool], attempts: int) -> N
     h.add(E.STEP_STARTED, "s", len(lost) + 1)
     policy = Retry(attempts=attempts)
     assert retry.final_after_failure(h.task.steps["s"], policy) == (b.failed + 1 >= attempts)
+
+
+def test_a_failure_says_it_is_final_by_its_details() -> None:
+    assert retry.says_final({"final": True, "code": 51})
+    assert not retry.says_final({"code": 51}) and not retry.says_final({"final": False})
+
+
+@given(st.integers(1, 12), st.integers(1, 12), st.booleans())
+def test_a_ctx_step_s_tries_follow_the_step_rule(tries: int, attempts: int, final: bool) -> None:
+    """The same answer a DAG step's attempt gets after as many own failures."""
+    policy = Retry(attempts=attempts)
+    h = History({"s": []})
+    for n in range(1, tries):
+        h.fail("s", n)
+    h.add(E.STEP_STARTED, "s", tries)
+    last = final or retry.final_after_failure(h.task.steps["s"], policy)
+    got = retry.next_try_in(policy, tries, "t", 4, final=final)
+    assert (got is None) == last
+    if got is not None:
+        assert got == policy.delay_s(tries, "t:4")
+
+
+def test_a_ctx_step_s_backoff_is_seeded_by_task_and_position() -> None:
+    policy = Retry(attempts=5)
+    assert retry.next_try_in(policy, 2, "t", 4, final=False) != retry.next_try_in(
+        policy, 2, "t", 5, final=False
+    )
+    assert retry.next_try_in(policy, 2, "t", 4, final=False) == retry.next_try_in(
+        policy, 2, "t", 4, final=False
+    ), "no clock, no randomness"
+
+
+def test_an_undo_of_a_ctx_step_stops_when_its_attempts_are_spent() -> None:
+    policy = Retry(attempts=3)
+    assert retry.next_undo_in(policy, 1, "t", 4) == policy.delay_s(1, "t:4:undo")
+    assert retry.next_undo_in(policy, 2, "t", 4) == policy.delay_s(2, "t:4:undo")
+    assert retry.next_undo_in(policy, 3, "t", 4) is None

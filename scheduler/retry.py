@@ -1,39 +1,57 @@
 """Will a step run again, and when? The one place that answers.
 
-Pure functions of a step's replayed state (what the log says happened) and its
-declared `Retry` (scheduler/workflow.py: the policy and its backoff curve).
-Nothing here reads a clock or writes an event; the engine asks, and so does
-every decision (`decide`), with the same answers on every node.
+Pure functions of what happened to a step and its declared `Retry`
+(scheduler/workflow.py: the policy and its backoff curve). Nothing here reads a
+clock or writes an event; the engine asks, and so does every decision
+(`decide`), with the same answers on every node; a durable main's `ctx.step`
+asks too, about its tries. Outside the engine's package on purpose: durable
+mains run on workers, which load no engine (tests/scheduler/durable/test_imports.py).
 
 The rules:
 
 * An attempt that failed on its own uses one of `attempts`. One lost to a
   dying node (or a lost lease) does not, it uses one of `max_lost`: not the
   step's fault, but a step that keeps killing its node must stop somewhere.
+  Only the engine says an attempt was lost: a step's own `lost` detail is not
+  a loss (engine/steps.py `failure_payload`).
 * An attempt of a durable main that ended in a WAIT (`StepState.waits`) is
   neither: the task went to sleep, and a task that wakes a thousand times must
   not use up its main's attempts (docs/durable.md).
 * An operator's retry gives a fresh budget: replay keeps, in the step's
   `override`, the attempt and loss counts it was given at (`_on_override`), and
   both budgets count from there.
-* A failure is final when its budget is spent, or when the failure says so
-  (the step raised `StepError(..., final=True)`, its result was refused, the
-  task was cancelled). Replay keeps `final` on the step until a new STARTED or
-  an operator's action clears it. A final failure never runs again on its own.
+* A failure is final when its budget is spent (`spent`), or when the failure
+  says so (`says_final`: the step raised `StepError(..., final=True)`, its
+  result was refused, the task was cancelled). Replay keeps `final` on the step
+  until a new STARTED or an operator's action clears it. A final failure never
+  runs again on its own.
 * A failed (or compensated) step that is not final runs again once its
   backoff is over: `Retry.delay_s(failures so far)` after the failure was
   recorded. The time is the log's (`finished_ms`) and the jitter is seeded by
   task and step, so a standby that takes over arms the same retry time.
 * A failed compensation is retried without end (its node's operators see the
   error on the step), `compensation_retry.delay_s(n)` apart.
+* A durable `ctx.step`'s tries follow the same rule within one attempt of the
+  main (`next_try_in`): final when the failure says so or `attempts` are
+  spent, else the next try after `delay_s(tries)`, seeded by task and position.
+  Its tries are not in the log (only its outcome is), and it has no losses of
+  its own: a main cut off mid-call is lost as a whole, and the call's budget
+  starts afresh when it is re-run.
+* An undo of a NotIdempotent `ctx.step`'s try (`next_undo_in`) runs inside the
+  main's attempt, which cannot wait without end as a compensation does: when
+  its policy's `attempts` are spent the main stops, for an operator.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from apollo11.scheduler.replay import StepState, StepStatus
+from apollo11.scheduler.taskstatus import StepStatus
 from apollo11.scheduler.workflow import Retry
+
+if TYPE_CHECKING:  # read, never built: the worker that asks about tries loads no replay
+    from apollo11.scheduler.replay import StepState
 
 _PENDING = StepStatus.PENDING
 _FAILED = StepStatus.FAILED
@@ -64,10 +82,21 @@ def may_run_again(step: StepState) -> bool:
     return status is _PENDING or ((status is _FAILED or status is _COMPENSATED) and not step.final)
 
 
+def says_final(details: Mapping[str, Any]) -> bool:
+    """Did the failure say it is the last (`StepError(..., final=True)`: its details,
+    or a FAILED payload that carries them)?"""
+    return bool(details.get("final"))
+
+
+def spent(policy: Retry, failed: int) -> bool:
+    """`failed` own failures, the one that just ended included: is the budget spent?"""
+    return failed >= policy.attempts
+
+
 def final_after_failure(step: StepState, policy: Retry) -> bool:
     """The running attempt failed on its own: was it the last one? (`step` is the
     state with that attempt STARTED.)"""
-    return budget(step).failed >= policy.attempts
+    return spent(policy, budget(step).failed)
 
 
 def final_after_loss(step: StepState, policy: Retry) -> bool:
@@ -86,3 +115,19 @@ def due_at(task_id: str, step: StepState, policy: Retry) -> float | None:
 def compensation_delay(policy: Retry, failures: int, task_id: str, step: str) -> float:
     """How long to wait after the `failures`-th failed try of a compensation."""
     return policy.delay_s(failures, f"{task_id}:{step}:c")
+
+
+def next_try_in(policy: Retry, tries: int, task_id: str, seq: int, *, final: bool) -> float | None:
+    """A durable `ctx.step`'s `tries`-th try (within this call, from 1) failed: how long
+    until the next one, or None when that was its last. `final`: the failure said so."""
+    if final or spent(policy, tries):
+        return None
+    return policy.delay_s(tries, f"{task_id}:{seq}")
+
+
+def next_undo_in(policy: Retry, tries: int, task_id: str, seq: int) -> float | None:
+    """The `tries`-th try to undo a NotIdempotent `ctx.step` failed: how long until the
+    next one, or None when the main must stop instead."""
+    if spent(policy, tries):
+        return None
+    return policy.delay_s(tries, f"{task_id}:{seq}:undo")
