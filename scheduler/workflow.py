@@ -222,7 +222,8 @@ class StepContext:
     last_heartbeat: Any = None
     # Where `heartbeat()` reports to (set by whatever runs the attempt).
     beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
-    # A durable main's checkpoints and waits (the engine sets it for `local` steps).
+    # A durable main's checkpoints and waits (set for `journaled` steps: by the engine
+    # when it runs embedded, by the worker's stream on a worker).
     journal: Journal | None = field(default=None, repr=False, compare=False)
 
     def heartbeat(self, details: Any = None) -> None:
@@ -261,8 +262,6 @@ class Step:
     # With remote execution: only a worker started with these labels (`--labels k=v`)
     # runs it (a GPU, a region, a licence). Embedded nodes ignore them.
     labels: Mapping[str, str] = field(default_factory=dict)
-    # Runs in the primary's process, never on a worker.
-    local: bool = False
     # Its attempt gets a `ctx.journal` (embedded, or on a worker through its stream): a
     # durable main, which records checkpoints as it goes (docs/durable.md).
     journaled: bool = False

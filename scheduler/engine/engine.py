@@ -41,7 +41,7 @@ from apollo11.scheduler.engine.decide import (
     WakeAt,
     decide,
 )
-from apollo11.scheduler.engine.executor import EMBEDDED, Executor, InProcessExecutor
+from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
 from apollo11.scheduler.engine.requests import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     EventSent,
@@ -508,9 +508,7 @@ class Engine:
         placed = True
         unplaced = False
         if self._slots_used < self.concurrency:
-            if spec.local:
-                where = EMBEDDED  # a durable main runs here, where its journal reaches the log
-            elif self.executor.free_slots():
+            if self.executor.free_slots():
                 # (every slot taken, the everyday case under a backlog: nothing to try)
                 where = self.executor.place(
                     task_id, spec.name, task.workflow, task.version, spec.labels

@@ -140,7 +140,6 @@ class StepRunner:
         self._beats: dict[Key, Any] = {}
         # the journals of the running attempts of durable mains (`journaled` steps)
         self._journals: dict[Key, StoreJournal] = {}
-        self._local: set[Key] = set()  # attempts of `local` steps: run by the compensator
 
     # ------------------------------------------------------------ attempts
 
@@ -167,13 +166,9 @@ class StepRunner:
                 await self.fail(task_id, name, attempt, stopped)
                 return
             timeout = self.timeout_for(task.workflow, name, spec)
-            executor = self.executor
-            if spec.local:  # in process, whatever this node's execution
-                executor = self.compensator
-                self._local.add(key)
-            # the attempt is the executor's alone (not a local here, alive while it runs:
-            # a remote one lets it go once it is sent)
-            call = executor.run(self._attempt(task, name, spec, attempt, timeout))
+            # the attempt is the executor's alone (nothing here keeps it alive while it
+            # runs: a remote executor lets it go once it is sent)
+            call = self.executor.run(self._attempt(task, name, spec, attempt, timeout))
             await self._execute(key, task, spec, attempt, timeout, call)
         except ApolloError as e:
             log.error(
@@ -346,17 +341,13 @@ class StepRunner:
         self._cancel_why.pop(key, None)
         self._beats.pop(key, None)
         self._journals.pop(key, None)
-        executor = self.executor
-        if key in self._local:
-            self._local.discard(key)
-            executor = self.compensator
         # The slot (and the step's place among the busy) stay taken while an
         # abandoned thread of this attempt still runs: no retry beside it.
-        lingering = executor.settle(task_id, name)
+        lingering = self.executor.settle(task_id, name)
         if lingering is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(lingering)
-        executor.release(task_id, name)
+        self.executor.release(task_id, name)
         self._ended()
 
     def cancel(self, key: Key, why: str | dict[str, Any], run: asyncio.Task[None] | None) -> None:
