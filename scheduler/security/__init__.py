@@ -1,6 +1,6 @@
 """Security: who may reach a node, who a caller is, and what each role may do.
 
-roles.py        the roles, the principal, the method -> role policy table
+roles.py        the roles, the principal, the method -> role and route -> role tables
 tokens.py       the principals file (token hashes, certificate names), SIGHUP reload
 interceptor.py  the one interceptor that authenticates and authorizes every RPC
 tls.py          PEM files and gRPC credentials (public port, peer port)
@@ -21,14 +21,15 @@ _HOME = {
     "ANONYMOUS": "roles",
     "APART": "roles",
     "LADDER": "roles",
+    "LANDING": "roles",
     "METHOD_ROLES": "roles",
-    "METRICS_ROLE": "roles",
     "OPEN_METHODS": "roles",
-    "PAGES_ROLE": "roles",
-    "WEB_ACTIONS_ROLE": "roles",
+    "OPEN_ROUTES": "roles",
+    "ROUTE_ROLES": "roles",
     "Principal": "roles",
     "Role": "roles",
     "grants": "roles",
+    "route_role": "roles",
     "AuthInterceptor": "interceptor",
     "Authenticator": "interceptor",
     "Refused": "interceptor",
@@ -52,14 +53,15 @@ if TYPE_CHECKING:
         ANONYMOUS,
         APART,
         LADDER,
+        LANDING,
         METHOD_ROLES,
-        METRICS_ROLE,
         OPEN_METHODS,
-        PAGES_ROLE,
-        WEB_ACTIONS_ROLE,
+        OPEN_ROUTES,
+        ROUTE_ROLES,
         Principal,
         Role,
         grants,
+        route_role,
     )
     from apollo11.scheduler.security.tokens import Principals, create_token
     from apollo11.scheduler.security.worker_names import WorkerNameRefused, worker_name
@@ -78,11 +80,11 @@ __all__ = [
     "ANONYMOUS",
     "APART",
     "LADDER",
+    "LANDING",
     "METHOD_ROLES",
-    "METRICS_ROLE",
     "OPEN_METHODS",
-    "PAGES_ROLE",
-    "WEB_ACTIONS_ROLE",
+    "OPEN_ROUTES",
+    "ROUTE_ROLES",
     "AuthInterceptor",
     "Authenticator",
     "Principal",
@@ -94,5 +96,6 @@ __all__ = [
     "create_token",
     "current_principal",
     "grants",
+    "route_role",
     "worker_name",
 ]

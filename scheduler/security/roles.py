@@ -1,17 +1,19 @@
-"""Who may call what: the roles, the principal a call runs as, and the one table
-that gives every RPC the role it needs.
+"""Who may call what: the roles, the principal a call runs as, and the tables that
+give every RPC and every web route the role it needs.
 
 Roles nest: an `operator` may do what a `submitter` may, and a `submitter`
 what a `reader` may. `node` stands apart: it is what a cluster node's peer
 certificate proves, and it grants replication only, nothing else. `worker`
 stands apart too: it grants the worker stream only.
 
-The table is the whole policy. A method that is not in it is refused (deny by
-default), so a new RPC cannot ship without somebody deciding its role, and
-the role matrix test (generated from the service descriptors) fails until
-they do. The web pages' roles are here too (PAGES_ROLE, WEB_ACTIONS_ROLE,
-METRICS_ROLE, which scheduler/web/guard.py asks), and docs/security.md's role
-table is rendered from this module (scheduler/tools/roledoc.py, `make docs`).
+The tables are the whole policy. A method that is not in METHOD_ROLES is refused
+(deny by default), so a new RPC cannot ship without somebody deciding its role,
+and the role matrix test (generated from the service descriptors) fails until
+they do. The web side is the same: ROUTE_ROLES gives each route of the HTTP
+server its role, scheduler/web/guard.py asks it for the route a request matched
+and refuses a route it does not name, and tests/web/test_routes.py fails while
+a route the app serves has no rule. docs/security.md's role table is rendered
+from this module (scheduler/tools/roledoc.py, `make docs`).
 """
 
 from __future__ import annotations
@@ -109,13 +111,26 @@ METHOD_ROLES: dict[str, Role] = {
 }
 
 
-# The web pages (scheduler/web/guard.py): reading any page (signing in needs a token
-# of a role that may, and signing out a session of one), acting from a page (retry,
-# skip, cancel), and /metrics (a bearer token or a session; open to anyone with
-# --metrics-open).
-PAGES_ROLE = Role.READER
-WEB_ACTIONS_ROLE = Role.OPERATOR
-METRICS_ROLE = Role.READER
+# The web routes, each as "METHOD path" with the path as the app declares it
+# (scheduler/web/server.py, pages.py, login.py; a mount by its prefix).
+# Open to anyone: probes, the stylesheet, and signing in (a token gets a session
+# only if it may read the landing page, LANDING).
+OPEN_ROUTES = frozenset({"GET /healthz", "GET /static", "GET /login", "POST /login"})
+
+ROUTE_ROLES: dict[str, Role] = {
+    "GET /": Role.READER,
+    "GET /tasks": Role.READER,
+    "GET /tasks/{task_id}": Role.READER,
+    "GET /events": Role.READER,
+    # a bearer token or a session; anyone's with --metrics-open
+    "GET /metrics": Role.READER,
+    # retry, skip, cancel: what their RPCs (RetryStep, SkipStep, CancelTask) need
+    "POST /tasks/{task_id}/{kind}": Role.OPERATOR,
+    # ending one's session (without a session there is nothing to end, nor to ask)
+    "POST /logout": Role.READER,
+}
+
+LANDING = "GET /"  # where signing in goes by default
 
 
 def required_role(method: str) -> Role | None:
@@ -123,3 +138,11 @@ def required_role(method: str) -> Role | None:
     if method in OPEN_METHODS:
         return None
     return METHOD_ROLES[method]
+
+
+def route_role(route: str) -> Role | None:
+    """The role the web route `route` ("GET /tasks/{task_id}") needs; None when it is
+    open. KeyError: not in the policy."""
+    if route in OPEN_ROUTES:
+        return None
+    return ROUTE_ROLES[route]

@@ -2,14 +2,14 @@
 apollo11.scheduler.tools.roledoc docs/security.md` (`make docs`) rewrites the table
 between the two marker comments.
 
-Which role may call which RPC is METHOD_ROLES, how roles nest is the ladder
-(`grants`), what the web pages need is PAGES_ROLE, WEB_ACTIONS_ROLE and
-METRICS_ROLE: all in scheduler/security/roles.py. A table written by hand beside
-them fell behind (it lacked SendEvent, the workflow and history reads,
-Switchover, ReadRecords and the worker role); tests/test_roledoc.py fails when
-the page's table differs from what this writes, as tests/test_apidoc.py does
-for docs/client-api.md. The prose here says only what the table cannot derive:
-how a role is proven, and the one method that also needs a node setting.
+Which role may call which RPC is METHOD_ROLES, which may reach which web route
+is ROUTE_ROLES, how roles nest is the ladder (`grants`): all in
+scheduler/security/roles.py. A table written by hand beside them fell behind (it
+lacked SendEvent, the workflow and history reads, Switchover, ReadRecords and the
+worker role); tests/test_roledoc.py fails when the page's table differs from what
+this writes, as tests/test_apidoc.py does for docs/client-api.md. The prose here
+says only what the table cannot derive: how a role is proven, what a route is
+for, and the method and the route that also depend on a node setting.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from apollo11.scheduler.security import (
     APART,
     LADDER,
     METHOD_ROLES,
-    METRICS_ROLE,
     OPEN_METHODS,
-    PAGES_ROLE,
-    WEB_ACTIONS_ROLE,
+    OPEN_ROUTES,
+    ROUTE_ROLES,
     Role,
     grants,
 )
@@ -36,12 +35,14 @@ BEGIN = (
 )
 END = "<!-- end of the role table -->"
 
-WEB: tuple[tuple[str, Role], ...] = (
-    ("the pages", PAGES_ROLE),
-    ("`/metrics` (a bearer token or a session; anyone's with `--metrics-open`)", METRICS_ROLE),
-    ("the actions (retry, skip, cancel)", WEB_ACTIONS_ROLE),
-)
 METHOD_NOTES = {"/apollo11.v1.Scheduler/SubmitShell": "where every node allows shell steps"}
+ROUTE_NOTES = {
+    "GET /": "the cluster",
+    "GET /metrics": "a bearer token or a session; anyone's with `--metrics-open`",
+    "POST /tasks/{task_id}/{kind}": "retry, skip, cancel",
+    "GET /static": "the stylesheet",
+    "POST /login": "signing in, with a token of a role that may `GET /`",
+}
 ROLE_NOTES = {
     Role.NODE: "proven by a peer certificate of the cluster CA, never by a token",
     Role.WORKER: "the token of `apollo11 worker` processes",
@@ -63,6 +64,11 @@ def _methods(paths: Iterable[str]) -> str:
     return "; ".join(f"{service}: {', '.join(names)}" for service, names in by_service.items())
 
 
+def _routes(routes: Iterable[str]) -> str:
+    """`` `GET /` (the cluster), `GET /tasks` ``: in the table's order."""
+    return ", ".join(f"`{r}` ({ROUTE_NOTES[r]})" if r in ROUTE_NOTES else f"`{r}`" for r in routes)
+
+
 def _new(role: Role, below: Role | None, needs: Iterable[tuple[str, Role]]) -> list[str]:
     """What `role` is granted that the rung below it is not."""
     return [
@@ -75,13 +81,13 @@ def _new(role: Role, below: Role | None, needs: Iterable[tuple[str, Role]]) -> l
 def _row(role: Role, below: Role | None, *, apart: bool = False) -> str:
     calls = _new(role, below, ((m, need) for m, need in METHOD_ROLES.items()))
     grpc = _methods(calls) + (" only" if apart else "")
-    web = _new(role, below, WEB)
+    web = _routes(_new(role, below, ROUTE_ROLES.items()))
     if below is not None:
         grpc = f"what `{below.value}` may, and {grpc}" if grpc else f"what `{below.value}` may"
         pages = f"what `{below.value}` may"
-        shown = f"{pages}, and {', '.join(web)}" if web else pages
+        shown = f"{pages}, and {web}" if web else pages
     elif web:
-        shown = "; ".join(web)
+        shown = web
     else:  # a node has no token to try; a worker's is refused (scheduler/web/guard.py)
         shown = "none" if role is Role.NODE else f"none (`/login` refuses a {role.value} token)"
     if role in ROLE_NOTES:
@@ -99,7 +105,7 @@ def render() -> str:
     for i, role in enumerate(LADDER):
         rows.append(_row(role, LADDER[i - 1] if i else None))
     rows += [_row(role, None, apart=True) for role in APART]
-    rows.append(f"| none | {_methods(sorted(OPEN_METHODS))} | `/healthz`, the sign-in page |")
+    rows.append(f"| none | {_methods(sorted(OPEN_METHODS))} | {_routes(sorted(OPEN_ROUTES))} |")
     return "\n".join(rows) + "\n"
 
 

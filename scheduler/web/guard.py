@@ -1,9 +1,13 @@
 """Who is looking at a page, and whether a POST may act.
 
-With a tokens file (authentication on), reading takes a session of role
-reader and acting one of role operator (security/roles.py: PAGES_ROLE,
-WEB_ACTIONS_ROLE); without one (a loopback node), the
-viewer is the anonymous principal, who may do everything, as over gRPC.
+With a tokens file (authentication on), each route takes the role the policy
+gives it (security/roles.py ROUTE_ROLES, looked up by the route the request
+matched: reading the pages takes a session of role reader, acting one of role
+operator), and a route the policy does not name is refused; without one (a
+loopback node), the viewer is the anonymous principal, who may do everything,
+as over gRPC. How the role is proven is this module's: a session for a page
+(none: to the login form), a session and the form's CSRF token for a POST, a
+bearer token or a session for /metrics.
 
 Every POST, signed in or not, must come from this server's own pages: its
 Origin (or, absent that, its Referer) must be this server's origin when the
@@ -32,13 +36,12 @@ from fastapi import Request, Response
 
 from apollo11.scheduler.security import (
     ANONYMOUS,
-    METRICS_ROLE,
-    PAGES_ROLE,
-    WEB_ACTIONS_ROLE,
+    LANDING,
     Principal,
     Principals,
     Role,
     grants,
+    route_role,
 )
 from apollo11.scheduler.web.flash import Flash
 from apollo11.scheduler.web.sessions import Session, Sessions
@@ -77,6 +80,25 @@ def _is_ip(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def route_of(request: Request) -> str:
+    """The policy's name for the route `request` matched: "GET /tasks/{task_id}"."""
+    return f"{request.method} {getattr(request.scope.get('route'), 'path', '?')}"
+
+
+def needed(route: str) -> Role | None:
+    """The role `route` needs (None: open); Refused when the policy does not name it."""
+    try:
+        return route_role(route)
+    except KeyError:
+        raise Refused(403, f"{route} has no role in the policy: refused") from None
+
+
+def may(principal: Principal, route: str) -> bool:
+    """Would `principal` be let through `route` (a page's links and buttons ask)?"""
+    need = needed(route)
+    return need is None or principal.may(need)
 
 
 class LoginRequired(Exception):
@@ -161,17 +183,19 @@ class Gate:
 
     def reader(self, request: Request) -> Viewer:
         """For a page: the viewer, or LoginRequired."""
+        need = needed(route_of(request))
         viewer = self.viewer(request)
         if viewer is None:
             path = request.url.path
             if request.url.query:
                 path += "?" + request.url.query
             raise LoginRequired(path)
-        _need(viewer.principal, PAGES_ROLE)
+        _need(viewer.principal, need)
         return viewer
 
-    def actor(self, request: Request, csrf: str, need: Role = WEB_ACTIONS_ROLE) -> Viewer:
+    def actor(self, request: Request, csrf: str) -> Viewer:
         """For a POST: the viewer, if it comes from our own form and may do this; else Refused."""
+        need = needed(route_of(request))
         self.same_origin(request)
         viewer = self.viewer(request)
         if viewer is None:
@@ -201,17 +225,18 @@ class Gate:
         return f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
 
     def scraper(self, request: Request) -> None:
-        """For /metrics: a bearer token or a session of METRICS_ROLE, unless metrics are open."""
-        if self.principals is None or self.metrics_open:
+        """For /metrics: a bearer token or a session of its role, unless metrics are open."""
+        need = needed(route_of(request))
+        if self.principals is None or self.metrics_open or need is None:
             return
         auth = request.headers.get("authorization")
         if auth is None:
             viewer = self.viewer(request)
             if viewer is None:
                 raise Refused(
-                    401, "/metrics needs a bearer token of role reader (or --metrics-open)"
+                    401, f"/metrics needs a bearer token of role {need.value} (or --metrics-open)"
                 )
-            _need(viewer.principal, METRICS_ROLE)
+            _need(viewer.principal, need)
             return
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -219,7 +244,7 @@ class Gate:
         principal = self.principals.by_token(token.strip())
         if principal is None:
             raise Refused(401, "the bearer token is not valid (unknown or revoked)")
-        _need(principal, METRICS_ROLE)
+        _need(principal, need)
 
     def sign_in(self, token: str) -> Session:
         """A new session for `token`; Refused (401, 403) says why there is none."""
@@ -281,20 +306,21 @@ class Gate:
 
 def sign_in_refusal(principal: Principal) -> str | None:
     """Why `principal` may not sign in to the pages (None: it may). A token whose role
-    cannot read them (worker; node has no token) would get a session that every page
-    refuses, so it gets none, and is told which roles can."""
-    if principal.may(PAGES_ROLE):
+    cannot read the landing page (worker; node has no token) would get a session that
+    the pages refuse, so it gets none, and is told which roles can."""
+    need = needed(LANDING)
+    if need is None or principal.may(need):
         return None
     have = principal.role.value if principal.role else "none"
-    readers = [r.value for r in Role if grants(r, PAGES_ROLE)]
+    readers = [r.value for r in Role if grants(r, need)]
     return (
         f"that token ({principal.name}, role {have}) cannot read these pages: sign in "
         f"with a token of role {', '.join(readers[:-1])} or {readers[-1]}"
     )
 
 
-def _need(principal: Principal, need: Role) -> None:
-    if not principal.may(need):
+def _need(principal: Principal, need: Role | None) -> None:
+    if need is not None and not principal.may(need):
         have = principal.role.value if principal.role else "none"
         raise Refused(403, f"this needs role {need.value}; {principal.name} has role {have}")
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from apollo11.scheduler.security import PAGES_ROLE
 from apollo11.scheduler.web.guard import Gate, Refused, safe_next
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ def add_login(app: FastAPI, gate: Gate, render: Render) -> None:
         viewer = gate.viewer(request)
         if viewer is not None and viewer.sid is not None:
             # a forged sign-out is only a nuisance, but still needs the form's token
-            gate.actor(request, csrf, need=PAGES_ROLE)
+            gate.actor(request, csrf)
         response = RedirectResponse("/login" if gate.enabled else "/", status_code=303)
         gate.end_session(response, viewer)
         return response

@@ -28,11 +28,10 @@ from apollo11.scheduler import waits
 from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.replay import TaskStatus
-from apollo11.scheduler.security import WEB_ACTIONS_ROLE
 from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
-from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused
+from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused, may, needed
 from apollo11.scheduler.web.login import add_login
 
 if TYPE_CHECKING:
@@ -44,6 +43,7 @@ LIST_LIMIT = 200
 SHELL_NAMES = 10_000  # shell tasks' names kept for the lists (a few hundred KB)
 EVENTS_PAGE = 200
 TIMELINE_EVENTS = 2_000
+ACT = "/tasks/{task_id}/{kind}"  # the actions' route (its role: security/roles.py)
 
 
 def _clock(ms: int | None) -> str:
@@ -182,7 +182,8 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         response = render(
             "task.html",
             viewer=viewer,
-            can_act=viewer.principal.may(WEB_ACTIONS_ROLE),
+            can_act=may(viewer.principal, f"POST {ACT}"),
+            act_role=needed(f"POST {ACT}"),
             t=t,
             blocked="" if at else listing.blocked(node, task_id),
             svg=svg,
@@ -269,7 +270,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
 
     # One route for the three actions: the form differs only in its step field (a
     # cancel has none) and the kind in the path; any other kind is 404.
-    @app.post("/tasks/{task_id}/{kind}")
+    @app.post(ACT)
     async def action(
         request: Request,
         task_id: str,
