@@ -35,7 +35,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from apollo11.lease.base import MIN_TTL_S
+from apollo11.lease import MIN_TTL_S
 from apollo11.scheduler import defaults
 from apollo11.scheduler.log.config import FsyncPolicy
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from apollo11.replicator.ports import PrimarySide
+from apollo11.replicator import PrimarySide
 
 if TYPE_CHECKING:
-    from apollo11.lease import LeaderInfo
-    from apollo11.lease.clusterconfig import ClusterConfig
+    from apollo11.lease import ClusterConfig, LeaderInfo
     from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
     from apollo11.scheduler.engine import Engine
     from apollo11.scheduler.errors import ApolloError

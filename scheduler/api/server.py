@@ -614,7 +614,7 @@ class ApiServer:
         add_service(self.server, services["Cluster"], ClusterService(node))
         for descriptor, servicer in extra:
             add_service(self.server, descriptor, servicer)
-        from apollo11.replicator.sender import ReplicationService
+        from apollo11.replicator import ReplicationService
         from apollo11.v1 import replication_pb2_grpc as rpbg
 
         self.peer: grpc.aio.Server | None = None

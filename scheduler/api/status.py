@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from apollo11.lease import LeaderInfo, MemberInfo
-from apollo11.replicator.hub import StandbyView
+from apollo11.replicator import StandbyView
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ RosterConfig = Annotated[
 
 def _roster_lease(config: Path | None, etcd: str | None, cluster: str | None) -> Any:
     """The cluster's etcd, as its nodes reach it (their APOLLO11_ETCD_* security too)."""
-    from apollo11.lease.etcd import EtcdLease
+    from apollo11.lease import EtcdLease
     from apollo11.scheduler.config import load_settings
 
     try:
@@ -140,7 +140,7 @@ def config_set(
     """Change a cluster-wide setting: every node follows it within a second
     (sync_replicas and sync_mode at once; lease_ttl from each node's next lease: the
     primary's applies at the next election, `apollo11 switchover` makes one now)."""
-    from apollo11.lease.clusterconfig import ClusterConfig
+    from apollo11.lease import ClusterConfig
 
     async def go() -> tuple[Any, Any]:
         lease = _roster_lease(config, etcd, cluster)

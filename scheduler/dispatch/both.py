@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 
 from apollo11.scheduler.dispatch.remote import RemoteExecutor
-from apollo11.scheduler.engine.executor import EMBEDDED, Attempt, InProcessExecutor, Outcome
-from apollo11.scheduler.engine.steps import Key
+from apollo11.scheduler.engine import EMBEDDED, Attempt, InProcessExecutor, Key, Outcome
 
 
 class BothExecutor:

@@ -15,8 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from apollo11.scheduler.engine.executor import AttemptToken
-from apollo11.scheduler.engine.steps import Key
+from apollo11.scheduler.engine import AttemptToken, Key
 from apollo11.v1 import worker_pb2 as wpb
 
 ASSIGN_BATCH_BYTES = 1 << 20

@@ -42,17 +42,17 @@ from apollo11.scheduler import metrics, tracing
 from apollo11.scheduler.api.status import WorkerStatus
 from apollo11.scheduler.dispatch.choose import choose, free_for, why_none
 from apollo11.scheduler.dispatch.conn import WorkerConn
-from apollo11.scheduler.engine.executor import (
+from apollo11.scheduler.engine import (
     Attempt,
     AttemptToken,
     Failed,
+    Key,
     Lost,
     Outcome,
+    StoreJournal,
     Succeeded,
     failure,
 )
-from apollo11.scheduler.engine.journal import StoreJournal
-from apollo11.scheduler.engine.steps import Key
 from apollo11.scheduler.errors import ApolloError, LeaseLostError
 from apollo11.scheduler.workflow import StepError
 from apollo11.v1 import worker_pb2 as wpb

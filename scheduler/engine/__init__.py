@@ -23,14 +23,19 @@ from apollo11.scheduler.engine.decide import (
 )
 from apollo11.scheduler.engine.engine import DEFAULT_CONCURRENCY, Engine
 from apollo11.scheduler.engine.executor import (
+    EMBEDDED,
     Attempt,
+    AttemptToken,
     Executor,
     Failed,
     InProcessExecutor,
+    Lost,
     NotBegun,
     Outcome,
     Succeeded,
+    failure,
 )
+from apollo11.scheduler.engine.journal import StoreJournal
 from apollo11.scheduler.engine.requests import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     EventSent,
@@ -38,14 +43,16 @@ from apollo11.scheduler.engine.requests import (
     Submitted,
     new_task_id,
 )
-from apollo11.scheduler.engine.steps import ERROR_TEXT_MAX
+from apollo11.scheduler.engine.steps import ERROR_TEXT_MAX, Key
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_IDEMPOTENCY_TTL_S",
+    "EMBEDDED",
     "ERROR_TEXT_MAX",
     "Action",
     "Attempt",
+    "AttemptToken",
     "CancelAttempt",
     "Compensate",
     "Engine",
@@ -54,15 +61,19 @@ __all__ = [
     "FailLost",
     "Failed",
     "InProcessExecutor",
+    "Key",
+    "Lost",
     "NoWorkflow",
     "NotBegun",
     "Outcome",
     "StartAttempt",
+    "StoreJournal",
     "Stuck",
     "SubmitItem",
     "Submitted",
     "Succeeded",
     "WakeAt",
     "decide",
+    "failure",
     "new_task_id",
 ]

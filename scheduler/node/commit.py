@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from apollo11.lease import World
-from apollo11.lease.clusterconfig import ClusterConfig
-from apollo11.replicator.hub import ReplicationHub, ReplicationTimeout
+from apollo11.lease import ClusterConfig, World
+from apollo11.replicator import ReplicationHub, ReplicationTimeout
 from apollo11.scheduler.errors import LeaseLostError, OutcomeUnknownError
 
 

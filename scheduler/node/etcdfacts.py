@@ -10,8 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from apollo11.lease import Lease, World
-from apollo11.lease.clusterconfig import ClusterConfig
+from apollo11.lease import ClusterConfig, Lease, World
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.node.fence import Fence
 

@@ -11,8 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from apollo11.lease import Lease, LeaseUnavailable
-from apollo11.lease.clusterconfig import ClusterConfig
+from apollo11.lease import ClusterConfig, Lease, LeaseUnavailable
 from apollo11.scheduler import identity
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.node import nodeid

@@ -17,12 +17,11 @@ import time
 from typing import Protocol
 
 from apollo11.lease import LeaderInfo, Lease, World
-from apollo11.replicator.hub import ReplicationHub
+from apollo11.replicator import ReplicationHub
 from apollo11.scheduler import metrics
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import RemoteExecutor
-from apollo11.scheduler.engine import Engine
-from apollo11.scheduler.engine.executor import AttemptToken
+from apollo11.scheduler.engine import AttemptToken, Engine
 from apollo11.scheduler.errors import (
     ApolloError,
     FailedPreconditionError,

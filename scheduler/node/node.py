@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo11.lease import (
+    ClusterConfig,
     LeaderInfo,
     Lease,
     LeaseUnavailable,
@@ -29,9 +30,7 @@ from apollo11.lease import (
     NodeIdTaken,
     World,
 )
-from apollo11.lease.clusterconfig import ClusterConfig
-from apollo11.replicator.hub import ReplicationHub
-from apollo11.replicator.receiver import Follower
+from apollo11.replicator import Follower, ReplicationHub
 from apollo11.scheduler import gctune, merger, metrics, repair, scrub
 from apollo11.scheduler.api.server import ApiServer
 from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
@@ -264,7 +263,7 @@ class Node:
                 # Standalone: an in-memory lease (min_term keeps its terms above the log's).
                 self._lease = MemoryLease(ttl_s=s.lease_ttl)
             else:
-                from apollo11.lease.etcd import EtcdLease
+                from apollo11.lease import EtcdLease
 
                 self._lease = EtcdLease(
                     s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security()

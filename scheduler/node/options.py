@@ -7,7 +7,7 @@ from typing import TypedDict
 
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import BothExecutor, RemoteExecutor
-from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
+from apollo11.scheduler.engine import Executor, InProcessExecutor
 from apollo11.scheduler.log import LogConfig
 from apollo11.scheduler.store import StoreConfig
 

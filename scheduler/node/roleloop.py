@@ -22,11 +22,16 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from apollo11.lease import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, NodeIdTaken, World
-from apollo11.lease.clusterconfig import ClusterConfig
-from apollo11.replicator.hub import ReplicationHub
-from apollo11.replicator.ports import StandbySide
-from apollo11.replicator.receiver import Follower
+from apollo11.lease import (
+    ClusterConfig,
+    LeaderInfo,
+    Lease,
+    LeaseUnavailable,
+    MemberInfo,
+    NodeIdTaken,
+    World,
+)
+from apollo11.replicator import Follower, ReplicationHub, StandbySide
 from apollo11.scheduler import metrics, repair
 from apollo11.scheduler.dispatch import RemoteExecutor
 from apollo11.scheduler.engine import Engine

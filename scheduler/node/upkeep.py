@@ -16,8 +16,7 @@ from typing import Protocol
 import grpc
 
 from apollo11.lease import LeaderInfo, World
-from apollo11.replicator import records
-from apollo11.replicator.ports import Member
+from apollo11.replicator import FETCH_TIMEOUT_S, Member, fetch_records
 from apollo11.scheduler import metrics, repair, scrub
 from apollo11.scheduler.archive import Archive
 from apollo11.scheduler.errors import ApolloError
@@ -86,7 +85,7 @@ class Upkeep:
         if damage.kind == "segment":
             fut = asyncio.run_coroutine_threadsafe(self.mend_segment(damage), loop)
             try:
-                return fut.result(timeout=3 * records.FETCH_TIMEOUT_S)
+                return fut.result(timeout=3 * FETCH_TIMEOUT_S)
             except ApolloError:
                 raise
             except Exception as e:  # a timeout, the loop closing: say so, the scrub goes on
@@ -112,7 +111,7 @@ class Upkeep:
         tried: list[str] = []
         for peer_id, address in self._holders(seg.last_id):
             try:
-                data = await records.fetch(self.host, address, peer_id, seg.first_id, seg.last_id)
+                data = await fetch_records(self.host, address, peer_id, seg.first_id, seg.last_id)
                 await asyncio.to_thread(mend.rewrite, seg, data)
             except grpc.aio.AioRpcError as e:
                 tried.append(f"{peer_id}: {e.code().name} {e.details()}")

@@ -7,10 +7,8 @@ import asyncio
 import logging
 from typing import Protocol
 
-from apollo11.lease import LeaderInfo, Lease, World
-from apollo11.lease.clusterconfig import ClusterConfig
-from apollo11.replicator.hub import ReplicationHub
-from apollo11.replicator.receiver import Follower
+from apollo11.lease import ClusterConfig, LeaderInfo, Lease, World
+from apollo11.replicator import Follower, ReplicationHub
 from apollo11.scheduler import metrics
 from apollo11.scheduler.api.status import (
     ClusterStatus,

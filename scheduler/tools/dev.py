@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.lease import LocalEtcd
 from apollo11.scheduler.errors import ApolloError
 
 
@@ -213,7 +213,7 @@ class DevCluster:
         etcd data stays in the directory) would hold every election up."""
         import asyncio
 
-        from apollo11.lease.etcd import EtcdLease
+        from apollo11.lease import EtcdLease
 
         assert self.etcd is not None
         url = self.etcd.url

@@ -64,7 +64,7 @@ def _pki(d: Path) -> dict[str, str]:
 
 
 def _start(base: Path, pki: dict[str, str]) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    from apollo11.lease.local_etcd import free_port
+    from apollo11.lease import free_port
 
     d = base / "pki"
     http = free_port()

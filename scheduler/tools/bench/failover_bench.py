@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from apollo11.lease.local_etcd import free_port
+from apollo11.lease import free_port
 from apollo11.scheduler.tools.dev import DevCluster
 
 CLIENTS = int(os.environ.get("E2E_CLIENTS", "32"))

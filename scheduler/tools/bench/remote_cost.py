@@ -31,8 +31,7 @@ from typing import Any
 
 from apollo11.scheduler.dispatch.conn import WorkerConn
 from apollo11.scheduler.dispatch.remote import RemoteExecutor
-from apollo11.scheduler.engine import Engine
-from apollo11.scheduler.engine.requests import SubmitItem
+from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.store import Store, StoreConfig
 from apollo11.scheduler.tools.bench.engine_bench import noop_workflow

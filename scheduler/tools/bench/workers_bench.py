@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apollo11.lease.local_etcd import free_port
+from apollo11.lease import free_port
 from apollo11.scheduler.tools.bench.failover_bench import _free_run, _quantile
 from apollo11.scheduler.tools.dev import DevCluster
 
