@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.security.tls import KeyPair, channel_credentials, read_pem
+from apollo11.scheduler.security import KeyPair, channel_credentials, read_pem
 
 
 def peer_channel(settings: NodeSettings, address: str, peer_id: str = "") -> grpc.aio.Channel:

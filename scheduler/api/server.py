@@ -50,10 +50,12 @@ from apollo11.scheduler.replay import TaskState
 from apollo11.scheduler.security import (
     Authenticator,
     AuthInterceptor,
+    KeyPair,
     Principals,
     current_principal,
+    read_pem,
+    server_credentials,
 )
-from apollo11.scheduler.security.tls import KeyPair, read_pem, server_credentials
 from apollo11.scheduler.shell import SHELL_WORKFLOW
 from apollo11.scheduler.store import Store
 from apollo11.scheduler.taskname import ListedNames

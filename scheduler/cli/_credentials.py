@@ -23,7 +23,7 @@ def certs(
     days: Annotated[int, typer.Option("--days", help="Validity.")] = 825,
 ) -> None:
     """Create the cluster CA (once) and a certificate for each node that has none."""
-    from apollo11.scheduler.security.certs import create_cluster_certs
+    from apollo11.scheduler.security import create_cluster_certs
 
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     written = create_cluster_certs(directory, wanted, sans=san or [], days=days)
@@ -45,11 +45,10 @@ def token_create(
     tokens_file: TokensFile,
 ) -> None:
     """Make a token: print it once, append its hash (send SIGHUP to running nodes)."""
-    from apollo11.scheduler.security import tokens
-    from apollo11.scheduler.security.roles import Role
+    from apollo11.scheduler.security import Role, create_token
 
     try:
-        made = tokens.create_token(tokens_file, name, Role.parse(role))
+        made = create_token(tokens_file, name, Role.parse(role))
     except ValueError as e:
         raise fail(str(e), 2) from e
     print(made)
@@ -61,10 +60,10 @@ def token_create(
 
 def token_list(tokens_file: TokensFile) -> None:
     """Who has which role (hashes are not shown)."""
-    from apollo11.scheduler.security import tokens
+    from apollo11.scheduler.security import list_tokens
 
     try:
-        entries = tokens.list_entries(tokens_file)
+        entries = list_tokens(tokens_file)
     except (OSError, ValueError) as e:
         raise fail(str(e), 2) from e
     for entry in entries:
@@ -77,10 +76,10 @@ def token_revoke(
     tokens_file: TokensFile,
 ) -> None:
     """Remove every entry of NAME (running nodes refuse its tokens after SIGHUP)."""
-    from apollo11.scheduler.security import tokens
+    from apollo11.scheduler.security import revoke_token
 
     try:
-        n = tokens.revoke(tokens_file, name)
+        n = revoke_token(tokens_file, name)
     except OSError as e:
         raise fail(f"{tokens_file}: {e.strerror}", 2) from e
     if not n:

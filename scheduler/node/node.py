@@ -54,7 +54,12 @@ from apollo11.scheduler.node.roleloop import RoleLoop
 from apollo11.scheduler.node.upkeep import Upkeep
 from apollo11.scheduler.node.views import Views
 from apollo11.scheduler.replay import TaskState
-from apollo11.scheduler.security import Principals, protect
+from apollo11.scheduler.security import (
+    Principals,
+    describe_protection,
+    protection_missing,
+    protection_refusal,
+)
 from apollo11.scheduler.store import Store
 from apollo11.scheduler.workflow import Registry
 
@@ -245,11 +250,11 @@ class Node:
 
     async def start(self) -> str:
         s = self.settings
-        refused = protect.refusal(s)
+        refused = protection_refusal(s)
         if refused:
             raise ApolloError(refused)
-        if protect.missing(s):
-            log.warning("%s", protect.describe(s))
+        if protection_missing(s):
+            log.warning("%s", describe_protection(s))
         self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         for module in s.workflows:
             self.registry.load_module(module)

@@ -31,7 +31,7 @@ from apollo11.scheduler.errors import (
 from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.replay import State, TaskState
-from apollo11.scheduler.security import protect
+from apollo11.scheduler.security import describe_protection
 from apollo11.scheduler.shell import SHELL_DISABLED
 from apollo11.scheduler.store import NeedsFullReplay, Store, state_at
 
@@ -181,7 +181,7 @@ class Views:
             recovery=str(store.recovery),
             running_steps=h.engine.running() if h.engine else 0,
             active_tasks=sum(1 for t in store.state.tasks.values() if not t.quiescent),
-            security=protect.describe(h.settings),
+            security=describe_protection(h.settings),
             notice=h.notice_text,
             workers=self.workers(),
             execution=h.settings.execution,

@@ -4,6 +4,7 @@ roles.py        the roles, the principal, the method -> role and route -> role t
 tokens.py       the principals file (token hashes, certificate names), SIGHUP reload
 interceptor.py  the one interceptor that authenticates and authorizes every RPC
 tls.py          PEM files and gRPC credentials (public port, peer port)
+certs.py        a cluster's CA and certificates (apollo11 certs create)
 protect.py      protected mode: what a node refuses to start without
 worker_names.py which worker names a principal may register under
 
@@ -39,9 +40,20 @@ _HOME = {
     "create_token": "tokens",
     "WorkerNameRefused": "worker_names",
     "worker_name": "worker_names",
+    "KeyPair": "tls",
+    "read_pem": "tls",
+    "server_credentials": "tls",
+    "channel_credentials": "tls",
+    "create_cluster_certs": "certs",
+    "list_tokens": "tokens:list_entries",
+    "revoke_token": "tokens:revoke",
+    "protection_refusal": "protect:refusal",
+    "protection_missing": "protect:missing",
+    "describe_protection": "protect:describe",
 }
 
 if TYPE_CHECKING:
+    from apollo11.scheduler.security.certs import create_cluster_certs
     from apollo11.scheduler.security.interceptor import (
         Authenticator,
         AuthInterceptor,
@@ -49,6 +61,9 @@ if TYPE_CHECKING:
         authorize,
         current_principal,
     )
+    from apollo11.scheduler.security.protect import describe as describe_protection
+    from apollo11.scheduler.security.protect import missing as protection_missing
+    from apollo11.scheduler.security.protect import refusal as protection_refusal
     from apollo11.scheduler.security.roles import (
         ANONYMOUS,
         APART,
@@ -63,7 +78,15 @@ if TYPE_CHECKING:
         grants,
         route_role,
     )
+    from apollo11.scheduler.security.tls import (
+        KeyPair,
+        channel_credentials,
+        read_pem,
+        server_credentials,
+    )
     from apollo11.scheduler.security.tokens import Principals, create_token
+    from apollo11.scheduler.security.tokens import list_entries as list_tokens
+    from apollo11.scheduler.security.tokens import revoke as revoke_token
     from apollo11.scheduler.security.worker_names import WorkerNameRefused, worker_name
 else:
 
@@ -71,7 +94,8 @@ else:
         home = _HOME.get(name)
         if home is None:  # also how `from apollo11.scheduler.security import tokens` finds a module
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+        home, _, attr = home.partition(":")
+        value = getattr(importlib.import_module(f"{__name__}.{home}"), attr or name)
         globals()[name] = value
         return value
 
@@ -87,15 +111,25 @@ __all__ = [
     "ROUTE_ROLES",
     "AuthInterceptor",
     "Authenticator",
+    "KeyPair",
     "Principal",
     "Principals",
     "Refused",
     "Role",
     "WorkerNameRefused",
     "authorize",
+    "channel_credentials",
+    "create_cluster_certs",
     "create_token",
     "current_principal",
+    "describe_protection",
     "grants",
+    "list_tokens",
+    "protection_missing",
+    "protection_refusal",
+    "read_pem",
+    "revoke_token",
     "route_role",
+    "server_credentials",
     "worker_name",
 ]

@@ -55,8 +55,7 @@ RATE_TARGET = 0.8
 
 
 def _pki(d: Path) -> dict[str, str]:
-    from apollo11.scheduler.security import Role, create_token
-    from apollo11.scheduler.security.certs import create_cluster_certs
+    from apollo11.scheduler.security import Role, create_cluster_certs, create_token
 
     create_cluster_certs(d, ["n1"], days=1)
     token = create_token(d / "tokens", "bench", Role.SUBMITTER)

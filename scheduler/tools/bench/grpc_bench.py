@@ -99,9 +99,7 @@ def _secure_node(base: str) -> tuple[subprocess.Popen[str], str, dict[str, Any]]
     """A node with TLS and tokens, and the credentials of a submitter."""
     from pathlib import Path
 
-    from apollo11.scheduler.security.certs import create_cluster_certs
-    from apollo11.scheduler.security.roles import Role
-    from apollo11.scheduler.security.tokens import create_token
+    from apollo11.scheduler.security import Role, create_cluster_certs, create_token
 
     pki = Path(base) / "pki"
     create_cluster_certs(pki, ["bench"], days=1)
