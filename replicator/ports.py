@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from apollo11.replicator.hub import ReplicationHub
     from apollo11.scheduler.config import NodeSettings
-    from apollo11.scheduler.store import Store
+    from apollo11.scheduler.state import Store
 
 
 class Member(Protocol):

@@ -35,8 +35,7 @@ from apollo11.v1 import replication_pb2_grpc as rpbg
 
 if TYPE_CHECKING:
     from apollo11.replicator.ports import PrimarySide
-    from apollo11.scheduler.snapshot import SnapshotInfo
-    from apollo11.scheduler.store import Store
+    from apollo11.scheduler.state import SnapshotInfo, Store
 
 log = logging.getLogger(__name__)
 

@@ -190,7 +190,7 @@ class NodeSettings(BaseSettings):
         description="all: keep every segment (audits, time travel); snapshots: delete what "
         "the oldest kept snapshot covers.",
     )
-    # The background scrub (scheduler/scrub.py): reads sealed segments and archive
+    # The background scrub (scheduler/state/scrub.py): reads sealed segments and archive
     # chunks at most this fast (0: off), a full pass at most every scrub_interval s.
     scrub_mb_per_s: float = Field(
         default=8.0, ge=0, description="MB/s the background scrub reads at most (0: off)."

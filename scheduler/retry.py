@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from apollo11.scheduler.taskstatus import StepStatus
 from apollo11.scheduler.workflow import Retry
 
-if TYPE_CHECKING:  # read, never built: the worker that asks about tries loads no replay
-    from apollo11.scheduler.replay import StepState
+if TYPE_CHECKING:  # read, never built: the worker that asks about tries loads no state
+    from apollo11.scheduler.state.model import StepState
 
 _PENDING = StepStatus.PENDING
 _FAILED = StepStatus.FAILED

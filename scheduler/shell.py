@@ -7,7 +7,7 @@
        {"name": "notify", "run": "./notify.sh", "after": ["dump"],
         "idempotency": "not_idempotent", "compensate": "./unnotify.sh"}]}
 
-Each command runs with `/bin/sh -c` under a guard (scheduler/guard.py), in a
+Each command runs with `/bin/sh -c` under a guard (scheduler/childguard.py), in a
 process group of its own: a timeout, a cancel, the command's own end and its
 node's death (even by SIGKILL) kill everything it started. It sees
 APOLLO11_TASK_ID, APOLLO11_STEP, APOLLO11_ATTEMPT, APOLLO11_DEDUPE_KEY and
@@ -23,8 +23,8 @@ import asyncio
 import os
 from typing import Any
 
+from apollo11.scheduler.childguard import guarded, stop
 from apollo11.scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
-from apollo11.scheduler.guard import guarded, stop
 from apollo11.scheduler.workflow import (
     AUTO,
     Checkpoint,

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from apollo11.scheduler import typed
+from apollo11.scheduler.childguard import guarded
 from apollo11.scheduler.errors import NotFoundError, WorkflowDefinitionError
-from apollo11.scheduler.guard import guarded
 
 
 class Strategy(enum.StrEnum):
@@ -241,8 +241,8 @@ class StepContext:
     def guarded(self, argv: Sequence[str]) -> list[str]:
         """`argv` run under the guard shell steps run under: it and all it starts die
         with this node (even by SIGKILL) and when it ends. Start it with
-        `start_new_session=True`; to end it early, `await guard.stop(proc)`
-        (`from apollo11.scheduler import guard`; asyncio) or send the guard SIGTERM."""
+        `start_new_session=True`; to end it early, `await childguard.stop(proc)`
+        (`from apollo11.scheduler import childguard`; asyncio) or send the guard SIGTERM."""
         return guarded(argv)
 
 

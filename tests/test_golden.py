@@ -15,8 +15,8 @@ import pytest
 
 from apollo11.scheduler.durable import DedupeKey, DurableContext, DurableWorkflow
 from apollo11.scheduler.errors import CorruptLogError
-from apollo11.scheduler.replay import TaskState
-from apollo11.scheduler.store import Store, state_at
+from apollo11.scheduler.state import TaskState
+from apollo11.scheduler.state.store import Store, state_at
 from apollo11.scheduler.workflow import StepContext, StepError
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -17,7 +17,7 @@ import orjson
 
 from apollo11.scheduler.api import wire
 from apollo11.scheduler.log.record import Event, EventType
-from apollo11.scheduler.replay import StepState, StepStatus, TaskState, TaskStatus
+from apollo11.scheduler.state import StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.workflow import (
     AUTO,
     Checkpoint,

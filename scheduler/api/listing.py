@@ -16,8 +16,7 @@ from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
 if TYPE_CHECKING:
     from apollo11.scheduler.api.ports import NodeView
     from apollo11.scheduler.log import Event
-    from apollo11.scheduler.replay import TaskState
-    from apollo11.scheduler.store import Store
+    from apollo11.scheduler.state import Store, TaskState
 
 
 class BeyondTheLog(InvalidArgumentError):

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
     from apollo11.scheduler.engine import Engine
     from apollo11.scheduler.errors import ApolloError
-    from apollo11.scheduler.replay import TaskState
     from apollo11.scheduler.security import Principals
+    from apollo11.scheduler.state import TaskState
 
 
 class NodeView(PrimarySide, Protocol):

@@ -46,7 +46,6 @@ from apollo11.scheduler.errors import (
     StaleTermError,
 )
 from apollo11.scheduler.log.record import Event
-from apollo11.scheduler.replay import TaskState
 from apollo11.scheduler.security import (
     Authenticator,
     AuthInterceptor,
@@ -57,7 +56,7 @@ from apollo11.scheduler.security import (
     server_credentials,
 )
 from apollo11.scheduler.shell import SHELL_WORKFLOW
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store, TaskState
 from apollo11.scheduler.taskname import ListedNames
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg

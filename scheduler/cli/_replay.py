@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import AsJson, Grid, fail, out, print_json
-from apollo11.scheduler.clio import escape
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
@@ -19,7 +19,7 @@ from apollo11.scheduler.errors import (
 )
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.replay import State, TaskState
+    from apollo11.scheduler.state import State, TaskState
 
 # A damaged data directory: `replay` says so in one line and exits 2 (1: anything else).
 DAMAGE = (CorruptLogError, SnapshotError, SnapshotMismatchError)
@@ -58,7 +58,7 @@ def _read_state(data_dir: Path, until: int | None = None, *, refused: int = 1) -
     """The state a data directory's log and snapshots rebuild, or the command's end
     in one line: exit 2 for a damaged or unreadable directory, `refused` for an
     error the store names itself."""
-    from apollo11.scheduler.store import state_at
+    from apollo11.scheduler.state import state_at
 
     try:
         return state_at(data_dir, until)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from apollo11.scheduler.clio import Output, escape
+from apollo11.scheduler.cli._output import Output, escape
 from apollo11.scheduler.errors import ApolloError
 
 out = Output()

@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
+from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import Grid, clock, out
-from apollo11.scheduler.clio import escape
 
 
 def progress_line(ev: Any) -> None:

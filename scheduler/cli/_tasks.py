@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
+from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import (
     AsJson,
     Grid,
@@ -21,7 +22,6 @@ from apollo11.scheduler.cli._shared import (
     run,
 )
 from apollo11.scheduler.cli._show import progress_line, show_task_view
-from apollo11.scheduler.clio import escape
 from apollo11.scheduler.taskstatus import TaskStatus
 
 TASK_STATES = tuple(s.value for s in TaskStatus)

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apollo11.scheduler import waits
-from apollo11.scheduler.replay import DONE, StepStatus, TaskState, TaskStatus, outcome
 from apollo11.scheduler.retry import due_at, final_after_loss, may_run_again
+from apollo11.scheduler.state.model import DONE, StepStatus, TaskState, TaskStatus, outcome
 from apollo11.scheduler.workflow import Workflow
 
 _STARTED = StepStatus.STARTED
@@ -129,8 +129,8 @@ class CancelTask:
 Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Adopt | Compensate | Stuck | CancelTask
 
 
-class World(Protocol):
-    """The replayed state beyond the task decided (replay.State is one)."""
+class StateView(Protocol):
+    """The replayed state beyond the task decided (state.State is one)."""
 
     def peek(self, task_id: str) -> TaskState | None: ...
 
@@ -152,7 +152,7 @@ def decide(
     workflow: Workflow | NoWorkflow,
     busy: Container[str],
     now: float,
-    world: World | None = None,
+    world: StateView | None = None,
 ) -> list[Action]:
     """What happens next to `task`. `busy`: its steps this engine has something
     running for (an attempt, a compensation, a lost step's FAILED being written).
@@ -169,7 +169,7 @@ def _decide(
     workflow: Workflow | NoWorkflow,
     busy: Container[str],
     now: float,
-    world: World | None,
+    world: StateView | None,
 ) -> list[Action]:
     if task.quiescent:
         return []
@@ -250,7 +250,7 @@ def _decide(
 
 
 def _wake(
-    task: TaskState, name: str, attempt: int, now: float, world: World | None
+    task: TaskState, name: str, attempt: int, now: float, world: StateView | None
 ) -> Action | None:
     """A waiting main: run it when its wait can resolve (waits.resolve), be woken at
     its next deadline, or (None) wait for an event or a child."""
@@ -271,7 +271,7 @@ class _View:
 
     __slots__ = ("_matched", "_world")
 
-    def __init__(self, world: World | None, matched: int | None) -> None:
+    def __init__(self, world: StateView | None, matched: int | None) -> None:
         self._world = world
         self._matched = matched
 
@@ -285,7 +285,7 @@ class _View:
         return outcome(t) if t is not None and t.quiescent else None
 
 
-def _parent_closed(parent: Mapping[str, Any], world: World) -> CancelTask | None:
+def _parent_closed(parent: Mapping[str, Any], world: StateView) -> CancelTask | None:
     """A spawned task's parent-close policy, applied: cancel it when its parent was
     cancelled or returned (succeeded) without waiting for it."""
     if parent.get("close", "cancel") != "cancel":

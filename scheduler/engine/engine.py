@@ -59,9 +59,8 @@ from apollo11.scheduler.errors import (
     OutcomeUnknownError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.replay import TaskState, TaskStatus
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store, TaskState, TaskStatus
 from apollo11.scheduler.workflow import Registry, Step, Workflow
 
 log = logging.getLogger(__name__)

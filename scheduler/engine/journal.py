@@ -24,8 +24,7 @@ from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.requests import new_task_id, submission
 from apollo11.scheduler.errors import InvalidEventError, LeaseLostError
 from apollo11.scheduler.log import Draft, EventType
-from apollo11.scheduler.replay import outcome
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store, outcome
 from apollo11.scheduler.taskid import is_task_id
 from apollo11.scheduler.workflow import StepError, Workflow
 

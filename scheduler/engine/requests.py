@@ -26,9 +26,8 @@ from apollo11.scheduler.errors import (
     WorkflowDefinitionError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.replay import State, StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.shell import SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import State, StepState, StepStatus, Store, TaskState, TaskStatus
 from apollo11.scheduler.taskid import new_task_id as new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
 

@@ -36,14 +36,13 @@ from apollo11.scheduler.engine.executor import (
 from apollo11.scheduler.engine.journal import Resolve, StoreJournal
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
-from apollo11.scheduler.replay import TaskState
 from apollo11.scheduler.retry import (
     compensation_delay,
     final_after_failure,
     final_after_loss,
     says_final,
 )
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store, TaskState
 from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ class RawBatch(NamedTuple):
     end_offset: int = 0
 
 
-class Run(NamedTuple):
+class RecentRun(NamedTuple):
     """Bytes of a recently written run of records, kept for shipping them again."""
 
     first_id: int
@@ -57,7 +57,7 @@ class ShipAhead:
         # durable here. Never below the durable id.
         self.written_id = written_id
         self._waiters: asyncio.Future[None] | None = None
-        self._runs: dict[int, Run] = {}  # first event id -> run; insertion order
+        self._runs: dict[int, RecentRun] = {}  # first event id -> run; insertion order
         self._bytes = 0
         self._max_bytes = max_bytes
 
@@ -67,7 +67,7 @@ class ShipAhead:
     def __len__(self) -> int:
         return len(self._runs)
 
-    def remember(self, run: Run) -> None:
+    def remember(self, run: RecentRun) -> None:
         runs = self._runs
         runs[run.first_id] = run
         self._bytes += len(run.data)

@@ -32,7 +32,7 @@ segment's durable prefix (`overwrite`, scheduler/log/mend.py) and copying
 records out to a quarantine file (`copy_out`, scheduler/log/cut.py). Other
 formats are written by their own modules: the manifest (manifest.py), the
 data directory's FORMAT (datadir.py), snapshots and archive chunks
-(scheduler/snapshot.py, scheduler/archive.py).
+(scheduler/state/snapshot.py, scheduler/state/archive.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from apollo11.scheduler.log.datadir import DataDir
 from apollo11.scheduler.log.manifest import Keeper, Manifest
 from apollo11.scheduler.log.record import Event
 from apollo11.scheduler.log.segment import INDEX_ENTRY, INDEX_INTERVAL, Segment, segment_name
-from apollo11.scheduler.log.ship import Run, ShipAhead
+from apollo11.scheduler.log.ship import RecentRun, ShipAhead
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class Writer:
             part.data = b"".join(part.chunks)
             size += len(part.data)
             last = events[i + n - 1].event_id
-            self._ship.remember(Run(events[i].event_id, last, part.first_id, size, part.data))
+            self._ship.remember(RecentRun(events[i].event_id, last, part.first_id, size, part.data))
             i += n
         self._ship.published(events[-1].event_id)
 

@@ -15,7 +15,7 @@ from apollo11.lease import ClusterConfig, Lease, LeaseUnavailable
 from apollo11.scheduler import identity
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.node import nodeid
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store
 
 log = logging.getLogger("apollo11.scheduler.node")
 

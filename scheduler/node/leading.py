@@ -30,8 +30,7 @@ from apollo11.scheduler.errors import (
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.node import role
 from apollo11.scheduler.node.fence import Fence
-from apollo11.scheduler.replay import StepStatus
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import StepStatus, Store
 
 log = logging.getLogger("apollo11.scheduler.node")
 

@@ -22,7 +22,7 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log.datadir import DataDir
 from apollo11.scheduler.log.eventlog import Position, cut_unsynced
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store
 
 log = logging.getLogger("apollo11.scheduler.node")
 

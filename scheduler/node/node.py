@@ -31,7 +31,7 @@ from apollo11.lease import (
     World,
 )
 from apollo11.replicator import Follower, ReplicationHub
-from apollo11.scheduler import gctune, merger, metrics, repair, scrub
+from apollo11.scheduler import gctune, metrics
 from apollo11.scheduler.api.server import ApiServer
 from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
 from apollo11.scheduler.clock import Clock
@@ -53,14 +53,13 @@ from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.roleloop import RoleLoop
 from apollo11.scheduler.node.upkeep import Upkeep
 from apollo11.scheduler.node.views import Views
-from apollo11.scheduler.replay import TaskState
 from apollo11.scheduler.security import (
     Principals,
     describe_protection,
     protection_missing,
     protection_refusal,
 )
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import Store, TaskState, merger, repair, scrub
 from apollo11.scheduler.workflow import Registry
 
 # the node's log lines keep the name they had before the node became a package
@@ -334,7 +333,7 @@ class Node:
 
     async def _open_or_set_aside(self) -> Store:
         """Open the store; in a cluster, a damaged one is set aside and refilled from
-        the primary (scheduler/repair.py). Standalone there is nobody to refill it
+        the primary (scheduler/state/repair.py). Standalone there is nobody to refill it
         from: the damage is refused, naming the file."""
         s = self.settings
         try:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TypedDict
 
 from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.dispatch import BothExecutor, RemoteExecutor
+from apollo11.scheduler.dispatch import LocalFirstExecutor, RemoteExecutor
 from apollo11.scheduler.engine import Executor, InProcessExecutor
 from apollo11.scheduler.log import LogConfig
-from apollo11.scheduler.store import StoreConfig
+from apollo11.scheduler.state import StoreConfig
 
 
 class EngineOptions(TypedDict):
@@ -56,5 +56,5 @@ def executors(s: NodeSettings) -> tuple[RemoteExecutor | None, Executor | None]:
     )
     if s.execution == "both":
         local = InProcessExecutor(threads=s.concurrency)
-        return dispatch, BothExecutor(local, dispatch, s.concurrency)
+        return dispatch, LocalFirstExecutor(local, dispatch, s.concurrency)
     return dispatch, dispatch

@@ -12,11 +12,12 @@ import signal
 import threading
 import time
 
-from apollo11.scheduler import guard, memtrim, merger
+from apollo11.scheduler import childguard, memtrim
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.loop_errors import LoopErrorLog, thread_died
 from apollo11.scheduler.node import files
 from apollo11.scheduler.node.node import Node
+from apollo11.scheduler.state import merger
 
 log = logging.getLogger("apollo11.scheduler.node")
 
@@ -46,10 +47,10 @@ async def serve(settings: NodeSettings) -> int:
         log.warning("%s", shrunk)
     # Orphans of a step's subprocesses stay in this process's tree (not PID 1's): they
     # are reaped here, and killed when the node stops. Only the node process does this
-    # (not a Node in a test's process). Commands run under scheduler/guard.py die with
+    # (not a Node in a test's process). Commands run under scheduler/childguard.py die with
     # the node even by SIGKILL; these orphans do not (docs/workflows.md, "Step processes
     # and fencing").
-    orphans = asyncio.create_task(_reap_orphans()) if guard.make_subreaper() else None
+    orphans = asyncio.create_task(_reap_orphans()) if childguard.make_subreaper() else None
     print(f"apollo11 node {settings.node_id}: {await node.start()}", flush=True)
     trimmer = asyncio.create_task(memtrim.keep_trimmed(), name="apollo11-memtrim")
     await stop.wait()
@@ -57,7 +58,7 @@ async def serve(settings: NodeSettings) -> int:
     trimmer.cancel()
     if orphans is not None:
         orphans.cancel()
-        killed = guard.kill_descendants(keep=merger.pids())
+        killed = childguard.kill_descendants(keep=merger.pids())
         if killed:
             log.warning("killed %d process(es) the steps left behind", killed)
     return 0
@@ -90,6 +91,6 @@ async def _reap_orphans(period_s: float = 5.0) -> None:
         await asyncio.sleep(period_s)
         with contextlib.suppress(OSError):
             # in a thread: with a child ended, it reads /proc (ms of the loop's time)
-            n = await asyncio.to_thread(guard.reap_orphans, zombies, time.monotonic())
+            n = await asyncio.to_thread(childguard.reap_orphans, zombies, time.monotonic())
             if n:
                 log.info("reaped %d ended process(es) a step left behind", n)

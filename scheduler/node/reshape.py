@@ -16,7 +16,7 @@ from pathlib import Path
 from apollo11.scheduler.log.datadir import DataDir, fsync_dir
 from apollo11.scheduler.log.eventlog import NothingInCommonError, cut_after
 from apollo11.scheduler.log.manifest import remove as remove_manifest
-from apollo11.scheduler.snapshot import watermark_of
+from apollo11.scheduler.state import watermark_of
 
 
 def cut_divergent_tail(data: DataDir, keep_through: int, reason: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apollo11.lease import LeaderInfo, MemberInfo, World
-from apollo11.scheduler.repair import REPAIRING
+from apollo11.scheduler.state import REPAIRING
 
 FAILED = "failed"  # the role of a node whose log refuses writes: it neither leads nor follows
 SETTLE_S = 0.25  # after the leader vanishes, let every standby publish its final position
@@ -92,7 +92,7 @@ class StandAside:
 
 
 @dataclass(frozen=True, slots=True)
-class Wait:
+class Abstain:
     """No leader: not campaigning this cycle (the node keeps counting its leaderless time)."""
 
     sentence: str
@@ -103,7 +103,7 @@ class Campaign:
     min_term: int  # above every term this node and the live members know
 
 
-Move = StayPrimary | Demote | Hold | Follow | StandAside | Wait | Campaign
+Move = StayPrimary | Demote | Hold | Follow | StandAside | Abstain | Campaign
 
 
 def elect(me: MemberInfo, world: World) -> MemberInfo:
@@ -221,18 +221,18 @@ def decide(me: Me, world: World | None, *, log_retry_s: float = 1.0) -> Move:
 
 def _leaderless(me: Me, world: World) -> Move:
     if me.leaderless_for is None:
-        return Wait("no leader: published this node's position, waiting for the others'")
+        return Abstain("no leader: published this node's position, waiting for the others'")
     if me.leaderless_for < SETTLE_S:
-        return Wait("no leader: waiting for every standby's final position")
+        return Abstain("no leader: waiting for every standby's final position")
     if me.store_behind is not None and me.store_behind_for < me.ttl_s:
         # The restore dropped the leader key, not the old primary's belief in it: it
         # fences itself within a TTL of its last renewal, which went to the lost etcd.
-        return Wait(
+        return Abstain(
             f"no leader: {me.store_behind}; waiting one TTL ({me.ttl_s:g}s) "
             f"before campaigning, so that a primary of the old term has fenced itself"
         )
     if me.needs_through is not None:
-        return Wait(
+        return Abstain(
             f"no leader: not campaigning while repairing (this node needs events "
             f"through {me.needs_through}, it holds {me.record.position})"
         )
@@ -252,7 +252,7 @@ def _leaderless(me: Me, world: World) -> Move:
     members = len(world.roster | set(world.members) | reporting)
     need = quorum(members, me.sync_replicas)
     if len(reporting) < need:
-        return Wait(
+        return Abstain(
             f"no leader: {len(reporting)} of {members} members report their position, "
             f"{need} must before one may lead (so that none that missed acknowledged "
             f"writes does); waiting for "
@@ -268,12 +268,12 @@ def _leaderless(me: Me, world: World) -> Move:
     if ahead:
         # It followed the last primary further than any candidate: what it holds may
         # be acknowledged, and electing a candidate would cut it.
-        return Wait(
+        return Abstain(
             f"no leader: {ahead[0].node_id} (repairing, it cannot lead) holds events up to "
             f"{ahead[0].position}, beyond the best candidate at {best.position}; waiting"
         )
     if best.node_id != me.record.node_id:
-        return Wait(
+        return Abstain(
             f"no leader: {best.node_id} is at {best.position}, ahead of this node at "
             f"{me.record.position}; not campaigning"
         )

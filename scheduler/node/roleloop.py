@@ -32,7 +32,7 @@ from apollo11.lease import (
     World,
 )
 from apollo11.replicator import Follower, ReplicationHub, StandbySide
-from apollo11.scheduler import metrics, repair
+from apollo11.scheduler import metrics
 from apollo11.scheduler.dispatch import RemoteExecutor
 from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.errors import (
@@ -45,6 +45,7 @@ from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.role import FAILED
+from apollo11.scheduler.state import repair
 
 log = logging.getLogger("apollo11.scheduler.node")
 
@@ -329,7 +330,7 @@ class RoleLoop:
 
     async def _carry_out(self, move: role.Move) -> str:
         """Do what the decision says; the sentence to log."""
-        if not isinstance(move, role.Wait | role.Campaign | role.Hold):
+        if not isinstance(move, role.Abstain | role.Campaign | role.Hold):
             self._leaderless_since = None
         if self.role == FAILED and not isinstance(move, role.StandAside | role.Hold):
             self.role = "standby"  # its log takes writes again
@@ -359,7 +360,7 @@ class RoleLoop:
                     f"standby: following {leader.node_id} (term {leader.term}) "
                     f"at event {store.log.durable_id}"
                 )
-            case role.Wait(sentence):
+            case role.Abstain(sentence):
                 await self._become_leaderless()
                 return sentence
             case role.Campaign(min_term):

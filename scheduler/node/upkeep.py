@@ -1,6 +1,6 @@
 """Upkeep of the files at rest: what the scrub reads, and how damage is mended.
 
-The scrub (scheduler/scrub.py) re-reads sealed segments and archive chunks on
+The scrub (scheduler/state/scrub.py) re-reads sealed segments and archive chunks on
 its own thread; these are its callbacks, so they copy what they need on the
 event loop or hand the work over to it. A damaged segment is replaced with
 another member's copy of its records (scheduler/log/mend.py: the primary's, or
@@ -17,12 +17,12 @@ import grpc
 
 from apollo11.lease import LeaderInfo, World
 from apollo11.replicator import FETCH_TIMEOUT_S, Member, fetch_records
-from apollo11.scheduler import metrics, repair, scrub
-from apollo11.scheduler.archive import Archive
+from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import ApolloError
 from apollo11.scheduler.log import mend
 from apollo11.scheduler.log.segment import Segment
 from apollo11.scheduler.node.role import FAILED
+from apollo11.scheduler.state import Archive, repair, scrub
 
 
 class Host(Member, Protocol):

@@ -30,10 +30,9 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
-from apollo11.scheduler.replay import State, TaskState
 from apollo11.scheduler.security import describe_protection
 from apollo11.scheduler.shell import SHELL_DISABLED
-from apollo11.scheduler.store import NeedsFullReplay, Store, state_at
+from apollo11.scheduler.state import NeedsFullReplay, State, Store, TaskState, state_at
 
 log = logging.getLogger("apollo11.scheduler.node")
 

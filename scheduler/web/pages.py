@@ -27,7 +27,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from apollo11.scheduler import waits
 from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
@@ -36,7 +36,7 @@ from apollo11.scheduler.web.login import add_login
 
 if TYPE_CHECKING:
     from apollo11.scheduler.api.ports import NodeView
-    from apollo11.scheduler.store import Store
+    from apollo11.scheduler.state import Store
 
 HERE = os.path.dirname(__file__)
 LIST_LIMIT = 200

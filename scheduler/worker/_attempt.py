@@ -52,7 +52,7 @@ def child_died(exitcode: int | None) -> Failed:
     return Failed("ChildProcessDied", f"the attempt's child process died before it finished: {how}")
 
 
-class Attempt:
+class RunningAttempt:
     def __init__(
         self,
         assignment: Assignment,

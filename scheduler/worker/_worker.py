@@ -47,7 +47,7 @@ from apollo11.scheduler.client._connection import (
 )
 from apollo11.scheduler.errors import ApolloError, InvalidArgumentError
 from apollo11.scheduler.worker import _codec as codec
-from apollo11.scheduler.worker._attempt import Attempt, Isolation
+from apollo11.scheduler.worker._attempt import Isolation, RunningAttempt
 from apollo11.scheduler.worker._journal import RemoteJournal
 from apollo11.scheduler.worker._outbox import Outbox
 from apollo11.scheduler.worker._outcome import not_found
@@ -205,7 +205,7 @@ class Worker:
             # the forkserver imports only this (not the __main__ it would by default):
             # each child then forks with the worker's modules half loaded already
             self._processes.set_forkserver_preload(["apollo11.scheduler.worker._child"])
-        self._attempts: dict[Token, Attempt] = {}
+        self._attempts: dict[Token, RunningAttempt] = {}
         self._tasks: dict[Token, asyncio.Task[None]] = {}
         self._outbox = Outbox()
         self._interval = DEFAULT_HEARTBEAT_INTERVAL_S
@@ -237,7 +237,7 @@ class Worker:
         return None if self._session is None else self._session.registration
 
     @property
-    def running(self) -> list[Attempt]:
+    def running(self) -> list[RunningAttempt]:
         return list(self._attempts.values())
 
     async def run(self) -> None:
@@ -520,7 +520,7 @@ class Worker:
         journal = None
         if a.durable is not None:
             journal = RemoteJournal(a.durable, functools.partial(self._ask, a))
-        attempt = Attempt(
+        attempt = RunningAttempt(
             a,
             step.fn,
             worker=self.name,
@@ -535,7 +535,7 @@ class Worker:
             self._drive(attempt), name=f"apollo11-attempt {a.label}"
         )
 
-    async def _drive(self, attempt: Attempt) -> None:
+    async def _drive(self, attempt: RunningAttempt) -> None:
         a = attempt.assignment
         if log.isEnabledFor(logging.DEBUG):  # its label is a string built for nothing
             log.debug("attempt %s started", a.label)
@@ -564,7 +564,7 @@ class Worker:
         if reported is not None:
             self._finish(Result.of(a, reported, seconds))
 
-    def _reported(self, attempt: Attempt, outcome: Outcome) -> Outcome | None:
+    def _reported(self, attempt: RunningAttempt, outcome: Outcome) -> Outcome | None:
         """What a finished attempt reports, by why it ended (None: nothing)."""
         label = attempt.assignment.label
         if attempt.stopped is None:
@@ -590,7 +590,7 @@ class Worker:
         log.info("attempt %s cancelled (%s)", label, attempt.stopped)
         return CANCELLED
 
-    def _time_out(self, attempt: Attempt) -> None:
+    def _time_out(self, attempt: RunningAttempt) -> None:
         log.warning(
             "attempt %s ran past its timeout of %g s (+%g s) and the primary did not cancel "
             "it: stopping it here",

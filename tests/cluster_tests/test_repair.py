@@ -17,7 +17,7 @@ import pytest
 
 from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.client import SyncClient
-from apollo11.scheduler.repair import MARKER
+from apollo11.scheduler.state.repair import MARKER
 from tests.cluster import (
     SMALL,
     TTL,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.store import state_at
+from apollo11.scheduler.state.store import state_at
 
 HERE = Path(__file__).parent
 E = EventType

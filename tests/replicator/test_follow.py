@@ -17,7 +17,7 @@ from apollo11.replicator import sender
 from apollo11.replicator.hub import ReplicationHub
 from apollo11.replicator.sender import ReplicationService
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.v1 import replication_pb2 as rpb
 from tests.logs import hold_writes
 

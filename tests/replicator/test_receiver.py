@@ -16,7 +16,7 @@ import pytest
 from apollo11.replicator import receiver
 from apollo11.replicator.receiver import Follower
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 

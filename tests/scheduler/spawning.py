@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
-from apollo11.scheduler.guard import stop
+from apollo11.scheduler.childguard import stop
 from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
 
 spawn = Workflow("spawn")

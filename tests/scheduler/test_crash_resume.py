@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from apollo11.scheduler.log import EventLog, EventType
-from apollo11.scheduler.replay import TaskStatus
-from apollo11.scheduler.store import state_at
+from apollo11.scheduler.state import TaskStatus
+from apollo11.scheduler.state.store import state_at
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ from apollo11.scheduler.errors import (
     NotLeaderError,
 )
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.replay import StepStatus, TaskStatus
-from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.state import StepStatus, TaskStatus
+from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.scheduler.workflow import (
     Checkpoint,
     DedupeKey,

@@ -15,7 +15,7 @@ from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import EventType, FsyncPolicy
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.workflow import StepContext, StepError
 from tests.scheduler.test_engine import make_rig
 

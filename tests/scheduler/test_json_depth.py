@@ -16,8 +16,8 @@ from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow, Idempotent
 from apollo11.scheduler.log import EventType, eventlog
 from apollo11.scheduler.log.record import encode_payload
-from apollo11.scheduler.replay import StepStatus, TaskStatus
-from apollo11.scheduler.store import Store
+from apollo11.scheduler.state import StepStatus, TaskStatus
+from apollo11.scheduler.state.store import Store
 from apollo11.scheduler.worker import _outcome
 from apollo11.scheduler.workflow import Idempotent as StepIdempotent
 from apollo11.scheduler.workflow import Retry, StepContext, Workflow

@@ -17,7 +17,7 @@ from apollo11.scheduler.cli import app
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.errors import CorruptLogError
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.workflow import Idempotent, Registry, StepContext, Workflow
 
 runner = CliRunner()

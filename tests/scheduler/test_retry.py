@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apollo11.scheduler import retry
-from apollo11.scheduler.replay import StepStatus
+from apollo11.scheduler.state import StepStatus
 from apollo11.scheduler.workflow import Retry
 from tests.scheduler.engine.histories import E, History
 

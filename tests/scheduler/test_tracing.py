@@ -19,7 +19,7 @@ from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.examples import etl
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.workflow import Idempotent, Registry, StepContext, Workflow
 from tests.scheduler.test_engine import make_rig
 

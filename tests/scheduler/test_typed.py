@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.errors import InvalidArgumentError, WorkflowDefinitionError
 from apollo11.scheduler.examples import InvoiceInput, invoice
-from apollo11.scheduler.replay import StepStatus, TaskStatus
+from apollo11.scheduler.state import StepStatus, TaskStatus
 from apollo11.scheduler.workflow import (
     FencingToken,
     Idempotent,

@@ -32,7 +32,7 @@ from typing import Any
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow, Idempotent, input_hash
 from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.log import Draft, EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.tools.bench.log_bench import _in_child
 from apollo11.scheduler.workflow import Registry, StepContext
 

@@ -27,8 +27,7 @@ from typing import Any
 import aiofiles
 
 from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.replay import State, apply_all
-from apollo11.scheduler.store import Store, StoreConfig, paused_gc
+from apollo11.scheduler.state import State, Store, StoreConfig, apply_all, paused_gc
 from apollo11.scheduler.testing.history import etl_history
 
 PAYLOAD = {"result": {"rows": 1234, "uri": "s3://bucket/run-42/clean.parquet", "sha": "9f2c1e"}}

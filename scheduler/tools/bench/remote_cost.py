@@ -33,7 +33,7 @@ from apollo11.scheduler.dispatch.conn import WorkerConn
 from apollo11.scheduler.dispatch.remote import RemoteExecutor
 from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.tools.bench.engine_bench import noop_workflow
 from apollo11.scheduler.worker import _codec as codec
 from apollo11.scheduler.worker._records import Assign, Result, Succeeded

@@ -22,8 +22,7 @@ SERVER_MODULES = (
     "apollo11.scheduler.log",
     "apollo11.scheduler.metrics",
     "apollo11.scheduler.node",
-    "apollo11.scheduler.replay",
-    "apollo11.scheduler.store",
+    "apollo11.scheduler.state",
     "apollo11.scheduler.web",
     "pydantic_settings",
 )

@@ -17,13 +17,11 @@ SERVER_MODULES = (
     "apollo11.scheduler.config",
     "apollo11.scheduler.engine",
     "apollo11.scheduler.log",
-    "apollo11.scheduler.merger",
     "apollo11.scheduler.metrics",
     "apollo11.scheduler.node",
-    "apollo11.scheduler.replay",
+    "apollo11.scheduler.state",
     "apollo11.scheduler.security.interceptor",
     "apollo11.scheduler.security.tokens",
-    "apollo11.scheduler.store",
 )
 
 PROBE = """

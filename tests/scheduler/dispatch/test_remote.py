@@ -16,7 +16,7 @@ from apollo11.scheduler.client import Client
 from apollo11.scheduler.dispatch.conn import WorkerConn
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.state import TaskStatus
 from apollo11.v1 import worker_pb2 as wpb
 
 from .rawworker import RawWorker, running

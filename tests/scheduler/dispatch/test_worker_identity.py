@@ -13,9 +13,9 @@ import pytest
 
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.replay import TaskStatus
 from apollo11.scheduler.security.roles import Role
 from apollo11.scheduler.security.tokens import create_token
+from apollo11.scheduler.state import TaskStatus
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 from apollo11.v1 import worker_pb2 as wpb

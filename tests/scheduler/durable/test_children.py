@@ -15,7 +15,7 @@ from apollo11.scheduler.durable import (
     Idempotent,
 )
 from apollo11.scheduler.log import EventType
-from apollo11.scheduler.replay import TaskStatus
+from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.workflow import StepContext, StepError, Workflow
 from tests.scheduler.durable.test_engine_durable import ManualClock, _until
 from tests.scheduler.test_engine import Rig, make_rig

@@ -14,7 +14,7 @@ from apollo11.scheduler.durable import DedupeKey, DurableContext, DurableWorkflo
 from apollo11.scheduler.errors import AlreadyExistsError
 from apollo11.scheduler.examples import approval
 from apollo11.scheduler.log import EventType
-from apollo11.scheduler.replay import StepStatus, TaskStatus
+from apollo11.scheduler.state import StepStatus, TaskStatus
 from tests.scheduler.test_engine import Rig, make_rig
 
 DAY = 24 * 3600

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from apollo11.scheduler.durable import check_all
-from apollo11.scheduler.store import state_at
+from apollo11.scheduler.state.store import state_at
 from apollo11.scheduler.workflow import Registry
 from tests.nodes import cli
 

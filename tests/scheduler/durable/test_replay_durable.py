@@ -9,14 +9,7 @@ from apollo11.scheduler.durable import DurableContext, DurableWorkflow, Idempote
 from apollo11.scheduler.engine import StartAttempt, Stuck, WakeAt, decide
 from apollo11.scheduler.engine.decide import CancelTask
 from apollo11.scheduler.log import Event
-from apollo11.scheduler.replay import (
-    State,
-    StepStatus,
-    TaskState,
-    TaskStatus,
-    apply,
-    reindex,
-)
+from apollo11.scheduler.state import State, StepStatus, TaskState, TaskStatus, apply, reindex
 from tests.scheduler.engine.histories import T0_MS, E, History
 
 NOTHING: frozenset[str] = frozenset()

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from apollo11.scheduler.log import Event, EventType
-from apollo11.scheduler.replay import State, TaskState, apply
+from apollo11.scheduler.state import State, TaskState, apply
 from apollo11.scheduler.workflow import Idempotent, NotIdempotent, Retry, StepContext, Workflow
 
 E = EventType

@@ -31,7 +31,7 @@ import pytest
 
 from apollo11.scheduler.engine import Action, Compensate, FailLost, StartAttempt, decide
 from apollo11.scheduler.log import Event, EventLog, EventType
-from apollo11.scheduler.replay import State, StepStatus, TaskState, apply
+from apollo11.scheduler.state import State, StepStatus, TaskState, apply
 from apollo11.scheduler.workflow import Retry, Workflow
 from tests.scheduler.engine.histories import workflow
 

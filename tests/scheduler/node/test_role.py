@@ -51,10 +51,10 @@ N1, N2, N3 = _rec("n1", 38), _rec("n2", 40), _rec("n3", 40)
 def test_the_best_positioned_standby_and_only_it_campaigns() -> None:
     world = _world(N1, N2, N3)
     assert role.decide(_me(N2), world) == role.Campaign(min_term=1)
-    assert role.decide(_me(N3), world) == role.Wait(
+    assert role.decide(_me(N3), world) == role.Abstain(
         "no leader: n2 is at (1, 40), ahead of this node at (1, 40); not campaigning"
     )
-    assert role.decide(_me(N1), world) == role.Wait(
+    assert role.decide(_me(N1), world) == role.Abstain(
         "no leader: n2 is at (1, 40), ahead of this node at (1, 38); not campaigning"
     )
 
@@ -66,7 +66,7 @@ def test_a_switchover_target_is_elected_when_it_is_as_far_ahead() -> None:
     world = _world(handing, N2, N3)
     assert role.elect(N3, world).node_id == "n3"  # tied with n2: the named one wins
     assert role.decide(_me(N3), world) == role.Campaign(min_term=1)
-    assert isinstance(role.decide(_me(N2), world), role.Wait)
+    assert isinstance(role.decide(_me(N2), world), role.Abstain)
     # never one that lacks an event: a target behind the best is passed over
     behind = _rec("n3", 39)
     assert role.elect(N2, _world(handing, N2, behind)).node_id == "n1"  # by id, as ever
@@ -98,7 +98,7 @@ def test_members_that_may_not_lead_are_no_candidates() -> None:
     assert role.elect(N1, world).node_id == "n1"
     # ...and none of them vouches for a position: n1 alone is no quorum of four
     waiting = role.decide(_me(N1), world)
-    assert waiting == role.Wait(
+    assert waiting == role.Abstain(
         "no leader: 2 of 4 members report their position, 3 must before one may lead "
         "(so that none that missed acknowledged writes does); waiting for n2, n3 (one gone "
         "for good: apollo11 roster remove ID)"
@@ -107,7 +107,7 @@ def test_members_that_may_not_lead_are_no_candidates() -> None:
     more = _world(N1, dead_primary, failed, repairing, *live)  # 4 of 6 report
     assert role.elect(N1, more).node_id == "n1"
     # the repairing n4 followed the last primary further than n1: it must not be cut
-    assert role.decide(_me(N1), more) == role.Wait(
+    assert role.decide(_me(N1), more) == role.Abstain(
         "no leader: n4 (repairing, it cannot lead) holds events up to (1, 99), beyond the "
         "best candidate at (1, 38); waiting"
     )
@@ -128,7 +128,7 @@ def test_a_member_back_first_after_a_whole_cluster_stopped_waits_for_the_others(
     # n1 was down longest; n2 and n3 (on the roster, no live record) hold what it lacks
     me = _me(_rec("n1", 10), sync_replicas=1)
     alone = World(None, {"n1": me.record}, roster=frozenset({"n1", "n2", "n3"}))
-    assert isinstance(role.decide(me, alone), role.Wait)
+    assert isinstance(role.decide(me, alone), role.Abstain)
     assert "1 of 3 members report" in role.decide(me, alone).sentence  # type: ignore[union-attr]
     n2 = _rec("n2", 50)
     two = World(
@@ -137,7 +137,7 @@ def test_a_member_back_first_after_a_whole_cluster_stopped_waits_for_the_others(
         member_revisions={"n1": 1, "n2": 1},
         roster=frozenset({"n1", "n2", "n3"}),
     )
-    assert role.decide(me, two) == role.Wait(
+    assert role.decide(me, two) == role.Abstain(
         "no leader: n2 is at (1, 50), ahead of this node at (1, 10); not campaigning"
     )
 
@@ -156,7 +156,7 @@ def test_a_record_not_republished_since_the_leader_went_vouches_for_nothing() ->
         member_revisions={"n1": 519, "n2": 480},
         roster=frozenset({"n1", "n2", "n3"}),
     )
-    assert role.decide(me, world) == role.Wait(
+    assert role.decide(me, world) == role.Abstain(
         "no leader: 1 of 3 members report their position, 2 must before one may lead "
         "(so that none that missed acknowledged writes does); waiting for n2, n3 (one gone "
         "for good: apollo11 roster remove ID)"
@@ -192,14 +192,16 @@ def test_a_standby_refuses_to_follow_a_lower_term() -> None:
 def test_no_campaign_before_the_positions_settle() -> None:
     world = _world(N1, N2)
     first = role.decide(_me(N2, leaderless_for=None), world)
-    assert first == role.Wait("no leader: published this node's position, waiting for the others'")
+    assert first == role.Abstain(
+        "no leader: published this node's position, waiting for the others'"
+    )
     settling = role.decide(_me(N2, leaderless_for=role.SETTLE_S / 2), world)
-    assert settling == role.Wait("no leader: waiting for every standby's final position")
+    assert settling == role.Abstain("no leader: waiting for every standby's final position")
 
 
 def test_a_repairing_node_never_campaigns_even_alone() -> None:
     me = _me(N2, needs_through=500)
-    assert role.decide(me, _world(N2)) == role.Wait(
+    assert role.decide(me, _world(N2)) == role.Abstain(
         "no leader: not campaigning while repairing (this node needs events through 500, "
         "it holds (1, 40))"
     )
@@ -208,7 +210,7 @@ def test_a_repairing_node_never_campaigns_even_alone() -> None:
 def test_after_etcd_lost_its_data_the_term_starts_above_every_known_one() -> None:
     behind = _me(_rec("n2", 40, term=9), known_term=12, store_behind="etcd lost its data")
     world = _world(N1, _rec("n2", 40, term=9))
-    assert isinstance(role.decide(behind, world), role.Wait), "one TTL first"
+    assert isinstance(role.decide(behind, world), role.Abstain), "one TTL first"
     later = _me(_rec("n2", 40, term=9), known_term=12, store_behind="x", store_behind_for=10.0)
     assert role.decide(later, world) == role.Campaign(min_term=12)
 

@@ -10,7 +10,7 @@ import pytest
 from rich.markup import escape as rich_escape
 from rich.text import Text
 
-from apollo11.scheduler.clio import Output, escape, plain
+from apollo11.scheduler.cli._output import Output, escape, plain
 
 TEXTS = ["plain", "a [b] c", "[red]not a tag[/red]", "path\\", "x\\[y]", "[/]", "[#fff]"]
 
@@ -32,7 +32,8 @@ def test_a_pipe_gets_plain_lines_and_no_rich(capsys: pytest.CaptureFixture[str])
     out.print("keep [this]", markup=False)
     assert capsys.readouterr().out == "anomaly: step [x] failed\nkeep [this]\n"
     probe = (
-        "import sys; from apollo11.scheduler.clio import Output; Output().print('[b]x[/b]'); "
+        "import sys; from apollo11.scheduler.cli._output import Output; "
+        "Output().print('[b]x[/b]'); "
         "sys.stderr.write(str('rich' in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 
-from apollo11.scheduler.archive import Chunk, merge_chunks, merge_files
+from apollo11.scheduler.state.archive import Chunk, merge_chunks, merge_files
 
 log = logging.getLogger(__name__)
 

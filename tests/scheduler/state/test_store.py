@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.archive import encode_entry
 from apollo11.scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.replay import State, TaskStatus, apply_all, replay
-from apollo11.scheduler.snapshot import (
+from apollo11.scheduler.state import State, TaskStatus, apply_all, replay
+from apollo11.scheduler.state.archive import encode_entry
+from apollo11.scheduler.state.snapshot import (
     ENCODE_SLICE,
     HEADER,
     MAGIC,
@@ -26,7 +26,7 @@ from apollo11.scheduler.snapshot import (
     _encode_paced,
     capture,
 )
-from apollo11.scheduler.store import EVICT_PAUSE_S, EVICT_SLICE, Store, StoreConfig
+from apollo11.scheduler.state.store import EVICT_PAUSE_S, EVICT_SLICE, Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
@@ -115,7 +115,7 @@ def test_a_format_1_snapshot_still_loads_and_format_2_holds_a_task_a_line(
 ) -> None:
     """Format 2 writes the active tasks one a line after the document (loaded one at a
     time); a snapshot written before (format 1: the tasks inside the document) loads."""
-    from apollo11.scheduler.snapshot import snapshot_name
+    from apollo11.scheduler.state.snapshot import snapshot_name
 
     root = tmp_path / "d"
     asyncio.run(_write_history(root, 12))
@@ -435,7 +435,7 @@ async def test_keys_of_archived_tasks_leave_the_snapshot_and_are_found_in_the_ar
 async def test_time_travel_for_one_task_equals_rebuilding_the_whole_state(tmp_path: Path) -> None:
     import random
 
-    from apollo11.scheduler.store import NeedsFullReplay, state_at
+    from apollo11.scheduler.state.store import NeedsFullReplay, state_at
 
     root = tmp_path / "d"
     store = _store(root)
@@ -478,7 +478,7 @@ async def test_snapshots_are_not_taken_more_often_than_the_minimum_interval(
 async def test_a_quiet_task_changed_while_its_snapshot_is_written_cancels_that_snapshot(
     tmp_path: Path,
 ) -> None:
-    from apollo11.scheduler.snapshot import SnapshotRaced
+    from apollo11.scheduler.state.snapshot import SnapshotRaced
 
     root = tmp_path / "d"
     store = _store(root, interval=10**9)  # snapshots by hand only

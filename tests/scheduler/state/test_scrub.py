@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from apollo11.scheduler import scrub
-from apollo11.scheduler.archive import Chunk
 from apollo11.scheduler.client import Client
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.errors import ArchiveLostError
 from apollo11.scheduler.log import FsyncPolicy, LogConfig
 from apollo11.scheduler.node import Node
-from apollo11.scheduler.store import Store, StoreConfig
+from apollo11.scheduler.state import scrub
+from apollo11.scheduler.state.archive import Chunk
+from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
 
 LOG = LogConfig(segment_max_bytes=16 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
@@ -95,7 +95,7 @@ async def test_a_flipped_byte_before_the_newest_snapshot_is_found_without_a_read
     assert scrubber.run_pass().endswith("no damage")
     _flip(seg.path, 5000)
     before = _found("segment")
-    caplog.set_level(logging.ERROR, logger="apollo11.scheduler.scrub")
+    caplog.set_level(logging.ERROR, logger="apollo11.scheduler.state.scrub")
     sentence = scrubber.run_pass()
     assert sentence.endswith("1 damaged"), sentence
     assert [(d.kind, d.path) for d in found] == [("segment", seg.path)]

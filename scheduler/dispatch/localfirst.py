@@ -15,7 +15,7 @@ from apollo11.scheduler.dispatch.remote import RemoteExecutor
 from apollo11.scheduler.engine import EMBEDDED, Attempt, InProcessExecutor, Key, Outcome
 
 
-class BothExecutor:
+class LocalFirstExecutor:
     def __init__(self, local: InProcessExecutor, remote: RemoteExecutor, slots: int) -> None:
         self.local = local
         self.remote = remote

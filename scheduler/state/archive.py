@@ -60,7 +60,8 @@ import orjson
 from apollo11.scheduler import jsondepth
 from apollo11.scheduler.errors import SnapshotError
 from apollo11.scheduler.log.datadir import fsync_dir
-from apollo11.scheduler.replay import Summary, TaskState, TaskStatus, TaskStore, summarize
+from apollo11.scheduler.state.index import Summary, TaskStore, summarize
+from apollo11.scheduler.state.model import TaskState, TaskStatus
 
 MAGIC = b"A11ARC04"
 MAGIC_V2 = b"A11ARC02"  # entries only, no summaries, no key index
@@ -294,7 +295,7 @@ class Chunk:
     def verify(self) -> Iterator[int]:
         """Check every checksum of the file (index, entries, summaries), yielding the
         bytes read so far now and then so that a caller can pace itself; raises
-        ChunkDamaged at the first bad one. For the scrub (scheduler/scrub.py)."""
+        ChunkDamaged at the first bad one. For the scrub (scheduler/state/scrub.py)."""
         self._load_index()
         done = 0
         for _, entry in self.entries():

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apollo11.scheduler import archive
-from apollo11.scheduler.archive import (
+from apollo11.scheduler.errors import SnapshotError
+from apollo11.scheduler.state import State, Summary, TaskState, TaskStatus, archive, summarize
+from apollo11.scheduler.state.archive import (
     ENTRY,
     FOOTER_V2,
     MAGIC_V2,
@@ -22,8 +23,6 @@ from apollo11.scheduler.archive import (
     merge_chunks,
     write_chunk,
 )
-from apollo11.scheduler.errors import SnapshotError
-from apollo11.scheduler.replay import State, Summary, TaskState, TaskStatus, summarize
 
 STATUSES = list(TaskStatus)
 
@@ -219,9 +218,9 @@ def test_a_filter_on_unfinished_tasks_does_not_read_the_archive(
 
 
 def test_the_next_snapshot_rewrites_format_02_chunks_as_04_on_its_thread(tmp_path: Path) -> None:
-    from apollo11.scheduler.archive import MAGIC, chunk_name
     from apollo11.scheduler.log.eventlog import Position
-    from apollo11.scheduler.snapshot import Capture, Snapshots
+    from apollo11.scheduler.state.archive import MAGIC, chunk_name
+    from apollo11.scheduler.state.snapshot import Capture, Snapshots
 
     old = [_task(n, TaskStatus.SUCCEEDED) for n in range(50)]
     path = tmp_path / chunk_name(60, 0)

@@ -8,7 +8,7 @@ The body is a JSON document, then (format 2) the active tasks, one JSON object
 a line: `{...}\n{task}\n{task}...`. The document holds the watermark event id
 and its term, the log position just after it, the in-memory part of the state
 but its tasks, and the list of archive chunks holding every task that went
-quiet before it (see `apollo11.scheduler.archive`). A task a line is loaded one
+quiet before it (see `apollo11.scheduler.state.archive`). A task a line is loaded one
 at a time: parsing one document of 100,000 tasks first left a recovered node at
 twice the memory its state needs (docs/benchmarks.md, bench durable). Format 1
 (the tasks inside the document) is still read. Files are written atomically (temp file, fsync,
@@ -35,11 +35,13 @@ from typing import Any
 
 import orjson
 
-from apollo11.scheduler import defaults, jsondepth, merger, metrics
-from apollo11.scheduler.archive import (
-    SUFFIX as CHUNK_SUFFIX,
-)
-from apollo11.scheduler.archive import (
+from apollo11.scheduler import defaults, jsondepth, metrics
+from apollo11.scheduler.errors import SnapshotError
+from apollo11.scheduler.log.datadir import write_atomic
+from apollo11.scheduler.log.eventlog import Position
+from apollo11.scheduler.state import merger
+from apollo11.scheduler.state.archive import SUFFIX as CHUNK_SUFFIX
+from apollo11.scheduler.state.archive import (
     Archive,
     Chunk,
     Record,
@@ -48,10 +50,8 @@ from apollo11.scheduler.archive import (
     merge_plan,
     write_chunk,
 )
-from apollo11.scheduler.errors import SnapshotError
-from apollo11.scheduler.log.datadir import write_atomic
-from apollo11.scheduler.log.eventlog import Position
-from apollo11.scheduler.replay import DURATION_HISTORY, State, TaskState, reindex
+from apollo11.scheduler.state.index import State, reindex
+from apollo11.scheduler.state.model import DURATION_HISTORY, TaskState
 
 log = logging.getLogger(__name__)
 

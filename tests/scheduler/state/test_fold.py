@@ -9,7 +9,7 @@ import pytest
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log.eventlog import Draft
 from apollo11.scheduler.log.record import Event, EventType
-from apollo11.scheduler.replay import State, StepStatus, TaskStatus, apply, replay
+from apollo11.scheduler.state import State, StepStatus, TaskStatus, apply, replay
 from apollo11.scheduler.testing.history import etl_history
 
 E = EventType

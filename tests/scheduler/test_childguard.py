@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.guard import guarded
+from apollo11.scheduler.childguard import guarded
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -58,7 +58,7 @@ def test_what_a_command_leaves_behind_dies_with_it(tmp_path: Path) -> None:
 NODE = textwrap.dedent(
     """
     import subprocess, sys, time
-    from apollo11.scheduler.guard import guarded
+    from apollo11.scheduler.childguard import guarded
     subprocess.Popen(guarded(["/bin/sh", "-c", sys.argv[1]]), start_new_session=True)
     time.sleep(60)
     """
@@ -109,7 +109,7 @@ def test_sigterm_to_the_guard_ends_the_whole_tree(tmp_path: Path) -> None:
 REAPER = textwrap.dedent(
     """
     import subprocess, time
-    from apollo11.scheduler.guard import make_subreaper, reap_orphans
+    from apollo11.scheduler.childguard import make_subreaper, reap_orphans
     assert make_subreaper()
     subprocess.run(["/bin/sh", "-c", "sleep 0.2 &"], check=True)  # an orphan, adopted
     time.sleep(0.5)  # it has ended: a zombie nobody else waits for

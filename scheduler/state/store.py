@@ -22,14 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.archive import (
-    Archive,
-    Chunk,
-    ChunkDamaged,
-    chunk_watermark,
-    encode_entry,
-    write_chunk,
-)
 from apollo11.scheduler.errors import (
     ArchiveLostError,
     LogError,
@@ -39,8 +31,18 @@ from apollo11.scheduler.errors import (
 from apollo11.scheduler.log.datadir import DataDir
 from apollo11.scheduler.log.eventlog import EventLog, LogConfig
 from apollo11.scheduler.log.record import Event
-from apollo11.scheduler.replay import State, TaskState, apply_all
-from apollo11.scheduler.snapshot import (
+from apollo11.scheduler.state.archive import (
+    Archive,
+    Chunk,
+    ChunkDamaged,
+    chunk_watermark,
+    encode_entry,
+    write_chunk,
+)
+from apollo11.scheduler.state.fold import apply_all
+from apollo11.scheduler.state.index import State
+from apollo11.scheduler.state.model import TaskState
+from apollo11.scheduler.state.snapshot import (
     DEFAULT_INTERVAL,
     DEFAULT_KEEP,
     Capture,

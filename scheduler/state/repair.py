@@ -37,7 +37,7 @@ from apollo11.scheduler.errors import ApolloError, CorruptLogError
 from apollo11.scheduler.log.datadir import DataDir, fsync_dir, write_atomic
 from apollo11.scheduler.log.manifest import load as load_manifest
 from apollo11.scheduler.log.segment import parse_segment_name
-from apollo11.scheduler.snapshot import watermark_of
+from apollo11.scheduler.state.snapshot import watermark_of
 
 MARKER = "REPAIR"
 REPAIRING = "repairing"  # the role a node publishes while it is repaired

@@ -10,12 +10,17 @@ import threading
 import time
 from pathlib import Path
 
-from apollo11.scheduler import merger
-from apollo11.scheduler.archive import Chunk, chunk_name, encode_entry, merge_chunks, write_chunk
-from apollo11.scheduler.replay import replay
+from apollo11.scheduler.state import merger, replay
+from apollo11.scheduler.state.archive import (
+    Chunk,
+    chunk_name,
+    encode_entry,
+    merge_chunks,
+    write_chunk,
+)
 from apollo11.scheduler.testing.history import etl_history
 from tests.nodes import start_node
-from tests.scheduler.test_replay import events
+from tests.scheduler.state.test_fold import events
 
 
 def _chunks(directory: Path, n: int, per: int, first: int = 0) -> list[Chunk]:
@@ -58,7 +63,7 @@ def test_the_merge_process_dies_with_its_node() -> None:
         [
             sys.executable,
             "-c",
-            "from scheduler import merger; import time; "
+            "from apollo11.scheduler.state import merger; import time; "
             "print(merger.warm().result(), flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -1,0 +1,69 @@
+"""The state of every task: the model, the index, the fold, and where it is kept.
+
+model.py      TaskState, StepState, DurableState, StepStatus: a task as replay leaves it
+index.py      State: every task by id, key, event key and page; TaskStore, reindex
+fold.py       apply(state, event), apply_all, replay: the log folded into a State
+store.py      Store: the log and its State in step (recovery, eviction, snapshots)
+snapshot.py   a State written at a log position, and read back
+archive.py    finished tasks in sorted chunks, the TaskStore behind State
+merger.py     a child process that merges archive chunks
+scrub.py      re-reads sealed segments and chunks, reports damage
+repair.py     a standby with a damaged log refilled from the primary
+
+Import from here, not from the modules inside; the engine's pure decisions
+(engine/decide.py, engine/retry.py) import state/model.py itself, which imports
+no storage (pyproject.toml's contract "The engine's decisions are pure").
+"""
+
+from apollo11.scheduler.state import merger, repair, scrub
+from apollo11.scheduler.state.archive import Archive
+from apollo11.scheduler.state.fold import apply, apply_all, replay
+from apollo11.scheduler.state.index import State, Summary, TaskStore, reindex, summarize
+from apollo11.scheduler.state.model import (
+    BUSY,
+    DONE,
+    DURATION_HISTORY,
+    TERMINAL,
+    DurableState,
+    StepState,
+    StepStatus,
+    TaskState,
+    TaskStatus,
+    outcome,
+)
+from apollo11.scheduler.state.repair import REPAIRING
+from apollo11.scheduler.state.snapshot import SnapshotInfo, watermark_of
+from apollo11.scheduler.state.store import NeedsFullReplay, Store, StoreConfig, paused_gc, state_at
+
+__all__ = [
+    "BUSY",
+    "DONE",
+    "DURATION_HISTORY",
+    "REPAIRING",
+    "TERMINAL",
+    "Archive",
+    "DurableState",
+    "NeedsFullReplay",
+    "SnapshotInfo",
+    "State",
+    "StepState",
+    "StepStatus",
+    "Store",
+    "StoreConfig",
+    "Summary",
+    "TaskState",
+    "TaskStatus",
+    "TaskStore",
+    "apply",
+    "apply_all",
+    "merger",
+    "outcome",
+    "paused_gc",
+    "reindex",
+    "repair",
+    "replay",
+    "scrub",
+    "state_at",
+    "summarize",
+    "watermark_of",
+]

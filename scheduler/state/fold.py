@@ -1,0 +1,569 @@
+"""Replay: the state of every task as a fold over the event log.
+
+`apply(state, event)` is deterministic: no I/O, no clocks, time comes from the
+event. The same log gives the same state on every machine, which is what
+lets a standby take over and an auditor reconstruct any past moment.
+
+`apply` updates `state` in place and returns it: copying the state per event
+would cost more than everything else replay does. Nothing but `apply`
+mutates a State.
+
+Transitions the step state machine does not allow are facts too (the log is
+the truth), so they are applied as far as they make sense and flagged as
+anomalies on the task, never silently accepted and never raised. An event
+type replay does not know is different: that log cannot be understood, and
+`apply` raises.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+from collections.abc import Callable, Iterable
+
+from apollo11.scheduler import waits as _waits
+from apollo11.scheduler.errors import ReplayError
+from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.state.index import State, index_wait, unindex_wait
+from apollo11.scheduler.state.model import (
+    BUSY,
+    DONE,
+    DURATION_HISTORY,
+    DurableState,
+    StepState,
+    TaskState,
+    interned,
+    shared_deps,
+)
+from apollo11.scheduler.taskstatus import StepStatus as StepStatus
+from apollo11.scheduler.taskstatus import TaskStatus
+
+MAX_STATE_ANOMALIES = 1000
+
+# Local aliases: replay compares statuses hundreds of thousands of times a second.
+_PENDING = StepStatus.PENDING
+_STARTED = StepStatus.STARTED
+_SUCCEEDED = StepStatus.SUCCEEDED
+_FAILED = StepStatus.FAILED
+_COMPENSATING = StepStatus.COMPENSATING
+_COMPENSATED = StepStatus.COMPENSATED
+_WAITING = StepStatus.WAITING
+_T_CANCELLED = TaskStatus.CANCELLED
+_T_FAILED = TaskStatus.FAILED
+_T_SUCCEEDED = TaskStatus.SUCCEEDED
+_T_RUNNING = TaskStatus.RUNNING
+_T_PENDING = TaskStatus.PENDING
+_T_WAITING = TaskStatus.WAITING
+_T_NONDETERMINISTIC = TaskStatus.NONDETERMINISTIC
+
+
+# ------------------------------------------------------------------- apply
+
+
+def apply(state: State, event: Event) -> State:
+    """Fold one event into the state (in place) and return it."""
+    try:
+        handler = _HANDLERS[event.event_type]
+    except KeyError:
+        raise ReplayError(
+            f"event {event.event_id} has unknown type {event.event_type!r}; "
+            f"this log needs a newer Apollo-11"
+        ) from None
+    handler(state, event)
+    state.last_event_id = event.event_id
+    if event.term > state.term:
+        state.term = event.term
+    return state
+
+
+def apply_all(state: State, events: Iterable[Event]) -> State:
+    handlers = _HANDLERS
+    term = state.term
+    last = state.last_event_id
+    try:
+        for event in events:
+            handler = handlers.get(event.event_type)
+            if handler is None:
+                apply(state, event)  # raises with the message
+            handler(state, event)  # type: ignore[misc]
+            last = event.event_id
+            if event.term > term:
+                term = event.term
+    finally:
+        state.last_event_id = last
+        state.term = term
+    return state
+
+
+def replay(events: Iterable[Event], state: State | None = None) -> State:
+    return apply_all(state if state is not None else State(), events)
+
+
+def _state_anomaly(state: State, event: Event, what: str) -> None:
+    if len(state.anomalies) < MAX_STATE_ANOMALIES:
+        state.anomalies.append(f"event {event.event_id}: {what}")
+
+
+def _task_for(state: State, event: Event) -> TaskState | None:
+    task = state.task(event.task_id)
+    if task is None:
+        _state_anomaly(state, event, f"{event.event_type.name} for unknown task {event.task_id!r}")
+        return None
+    task.last_event_id = event.event_id
+    task.updated_ms = event.timestamp
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
+    return task
+
+
+def _flag(task: TaskState, step: StepState | None, event: Event, what: str) -> None:
+    note = f"event {event.event_id}: {what}"
+    task.anomalies.append(note)
+    if step is not None:
+        step.anomaly = note
+
+
+def _move(task: TaskState, step: StepState, to: StepStatus) -> None:
+    """Change a step's status, keeping the task's counters and status right."""
+    was = step.status
+    if was in DONE:
+        task.done -= 1
+    elif was in BUSY:
+        task.busy -= 1
+    step.status = to
+    task.touched = True
+    if to in DONE:
+        task.done += 1
+    elif to in BUSY:
+        task.busy += 1
+    # _derive, inlined: this runs for nearly every event.
+    if task.cancelled is not None:
+        task.status = _T_CANCELLED
+    elif task.failed_final:
+        task.status = _T_FAILED if task.durable is None else _failed_status(task)
+    elif task.done == len(task.steps):
+        task.status = _T_SUCCEEDED
+    elif task.durable is not None and task.durable.wait is not None and not task.busy:
+        task.status = _T_WAITING
+    else:
+        task.status = _T_RUNNING
+
+
+def _failed_status(task: TaskState) -> TaskStatus:
+    d = task.durable
+    return _T_NONDETERMINISTIC if d is not None and d.nondeterminism is not None else _T_FAILED
+
+
+def _derive(task: TaskState) -> None:
+    if task.cancelled is not None:
+        task.status = _T_CANCELLED
+    elif task.failed_final:
+        task.status = _failed_status(task)
+    elif task.done == len(task.steps):
+        task.status = _T_SUCCEEDED
+    elif task.durable is not None and task.durable.wait is not None and not task.busy:
+        task.status = _T_WAITING
+    elif task.touched:
+        task.status = _T_RUNNING
+    else:
+        task.status = _T_PENDING
+
+
+def _on_submitted(state: State, event: Event) -> None:
+    p = event.payload
+    if event.task_id in state.tasks or (
+        state.archive is not None and event.task_id in state.archive
+    ):
+        _state_anomaly(state, event, f"task {event.task_id!r} submitted twice")
+        return
+    deps: dict[str, list[str]] = shared_deps(p.get("steps") or {})
+    key = p.get("idempotency_key")
+    task = TaskState(
+        task_id=event.task_id,
+        workflow=sys.intern(str(p.get("workflow", ""))),
+        version=int(p.get("version", 1)),
+        input=p.get("input"),
+        deps=deps,
+        steps={name: StepState(name) for name in deps},
+        submitted_ms=event.timestamp,
+        updated_ms=event.timestamp,
+        first_event_id=event.event_id,
+        last_event_id=event.event_id,
+        idempotency_key=key,
+        event_ids=[event.event_id],
+    )
+    parent = p.get("parent")
+    if parent is not None:
+        task.parent = dict(parent)
+    traced = p.get("trace")
+    if traced is not None:
+        task.trace = dict(traced)
+    _derive(task)
+    state.tasks[event.task_id] = task
+    if key:
+        state.idempotency[key] = event.task_id
+
+
+def _lookup(state: State, event: Event) -> tuple[TaskState, StepState] | None:
+    task = state.tasks.get(event.task_id) or state.task(event.task_id)
+    if task is None:
+        _state_anomaly(state, event, f"{event.event_type.name} for unknown task {event.task_id!r}")
+        return None
+    task.last_event_id = event.event_id
+    task.updated_ms = event.timestamp
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
+    step = task.steps.get(event.step_name)
+    if step is None:
+        _flag(task, None, event, f"{event.event_type.name} for unknown step {event.step_name!r}")
+        return None
+    return task, step
+
+
+def _on_started(state: State, event: Event) -> None:
+    found = _lookup(state, event)
+    if found is None:
+        return
+    task, step = found
+    was = step.status
+    if (
+        was is not _PENDING
+        and was is not _FAILED
+        and was is not _COMPENSATED
+        and was is not _WAITING
+    ):
+        if was is _STARTED:
+            _flag(task, step, event, f"step {step.name} started again without an end")
+        elif was is _COMPENSATING:
+            _flag(task, step, event, f"step {step.name} re-run before its compensation completed")
+        else:
+            _flag(task, step, event, f"step {step.name} started again after it {was.value}")
+    if event.attempt <= step.attempt:
+        _flag(task, step, event, f"step {step.name} attempt {event.attempt} is not new")
+    step.attempt = event.attempt
+    step.started_ms = event.timestamp
+    p = event.payload
+    step.worker = p.get("worker") if p else None
+    step.started_term = event.term
+    step.started_event = event.event_id
+    step.finished_ms = None
+    step.error = None
+    step.lost = False
+    _clear_final(task, step)
+    if task.durable is not None:
+        task.durable.nondeterminism = None
+    _move(task, step, _STARTED)
+
+
+def _on_succeeded(state: State, event: Event) -> None:
+    found = _lookup(state, event)
+    if found is None:
+        return
+    task, step = found
+    if step.status is not _STARTED or event.attempt != step.attempt:
+        if step.status is _COMPENSATED:
+            # The seed's rule: after compensation a step must be STARTED again.
+            _flag(
+                task,
+                step,
+                event,
+                f"step {step.name} succeeded after compensation without a new start",
+            )
+            return
+        _flag(
+            task,
+            step,
+            event,
+            f"step {step.name} attempt {event.attempt} succeeded while "
+            f"{step.status.value} at attempt {step.attempt}",
+        )
+        if step.status is not _STARTED:
+            return
+    ts = event.timestamp
+    step.finished_ms = ts
+    step.result = event.payload.get("result")
+    started = step.started_ms
+    if started is not None:
+        per_step = state.durations.get(task.workflow)
+        if per_step is None:
+            per_step = state.durations[task.workflow] = {}
+        hist = per_step.get(step.name)
+        if hist is None:
+            hist = per_step[step.name] = []
+        hist.append(ts - started if ts > started else 0)
+        if len(hist) > 2 * DURATION_HISTORY:
+            del hist[:DURATION_HISTORY]  # amortized: trim rarely, keep at least the last 100
+    _move(task, step, _SUCCEEDED)
+
+
+def _owe(task: TaskState, step: StepState) -> None:
+    if not step.owed:
+        step.owed = True
+        task.owed += 1
+
+
+def _settle(task: TaskState, step: StepState) -> None:
+    if step.owed:
+        step.owed = False
+        task.owed -= 1
+
+
+def _clear_final(task: TaskState, step: StepState) -> None:
+    if step.final:
+        step.final = False
+        task.failed_final -= 1
+
+
+def _on_failed(state: State, event: Event) -> None:
+    found = _lookup(state, event)
+    if found is None:
+        return
+    task, step = found
+    p = event.payload
+    error = str(p.get("error", "")) or "failed"
+    if step.status is StepStatus.COMPENSATING and p.get("compensation"):
+        # A compensation attempt failed; it will be retried and stays visible.
+        step.compensation_error = error
+        return
+    if step.status is not StepStatus.STARTED:
+        _flag(task, step, event, f"step {step.name} failed while {step.status.value}")
+    step.finished_ms = event.timestamp
+    step.error = error
+    step.lost = bool(p.get("lost", False))
+    if step.lost:
+        step.losses += 1
+    if "heartbeat" in p:
+        step.heartbeat = p["heartbeat"]
+    if p.get("final", False) and not step.final:
+        step.final = True
+        task.failed_final += 1
+    if p.get("compensate", False):
+        _owe(task, step)
+    if "nondeterminism" in p:
+        _durable(task).nondeterminism = p["nondeterminism"]
+    _move(task, step, StepStatus.FAILED)
+
+
+def _on_compensating(state: State, event: Event) -> None:
+    found = _lookup(state, event)
+    if found is None:
+        return
+    task, step = found
+    if step.status is StepStatus.COMPENSATING:
+        step.compensations += 1  # a retry of a failed compensation
+        return
+    if step.status not in (
+        StepStatus.SUCCEEDED,
+        StepStatus.FAILED,
+        StepStatus.STARTED,
+        StepStatus.WAITING,  # a cancelled durable main undoing its ctx.steps
+    ):
+        _flag(task, step, event, f"step {step.name} compensating while {step.status.value}")
+    step.compensations += 1
+    step.compensation_error = None
+    _move(task, step, StepStatus.COMPENSATING)
+
+
+def _on_compensated(state: State, event: Event) -> None:
+    found = _lookup(state, event)
+    if found is None:
+        return
+    task, step = found
+    if step.status is not StepStatus.COMPENSATING:
+        _flag(task, step, event, f"step {step.name} compensated while {step.status.value}")
+    step.compensation_error = None
+    step.finished_ms = event.timestamp
+    _settle(task, step)
+    _move(task, step, StepStatus.COMPENSATED)
+
+
+def _on_override(state: State, event: Event) -> None:
+    found = _lookup(state, event)
+    if found is None:
+        return
+    task, step = found
+    p = event.payload
+    action = p.get("action")
+    step.override = {
+        "action": action,
+        "operator": p.get("operator"),
+        "reason": p.get("reason"),
+        "event_id": event.event_id,
+        "attempt": step.attempt,  # retry budgets count from here
+        "losses": step.losses,
+    }
+    if step.waits:  # a durable main's: its budget counts from here too
+        step.override["waits"] = step.waits
+    if "as" in p:  # the display name typed beside the authenticated operator
+        step.override["as"] = p["as"]
+    _clear_final(task, step)
+    if action == "skip":
+        if step.status in BUSY:
+            _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
+        _settle(task, step)  # the operator takes over whatever compensation was owed
+        if task.durable is not None and task.durable.wait is not None:
+            unindex_wait(state, task)
+            task.durable.wait = None  # skipping a waiting main ends its wait
+        _move(task, step, StepStatus.SKIPPED)
+    elif action == "retry":
+        if step.status in BUSY:
+            _flag(task, step, event, f"step {step.name} retried while {step.status.value}")
+        step.error = None
+        _move(task, step, StepStatus.PENDING)
+    else:
+        _flag(task, step, event, f"unknown manual override {action!r}")
+
+
+def _on_cancelled(state: State, event: Event) -> None:
+    task = _task_for(state, event)
+    if task is None:
+        return
+    p = event.payload
+    task.cancelled = {
+        "operator": p.get("operator"),
+        "reason": p.get("reason"),
+        "event_id": event.event_id,
+    }
+    if "as" in p:
+        task.cancelled["as"] = p["as"]
+    for name in p.get("compensate", ()):
+        step = task.steps.get(name)
+        if step is None:
+            _flag(task, None, event, f"cancel owes compensation of unknown step {name!r}")
+        elif step.status is not StepStatus.COMPENSATED:
+            _owe(task, step)
+    if task.durable is not None and task.durable.wait is not None:
+        unindex_wait(state, task)  # the wait stays on the task (shown), matches nothing more
+    _derive(task)
+
+
+def _on_term_started(state: State, event: Event) -> None:
+    if state.terms and event.term <= state.terms[-1][0]:
+        _state_anomaly(state, event, f"term {event.term} started after term {state.terms[-1][0]}")
+    state.terms.append((event.term, event.event_id))
+
+
+# ---------------------------------------------------------- durable tasks
+
+
+def _durable(task: TaskState) -> DurableState:
+    d = task.durable
+    if d is None:
+        d = task.durable = DurableState()
+    return d
+
+
+def _durable_record(state: State, event: Event) -> tuple[TaskState, StepState, int] | None:
+    """The task and step of a CHECKPOINT or WAIT, and its seq; None (flagged) unless it
+    comes from the running attempt, at the next position."""
+    found = _lookup(state, event)
+    if found is None:
+        return None
+    task, step = found
+    name = event.event_type.name
+    if step.status is not _STARTED or event.attempt != step.attempt:
+        _flag(
+            task,
+            step,
+            event,
+            f"{name} of attempt {event.attempt} while step {step.name} is "
+            f"{step.status.value} at attempt {step.attempt}",
+        )
+        return None
+    seq = event.payload.get("seq")
+    have = len(task.durable.checkpoints) if task.durable is not None else 0
+    if seq != have:
+        _flag(task, step, event, f"{name} at position {seq!r}, but {have} checkpoints precede it")
+        return None
+    return task, step, have
+
+
+def _on_checkpoint(state: State, event: Event) -> None:
+    found = _durable_record(state, event)
+    if found is None:
+        return
+    task, _, seq = found
+    d = _durable(task)
+    d.checkpoints.append(dict(event.payload))
+    if d.wait is not None and d.wait.get("seq") == seq:
+        unindex_wait(state, task)  # this checkpoint is the wait's resolution
+        d.wait = None
+
+
+def _on_wait(state: State, event: Event) -> None:
+    found = _durable_record(state, event)
+    if found is None:
+        return
+    task, step, _ = found
+    d = _durable(task)
+    unindex_wait(state, task)
+    d.wait = w = interned(event.payload)
+    index_wait(state, task, w)
+    step.waits += 1
+    step.finished_ms = event.timestamp
+    _move(task, step, _WAITING)
+
+
+def _on_event(state: State, event: Event) -> None:
+    p = event.payload
+    key = p.get("key")
+    if not isinstance(key, str) or not key:
+        _state_anomaly(state, event, "EVENT without a key")
+        return
+    _expire_event_keys(state, event.timestamp)
+    idem = p.get("idempotency_key")
+    if idem:
+        known = state.event_keys.get(idem)
+        if known is not None and p.get("renews") != known:
+            return  # a duplicate: the first one with this key is the one recorded
+        state.event_keys[idem] = event.event_id
+        ttl = p.get("ttl_ms")
+        if ttl:
+            ends = event.timestamp + int(ttl)
+            state.event_key_expires[idem] = ends
+            heapq.heappush(state.event_key_heap, (ends, idem))
+        else:
+            state.event_key_expires.pop(idem, None)
+    refs = state.events.get(key)
+    if refs is None:
+        refs = state.events[key] = []
+    refs.append((event.event_id, p.get("payload")))
+    for task_id in state.waits.get(key, ()):
+        task = state.tasks.get(task_id)
+        d = task.durable if task is not None else None
+        if d is None or d.wait is None or d.matched is not None:
+            continue
+        if any(k == key and event.event_id >= since for k, since in _waits.event_keys(d.wait)):
+            d.matched = event.event_id
+
+
+def _expire_event_keys(state: State, now_ms: int) -> None:
+    """Forget the event idempotency keys whose TTL ended before `now_ms` (an EVENT's
+    time: the same point of the log on every replica)."""
+    heap = state.event_key_heap
+    while heap and heap[0][0] <= now_ms:
+        ends, key = heapq.heappop(heap)
+        if state.event_key_expires.get(key) == ends:
+            del state.event_key_expires[key]
+            del state.event_keys[key]
+
+
+_HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
+    EventType.TASK_SUBMITTED: _on_submitted,
+    EventType.STEP_STARTED: _on_started,
+    EventType.STEP_SUCCEEDED: _on_succeeded,
+    EventType.STEP_FAILED: _on_failed,
+    EventType.STEP_COMPENSATING: _on_compensating,
+    EventType.STEP_COMPENSATED: _on_compensated,
+    EventType.MANUAL_OVERRIDE: _on_override,
+    EventType.TASK_CANCELLED: _on_cancelled,
+    EventType.TERM_STARTED: _on_term_started,
+    EventType.CHECKPOINT: _on_checkpoint,
+    EventType.WAIT: _on_wait,
+    EventType.EVENT: _on_event,
+}
+
+# Exhaustive dispatch, checked at import: a new event type without a handler
+# is a bug to catch before any log is replayed.
+if set(_HANDLERS) != set(EventType):  # pragma: no cover
+    raise ReplayError(f"replay has no handler for {set(EventType) - set(_HANDLERS)}")
