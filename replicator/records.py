@@ -18,7 +18,7 @@ import grpc
 
 from apollo11.replicator.channel import peer_channel
 from apollo11.scheduler.errors import ApolloError, LogError
-from apollo11.scheduler.log.record import check_record
+from apollo11.scheduler.log import check_record
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
 

@@ -37,7 +37,7 @@ from pydantic_settings import (
 
 from apollo11.lease import MIN_TTL_S
 from apollo11.scheduler import defaults
-from apollo11.scheduler.log.config import FsyncPolicy
+from apollo11.scheduler.log import FsyncPolicy
 
 # a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
 MESSAGE_ENVELOPE_BYTES = 64 * 1024

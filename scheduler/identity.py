@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import orjson
 
 from apollo11.scheduler.errors import ApolloError
-from apollo11.scheduler.log.datadir import write_atomic
+from apollo11.scheduler.log import write_atomic
 
 ID_FILE = "CLUSTER"
 

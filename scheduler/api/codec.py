@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from apollo11.scheduler.api import wire
-from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.log import Event, EventType
 from apollo11.scheduler.state import StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.workflow import (
     AUTO,

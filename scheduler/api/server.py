@@ -45,7 +45,7 @@ from apollo11.scheduler.errors import (
     ResourceExhaustedError,
     StaleTermError,
 )
-from apollo11.scheduler.log.record import Event
+from apollo11.scheduler.log import Event
 from apollo11.scheduler.security import (
     Authenticator,
     AuthInterceptor,

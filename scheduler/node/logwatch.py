@@ -20,8 +20,7 @@ from typing import Protocol
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.log.datadir import DataDir
-from apollo11.scheduler.log.eventlog import Position, cut_unsynced
+from apollo11.scheduler.log import DataDir, Position, cut_unsynced
 from apollo11.scheduler.state import Store
 
 log = logging.getLogger("apollo11.scheduler.node")

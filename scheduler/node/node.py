@@ -44,7 +44,7 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.log.datadir import DataDir
+from apollo11.scheduler.log import DataDir
 from apollo11.scheduler.node import join, options, reshape
 from apollo11.scheduler.node.commit import Commit
 from apollo11.scheduler.node.fence import Fence

@@ -13,9 +13,13 @@ import shutil
 import time
 from pathlib import Path
 
-from apollo11.scheduler.log.datadir import DataDir, fsync_dir
-from apollo11.scheduler.log.eventlog import NothingInCommonError, cut_after
-from apollo11.scheduler.log.manifest import remove as remove_manifest
+from apollo11.scheduler.log import (
+    DataDir,
+    NothingInCommonError,
+    cut_after,
+    fsync_dir,
+    remove_manifest,
+)
 from apollo11.scheduler.state import watermark_of
 
 

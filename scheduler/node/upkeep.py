@@ -19,8 +19,7 @@ from apollo11.lease import LeaderInfo, World
 from apollo11.replicator import FETCH_TIMEOUT_S, Member, fetch_records
 from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import ApolloError
-from apollo11.scheduler.log import mend
-from apollo11.scheduler.log.segment import Segment
+from apollo11.scheduler.log import Segment, rewrite_segment
 from apollo11.scheduler.node.role import FAILED
 from apollo11.scheduler.state import Archive, repair, scrub
 
@@ -112,7 +111,7 @@ class Upkeep:
         for peer_id, address in self._holders(seg.last_id):
             try:
                 data = await fetch_records(self.host, address, peer_id, seg.first_id, seg.last_id)
-                await asyncio.to_thread(mend.rewrite, seg, data)
+                await asyncio.to_thread(rewrite_segment, seg, data)
             except grpc.aio.AioRpcError as e:
                 tried.append(f"{peer_id}: {e.code().name} {e.details()}")
                 continue

@@ -59,7 +59,7 @@ import orjson
 
 from apollo11.scheduler import jsondepth
 from apollo11.scheduler.errors import SnapshotError
-from apollo11.scheduler.log.datadir import fsync_dir
+from apollo11.scheduler.log import fsync_dir
 from apollo11.scheduler.state.index import Summary, TaskStore, summarize
 from apollo11.scheduler.state.model import TaskState, TaskStatus
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
-from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.log import Event, EventType
 from apollo11.scheduler.state.index import State, index_wait, unindex_wait
 from apollo11.scheduler.state.model import (
     BUSY,

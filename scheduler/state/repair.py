@@ -34,9 +34,13 @@ from dataclasses import dataclass
 import orjson
 
 from apollo11.scheduler.errors import ApolloError, CorruptLogError
-from apollo11.scheduler.log.datadir import DataDir, fsync_dir, write_atomic
-from apollo11.scheduler.log.manifest import load as load_manifest
-from apollo11.scheduler.log.segment import parse_segment_name
+from apollo11.scheduler.log import (
+    DataDir,
+    fsync_dir,
+    load_manifest,
+    parse_segment_name,
+    write_atomic,
+)
 from apollo11.scheduler.state.snapshot import watermark_of
 
 MARKER = "REPAIR"

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import ApolloError, CorruptLogError
-from apollo11.scheduler.log.record import FRAME, HEADER_SIZE, check_record
-from apollo11.scheduler.log.segment import Segment
+from apollo11.scheduler.log import FRAME, HEADER_SIZE, Segment, check_record
 from apollo11.scheduler.state.archive import Chunk, ChunkDamaged
 
 log = logging.getLogger(__name__)

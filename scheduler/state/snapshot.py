@@ -37,8 +37,7 @@ import orjson
 
 from apollo11.scheduler import defaults, jsondepth, metrics
 from apollo11.scheduler.errors import SnapshotError
-from apollo11.scheduler.log.datadir import write_atomic
-from apollo11.scheduler.log.eventlog import Position
+from apollo11.scheduler.log import Position, write_atomic
 from apollo11.scheduler.state import merger
 from apollo11.scheduler.state.archive import SUFFIX as CHUNK_SUFFIX
 from apollo11.scheduler.state.archive import (

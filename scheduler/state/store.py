@@ -28,9 +28,7 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.log.datadir import DataDir
-from apollo11.scheduler.log.eventlog import EventLog, LogConfig
-from apollo11.scheduler.log.record import Event
+from apollo11.scheduler.log import DataDir, Event, EventLog, LogConfig
 from apollo11.scheduler.state.archive import (
     Archive,
     Chunk,

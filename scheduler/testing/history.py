@@ -11,8 +11,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from apollo11.scheduler.log.eventlog import Draft
-from apollo11.scheduler.log.record import EventType
+from apollo11.scheduler.log import Draft, EventType
 
 ETL_STEPS = ("collect", "clean", "feature", "infer", "persist")
 

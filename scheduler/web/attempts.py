@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.log import Event, EventType
 
 TAIL = 2_000  # characters kept of an attempt's output or error: its end, where the cause is
 

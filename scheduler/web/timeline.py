@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apollo11.scheduler.log.record import Event, EventType
+from apollo11.scheduler.log import Event, EventType
 
 ROW_H = 26
 LABEL_W = 110
