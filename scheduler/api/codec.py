@@ -3,7 +3,7 @@
 The server's half of the conversion; the client's half (messages -> views, and
 the request messages) is `apollo11.scheduler.client`, which never imports this module:
 this one imports the state model and the log's records. The enum names are
-`apollo11.scheduler.api.wire`'s, so both halves spell them alike. No domain module (log,
+`apollo11.scheduler.wire`'s, so both halves spell them alike. No domain module (log,
 replay, store, engine, node) imports generated `*_pb2` code; the API layer's
 handlers still build their own small responses, and the replicator speaks
 `replication_pb2` itself.
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from apollo11.scheduler.api import wire
+from apollo11.scheduler import wire
 from apollo11.scheduler.log import Event, EventType
 from apollo11.scheduler.state import StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.workflow import (

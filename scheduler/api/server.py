@@ -27,7 +27,6 @@ from apollo11.scheduler.api import actions, codec, listing
 from apollo11.scheduler.api.checks import check_depth, optional, required
 from apollo11.scheduler.api.decode import Undecodable, add_service
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
-from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
@@ -58,6 +57,7 @@ from apollo11.scheduler.security import (
 from apollo11.scheduler.shell import SHELL_WORKFLOW
 from apollo11.scheduler.state import Store, TaskState
 from apollo11.scheduler.taskname import ListedNames
+from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 

@@ -11,7 +11,7 @@ there. Calls that are safe to repeat (reads, and submissions, which always
 carry an idempotency key: one is generated when you give none) are retried
 with capped backoff on UNAVAILABLE, moving to the next endpoint.
 
-It imports no server module (`apollo11.scheduler.api.wire` holds what both sides share)
+It imports no server module (`apollo11.scheduler.wire` holds what both sides share)
 and registers no metric: tests/scheduler/client/test_imports.py checks both.
 
 _client.py      Client, SyncClient: follow the primary, retry what is safe

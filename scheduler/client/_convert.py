@@ -1,7 +1,7 @@
 """Protobuf messages -> the client's views (frozen records, no generated types).
 
 The client's half of the conversion (`apollo11.scheduler.api.codec` is the server's): it
-knows the messages and `apollo11.scheduler.api.wire`'s enum names, not the node's state
+knows the messages and `apollo11.scheduler.wire`'s enum names, not the node's state
 model, so an application that embeds the client loads none of it.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from apollo11.scheduler.api import wire
+from apollo11.scheduler import wire
 from apollo11.scheduler.client._views import (
     EventView,
     MemberView,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import grpc
 
-from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.client._views import TaskView
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
@@ -20,6 +19,7 @@ from apollo11.scheduler.errors import (
     NotLeaderError,
     ResourceExhaustedError,
 )
+from apollo11.scheduler.wire import LEADER_METADATA
 
 
 class UnavailableError(ApolloError):

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from apollo11.scheduler.api import wire
+from apollo11.scheduler import wire
 from apollo11.scheduler.errors import InvalidArgumentError
 from apollo11.v1 import scheduler_pb2 as pb
 

@@ -21,11 +21,11 @@ from collections.abc import Callable
 import grpc
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
 from apollo11.scheduler.dispatch.remote import RefusedError, RemoteExecutor
 from apollo11.scheduler.errors import ApolloError, NotLeaderError
 from apollo11.scheduler.security import WorkerNameRefused, current_principal, worker_name
+from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.v1 import worker_pb2 as wpb
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,6 @@ from typing import Any, cast
 import grpc
 
 from apollo11.scheduler import logfmt, tracing
-from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.client._connection import (
     CLIENT_OPTIONS,
     channel_credentials_for,
@@ -46,6 +45,7 @@ from apollo11.scheduler.client._connection import (
     token_from_env,
 )
 from apollo11.scheduler.errors import ApolloError, InvalidArgumentError
+from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.scheduler.worker import _codec as codec
 from apollo11.scheduler.worker._attempt import Isolation, RunningAttempt
 from apollo11.scheduler.worker._journal import RemoteJournal

@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 import pytest
 
-from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.client import SyncClient, TaskView
+from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.v1 import worker_pb2 as wpb
 from apollo11.v1 import worker_pb2_grpc as wpbg
 from tests.cluster import Cluster

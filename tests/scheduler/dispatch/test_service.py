@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from apollo11.scheduler.api.wire import LEADER_METADATA
 from apollo11.scheduler.dispatch import RemoteExecutor, WorkersService
 from apollo11.scheduler.errors import ApolloError, NoLeaderError, NotLeaderError
+from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.v1 import worker_pb2 as wpb
 from apollo11.v1 import worker_pb2_grpc as wpbg
 

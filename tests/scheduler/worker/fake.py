@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import orjson
 
-from apollo11.scheduler.api.wire import LEADER_METADATA
+from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.v1 import worker_pb2 as pb
 from apollo11.v1 import worker_pb2_grpc as pbg
 
