@@ -14,7 +14,7 @@ SERVERS := 127.0.0.1:7411,127.0.0.1:7421,127.0.0.1:7431
 SECRETS := deploy/secrets
 CREDENTIALS := APOLLO11_CA=$(SECRETS)/ca.pem APOLLO11_TOKEN_FILE=$(SECRETS)/operator.token
 
-.PHONY: setup test unit lint typecheck format proto docs bench bench-quick clean \
+.PHONY: setup check test unit lint typecheck format proto docs bench bench-quick clean \
 	demo wheelhouse secrets up down status logs failover-demo e2e alerts-test chromium netns-tools
 
 setup: $(STAMP)
@@ -78,6 +78,13 @@ alerts-test:
 	cd deploy/prometheus && promtool test rules alerts_test.yml
 
 test: lint typecheck unit alerts-test
+
+# The fast tier (docs/test-tiers.md): lint, types, and the tests that start no process
+# (tests/tiers.py marks the others `slow` from what they use). A test of it that
+# starts a process, or takes longer than CHECK_BUDGET seconds, fails.
+CHECK_BUDGET ?= 5
+check: lint typecheck
+	$(BIN)/pytest -q -m "not slow" --budget $(CHECK_BUDGET) --basetemp=$(PYTEST_TMP)-check
 
 bench: setup
 	$(BIN)/apollo11 bench log

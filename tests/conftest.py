@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from apollo11.scheduler.log import EventLog, FsyncPolicy, LogConfig
+from tests import tiers
 
 
 class _OldRoots:
@@ -36,6 +37,21 @@ sys.meta_path.insert(0, _OldRoots())
 # must not fail on a new random example; exploring belongs to local runs.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="fail a test of the fast tier that takes over S seconds (make check: tests/tiers.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.install()
+    config.pluginmanager.register(tiers.Tiers(config.getoption("budget")), "tiers")
 
 
 @pytest.fixture

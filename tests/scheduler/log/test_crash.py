@@ -86,6 +86,7 @@ def _crash_at(root: Path, cut: int, garbage: bytes) -> None:
         base += size
 
 
+@pytest.mark.slow  # in process, but 60 examples of CPU: 3-4 s, near make check's budget
 @settings(
     max_examples=60,
     deadline=None,
