@@ -41,10 +41,11 @@ def test_a_shell_step_dies_with_its_sigkilled_node(cluster: Cluster, tmp_path: P
     ledger, marker = tmp_path / "ledger", tmp_path / "marker"
     # Each attempt appends "run ATTEMPT PID TOKEN" (the shell's pid, and the sleep's as
     # a second line), the compensation "undo ATTEMPT". Attempt 1's marker must never
-    # appear: its node is killed 1 s into its 15 s.
+    # appear: its node is killed 1 s into its 15 s. Attempt 2 has nothing to outlive.
     run = (
         f'echo "run $APOLLO11_ATTEMPT $$ $APOLLO11_FENCING_TOKEN" >> {ledger}; '
-        f'sleep 15 & echo "sleep $APOLLO11_ATTEMPT $!" >> {ledger}; wait $!; '
+        f"sleep $((APOLLO11_ATTEMPT == 1 ? 15 : 0)) & "
+        f'echo "sleep $APOLLO11_ATTEMPT $!" >> {ledger}; wait $!; '
         f"touch {marker}.$APOLLO11_ATTEMPT"
     )
     doc = {
@@ -74,9 +75,10 @@ def test_a_shell_step_dies_with_its_sigkilled_node(cluster: Cluster, tmp_path: P
     killed_at = time.monotonic()
 
     # Attempt 2 begins only once every process of attempt 1 is gone, and only after
-    # attempt 1 was compensated.
+    # attempt 1 was compensated. Watched until both are true: once attempt 1's shell
+    # is gone, nothing is left that could write its marker.
     seen_run2 = False
-    while time.monotonic() - killed_at < 20:
+    while not (seen_run2 and not _alive(int(sh1)) and not _alive(int(sleep1))):
         lines = _ledger(ledger)
         if not seen_run2 and any(line[:2] == ["run", "2"] for line in lines):
             seen_run2 = True
@@ -86,8 +88,8 @@ def test_a_shell_step_dies_with_its_sigkilled_node(cluster: Cluster, tmp_path: P
         if time.monotonic() - killed_at > 5:
             assert not _alive(int(sh1)), "attempt 1's shell outlived its node by 5 s"
         assert not Path(f"{marker}.1").exists(), "attempt 1 finished after its node died"
+        assert time.monotonic() - killed_at < 30, ("no attempt 2", lines, cluster.tail_logs())
         time.sleep(0.05)
-    assert not _alive(int(sh1)) and not _alive(int(sleep1))
     lines = _ledger(ledger)
     kinds = [line[0] + line[1] for line in lines if line[0] in ("run", "undo")]
     assert kinds == ["run1", "undo1", "run2"], lines
