@@ -74,10 +74,15 @@ def test_idle_connections_are_capped_and_a_client_already_connected_goes_on(node
             ]
             fds = flood.open_fds(node.pid)
             accepted = await asyncio.to_thread(lambda: sum(1 for _ in range(20) if c.submit("etl")))
-            await asyncio.sleep(HANDSHAKE_TIMEOUT_MS / 1000 + 5)
-            for h in helds:
-                await h.drain_reads()
-            still = sum(h.open() for h in helds)
+            # until the node has closed every one, or well past its handshake timeout
+            deadline = time.monotonic() + HANDSHAKE_TIMEOUT_MS / 1000 + 5
+            while True:
+                for h in helds:
+                    await h.drain_reads()
+                still = sum(h.open() for h in helds)
+                if still == 0 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
             for h in helds:
                 h.close()
             return fds, accepted, still
