@@ -19,6 +19,8 @@ from tests.nodes import start_node
 
 pytestmark = pytest.mark.slow
 
+NO_DRAIN = {"APOLLO11_DRAIN_TIMEOUT": "0"}  # the parked steps are not waited for at the stop
+
 
 async def _flood(address: str, clients: int, seconds: float) -> tuple[dict[str, int], list[str]]:
     codes: dict[str, int] = {}
@@ -53,7 +55,7 @@ async def _flood(address: str, clients: int, seconds: float) -> tuple[dict[str, 
 
 async def test_unfinished_tasks_past_the_limit_are_refused(tmp_path: Path) -> None:
     # Every task parks on an hour-long step: they pile up as a real overload would.
-    node = start_node(tmp_path / "d", "--max-tasks-in-memory", "300")
+    node = start_node(tmp_path / "d", "--max-tasks-in-memory", "300", env=NO_DRAIN)
     try:
         codes, pushback = await _flood(node.address, 16, 6)
         assert node.alive()
@@ -67,7 +69,7 @@ async def test_unfinished_tasks_past_the_limit_are_refused(tmp_path: Path) -> No
 
 
 async def test_writes_waiting_to_commit_past_the_limit_are_refused(tmp_path: Path) -> None:
-    node = start_node(tmp_path / "d", "--max-pending-writes", "4")
+    node = start_node(tmp_path / "d", "--max-pending-writes", "4", env=NO_DRAIN)
     try:
         codes, pushback = await _flood(node.address, 64, 4)
         assert node.alive()
