@@ -98,7 +98,8 @@ def test_the_fast_tier_leaves_out_what_starts_a_program_and_fails_what_it_missed
     out = result.stdout.str()
     assert "PASSED test_suite.py::test_pure" in out
     assert "FAILED test_suite.py::test_starts_a_program_unseen" in out
-    assert "starts processes: a subprocess started `true`" in out
+    assert "starts processes: a subprocess started `true` at " in out
+    assert "helper.py:" in out, "where: in the helper"
     assert "ERROR test_suite.py::test_dawdles" in out
     assert "over its 1 s budget" in out
 

@@ -89,7 +89,7 @@ def _ours(obj: Any) -> bool:
     """A function or class of the tests: read it too (the package's own are not:
     what it starts is the code under test's, or the guard's to see)."""
     module = getattr(obj, "__module__", None) or ""
-    return module == "tests" or module.startswith(("tests.", "conftest"))
+    return module == "tests" or module.startswith("tests.")
 
 
 def _codes(obj: Any) -> Iterator[tuple[types.CodeType, dict[str, Any]]]:
@@ -187,24 +187,29 @@ def _import(name: str) -> Any:
 
 _running: dict[str, pytest.Item | None] = {"item": None}
 _lock = threading.Lock()
-_BREACHES = pytest.StashKey[list[str]]()
+_BREACHES = pytest.StashKey[list[str]]()  # what a test started, not yet reported
+_TOOK = pytest.StashKey[float]()  # its phases' time so far
 
 
 def fast(item: pytest.Item) -> bool:
     return not any(item.get_closest_marker(m) for m in FULL_ONLY)
 
 
-def _caller_is_a_test() -> str | None:
-    """The nearest frame of this checkout's code (not its venv's libraries), if it is
-    in tests/: the test started the program itself, or through a helper of the tests."""
+def _started_by_a_test() -> str | None:
+    """Where a test's code started the program, or None if the package's code did.
+    Out from the call, past Python's own libraries (the stdlib, the venv's packages),
+    the first frame decides: the package's (this checkout, outside tests/) starts a
+    child of its own; any other code (tests/, a suite a test wrote) is a test's."""
+    libraries = (Path(sys.prefix), Path(sys.base_prefix))
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         path = Path(frame.f_code.co_filename)
-        ours = path.is_relative_to(ROOT) and not path.is_relative_to(sys.prefix)
-        if ours and path != Path(__file__):
-            if path.is_relative_to(TESTS):
-                return f"{path.relative_to(ROOT)}:{frame.f_lineno}"
-            return None
+        skip = path == Path(__file__) or not path.is_absolute()  # `<frozen ...>`, `<string>`
+        if not skip and not any(path.is_relative_to(lib) for lib in libraries):
+            if path.is_relative_to(ROOT) and not path.is_relative_to(TESTS):
+                return None
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            return f"{shown}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 
@@ -221,7 +226,7 @@ def _breach(what: str, argv: list[str]) -> None:
     item = _running["item"]
     if item is None or not fast(item):
         return
-    by = _caller_is_a_test()
+    by = _started_by_a_test()
     if by is None and not _a_server(argv):
         return  # the code under test's own child
     shown = " ".join(argv)[:120]
@@ -321,6 +326,3 @@ class Tiers:
                 f"or {HOW_TO_MARK}"
             )
         return report
-
-
-_TOOK = pytest.StashKey[float]()
