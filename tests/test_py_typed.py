@@ -9,11 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.nodes import ROOT
-
-pytestmark = pytest.mark.slow
 
 APP = """
 from apollo11.scheduler.client import SyncClient

@@ -17,8 +17,6 @@ from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 from tests.nodes import start_node
 
-pytestmark = pytest.mark.slow
-
 NO_DRAIN = {"APOLLO11_DRAIN_TIMEOUT": "0"}  # the parked steps are not waited for at the stop
 
 

@@ -23,8 +23,6 @@ from apollo11.scheduler.tools.bench.overload_bench import rss_mb
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
 
-pytestmark = pytest.mark.slow
-
 CLIENT_CAP = 200
 PEER_CAP = 16
 

@@ -18,7 +18,7 @@ SAMPLE_S = 5.0
 MAX_TASKS = 5000
 
 
-@pytest.mark.slow
+@pytest.mark.process  # the bench starts the node: the package's code, not read for it
 def test_a_flood_is_refused_and_memory_levels_off(tmp_path: Path) -> None:
     r = overload_bench.run(
         True,

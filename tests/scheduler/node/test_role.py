@@ -251,7 +251,6 @@ async def _until(cond: object, timeout: float = 20) -> None:
             await asyncio.sleep(0.05)
 
 
-@pytest.mark.slow
 async def test_three_role_loops_on_one_memory_lease(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

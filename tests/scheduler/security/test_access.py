@@ -19,8 +19,6 @@ from apollo11.scheduler.security.tokens import create_token, revoke
 from tests.nodes import APOLLO11, ROOT, cli, start_node
 from tests.secure import Pki, make_pki, start_secure_node
 
-pytestmark = pytest.mark.slow
-
 
 def _client(node: object, pki: Pki, token: str | None) -> SyncClient:
     return SyncClient(node.address, ca=pki.dir / "ca.pem", token=token, retries=0)  # type: ignore[attr-defined]

@@ -19,8 +19,6 @@ from apollo11.v1 import replication_pb2, scheduler_pb2, worker_pb2
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
 
-pytestmark = pytest.mark.slow
-
 # Who calls: a token of each role, nobody, a node's peer certificate, and a
 # certificate that another CA signed.
 CALLERS = ("anonymous", "reader", "submitter", "operator", "worker", "node", "foreign")

@@ -31,7 +31,7 @@ def test_the_figure_is_the_top_level_imports_cumulative_times_summed() -> None:
     assert total == 24.3
 
 
-@pytest.mark.slow
+@pytest.mark.process  # the bench starts the node: the package's code, not read for it
 def test_a_short_run_measures_status_and_submit_against_a_live_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
