@@ -189,6 +189,7 @@ _running: dict[str, pytest.Item | None] = {"item": None}
 _lock = threading.Lock()
 _BREACHES = pytest.StashKey[list[str]]()  # what a test started, not yet reported
 _TOOK = pytest.StashKey[float]()  # its phases' time so far
+_FAILED = pytest.StashKey[bool]()  # a phase of it failed
 
 
 def fast(item: pytest.Item) -> bool:
@@ -304,10 +305,11 @@ class Tiers:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report: pytest.TestReport = yield
-        if not fast(item) or report.failed:
+        if not fast(item):
             return report
+        took = item.stash[_TOOK] = item.stash.get(_TOOK, 0.0) + report.duration
         breaches = item.stash.get(_BREACHES, [])
-        if breaches:
+        if breaches and not report.failed:
             item.stash[_BREACHES] = []
             report.outcome = "failed"
             report.longrepr = (
@@ -315,10 +317,11 @@ class Tiers:
                 + "; ".join(breaches)
                 + f"; {HOW_TO_MARK}"
             )
-            return report
-        took = item.stash.setdefault(_TOOK, 0.0) + report.duration
-        item.stash[_TOOK] = took
-        if report.when == "teardown" and self.budget_s is not None and took > self.budget_s:
+        if report.failed:
+            item.stash[_FAILED] = True
+        over = self.budget_s is not None and took > self.budget_s
+        if report.when == "teardown" and over and not item.stash.get(_FAILED, False):
+            # one failure a test is enough: a test that failed may well have been slow
             report.outcome = "failed"
             report.longrepr = (
                 f"a test of the fast tier (`make check`) took {took:.1f} s, over its "
