@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.lease.local_etcd import free_port
 from apollo11.scheduler.tools.dev import port_taken
 from tests.nodes import ROOT
 
@@ -24,11 +24,22 @@ pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
 
 
 def _free_run(n: int) -> int:
-    """The first of n free consecutive ports."""
+    """The first of n free consecutive ports, below the ephemeral range: a port the
+    kernel hands out (free_port) is the next outgoing connection's too, and another
+    suite on the machine took one between this choice and the bind (a flaky run)."""
+    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     while True:
-        port = free_port()
-        if port + n < 65536 and not any(port_taken(port + i) for i in range(n)):
+        port = random.randrange(10_000, low - n)
+        if not any(port_taken(port + i) for i in range(n)):
             return port
+
+
+def _ports() -> tuple[int, int]:
+    """Two nodes' base port and etcd's, apart."""
+    base = _free_run(2)
+    while abs((etcd := _free_run(2)) - base) < 2:
+        pass
+    return base, etcd
 
 
 @contextmanager
@@ -63,7 +74,7 @@ def _dev(root: Path, base: int, etcd_port: int, *more: str) -> list[str]:
 
 @pytest.mark.parametrize("which", ["etcd", "node"])
 def test_a_taken_port_is_refused_and_nothing_is_started(tmp_path: Path, which: str) -> None:
-    base, etcd_port = _free_run(2), free_port()
+    base, etcd_port = _ports()
     taken = etcd_port if which == "etcd" else base + 1
     with _listening(taken):
         done = subprocess.run(
@@ -102,7 +113,7 @@ def _ready(proc: subprocess.Popen[str], lines: list[str]) -> str:
 
 
 def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
-    base, etcd_port = _free_run(2), free_port()
+    base, etcd_port = _ports()
     proc = _start(tmp_path, base, etcd_port)
     assert proc.stdout is not None
     try:
@@ -131,7 +142,7 @@ def test_it_prints_pids_and_says_when_a_node_dies(tmp_path: Path) -> None:
 
 
 def test_with_workers_the_steps_run_on_them(tmp_path: Path) -> None:
-    base, etcd_port = _free_run(2), free_port()
+    base, etcd_port = _ports()
     proc = _start(tmp_path, base, etcd_port, "--workers", "2")
     try:
         text = _ready(proc, [])
