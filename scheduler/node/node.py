@@ -59,7 +59,15 @@ from apollo11.scheduler.security import (
     protection_missing,
     protection_refusal,
 )
-from apollo11.scheduler.state import Store, TaskState, merger, repair, scrub
+from apollo11.scheduler.state import (
+    Repair,
+    Scrubber,
+    Store,
+    TaskState,
+    load_repair,
+    set_aside_for_repair,
+    warm_merger,
+)
 from apollo11.scheduler.workflow import Registry
 
 # the node's log lines keep the name they had before the node became a package
@@ -89,7 +97,7 @@ class Node:
         self.http_port = 0
         self.notice_text = ""  # what this node found wrong (etcd's state, its log): status says it
         self._reopen_lock = asyncio.Lock()
-        self.repair: repair.Repair | None = None  # set while refilled from the primary
+        self.repair: Repair | None = None  # set while refilled from the primary
         self.cluster_id = ""  # this cluster's id, once checked against etcd (scheduler/identity.py)
         # Random per process: tells this process's member record from another's with
         # the same node id (a duplicate, or this node's own record from before a crash).
@@ -187,7 +195,7 @@ class Node:
         return self.logwatch.trouble
 
     @property
-    def scrubber(self) -> scrub.Scrubber:
+    def scrubber(self) -> Scrubber:
         return self.upkeep.scrubber
 
     @property
@@ -303,7 +311,7 @@ class Node:
         # The young threshold is raised too (gctune.py).
         gctune.settle()
         metrics.watch_gc()
-        merger.warm()
+        warm_merger()
         if s.standalone:
             t0 = time.monotonic()
             won = await self.lease.campaign(s.node_id, self.address, min_term=self.roles.known_term)
@@ -341,11 +349,11 @@ class Node:
         except (CorruptLogError, SnapshotError, SnapshotMismatchError) as e:
             if s.standalone:
                 raise
-            self.repair = await asyncio.to_thread(repair.set_aside, s.data_dir, str(e))
+            self.repair = await asyncio.to_thread(set_aside_for_repair, s.data_dir, str(e))
             metrics.LOG_DAMAGE_FOUND.labels("startup").inc()
             self.notice(f"{s.node_id}: {self.repair.describe()}")
             return self._open_store()
-        self.repair = repair.load(s.data_dir)
+        self.repair = load_repair(s.data_dir)
         if self.repair is not None:
             self.notice(f"{s.node_id} (restarted): {self.repair.describe()}")
         return store

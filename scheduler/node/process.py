@@ -17,7 +17,7 @@ from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.loop_errors import LoopErrorLog, thread_died
 from apollo11.scheduler.node import files
 from apollo11.scheduler.node.node import Node
-from apollo11.scheduler.state import merger
+from apollo11.scheduler.state import merger_pids
 
 log = logging.getLogger("apollo11.scheduler.node")
 
@@ -58,7 +58,7 @@ async def serve(settings: NodeSettings) -> int:
     trimmer.cancel()
     if orphans is not None:
         orphans.cancel()
-        killed = childguard.kill_descendants(keep=merger.pids())
+        killed = childguard.kill_descendants(keep=merger_pids())
         if killed:
             log.warning("killed %d process(es) the steps left behind", killed)
     return 0

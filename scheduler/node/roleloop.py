@@ -45,7 +45,7 @@ from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.role import FAILED
-from apollo11.scheduler.state import repair
+from apollo11.scheduler.state import REPAIRING, Repair, repair_done
 
 log = logging.getLogger("apollo11.scheduler.node")
 
@@ -72,7 +72,7 @@ class Host(StandbySide, Protocol):
     @property
     def log_trouble(self) -> str | None: ...
 
-    repair: repair.Repair | None
+    repair: Repair | None
 
     def notice(self, text: str) -> None: ...
     def not_leader(self) -> ApolloError: ...
@@ -128,7 +128,7 @@ class RoleLoop:
     @property
     def shown_role(self) -> str:
         """The role published and reported: a standby being refilled says so."""
-        return repair.REPAIRING if self.host.repair and self.role == "standby" else self.role
+        return REPAIRING if self.host.repair and self.role == "standby" else self.role
 
     def lease_valid(self) -> bool:
         """Sure to hold the lease now? (scheduler/node/fence.py)"""
@@ -389,7 +389,7 @@ class RoleLoop:
         durable = store.log.durable_id
         head = f.primary_durable_id if f is not None and f.connected else 0
         if head and durable >= max(r.needs_through, head):
-            await asyncio.to_thread(repair.done, h.settings.data_dir)
+            await asyncio.to_thread(repair_done, h.settings.data_dir)
             h.repair = None
             h.notice(
                 f"repaired from {leader.node_id}: this node holds events through {durable} "

@@ -21,7 +21,7 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import ApolloError
 from apollo11.scheduler.log import Segment, rewrite_segment
 from apollo11.scheduler.node.role import FAILED
-from apollo11.scheduler.state import Archive, repair, scrub
+from apollo11.scheduler.state import REPAIRING, Archive, Damage, Scrubber, ScrubTargets
 
 
 class Host(Member, Protocol):
@@ -41,7 +41,7 @@ class Host(Member, Protocol):
 class Upkeep:
     def __init__(self, host: Host, *, mb_per_s: float, interval_s: float) -> None:
         self.host = host
-        self.scrubber = scrub.Scrubber(
+        self.scrubber = Scrubber(
             targets=self._targets,
             report=self._found,
             repair=self._repair,
@@ -51,7 +51,7 @@ class Upkeep:
 
     # Called on the scrub's thread: they copy, or hand over.
 
-    def _targets(self) -> scrub.Targets | None:
+    def _targets(self) -> ScrubTargets | None:
         store, loop = self.host.store, self.host.loop
         if store is None or self.host.stopping or loop is None or loop.is_closed():
             return None
@@ -69,15 +69,15 @@ class Upkeep:
         try:
             current = active.result(timeout=5)
         except concurrent.futures.TimeoutError:  # a loop that busy: next pass
-            return scrub.Targets(store.log.segments[:-1], paths)
-        return scrub.Targets([*store.log.segments[:-1], current], paths)
+            return ScrubTargets(store.log.segments[:-1], paths)
+        return ScrubTargets([*store.log.segments[:-1], current], paths)
 
-    def _found(self, damage: scrub.Damage) -> None:
+    def _found(self, damage: Damage) -> None:
         loop = self.host.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.host.notice, str(damage))
 
-    def _repair(self, damage: scrub.Damage) -> str:
+    def _repair(self, damage: Damage) -> str:
         store, loop = self.host.store, self.host.loop
         if store is None or loop is None or loop.is_closed():
             return "scrub: no store open to repair it from"
@@ -97,7 +97,7 @@ class Upkeep:
 
     # On the event loop.
 
-    async def mend_segment(self, damage: scrub.Damage) -> str:
+    async def mend_segment(self, damage: Damage) -> str:
         """Replace a damaged sealed segment with another member's copy of its records."""
         store = self.host.store
         if store is None:
@@ -138,6 +138,6 @@ class Upkeep:
         for m in sorted(members.values(), key=lambda m: -m.last_event_id):
             if m.node_id == me or any(m.node_id == n for n, _ in out):
                 continue
-            if m.last_event_id >= last_id and m.role not in (FAILED, repair.REPAIRING):
+            if m.last_event_id >= last_id and m.role not in (FAILED, REPAIRING):
                 out.append((m.node_id, m.peer_address or m.address))
         return out

@@ -19,6 +19,8 @@ from apollo11.scheduler.state import merger, repair, scrub
 from apollo11.scheduler.state.archive import Archive
 from apollo11.scheduler.state.fold import apply, apply_all, replay
 from apollo11.scheduler.state.index import State, Summary, TaskStore, reindex, summarize
+from apollo11.scheduler.state.merger import pids as merger_pids
+from apollo11.scheduler.state.merger import warm as warm_merger
 from apollo11.scheduler.state.model import (
     BUSY,
     DONE,
@@ -31,7 +33,12 @@ from apollo11.scheduler.state.model import (
     TaskStatus,
     outcome,
 )
-from apollo11.scheduler.state.repair import REPAIRING
+from apollo11.scheduler.state.repair import REPAIRING, Repair
+from apollo11.scheduler.state.repair import done as repair_done
+from apollo11.scheduler.state.repair import load as load_repair
+from apollo11.scheduler.state.repair import set_aside as set_aside_for_repair
+from apollo11.scheduler.state.scrub import Damage, Scrubber
+from apollo11.scheduler.state.scrub import Targets as ScrubTargets
 from apollo11.scheduler.state.snapshot import SnapshotInfo, watermark_of
 from apollo11.scheduler.state.store import NeedsFullReplay, Store, StoreConfig, paused_gc, state_at
 
@@ -42,8 +49,12 @@ __all__ = [
     "REPAIRING",
     "TERMINAL",
     "Archive",
+    "Damage",
     "DurableState",
     "NeedsFullReplay",
+    "Repair",
+    "ScrubTargets",
+    "Scrubber",
     "SnapshotInfo",
     "State",
     "StepState",
@@ -56,14 +67,19 @@ __all__ = [
     "TaskStore",
     "apply",
     "apply_all",
+    "load_repair",
     "merger",
+    "merger_pids",
     "outcome",
     "paused_gc",
     "reindex",
     "repair",
+    "repair_done",
     "replay",
     "scrub",
+    "set_aside_for_repair",
     "state_at",
     "summarize",
+    "warm_merger",
     "watermark_of",
 ]
