@@ -37,7 +37,7 @@ def tail(text: str, keep: int = TAIL) -> Tail:
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt:
+class AttemptRow:
     step: str
     kind: str  # "attempt" or "compensation"
     attempt: int
@@ -69,7 +69,7 @@ def _shell_output(value: Any) -> str | None:
     return None
 
 
-def _ended(open_: Attempt, e: Event) -> Attempt:
+def _ended(open_: AttemptRow, e: Event) -> AttemptRow:
     p = e.payload
     if e.event_type is EventType.STEP_SUCCEEDED:
         result = p.get("result")
@@ -107,10 +107,10 @@ def _waited(e: Event) -> str:
     return what
 
 
-def attempts(events: Iterable[Event]) -> list[Attempt]:
+def attempts(events: Iterable[Event]) -> list[AttemptRow]:
     """Each attempt and compensation of a task, in the order they started; an end
     without its start (a log cut by retention) counts as starting when it ended."""
-    out: list[Attempt] = []
+    out: list[AttemptRow] = []
     open_: dict[tuple[str, str], int] = {}  # (step, kind) -> its index in out
     for e in events:
         t = e.event_type
@@ -119,7 +119,7 @@ def attempts(events: Iterable[Event]) -> list[Attempt]:
             outcome = "running" if kind == "attempt" else "compensating"
             open_[(e.step_name, kind)] = len(out)
             out.append(
-                Attempt(
+                AttemptRow(
                     e.step_name,
                     kind,
                     e.attempt,
@@ -145,7 +145,7 @@ def attempts(events: Iterable[Event]) -> list[Attempt]:
             kind = "compensation" if compensation else "attempt"
             at = open_.pop((e.step_name, kind), None)
             if at is None:
-                stub = Attempt(
+                stub = AttemptRow(
                     e.step_name, kind, e.attempt, "", e.instance_id, e.timestamp, None, _NONE, _NONE
                 )
                 out.append(_ended(stub, e))
@@ -154,7 +154,7 @@ def attempts(events: Iterable[Event]) -> list[Attempt]:
     return out
 
 
-def in_step_order(found: Sequence[Attempt], steps: Sequence[str]) -> list[Attempt]:
+def in_step_order(found: Sequence[AttemptRow], steps: Sequence[str]) -> list[AttemptRow]:
     """The attempts step by step (the workflow's order), each step's as they started."""
     rank = {s: i for i, s in enumerate(steps)}
     return sorted(found, key=lambda a: rank.get(a.step, len(rank)))
