@@ -135,6 +135,7 @@ class Leading:
         await self.stop_fence()
         with contextlib.suppress(Exception):
             await h.lease.resign()  # if the key is still ours, let others go now
+        self.handed_over = None  # (a standby from now: it settles, and reads etcd less)
         self.last_demotion = f"demoted self because {why}"
         self.left.set()
         return self.last_demotion
@@ -214,6 +215,7 @@ class Leading:
         view = standbys[target]
         budget = max(5.0, 2 * h.lease.ttl_s)
         log.info("switchover to %s asked by %s: draining", target, operator)
+        self.left.clear()  # before the drain: a demotion meanwhile is seen below
         self.handover = target
         await self.loop.put_record()
         if h.settings.execution != "remote":
@@ -222,12 +224,17 @@ class Leading:
             engine.stop_starting()
         last = h.store.log.durable_id if h.store is not None else 0
         deadline = time.monotonic() + budget
-        while view.acked_id < last and time.monotonic() < deadline:
+        while view.acked_id < last and time.monotonic() < deadline and not self.left.is_set():
             view.acked.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(view.acked.wait(), deadline - time.monotonic())
             if h.store is not None:
                 last = h.store.log.durable_id
+        if self.left.is_set():
+            raise NodeUnavailableError(
+                f"switchover to {target} called off: this node stopped being the primary "
+                f"meanwhile ({self.last_demotion})"
+            )
         if view.acked_id < last:
             self.handover = ""
             engine.resume()
@@ -235,9 +242,14 @@ class Leading:
                 f"switchover to {target} called off: it holds events up to {view.acked_id} "
                 f"of {last} after {budget:g}s; this node leads on"
             )
-        self.left.clear()
         self.handed_over = f"switchover to {target} asked by {operator}"
         self.loop.wake()
-        await asyncio.wait_for(self.left.wait(), budget)
+        try:
+            await asyncio.wait_for(self.left.wait(), budget)
+        except TimeoutError:
+            raise NodeUnavailableError(
+                f"switchover to {target}: it holds every event, but this node did not "
+                f"step down within {budget:g}s (is it stopping?)"
+            ) from None
         h.notice(f"handed over to {target} (asked by {operator})")
         return target, last, self.last_demotion

@@ -467,8 +467,10 @@ class Node:
         if self.engine is not None and self.engine.leading:
             if self.settings.execution != "remote":
                 # (with `both`, attempts on workers may finish meanwhile too)
-                drained = await self.engine.drain(within_s=self.settings.drain_timeout)
-            await self.engine.stop()
+                drain = self.engine.drain(within_s=self.settings.drain_timeout)
+                drained = await self.roles.drain(drain)
+            if self.engine.leading:
+                await self.engine.stop()
         if self.dispatch is not None:
             # Attempts on workers outlive this node: the next primary adopts them, so
             # nothing is failed (the engine, stopped first, decides nothing more).

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from apollo11.lease import (
@@ -40,7 +40,7 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.node import role
 from apollo11.scheduler.node.etcdfacts import EtcdFacts
-from apollo11.scheduler.node.fence import Fence
+from apollo11.scheduler.node.fence import WATCHDOG_S, Fence
 from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
@@ -215,6 +215,9 @@ class RoleLoop:
 
     async def cycle(self) -> str:
         """Read the world once and take one decision."""
+        # First, also when there is no store: a wake left set makes the pause return
+        # at once, and the loop would spin without ever yielding to the event loop.
+        self._wake.clear()
         if self.host.store is None:
             # Between closing and reopening the store (node.reopen): no position to
             # publish or to campaign with. It was an AssertionError in record() and a
@@ -223,7 +226,6 @@ class RoleLoop:
                 "reshaping the store (a divergent tail cut, or a snapshot installed): "
                 "not publishing or deciding until it is open again"
             )
-        self._wake.clear()
         now = time.monotonic()
         read = Read()
         if self._urgent():
@@ -238,23 +240,30 @@ class RoleLoop:
         """A primary with a reason to stop leading decides at once, etcd or not."""
         return self.role == "primary" and role.leave(self._as_seen(time.monotonic())) is not None
 
-    async def _read_or_wake(self, now: float, read: Read) -> None:
-        reading = asyncio.ensure_future(self._read(now, read))
+    async def _or_wake(self, call: Coroutine[Any, Any, None]) -> bool:
+        """Await an etcd call unless a wake comes first (then it is cancelled): False
+        when woken. A hung etcd answers after up to half a TTL per endpoint, and the
+        loop must be free to demote this node before its fence runs out."""
+        doing = asyncio.ensure_future(call)
         woken = asyncio.ensure_future(self._wake.wait())
         try:
-            await asyncio.wait((reading, woken), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((doing, woken), return_when=asyncio.FIRST_COMPLETED)
         finally:
             woken.cancel()
-            if not reading.done():
-                reading.cancel()
-                read.error = "woken before etcd answered"
-            with contextlib.suppress(asyncio.CancelledError):
-                await reading
-        if reading.cancelled():
-            read.world = None
-        elif (e := reading.exception()) is not None:
-            if not isinstance(e, LeaseUnavailable):
-                raise e
+            if not doing.done():
+                doing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await doing
+        if doing.cancelled():
+            return False
+        doing.result()  # its error, if it failed
+        return True
+
+    async def _read_or_wake(self, now: float, read: Read) -> None:
+        try:
+            if not await self._or_wake(self._read(now, read)):
+                read.world, read.error = None, "woken before etcd answered"
+        except LeaseUnavailable as e:
             read.world, read.error = None, f"cannot read the cluster from etcd: {e}"
 
     async def _read(self, now: float, read: Read) -> None:
@@ -332,7 +341,7 @@ class RoleLoop:
         """Do what the decision says; the sentence to log."""
         if not isinstance(move, role.Abstain | role.Campaign | role.Hold):
             self._leaderless_since = None
-        if self.role == FAILED and not isinstance(move, role.StandAside | role.Hold):
+        if self.role == FAILED and self.host.log_trouble is None:
             self.role = "standby"  # its log takes writes again
         match move:
             case role.StayPrimary(sentence):
@@ -451,11 +460,24 @@ class RoleLoop:
         if self.etcd.store_behind is not None:
             self.etcd.caught_up(f"leader key recreated at term {won.term} by this node")
         with contextlib.suppress(LeaseUnavailable):
-            await self.put_record()
+            await self._or_wake(self.put_record())  # else the next cycle puts it
         return (
             f"promoted: term {won.term} starts at event {started}, "
             f"scheduling after {spent * 1000:.1f} ms"
         )
+
+    async def drain(self, draining: Awaitable[bool]) -> bool:
+        """A graceful stop's drain, which the loop (ended by the stop) no longer
+        watches: a lease lost or a log failed meanwhile still demotes this node at
+        once (stop() is the other way out of primary). What `draining` returns."""
+        doing = asyncio.ensure_future(draining)
+        while not doing.done():
+            await asyncio.wait((doing,), timeout=WATCHDOG_S)
+            if self.role == "primary":
+                demote = role.leave(self._as_seen(time.monotonic()))
+                if demote is not None:
+                    log.error("%s", await self.demote(demote.why, role=demote.role))
+        return doing.result()
 
     async def demote(self, why: str, *, role: str = "standby") -> str:
         """Stop acting as primary at once: no more acks, no more steps. Called by the

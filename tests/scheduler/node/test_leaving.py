@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -226,3 +227,124 @@ async def test_a_standalone_node_paused_past_its_ttl_leads_again(tmp_path: Path)
         )
     finally:
         await node.stop()
+
+
+# ------------------------------------------- found by a review of the above
+
+
+async def test_a_switchover_whose_node_is_demoted_while_draining_is_called_off(
+    pair: Pair,
+) -> None:
+    """The fence lapsed during the switchover's drain: the loop demoted the node, and
+    the switchover waited out its whole budget for a demotion already done."""
+    from apollo11.scheduler.errors import NodeUnavailableError
+
+    old, target = pair.primary, pair.standby
+    assert old.engine is not None
+
+    async def drain(within_s: float) -> bool:
+        old.fence.renewed_at = time.monotonic() - 1000
+        await _until(lambda: old.role != "primary")
+        return True
+
+    old.engine.drain = drain  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    with pytest.raises(NodeUnavailableError, match="stopped being the primary meanwhile"):
+        await old.switchover(target.settings.node_id, operator="alice")
+    assert time.monotonic() - t0 < TTL, "called off at once, not after its budget"
+
+
+async def test_the_old_primary_settles_after_a_switchover(pair: Pair) -> None:
+    """`handed_over` outlived the demotion: the old primary, now a standby, read etcd
+    ten times a second instead of waiting for a change."""
+    old, target = pair.primary, pair.standby
+    await old.switchover(target.settings.node_id, operator="alice")
+    await _until(lambda: target.role == "primary")
+    await _until(lambda: old.follower is not None and old.follower.connected)
+    await _until(lambda: old.roles._settled())
+
+
+async def test_a_hung_etcd_just_after_a_promotion_still_demotes_on_time(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The promotion's record put waited on a hung etcd (half a TTL per endpoint)
+    where no wake could interrupt it: the node led on past its fence."""
+    old = pair.primary
+    new = pair.standby
+    lease = new.lease
+    hang = False
+    real_campaign = lease.campaign
+
+    async def campaign(*args: object, **kw: object) -> object:
+        nonlocal hang
+        won = await real_campaign(*args, **kw)  # type: ignore[arg-type]
+        hang = won is not None
+        return won
+
+    def hung(real: Callable[..., object]) -> Callable[..., object]:
+        async def call(*args: object, **kw: object) -> object:
+            if hang:
+                await asyncio.sleep(1.5 * TTL)
+                raise LeaseUnavailable("etcd did not answer")
+            return await real(*args, **kw)  # type: ignore[misc]
+
+        return call
+
+    async def unreachable() -> bool:
+        raise LeaseUnavailable("etcd unreachable")
+
+    monkeypatch.setattr(lease, "campaign", campaign)
+    for name in ("publish", "world", "keep", "wait_change"):
+        monkeypatch.setattr(lease, name, hung(getattr(lease, name)))
+    await old.stop()  # resigns: the standby campaigns, wins, and etcd hangs
+    await _until(lambda: hang and new.role == "primary")
+    t0 = time.monotonic()
+    monkeypatch.setattr(lease, "renew", unreachable)
+    await _until(lambda: new.role != "primary")
+    assert time.monotonic() - t0 < new.fence.fence_after_s + 0.5
+
+
+async def test_a_lease_lost_during_a_graceful_stop_demotes_at_once(pair: Pair) -> None:
+    """The stop ends the role loop before it drains (up to drain_timeout): a fence
+    lapsing meanwhile was recorded, and nobody acted on it."""
+    old = pair.primary
+    assert old.engine is not None
+    seen: dict[str, object] = {}
+
+    async def drain(within_s: float) -> bool:  # steps still running, for a while
+        old.fence.renewed_at = time.monotonic() - 1000  # the lease lapses meanwhile
+        await _until(lambda: old.role != "primary", timeout=3)
+        seen.update(role=old.role, leading=old.engine is not None and old.engine.leading)
+        return True
+
+    old.engine.drain = drain  # type: ignore[method-assign]
+    await old.stop()
+    assert seen == {"role": "standby", "leading": False}
+
+
+async def test_a_wake_while_the_store_is_reshaped_does_not_freeze_the_loop(pair: Pair) -> None:
+    """A wake while the store was closed left the wake set: the role loop returned
+    from each cycle and pause at once, and never yielded to the event loop."""
+    node = pair.standby
+    loop = asyncio.get_running_loop()
+    ticks: list[float] = []
+
+    def change(data: object) -> str:  # on a thread, while node.store is None
+        loop.call_soon_threadsafe(node.wake)
+        for _ in range(6):
+            loop.call_soon_threadsafe(ticks.append, time.monotonic())
+            time.sleep(0.05)
+        return "changed nothing"
+
+    frozen = threading.Event()
+
+    def unfreeze() -> None:  # a spinning loop's only way out is its while condition
+        time.sleep(3)
+        if len(ticks) < 6:
+            frozen.set()
+            node._stopping = True
+
+    threading.Thread(target=unfreeze, daemon=True).start()
+    await node.reopen(change)
+    await asyncio.sleep(0.1)
+    assert not frozen.is_set(), "the role loop spun: the event loop ran nothing else"
