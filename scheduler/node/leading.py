@@ -19,9 +19,7 @@ from typing import Protocol
 from apollo11.lease import LeaderInfo, Lease, World
 from apollo11.replicator import ReplicationHub
 from apollo11.scheduler import metrics
-from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.dispatch import RemoteExecutor
-from apollo11.scheduler.engine import AttemptToken, Engine
+from apollo11.scheduler.engine import AttemptToken
 from apollo11.scheduler.errors import (
     ApolloError,
     FailedPreconditionError,
@@ -30,30 +28,22 @@ from apollo11.scheduler.errors import (
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.node import role
 from apollo11.scheduler.node.fence import Fence
-from apollo11.scheduler.state import StepStatus, Store
+from apollo11.scheduler.node.parts import Parts
+from apollo11.scheduler.state import StepStatus
 
 log = logging.getLogger("apollo11.scheduler.node")
 
 FENCE_TASKS = ("apollo11-keepalive", "apollo11-watchdog")
 
 
-class Host(Protocol):
+class Host(Parts, Protocol):
     """What leading needs of its node."""
 
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def store(self) -> Store | None: ...
-    @property
-    def engine(self) -> Engine | None: ...
-    @property
-    def dispatch(self) -> RemoteExecutor | None: ...
     @property
     def lease(self) -> Lease: ...
     @property
     def address(self) -> str: ...
 
-    def notice(self, text: str) -> None: ...
     def not_leader(self) -> ApolloError: ...
 
 

@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import DataDir, Position, cut_unsynced
+from apollo11.scheduler.node.parts import Parts
 from apollo11.scheduler.state import Store
 
 log = logging.getLogger("apollo11.scheduler.node")
@@ -32,19 +32,12 @@ WATCH_S = 0.05  # how often a node looks whether its event log failed (one attri
 PROBE_BYTES = 1 << 20
 
 
-class Host(Protocol):
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def store(self) -> Store | None: ...
+class Host(Parts, Protocol):
     @property
     def role(self) -> str: ...
     @property
-    def stopping(self) -> bool: ...
-    @property
     def reshaping(self) -> bool: ...
 
-    def notice(self, text: str) -> None: ...
     def wake(self) -> None: ...
     def reopen(self, change: Callable[[DataDir], str]) -> Awaitable[str]: ...
 

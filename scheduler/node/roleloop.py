@@ -33,8 +33,6 @@ from apollo11.lease import (
 )
 from apollo11.replicator import Follower, ReplicationHub, StandbySide
 from apollo11.scheduler import metrics
-from apollo11.scheduler.dispatch import RemoteExecutor
-from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.errors import (
     ApolloError,
 )
@@ -44,6 +42,7 @@ from apollo11.scheduler.node.fence import WATCHDOG_S, Fence
 from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
+from apollo11.scheduler.node.parts import Parts
 from apollo11.scheduler.node.role import FAILED
 from apollo11.scheduler.state import REPAIRING, Repair, repair_done
 
@@ -54,27 +53,20 @@ IDLE_S = 1.0  # ... and at least, while a leader leads and etcd reports no chang
 PUBLISH_S = 1.0  # a record unchanged is kept alive this often; a primary's put at most so
 
 
-class Host(StandbySide, Protocol):
+class Host(Parts, StandbySide, Protocol):
     """What the loop needs of its node (node.py's `Node`), and nothing more."""
 
     @property
     def lease(self) -> Lease: ...
     @property
-    def engine(self) -> Engine | None: ...
-    @property
-    def dispatch(self) -> RemoteExecutor | None: ...
-    @property
     def peer_address(self) -> str: ...
     @property
     def instance(self) -> str: ...
-    @property
-    def stopping(self) -> bool: ...
     @property
     def log_trouble(self) -> str | None: ...
 
     repair: Repair | None
 
-    def notice(self, text: str) -> None: ...
     def not_leader(self) -> ApolloError: ...
 
 

@@ -18,9 +18,6 @@ from apollo11.scheduler.api.status import (
     WorkerStatus,
     members,
 )
-from apollo11.scheduler.config import NodeSettings
-from apollo11.scheduler.dispatch import RemoteExecutor
-from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.errors import (
     ApolloError,
     LogFailedError,
@@ -30,22 +27,15 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
+from apollo11.scheduler.node.parts import Parts
 from apollo11.scheduler.security import describe_protection
 from apollo11.scheduler.shell import SHELL_DISABLED
-from apollo11.scheduler.state import NeedsFullReplay, State, Store, TaskState, state_at
+from apollo11.scheduler.state import NeedsFullReplay, State, TaskState, state_at
 
 log = logging.getLogger("apollo11.scheduler.node")
 
 
-class Host(Protocol):
-    @property
-    def settings(self) -> NodeSettings: ...
-    @property
-    def store(self) -> Store | None: ...
-    @property
-    def engine(self) -> Engine | None: ...
-    @property
-    def dispatch(self) -> RemoteExecutor | None: ...
+class Host(Parts, Protocol):
     @property
     def role(self) -> str: ...
     @property
@@ -70,8 +60,6 @@ class Host(Protocol):
     def lease_or_none(self) -> Lease | None: ...
     @property
     def log_trouble(self) -> str | None: ...
-    @property
-    def stopping(self) -> bool: ...
     @property
     def notice_text(self) -> str: ...
 
