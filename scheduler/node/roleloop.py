@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apollo11.lease import (
@@ -33,9 +34,7 @@ from apollo11.lease import (
 )
 from apollo11.replicator import Follower, ReplicationHub, StandbySide
 from apollo11.scheduler import metrics
-from apollo11.scheduler.errors import (
-    ApolloError,
-)
+from apollo11.scheduler.errors import ApolloError
 from apollo11.scheduler.node import role
 from apollo11.scheduler.node.etcdfacts import EtcdFacts
 from apollo11.scheduler.node.fence import WATCHDOG_S, Fence
@@ -179,17 +178,10 @@ class RoleLoop:
         """Sleep `seconds` (or until etcd reports a change); a wake ends it at once."""
         if self._wake.is_set():
             return
-        woken = asyncio.ensure_future(self._wake.wait())
-        other = asyncio.ensure_future(
-            self.host.lease.wait_change(seconds) if etcd else asyncio.sleep(seconds)
-        )
-        try:
-            await asyncio.wait((woken, other), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (woken, other):
-                t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, LeaseUnavailable):
-                await other
+        with contextlib.suppress(LeaseUnavailable):
+            await self._or_wake(
+                self.host.lease.wait_change(seconds) if etcd else asyncio.sleep(seconds)
+            )
 
     def _settled(self) -> bool:
         """Is there nothing a role cycle must look at soon, but what etcd would report?"""
@@ -347,8 +339,6 @@ class RoleLoop:
                 self.leader = redirect
                 if failed:
                     self.role = FAILED
-                elif self.role == FAILED:
-                    self.role = "standby"
                 return sentence
             case role.Follow(leader):
                 self.leader = leader
@@ -481,13 +471,11 @@ class RoleLoop:
         return await self.leading.end(why)
 
 
+@dataclass(slots=True)
 class Read:
     """What one cycle read of etcd: the world (None: no answer), and what it says."""
 
-    __slots__ = ("duplicate", "error", "foreign", "world")
-
-    def __init__(self) -> None:
-        self.world: World | None = None
-        self.error: str | None = None  # why there is no world
-        self.foreign: str | None = None  # etcd holds another cluster's id
-        self.duplicate: str | None = None  # another process publishes this node id
+    world: World | None = None
+    error: str | None = None  # why there is no world
+    foreign: str | None = None  # etcd holds another cluster's id
+    duplicate: str | None = None  # another process publishes this node id
