@@ -1,15 +1,18 @@
 """The one mapping from a node's settings into its parts' options: the log's, the
-store's, the engine's and its executors'. Anything a setting changes in them changes here only."""
+store's, the engine's, its executors', its lease and its workflows. Anything a
+setting changes in them changes here only."""
 
 from __future__ import annotations
 
 from typing import TypedDict
 
+from apollo11.lease import Lease, MemoryLease
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import LocalFirstExecutor, RemoteExecutor
 from apollo11.scheduler.engine import Executor, InProcessExecutor
 from apollo11.scheduler.log import LogConfig
 from apollo11.scheduler.state import StoreConfig
+from apollo11.scheduler.workflow import Registry
 
 
 class EngineOptions(TypedDict):
@@ -58,3 +61,21 @@ def executors(s: NodeSettings) -> tuple[RemoteExecutor | None, Executor | None]:
         local = InProcessExecutor(threads=s.concurrency)
         return dispatch, LocalFirstExecutor(local, dispatch, s.concurrency)
     return dispatch, dispatch
+
+
+def load_workflows(registry: Registry, s: NodeSettings) -> None:
+    for module in s.workflows:
+        registry.load_module(module)
+    if "apollo11.scheduler.examples" in s.workflows:
+        from apollo11.scheduler import examples
+
+        examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
+
+
+def lease(s: NodeSettings) -> Lease:
+    if s.standalone:
+        # an in-memory lease (the role loop's min_term keeps its terms above the log's)
+        return MemoryLease(ttl_s=s.lease_ttl)
+    from apollo11.lease import EtcdLease
+
+    return EtcdLease(s.etcd, cluster=s.cluster, ttl_s=s.lease_ttl, **s.etcd_security())

@@ -38,12 +38,13 @@ from apollo11.scheduler.errors import ApolloError
 from apollo11.scheduler.node import role
 from apollo11.scheduler.node.etcdfacts import EtcdFacts
 from apollo11.scheduler.node.fence import WATCHDOG_S, Fence
+from apollo11.scheduler.node.following import Following
 from apollo11.scheduler.node.leading import Leading
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.nodeid import DUPLICATE_HINT
 from apollo11.scheduler.node.parts import Parts
 from apollo11.scheduler.node.role import FAILED
-from apollo11.scheduler.state import REPAIRING, Repair, repair_done
+from apollo11.scheduler.state import REPAIRING, Repair
 
 log = logging.getLogger("apollo11.scheduler.node")
 
@@ -77,7 +78,7 @@ class RoleLoop:
         self.known_term = 0
         self.leader: LeaderInfo | None = None
         self.world: World | None = None
-        self.follower: Follower | None = None
+        self.following = Following(host)
         self.leading = Leading(host, self)
         # the cluster-wide settings in force here (lease/clusterconfig.py): this node's
         # flags until etcd's are read, and etcd's from then on
@@ -113,6 +114,10 @@ class RoleLoop:
     def hub(self) -> ReplicationHub:
         return self.leading.hub
 
+    @property
+    def follower(self) -> Follower | None:
+        return self.following.follower
+
     def store_reopened(self) -> None:
         self.leading.timing_batches = False  # a new store: register the hub's observer again
 
@@ -145,6 +150,26 @@ class RoleLoop:
         me = self.record()
         await self.host.lease.publish(me)
         self._published, self._published_at = me, time.monotonic()
+
+    async def begin(self) -> str:
+        """The role a starting node takes before its loop runs: standalone, primary at
+        once; in a cluster, standby with its record published (raises NodeIdTaken)."""
+        h, s = self.host, self.host.settings
+        assert h.store is not None
+        if s.standalone:
+            t0 = time.monotonic()
+            won = await h.lease.campaign(s.node_id, h.address, min_term=self.known_term)
+            if won is None:
+                raise ApolloError("the in-memory lease is taken: is another node running here?")
+            return await self.promote(won, t0)
+        self.role = "standby"
+        try:
+            # The first record is created only where none exists: another process that
+            # started with this node id since the join checked loses here, not later.
+            await self.put_record()
+        except LeaseUnavailable as e:
+            log.warning("publishing this node's member record: %s (the role loop retries)", e)
+        return f"started as standby of cluster {s.cluster!r} ({h.cluster_id}): {h.store.recovery}"
 
     # ------------------------------------------------------------- the loop
 
@@ -342,11 +367,11 @@ class RoleLoop:
                 return sentence
             case role.Follow(leader):
                 self.leader = leader
-                await self._follow(leader)
+                await self.following.follow(leader, self.replication_address(leader))
                 store = self.host.store
                 assert store is not None
                 if self.host.repair is not None:
-                    return await self._check_repaired(leader)
+                    return await self.following.check_repaired(leader)
                 return (
                     f"standby: following {leader.node_id} (term {leader.term}) "
                     f"at event {store.log.durable_id}"
@@ -371,27 +396,6 @@ class RoleLoop:
             self._leaderless_since = time.monotonic()
             self._leaderless_at = self.world.revision if self.world is not None else 0
 
-    async def _check_repaired(self, leader: LeaderInfo) -> str:
-        """A repairing standby is repaired once it holds every event it held before
-        and has caught up with the primary it follows."""
-        h = self.host
-        r, store, f = h.repair, h.store, self.follower
-        assert r is not None and store is not None
-        durable = store.log.durable_id
-        head = f.primary_durable_id if f is not None and f.connected else 0
-        if head and durable >= max(r.needs_through, head):
-            await asyncio.to_thread(repair_done, h.settings.data_dir)
-            h.repair = None
-            h.notice(
-                f"repaired from {leader.node_id}: this node holds events through {durable} "
-                f"again (it needed {r.needs_through}); the damaged files stay in {r.quarantine}"
-            )
-            return f"standby: repaired, following {leader.node_id} (term {leader.term})"
-        return (
-            f"repairing: following {leader.node_id} (term {leader.term}) at event {durable}, "
-            f"needs {max(r.needs_through, head)}"
-        )
-
     # -------------------------------------------------------- following
 
     def replication_address(self, leader: LeaderInfo) -> str:
@@ -400,19 +404,8 @@ class RoleLoop:
         record = self.world.members.get(leader.node_id) if self.world else None
         return (record.peer_address if record else "") or leader.address
 
-    async def _follow(self, leader: LeaderInfo) -> None:
-        address = self.replication_address(leader)
-        f = self.follower
-        if f is not None and f.address == address and f.leader_term == leader.term:
-            return
-        await self.stop_following()
-        self.follower = Follower(self.host, address, leader.term, leader_id=leader.node_id)
-        self.follower.start()
-
     async def stop_following(self) -> None:
-        if self.follower is not None:
-            await self.follower.stop()
-            self.follower = None
+        await self.following.stop()
 
     # ------------------------------------------------ promotion, demotion
 

@@ -15,11 +15,12 @@ from typing import Protocol
 
 import grpc
 
-from apollo11.lease import LeaderInfo, World
+from apollo11.lease import LeaderInfo
 from apollo11.replicator import FETCH_TIMEOUT_S, Member, fetch_records
 from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import ApolloError
 from apollo11.scheduler.log import Segment, rewrite_segment
+from apollo11.scheduler.node.parts import RoleFacts
 from apollo11.scheduler.node.role import FAILED
 from apollo11.scheduler.state import REPAIRING, Archive, Damage, Scrubber, ScrubTargets
 
@@ -29,18 +30,18 @@ class Host(Member, Protocol):
     def stopping(self) -> bool: ...
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None: ...
-    @property
-    def leader(self) -> LeaderInfo | None: ...
-    @property
-    def world(self) -> World | None: ...
 
     def notice(self, text: str) -> None: ...
+
+
+class Roles(RoleFacts, Protocol):
     def replication_address(self, leader: LeaderInfo) -> str: ...
 
 
 class Upkeep:
-    def __init__(self, host: Host, *, mb_per_s: float, interval_s: float) -> None:
+    def __init__(self, host: Host, roles: Roles, *, mb_per_s: float, interval_s: float) -> None:
         self.host = host
+        self.roles = roles
         self.scrubber = Scrubber(
             targets=self._targets,
             report=self._found,
@@ -128,13 +129,13 @@ class Upkeep:
     def _holders(self, last_id: int) -> list[tuple[str, str]]:
         """(node id, peer address) of the members that may hold events through
         `last_id`: the primary first (for a standby), then the others."""
-        h = self.host
-        me = h.settings.node_id
-        members = h.world.members if h.world is not None else {}
+        r = self.roles
+        me = self.host.settings.node_id
+        members = r.world.members if r.world is not None else {}
         out: list[tuple[str, str]] = []
-        leader = h.leader
+        leader = r.leader
         if leader is not None and leader.node_id != me:
-            out.append((leader.node_id, h.replication_address(leader)))
+            out.append((leader.node_id, r.replication_address(leader)))
         for m in sorted(members.values(), key=lambda m: -m.last_event_id):
             if m.node_id == me or any(m.node_id == n for n, _ in out):
                 continue

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from apollo11.lease import ClusterConfig, LeaderInfo, Lease, World
-from apollo11.replicator import Follower, ReplicationHub
+from apollo11.lease import ClusterConfig, LeaderInfo, Lease
+from apollo11.replicator import ReplicationHub
 from apollo11.scheduler import metrics
 from apollo11.scheduler.api.status import (
     ClusterStatus,
@@ -25,55 +25,107 @@ from apollo11.scheduler.errors import (
     NoLeaderError,
     NotLeaderError,
 )
-from apollo11.scheduler.node.fence import Fence
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
-from apollo11.scheduler.node.parts import Parts
+from apollo11.scheduler.node.parts import Parts, RoleFacts
 from apollo11.scheduler.security import describe_protection
 from apollo11.scheduler.shell import SHELL_DISABLED
 from apollo11.scheduler.state import NeedsFullReplay, State, TaskState, state_at
+
+if TYPE_CHECKING:
+    from apollo11.scheduler.config import NodeSettings
+    from apollo11.scheduler.engine import Engine
+    from apollo11.scheduler.node.leading import Leading
+    from apollo11.scheduler.security import Principals
+    from apollo11.scheduler.state import Store
 
 log = logging.getLogger("apollo11.scheduler.node")
 
 
 class Host(Parts, Protocol):
     @property
-    def role(self) -> str: ...
-    @property
-    def shown_role(self) -> str: ...
-    @property
     def address(self) -> str: ...
-    @property
-    def leader(self) -> LeaderInfo | None: ...
-    @property
-    def world(self) -> World | None: ...
-    @property
-    def follower(self) -> Follower | None: ...
-    @property
-    def hub(self) -> ReplicationHub: ...
-    @property
-    def fence(self) -> Fence: ...
-    @property
-    def known_term(self) -> int: ...
-    @property
-    def cluster_config(self) -> ClusterConfig: ...
     @property
     def lease_or_none(self) -> Lease | None: ...
     @property
     def log_trouble(self) -> str | None: ...
     @property
     def notice_text(self) -> str: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def principals(self) -> Principals | None: ...
 
 
 class Views:
-    def __init__(self, host: Host) -> None:
+    """The node as its API and pages see it: api/ports.py's NodeView (and
+    replicator/ports.py's PrimarySide), read off the node and its role."""
+
+    def __init__(self, host: Host, roles: RoleFacts, leading: Leading) -> None:
         self.host = host
+        self.roles = roles
+        self._leading = leading
+
+    # ------------------------------------------- what the API reads as it is
+
+    @property
+    def settings(self) -> NodeSettings:
+        return self.host.settings
+
+    @property
+    def store(self) -> Store | None:
+        return self.host.store
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.host.engine
+
+    @property
+    def cluster_id(self) -> str:
+        return self.host.cluster_id
+
+    @property
+    def principals(self) -> Principals | None:
+        return self.host.principals
+
+    @property
+    def log_trouble(self) -> str | None:
+        return self.host.log_trouble
+
+    @property
+    def role(self) -> str:
+        return self.roles.role
+
+    @property
+    def hub(self) -> ReplicationHub:
+        return self.roles.hub
+
+    @property
+    def leader(self) -> LeaderInfo | None:
+        return self.roles.leader
+
+    @property
+    def known_term(self) -> int:
+        return self.roles.known_term
+
+    @property
+    def cluster_config(self) -> ClusterConfig:
+        return self.roles.cluster_config
+
+    def durable_id(self) -> int:
+        assert self.host.store is not None
+        return self.host.store.log.durable_id
+
+    async def switchover(self, to: str | None, *, operator: str) -> tuple[str, int, str]:
+        return await self._leading.switchover(to, operator=operator)
+
+    # ------------------------------------------------------- what it derives
 
     def shell_refusal(self) -> str | None:
         """Why shell steps may not be submitted or run now: every node must allow them,
         or a failover would hand them to one that was never meant to run commands."""
         if not self.host.settings.allow_shell:
             return SHELL_DISABLED
-        world = self.host.world
+        world = self.roles.world
         if world is not None:
             for m in world.members.values():
                 if not m.shell and m.node_id != self.host.settings.node_id:
@@ -84,9 +136,9 @@ class Views:
         return None
 
     def not_leader(self) -> ApolloError:
-        h = self.host
-        leader = h.leader
-        if h.role == "primary" or h.stopping:
+        h, r = self.host, self.roles
+        leader = r.leader
+        if r.role == "primary" or h.stopping:
             # UNAVAILABLE, not FAILED_PRECONDITION: no leader to redirect to yet, and
             # clients retry only what says "try again" (issue 15: a submit lost to it)
             return NodeUnavailableError(
@@ -122,30 +174,30 @@ class Views:
             return (await self.state_at(event_id)).peek(task_id)
 
     def status(self) -> ClusterStatus:
-        h = self.host
+        h, r = self.host, self.roles
         store = h.store
         assert store is not None
         durable = store.log.durable_id
-        primary = h.role == "primary"
-        follower = h.follower
+        primary = r.role == "primary"
+        follower = r.follower
         head = durable
         if not primary and follower is not None:
             head = max(durable, follower.primary_durable_id)
         me = MemberStatus(
             h.settings.node_id,
-            h.role,
+            r.role,
             h.address,
             durable,
             store.log.last_term,
             connected=primary or (follower is not None and follower.connected),
         )
-        views = list(h.hub.by_node().values()) if primary else []
+        views = list(r.hub.by_node().values()) if primary else []
         listed = members(
             me,
-            h.world.members.values() if h.world is not None else (),
+            r.world.members.values() if r.world is not None else (),
             standbys=views,
-            live={v.node_id for v in h.hub.connected()} if primary else set(),
-            synchronous=h.cluster_config.sync_replicas > 0,
+            live={v.node_id for v in r.hub.connected()} if primary else set(),
+            synchronous=r.cluster_config.sync_replicas > 0,
             head=head,
             durable=durable,
         )
@@ -156,12 +208,12 @@ class Views:
         lease = h.lease_or_none
         return ClusterStatus(
             node_id=h.settings.node_id,
-            role=h.shown_role,
-            term=max(h.known_term, store.state.term),
-            leader=h.leader,
+            role=r.shown_role,
+            term=max(r.known_term, store.state.term),
+            leader=r.leader,
             lease=None
             if lease is None
-            else LeaseStatus(lease.ttl_s, round(h.fence.remaining_s(), 3)),
+            else LeaseStatus(lease.ttl_s, round(r.fence.remaining_s(), 3)),
             members=listed,
             last_event_id=durable,
             applied_event_id=store.state.last_event_id,

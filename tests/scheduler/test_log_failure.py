@@ -59,8 +59,8 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
             await node.engine.submit("etl", {"step_seconds": 0})
         await _until(lambda: node.role == "failed")
         assert node.log_trouble is not None and "No space left" in node.log_trouble
-        assert "No space left on device" in node.status().notice
-        scrape.refresh(node)
+        assert "No space left on device" in node.views.status().notice
+        scrape.refresh(node.views)
         assert metrics.LOG_WRITABLE._value.get() == 0
         refusal = node.not_leader()
         assert isinstance(refusal, LogFailedError), refusal
@@ -75,10 +75,10 @@ async def test_a_standalone_node_refuses_writes_while_its_log_fails_and_recovers
         await _until(lambda: node.role == "primary" and bool(node.engine and node.engine.leading))
         assert node.engine is not None
         await node.engine.submit("etl", {"step_seconds": 0})
-        status = node.status()
+        status = node.views.status()
         assert "reopened" in status.notice, status
         assert status.term == 2, "it leads again in a new term"
-        scrape.refresh(node)
+        scrape.refresh(node.views)
         assert metrics.LOG_WRITABLE._value.get() == 1
     finally:
         await node.stop()

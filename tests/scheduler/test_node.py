@@ -42,7 +42,9 @@ async def test_a_primary_paused_between_commit_and_start_does_not_begin_the_atte
         await commit(event_id)
         (event,) = node.store.log.read(event_id, event_id)  # type: ignore[union-attr]
         if event.event_type is EventType.STEP_STARTED and event.attempt == 1:
-            node.fence.renewed_at = time.monotonic() - 1000  # as if stopped for 1000 s just now
+            node.roles.fence.renewed_at = (
+                time.monotonic() - 1000
+            )  # as if stopped for 1000 s just now
 
     node.engine._commit = paused_after_commit
     sub = await node.engine.submit("once")
@@ -157,7 +159,7 @@ async def test_how_a_term_began_is_recorded_and_an_unreadable_predecessor_leads_
         await node.start()
         try:
             assert node.role == "primary"
-            return [(t.began, t.previous) for t in node.history()]
+            return [(t.began, t.previous) for t in node.views.history()]
         finally:
             await node.stop()
 
@@ -173,6 +175,6 @@ async def test_how_a_term_began_is_recorded_and_an_unreadable_predecessor_leads_
     try:
         assert node.role == "primary" and node.engine is not None and node.engine.leading
         monkeypatch.undo()
-        assert [(t.began, t.previous) for t in node.history()][-1] == ("", "")
+        assert [(t.began, t.previous) for t in node.views.history()][-1] == ("", "")
     finally:
         await node.stop()

@@ -248,7 +248,7 @@ async def test_status_and_the_workers_command_list_the_workers(start: Any) -> No
     node = await start()
     w = RawWorker(f"127.0.0.1:{node.port}", name="gpu-1", slots=3)
     await w.connect()
-    st = node.status()
+    st = node.views.status()
     assert st.execution == "remote"
     assert [(x.name, x.slots, x.slots_used, x.workflows) for x in st.workers] == [
         ("gpu-1", 3, 0, ("pair v1",))

@@ -84,7 +84,9 @@ async def pair(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterato
     p = Pair(nodes, store)
     try:
         await _until(lambda: sum(n.role == "primary" for n in nodes) == 1)
-        await _until(lambda: p.standby.follower is not None and p.standby.follower.connected)
+        await _until(
+            lambda: p.standby.roles.follower is not None and p.standby.roles.follower.connected
+        )
         yield p
     finally:
         for n in nodes:
@@ -105,7 +107,7 @@ async def test_the_fence_lapsing_demotes_through_the_loop(
     pair: Pair, caplog: pytest.LogCaptureFixture
 ) -> None:
     old = pair.primary
-    old.fence.renewed_at = time.monotonic() - 1000  # as if paused for 1000 s just now
+    old.roles.fence.renewed_at = time.monotonic() - 1000  # as if paused for 1000 s just now
     assert not old.lease_valid(), "no ack from the moment the fence lapsed"
     await _demoted(old, caplog, "the lease was not renewed for")
     # it may lead again (a tie goes to the smallest node id): in a new term
@@ -177,7 +179,7 @@ async def test_a_switchover_demotes_through_the_loop(
 ) -> None:
     old, target = pair.primary, pair.standby
     to = target.settings.node_id
-    _, _, sentence = await old.switchover(to, operator="alice")
+    _, _, sentence = await old.views.switchover(to, operator="alice")
     assert sentence == f"demoted self because switchover to {to} asked by alice"
     await _demoted(old, caplog, f"switchover to {to} asked by alice")
     await _until(lambda: target.role == "primary")
@@ -214,7 +216,7 @@ async def test_a_standalone_node_paused_past_its_ttl_leads_again(tmp_path: Path)
     try:
         assert node.known_term == 1
         await asyncio.sleep(0.2)  # past the keepalive's first renewal
-        node.fence.renewed_at = time.monotonic() - 1000
+        node.roles.fence.renewed_at = time.monotonic() - 1000
         # (the role is primary a moment before the engine leads: the term's first
         # event is written in between)
         await _until(
@@ -243,14 +245,14 @@ async def test_a_switchover_whose_node_is_demoted_while_draining_is_called_off(
     assert old.engine is not None
 
     async def drain(within_s: float) -> bool:
-        old.fence.renewed_at = time.monotonic() - 1000
+        old.roles.fence.renewed_at = time.monotonic() - 1000
         await _until(lambda: old.role != "primary")
         return True
 
     old.engine.drain = drain  # type: ignore[method-assign]
     t0 = time.monotonic()
     with pytest.raises(NodeUnavailableError, match="stopped being the primary meanwhile"):
-        await old.switchover(target.settings.node_id, operator="alice")
+        await old.views.switchover(target.settings.node_id, operator="alice")
     assert time.monotonic() - t0 < TTL, "called off at once, not after its budget"
 
 
@@ -258,9 +260,9 @@ async def test_the_old_primary_settles_after_a_switchover(pair: Pair) -> None:
     """`handed_over` outlived the demotion: the old primary, now a standby, read etcd
     ten times a second instead of waiting for a change."""
     old, target = pair.primary, pair.standby
-    await old.switchover(target.settings.node_id, operator="alice")
+    await old.views.switchover(target.settings.node_id, operator="alice")
     await _until(lambda: target.role == "primary")
-    await _until(lambda: old.follower is not None and old.follower.connected)
+    await _until(lambda: old.roles.follower is not None and old.roles.follower.connected)
     await _until(lambda: old.roles._settled())
 
 
@@ -301,7 +303,7 @@ async def test_a_hung_etcd_just_after_a_promotion_still_demotes_on_time(
     t0 = time.monotonic()
     monkeypatch.setattr(lease, "renew", unreachable)
     await _until(lambda: new.role != "primary")
-    assert time.monotonic() - t0 < new.fence.fence_after_s + 0.5
+    assert time.monotonic() - t0 < new.roles.fence.fence_after_s + 0.5
 
 
 async def test_a_lease_lost_during_a_graceful_stop_demotes_at_once(pair: Pair) -> None:
@@ -312,7 +314,7 @@ async def test_a_lease_lost_during_a_graceful_stop_demotes_at_once(pair: Pair) -
     seen: dict[str, object] = {}
 
     async def drain(within_s: float) -> bool:  # steps still running, for a while
-        old.fence.renewed_at = time.monotonic() - 1000  # the lease lapses meanwhile
+        old.roles.fence.renewed_at = time.monotonic() - 1000  # the lease lapses meanwhile
         await _until(lambda: old.role != "primary", timeout=3)
         seen.update(role=old.role, leading=old.engine is not None and old.engine.leading)
         return True

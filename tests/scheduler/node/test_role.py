@@ -261,7 +261,9 @@ async def test_three_role_loops_on_one_memory_lease(
         await _until(lambda: sum(n.role == "primary" for n in nodes) == 1)
         first = next(n for n in nodes if n.role == "primary")
         others = [n for n in nodes if n is not first]
-        await _until(lambda: all(n.follower is not None and n.follower.connected for n in others))
+        await _until(
+            lambda: all(n.roles.follower is not None and n.roles.follower.connected for n in others)
+        )
         said = caplog.text
         assert f"promoted: term {first.known_term} starts at event" in said
         assert f"standby: following {first.settings.node_id} (term {first.known_term})" in said

@@ -211,23 +211,23 @@ async def test_a_node_scrubs_and_says_so_in_its_status(
         while len(store.log.segments) < 3:
             await node.engine.submit("etl", {"step_seconds": 0})
         seg = store.log.segments[0]
-        await _until(lambda: node.scrubber.passes >= 1)
-        assert node.status().notice == ""
+        await _until(lambda: node.upkeep.scrubber.passes >= 1)
+        assert node.views.status().notice == ""
         before = _found("segment")
         _flip(seg.path, seg.size // 2)
-        await _until(lambda: seg.path in node.status().notice)
-        assert "offset" in node.status().notice
+        await _until(lambda: seg.path in node.views.status().notice)
+        assert "offset" in node.views.status().notice
         assert _found("segment") > before
     finally:
         await node.stop()
-    assert not node.scrubber._thread.is_alive()  # type: ignore[union-attr]
+    assert not node.upkeep.scrubber._thread.is_alive()  # type: ignore[union-attr]
 
 
 async def test_the_scrub_is_off_at_zero_mb_per_s(tmp_path: Path) -> None:
     node = Node(_settings(tmp_path, scrub_mb_per_s=0))
     await node.start()
     try:
-        assert not node.scrubber.enabled and node.scrubber._thread is None
+        assert not node.upkeep.scrubber.enabled and node.upkeep.scrubber._thread is None
         assert not any(t.name == "apollo11-scrub" for t in threading.enumerate())
     finally:
         await node.stop()
