@@ -1,4 +1,4 @@
-"""Bundled workflows. `etl` is the seed notes' five-stage pipeline; `approval` is a
+"""Bundled workflows. `etl` is a five-stage pipeline; `approval` is a
 durable task (docs/durable.md): charge, wait for an approval event, refund if none
 comes in time; `fulfil` is a durable task with children: one `pack` task per item,
 spawned and gathered, the first failure refunding the order; `invoice` has a typed
