@@ -11,7 +11,7 @@ method roles, the web's guard.py). The recorded operator is always the
 authenticated principal, passed by the caller; the optional display name
 travels beside it and the engine keeps it as "as", never in its place.
 Whether the task's state allows the action is the engine's to say
-(engine/requests.py).
+(engine/intake.py).
 """
 
 from __future__ import annotations

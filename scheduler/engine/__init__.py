@@ -4,7 +4,8 @@
   when a step runs again is `scheduler/retry.py`'s, which durable mains ask too);
 * `engine.py`: the `Engine`: which tasks to decide, when, and acting on the actions;
 * `steps.py`: one attempt under its timeout, its outcome recorded; compensation;
-* `requests.py`: submissions (idempotency keys) and operator requests;
+* `intake.py`: what clients and operators ask (submissions with their idempotency
+  keys, events, retry, skip, cancel), checked, written and answered once committed;
 * `executor.py`: the seam where step code runs (`Executor`; in process today).
 
 Import from here, not from the modules inside.
@@ -35,14 +36,14 @@ from apollo11.scheduler.engine.executor import (
     Succeeded,
     failure,
 )
-from apollo11.scheduler.engine.journal import StoreJournal
-from apollo11.scheduler.engine.requests import (
+from apollo11.scheduler.engine.intake import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     EventSent,
     SubmitItem,
     Submitted,
     new_task_id,
 )
+from apollo11.scheduler.engine.journal import StoreJournal
 from apollo11.scheduler.engine.steps import ERROR_TEXT_MAX, Key
 
 __all__ = [

@@ -42,10 +42,10 @@ from apollo11.scheduler.engine.decide import (
     decide,
 )
 from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
-from apollo11.scheduler.engine.requests import (
+from apollo11.scheduler.engine.intake import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     EventSent,
-    Requests,
+    Intake,
     SubmitItem,
     Submitted,
 )
@@ -173,7 +173,7 @@ class Engine:
             ),
             resolve=self._child_workflow,
         )
-        self._requests = Requests(self)
+        self._intake = Intake(self)
         store.add_observer(self._on_events)
         self.executor.watch_capacity(self.capacity_changed)
 
@@ -460,14 +460,14 @@ class Engine:
         """Cancel a spawned task whose parent closed (its TASK_CANCELLED decides it again:
         its running steps are cancelled, its compensations follow, its own children)."""
         try:
-            await self._requests.close_child(task_id, operator=a.operator, reason=a.reason)
+            await self._intake.close_child(task_id, operator=a.operator, reason=a.reason)
         except ApolloError as e:
             log.warning("task %s: cannot cancel it with its parent: %s", task_id, e)
         finally:
             self._closing.discard(task_id)
 
     def _child_workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
-        return self._requests.workflow(workflow, input, version)
+        return self._intake.workflow(workflow, input, version)
 
     def _problem(self, task_id: str, why: str) -> None:
         if self.problems.get(task_id) != why:
@@ -675,7 +675,7 @@ class Engine:
     ) -> Submitted:
         """Submit a task; the same idempotency key (within its TTL) returns the same task.
         `trace`: its trace context (tracing.task_trace)."""
-        return await self._requests.submit(
+        return await self._intake.submit(
             workflow, input, idempotency_key=idempotency_key, version=version, trace=trace
         )
 
@@ -687,7 +687,7 @@ class Engine:
         keys work as for `submit`, within the batch too: a key given twice
         creates one task.
         """
-        return await self._requests.submit_many(items)
+        return await self._intake.submit_many(items)
 
     async def send_event(
         self,
@@ -699,7 +699,7 @@ class Engine:
     ) -> EventSent:
         """Record an external event for durable tasks' waits (docs/durable.md); the same
         idempotency key records it once."""
-        return await self._requests.send_event(
+        return await self._intake.send_event(
             key, payload, idempotency_key=idempotency_key, sender=sender
         )
 
@@ -707,7 +707,7 @@ class Engine:
         self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
     ) -> Event:
         """Run a failed (or compensated) step again, with a fresh retry budget."""
-        return await self._requests.retry_step(
+        return await self._intake.retry_step(
             task_id, step, operator=operator, reason=reason, display=display
         )
 
@@ -715,7 +715,7 @@ class Engine:
         self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
     ) -> Event:
         """Mark a step as done without running it; its dependents may run."""
-        return await self._requests.skip_step(
+        return await self._intake.skip_step(
             task_id, step, operator=operator, reason=reason, display=display
         )
 
@@ -723,7 +723,7 @@ class Engine:
         self, task_id: str, *, operator: str, reason: str, display: str | None = None
     ) -> Event:
         """Cancel a task: running steps are cancelled, compensation follows by policy."""
-        return await self._requests.cancel_task(
+        return await self._intake.cancel_task(
             task_id, operator=operator, reason=reason, display=display
         )
 

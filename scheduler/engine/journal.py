@@ -21,7 +21,7 @@ from typing import Any
 
 from apollo11.scheduler import waits
 from apollo11.scheduler.clock import Clock
-from apollo11.scheduler.engine.requests import new_task_id, submission
+from apollo11.scheduler.engine.intake import new_task_id, submission
 from apollo11.scheduler.errors import InvalidEventError, LeaseLostError
 from apollo11.scheduler.log import Draft, EventType
 from apollo11.scheduler.state import Store, outcome

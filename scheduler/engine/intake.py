@@ -88,8 +88,8 @@ class Primary(Protocol):
         """Does the engine run something of this step (an attempt, a compensation)?"""
 
 
-class Requests:
-    """Submissions and operator requests, on one engine."""
+class Intake:
+    """Where requests enter one engine, and the idempotency keys being written now."""
 
     def __init__(self, primary: Primary) -> None:
         self._p = primary
