@@ -167,7 +167,7 @@ class NodeSettings(BaseSettings):
         description="Largest submission (a task's input and its DAG).",
     )
     # How deeply JSON may nest: what a client sends (inputs, event payloads, shell
-    # DAGs; scheduler/api/checks.py) and what the cluster writes (results, checkpoints,
+    # DAGs; scheduler/nodeview/checks.py) and what the cluster writes (results, checkpoints,
     # heartbeat details; the log refuses it). At most 128: the log and its snapshots
     # wrap it in levels of their own, and orjson encodes at most 254.
     json_max_depth: int = Field(

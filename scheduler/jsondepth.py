@@ -4,7 +4,7 @@ The log's encoder (orjson) stops at 254 levels, and a snapshot puts an event's
 values a few levels further down (a step's result sits 3 deep in its task's
 line, a checkpoint's output 4), so a value of 250 levels, once written, broke
 every later snapshot of the node, for good. Whatever reaches the log is kept to
-json_max_depth (at most `MAX_DEPTH`): JSON a client sends (scheduler/api/checks.py),
+json_max_depth (at most `MAX_DEPTH`): JSON a client sends (scheduler/nodeview/checks.py),
 and what the cluster makes itself, results, checkpoints, heartbeat details
 (refused by the log, scheduler/log/record.py). `dumps` still encodes a value
 logged before the limit existed, so such a log snapshots and replays.

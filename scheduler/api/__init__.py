@@ -1,9 +1,13 @@
-"""The gRPC API: server.py, codec.py (records -> messages; scheduler/wire.py is what both
-ends share); actions.py (operator actions) and listing.py (tasks, as-of, event pages),
-which the web pages use too.
+"""The gRPC API inside the node: `ApiServer` (server.py: the Scheduler and Cluster
+services, health, reflection), which only the node builds.
 
-No imports here on purpose: the web pages take actions.py and listing.py, the node
-server.py, and a face that loaded them all would load the gRPC server into every
-page's import (the client shares only scheduler/wire.py, and
-tests/scheduler/client/test_imports.py checks it loads no server module).
+codec.py turns records into messages (scheduler/wire.py is what the server and the
+client share); decode.py refuses bytes that are not the request message; limits.py
+bounds what one peer may cost. What the API shares with the web pages (the node as
+both see it, the reads, the operator actions) is scheduler/nodeview/, so that the
+pages load nothing of this package.
 """
+
+from apollo11.scheduler.api.server import ApiServer
+
+__all__ = ["ApiServer"]

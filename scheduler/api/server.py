@@ -23,8 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from apollo11.scheduler import tracing
-from apollo11.scheduler.api import actions, codec, listing
-from apollo11.scheduler.api.checks import check_depth, optional, required
+from apollo11.scheduler.api import codec
 from apollo11.scheduler.api.decode import Undecodable, add_service
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
 from apollo11.scheduler.engine import Engine, SubmitItem
@@ -45,6 +44,20 @@ from apollo11.scheduler.errors import (
     StaleTermError,
 )
 from apollo11.scheduler.log import Event
+from apollo11.scheduler.nodeview import (
+    ActionKind,
+    NodeView,
+    blocked,
+    check_depth,
+    events_page,
+    leading_engine,
+    on_engine,
+    operator_action,
+    optional,
+    required,
+    task_as_of,
+    task_now,
+)
 from apollo11.scheduler.security import (
     Authenticator,
     AuthInterceptor,
@@ -62,7 +75,6 @@ from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.api.ports import NodeView
     from apollo11.scheduler.config import NodeSettings
 
 log = logging.getLogger(__name__)
@@ -199,7 +211,7 @@ class SchedulerService(pbg.SchedulerServicer):
         return self._store().state
 
     def _engine(self) -> Engine:
-        return actions.leading_engine(self.node)
+        return leading_engine(self.node)
 
     def _json(self, text: str, name: str) -> Any:
         """A JSON field of a request, within the node's limits."""
@@ -277,7 +289,7 @@ class SchedulerService(pbg.SchedulerServicer):
         )
 
     async def _task(self, task_id: str) -> TaskState:
-        return await listing.task_now(self._store(), required(task_id, "task_id"))
+        return await task_now(self._store(), required(task_id, "task_id"))
 
     @rpc
     async def GetTask(
@@ -285,11 +297,11 @@ class SchedulerService(pbg.SchedulerServicer):
     ) -> pb.Task:
         if not request.as_of_event_id:
             task = await self._task(request.task_id)
-            why = listing.blocked(self.node, task.task_id)
+            why = blocked(self.node, task.task_id)
             return codec.task_to_pb(task, self._state.last_event_id, why)
         at = request.as_of_event_id
         task_id = required(request.task_id, "task_id")
-        return codec.task_to_pb(await listing.task_as_of(self.node, task_id, at), at)
+        return codec.task_to_pb(await task_as_of(self.node, task_id, at), at)
 
     @rpc
     async def ListTasks(
@@ -392,7 +404,7 @@ class SchedulerService(pbg.SchedulerServicer):
         if request.to_event_id and request.to_event_id < request.from_event_id:
             raise InvalidArgumentError("to_event_id must not be below from_event_id")
         task = await self._task(request.task_id) if request.task_id else None
-        page = listing.events_page(store, task, request.from_event_id, request.to_event_id, limit)
+        page = events_page(store, task, request.from_event_id, request.to_event_id, limit)
         return pb.GetEventsResponse(
             events=[codec.event_to_pb(e) for e in page.events],
             next_event_id=page.next_id,
@@ -400,11 +412,11 @@ class SchedulerService(pbg.SchedulerServicer):
         )
 
     async def _act(
-        self, kind: actions.Kind, r: pb.StepActionRequest | pb.CancelTaskRequest
+        self, kind: ActionKind, r: pb.StepActionRequest | pb.CancelTaskRequest
     ) -> pb.ActionResponse:
         step = r.step if isinstance(r, pb.StepActionRequest) else ""
-        act = actions.action(kind, r.task_id, step=step, reason=r.reason, display=r.operator)
-        event = await actions.on_engine(self._engine(), act, operator=current_principal().name)
+        act = operator_action(kind, r.task_id, step=step, reason=r.reason, display=r.operator)
+        event = await on_engine(self._engine(), act, operator=current_principal().name)
         return pb.ActionResponse(event_id=event.event_id)
 
     @rpc

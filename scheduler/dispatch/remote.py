@@ -39,7 +39,6 @@ from typing import Any
 import orjson
 
 from apollo11.scheduler import metrics, tracing
-from apollo11.scheduler.api.status import WorkerStatus
 from apollo11.scheduler.dispatch.choose import choose, free_for, why_none
 from apollo11.scheduler.dispatch.conn import WorkerConn
 from apollo11.scheduler.engine import (
@@ -54,6 +53,7 @@ from apollo11.scheduler.engine import (
     failure,
 )
 from apollo11.scheduler.errors import ApolloError, LeaseLostError
+from apollo11.scheduler.nodeview import WorkerStatus
 from apollo11.scheduler.workflow import StepError
 from apollo11.v1 import worker_pb2 as wpb
 

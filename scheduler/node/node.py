@@ -27,7 +27,7 @@ from apollo11.lease import (
     NodeIdTaken,
 )
 from apollo11.scheduler import gctune, metrics
-from apollo11.scheduler.api.server import ApiServer
+from apollo11.scheduler.api import ApiServer
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import WorkersService

@@ -1,5 +1,5 @@
 """What the API reads of its node: status, terms, workers, time travel, and the
-error for a write this node cannot take (api/ports.py's NodeView)."""
+error for a write this node cannot take (nodeview/'s NodeView)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,6 @@ from typing import TYPE_CHECKING, Protocol
 from apollo11.lease import ClusterConfig, LeaderInfo, Lease
 from apollo11.replicator import ReplicationHub
 from apollo11.scheduler import metrics
-from apollo11.scheduler.api.status import (
-    ClusterStatus,
-    LeaseStatus,
-    MemberStatus,
-    TermRecord,
-    WorkerStatus,
-    members,
-)
 from apollo11.scheduler.errors import (
     ApolloError,
     LogFailedError,
@@ -27,6 +19,14 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.node.logwatch import LOG_RETRY_S
 from apollo11.scheduler.node.parts import Parts, RoleFacts
+from apollo11.scheduler.nodeview import (
+    ClusterStatus,
+    LeaseStatus,
+    MemberStatus,
+    TermRecord,
+    WorkerStatus,
+    members,
+)
 from apollo11.scheduler.security import describe_protection
 from apollo11.scheduler.shell import SHELL_DISABLED
 from apollo11.scheduler.state import NeedsFullReplay, State, TaskState, state_at

@@ -6,8 +6,8 @@ confirmation and produce the same audited events as the CLI: on the primary
 through its engine, on a standby forwarded to the primary over gRPC with the
 session's token, so either way the event names the signed-in principal (and
 the display name typed beside it). guard.py decides who may read and act;
-scheduler/api/actions.py checks and does the action, as for gRPC, and
-scheduler/api/listing.py reads tasks and pages of events for both.
+scheduler/nodeview/actions.py checks and does the action, as for gRPC, and
+scheduler/nodeview/listing.py reads tasks and pages of events for both.
 """
 
 from __future__ import annotations
@@ -25,8 +25,19 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from apollo11.scheduler import waits
-from apollo11.scheduler.api import actions, listing
 from apollo11.scheduler.errors import ApolloError, NotFoundError
+from apollo11.scheduler.nodeview import (
+    ACTION_KINDS,
+    ActionKind,
+    BeyondTheLog,
+    NodeView,
+    blocked,
+    events_page,
+    operator_action,
+    perform,
+    task_as_of,
+    task_now,
+)
 from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
@@ -35,7 +46,6 @@ from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused, may, need
 from apollo11.scheduler.web.login import add_login
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.api.ports import NodeView
     from apollo11.scheduler.state import Store
 
 HERE = os.path.dirname(__file__)
@@ -161,10 +171,10 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         try:
             if as_of.strip():
                 at = int(as_of)
-                t = await listing.task_as_of(node, task_id, at)
+                t = await task_as_of(node, task_id, at)
             else:
-                t = await listing.task_now(store(), task_id)
-        except listing.BeyondTheLog as e:
+                t = await task_now(store(), task_id)
+        except BeyondTheLog as e:
             error = f"as of event {e.at}: the log ends at {e.durable}"
             return render("base.html", 400, viewer=viewer, error=error)
         except NotFoundError as e:
@@ -185,7 +195,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             can_act=may(viewer.principal, f"POST {ACT}"),
             act_role=needed(f"POST {ACT}"),
             t=t,
-            blocked="" if at else listing.blocked(node, task_id),
+            blocked="" if at else blocked(node, task_id),
             svg=svg,
             acts=acts,
             tries=attempts.in_step_order(attempts.attempts(events), list(t.steps)),
@@ -214,15 +224,15 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         prev = None
         if task_id:
             try:
-                t = await listing.task_now(store(), task_id)
+                t = await task_now(store(), task_id)
             except NotFoundError as e:
                 return render("base.html", 404, viewer=viewer, error=str(e))
-            page = listing.events_page(store(), t, int(raw_from or 0), 0, EVENTS_PAGE)
+            page = events_page(store(), t, int(raw_from or 0), 0, EVENTS_PAGE)
         else:
             # without a start, the log's last page
             tail = max(log.first_id, log.durable_id - EVENTS_PAGE + 1)
             start = max(int(raw_from) if raw_from else tail, log.first_id, 1)
-            page = listing.events_page(store(), None, start, 0, EVENTS_PAGE)
+            page = events_page(store(), None, start, 0, EVENTS_PAGE)
             if start > log.first_id:
                 prev = max(log.first_id, start - EVENTS_PAGE)
         return render(
@@ -238,7 +248,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     async def act(
         request: Request,
         task_id: str,
-        kind: actions.Kind,
+        kind: ActionKind,
         step: str,
         display: str,
         reason: str,
@@ -255,12 +265,10 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         if shown == viewer.principal.name:
             shown = None  # the engine keeps no "as" that repeats the principal
         try:
-            op = actions.action(
+            op = operator_action(
                 kind, task_id, step=step, reason=reason.strip(), display=shown or ""
             )
-            event_id = await actions.perform(
-                node, op, operator=viewer.principal.name, token=viewer.token
-            )
+            event_id = await perform(node, op, operator=viewer.principal.name, token=viewer.token)
         except ApolloError as e:
             return _back(gate, task_id, error=f"{kind} refused: {e}")
         who = timeline.who({"operator": viewer.principal.name, "as": shown})
@@ -289,7 +297,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         return await act(request, task_id, which, step, display, reason, confirm, csrf)
 
 
-ACTIONS: dict[str, actions.Kind] = {k: k for k in actions.KINDS}
+ACTIONS: dict[str, ActionKind] = {k: k for k in ACTION_KINDS}
 
 
 def _back(gate: Gate, task_id: str, *, message: str = "", error: str = "") -> RedirectResponse:

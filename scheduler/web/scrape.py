@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from apollo11.scheduler import metrics
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.api.ports import NodeView
+    from apollo11.scheduler.nodeview import NodeView
 
 
 def refresh(node: NodeView) -> None:

@@ -25,7 +25,7 @@ from apollo11.scheduler.web.listener import ConnectionLimits, Connections, Guard
 from apollo11.scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.api.ports import NodeView
+    from apollo11.scheduler.nodeview import NodeView
 
 # On every response: no page of ours in another site's frame (clickjacking an
 # action's confirmation), no content-type guessing, no task URL in a Referer.

@@ -13,9 +13,9 @@ from apollo11.replicator import PrimarySide
 
 if TYPE_CHECKING:
     from apollo11.lease import ClusterConfig, LeaderInfo
-    from apollo11.scheduler.api.status import ClusterStatus, TermRecord, WorkerStatus
     from apollo11.scheduler.engine import Engine
     from apollo11.scheduler.errors import ApolloError
+    from apollo11.scheduler.nodeview.status import ClusterStatus, TermRecord, WorkerStatus
     from apollo11.scheduler.security import Principals
     from apollo11.scheduler.state import TaskState
 

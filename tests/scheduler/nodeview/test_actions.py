@@ -1,4 +1,4 @@
-"""scheduler/api/actions.py: one check and one dispatch of the operator actions,
+"""scheduler/nodeview/actions.py: one check and one dispatch of the operator actions,
 for the gRPC servicer and the web pages (on the primary, or forwarded from a
 standby)."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from apollo11.scheduler.api import actions
 from apollo11.scheduler.errors import FailedPreconditionError, InvalidArgumentError, NotLeaderError
+from apollo11.scheduler.nodeview import actions
 
 
 class FakeEngine:
@@ -56,17 +56,17 @@ class FakeClient(FakeEngine):
     ],
 )
 def test_fields_are_checked_with_the_apis_messages(
-    kind: actions.Kind, fields: dict[str, str], message: str
+    kind: actions.ActionKind, fields: dict[str, str], message: str
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
-        actions.action(kind, **fields)
+        actions.operator_action(kind, **fields)
 
 
 def test_a_cancel_needs_no_step_and_an_empty_display_is_none() -> None:
-    act = actions.action("cancel", "t1", reason="cleanup")
-    assert act == actions.Action("cancel", "t1", "cleanup", "", None)
+    act = actions.operator_action("cancel", "t1", reason="cleanup")
+    assert act == actions.OperatorAction("cancel", "t1", "cleanup", "", None)
     assert act.describe() == "cancel"
-    retry = actions.action("retry", "t1", step="infer", reason="r", display="Olga")
+    retry = actions.operator_action("retry", "t1", step="infer", reason="r", display="Olga")
     assert retry.display == "Olga" and retry.describe() == "retry of infer"
 
 
@@ -74,10 +74,10 @@ def test_a_cancel_needs_no_step_and_an_empty_display_is_none() -> None:
     ("kind", "method"), [("retry", "retry_step"), ("skip", "skip_step"), ("cancel", "cancel_task")]
 )
 async def test_on_engine_records_the_principal_with_the_display_beside_it(
-    kind: actions.Kind, method: str
+    kind: actions.ActionKind, method: str
 ) -> None:
     engine = FakeEngine()
-    act = actions.action(
+    act = actions.operator_action(
         kind, "t1", step="" if kind == "cancel" else "s", reason="why", display="O"
     )
     event = await actions.on_engine(engine, act, operator="olga")  # type: ignore[arg-type]
@@ -92,10 +92,10 @@ async def test_on_engine_records_the_principal_with_the_display_beside_it(
     ("kind", "method"), [("retry", "retry_step"), ("skip", "skip_step"), ("cancel", "cancel")]
 )
 async def test_forward_sends_the_display_as_the_operator_field(
-    kind: actions.Kind, method: str
+    kind: actions.ActionKind, method: str
 ) -> None:
     client = FakeClient()
-    act = actions.action(kind, "t1", step="" if kind == "cancel" else "s", reason="why")
+    act = actions.operator_action(kind, "t1", step="" if kind == "cancel" else "s", reason="why")
     assert await actions.forward(client, act) == 7  # type: ignore[arg-type]
     name, args, kw = client.calls[0]
     assert name == method and args[0] == "t1" and kw == {"operator": "", "reason": "why"}
@@ -109,13 +109,13 @@ def _node(role: str, engine: Any, leader: Any = None) -> Any:
 
 async def test_perform_on_the_leading_primary_uses_its_engine() -> None:
     engine = FakeEngine()
-    act = actions.action("cancel", "t1", reason="why")
+    act = actions.operator_action("cancel", "t1", reason="why")
     assert await actions.perform(_node("primary", engine), act, operator="o", token=None) == 7
     assert engine.calls[0][0] == "cancel_task"
 
 
 async def test_perform_without_a_known_primary_is_refused() -> None:
-    act = actions.action("cancel", "t1", reason="why")
+    act = actions.operator_action("cancel", "t1", reason="why")
     with pytest.raises(FailedPreconditionError, match="no primary is known"):
         await actions.perform(_node("standby", None), act, operator="o", token=None)
 

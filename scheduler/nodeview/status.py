@@ -1,7 +1,7 @@
 """What `apollo11 status`, GetStatus and the cluster page show: one typed shape.
 
-It lives beside the API that shows it: the node builds it, and the servers see
-the node only through their ports. The node fills it from what it knows
+It lives beside the port that returns it (ports.py): the node builds it, and the
+servers see the node only through that port. The node fills it from what it knows
 (`Node.status()`): its own log and role, the member records etcd holds, and, on
 the primary, what each standby's stream acknowledged (replicator/hub.py). Lag is
 counted against the furthest log anyone knows of: the primary's durable end, or,

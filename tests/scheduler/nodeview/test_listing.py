@@ -1,4 +1,4 @@
-"""scheduler/api/listing.py: the reads GetTask/GetEvents and the web pages share."""
+"""scheduler/nodeview/listing.py: the reads GetTask/GetEvents and the web pages share."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from apollo11.scheduler.api import listing
 from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
+from apollo11.scheduler.nodeview import listing
 
 
 class FakeLog:

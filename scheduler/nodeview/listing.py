@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.api.ports import NodeView
     from apollo11.scheduler.log import Event
+    from apollo11.scheduler.nodeview.ports import NodeView
     from apollo11.scheduler.state import Store, TaskState
 
 

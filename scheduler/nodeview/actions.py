@@ -1,8 +1,8 @@
 """Operator actions, once: retry a step, skip a step, cancel a task.
 
 The gRPC servicer (RetryStep, SkipStep, CancelTask) and the web pages' forms
-both build an `Action` with `action()` (the fields checked: task id and step
-required, the reason required, the limits of checks.py) and do it with
+both build an `OperatorAction` with `operator_action()` (the fields checked: task
+id and step required, the reason required, the limits of checks.py) and do it with
 `on_engine` on the primary; the web, on a standby, `forward`s it to the primary
 over gRPC with the session's own token (`perform` chooses).
 
@@ -19,22 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from apollo11.scheduler.api.checks import MAX_REASON, optional, required
 from apollo11.scheduler.errors import FailedPreconditionError
+from apollo11.scheduler.nodeview.checks import MAX_REASON, optional, required
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.api.ports import NodeView
     from apollo11.scheduler.client import Client
     from apollo11.scheduler.engine import Engine
     from apollo11.scheduler.log import Event
+    from apollo11.scheduler.nodeview.ports import NodeView
 
-Kind = Literal["retry", "skip", "cancel"]
-KINDS: tuple[Kind, ...] = ("retry", "skip", "cancel")
+ActionKind = Literal["retry", "skip", "cancel"]
+ACTION_KINDS: tuple[ActionKind, ...] = ("retry", "skip", "cancel")
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
-    kind: Kind
+class OperatorAction:
+    kind: ActionKind
     task_id: str
     reason: str
     step: str = ""  # "" for a cancel, which is of the whole task
@@ -45,13 +45,15 @@ class Action:
         return f"{self.kind} of {self.step}" if self.step else self.kind
 
 
-def action(kind: Kind, task_id: str, *, reason: str, step: str = "", display: str = "") -> Action:
+def operator_action(
+    kind: ActionKind, task_id: str, *, reason: str, step: str = "", display: str = ""
+) -> OperatorAction:
     """The action, its fields checked (InvalidArgumentError names the field)."""
     task_id = required(task_id, "task_id")
     if kind != "cancel":
         step = required(step, "step")
     shown = optional(display, "operator")
-    return Action(kind, task_id, required(reason, "reason", MAX_REASON), step, shown)
+    return OperatorAction(kind, task_id, required(reason, "reason", MAX_REASON), step, shown)
 
 
 def leading_engine(node: NodeView) -> Engine:
@@ -62,7 +64,7 @@ def leading_engine(node: NodeView) -> Engine:
     return engine
 
 
-async def on_engine(engine: Engine, act: Action, *, operator: str) -> Event:
+async def on_engine(engine: Engine, act: OperatorAction, *, operator: str) -> Event:
     """Do it here, on the primary's engine; the committed event."""
     if act.kind == "retry":
         return await engine.retry_step(
@@ -77,7 +79,7 @@ async def on_engine(engine: Engine, act: Action, *, operator: str) -> Event:
     )
 
 
-async def forward(client: Client, act: Action) -> int:
+async def forward(client: Client, act: OperatorAction) -> int:
     """Ask the primary (the client's principal is the operator it records); its event id."""
     shown = act.display or ""
     if act.kind == "retry":
@@ -87,7 +89,7 @@ async def forward(client: Client, act: Action) -> int:
     return await client.cancel(act.task_id, operator=shown, reason=act.reason)
 
 
-async def perform(node: NodeView, act: Action, *, operator: str, token: str | None) -> int:
+async def perform(node: NodeView, act: OperatorAction, *, operator: str, token: str | None) -> int:
     """On the primary through its engine, else forwarded to the primary with `token`
     (whose principal is `operator`): either way the same audited event; its id."""
     engine = node.engine
