@@ -19,7 +19,7 @@ from typing import Any
 from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
-from apollo11.scheduler.testing.history import etl_history
+from apollo11.scheduler.testing import etl_history
 from apollo11.scheduler.tools.bench.log_bench import _in_child
 from apollo11.scheduler.workflow import Idempotent, Registry, Retry, StepContext, Workflow
 

@@ -28,7 +28,7 @@ import aiofiles
 
 from apollo11.scheduler.log import Draft, EventLog, EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.state import State, Store, StoreConfig, apply_all, paused_gc
-from apollo11.scheduler.testing.history import etl_history
+from apollo11.scheduler.testing import etl_history
 
 PAYLOAD = {"result": {"rows": 1234, "uri": "s3://bucket/run-42/clean.parquet", "sha": "9f2c1e"}}
 
