@@ -42,7 +42,7 @@ def current_principal() -> Principal:
     return _principal.get()
 
 
-class Refused(Exception):
+class CallRefused(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -66,7 +66,7 @@ class Authenticator:
         self.mtls = mtls
 
     def from_metadata(self, metadata: Any, need: Role) -> Principal | None:
-        """The principal if the call's metadata alone decides it, or Refused; None
+        """The principal if the call's metadata alone decides it, or CallRefused; None
         when only the TLS peer can tell (a certificate port, or no token on a port
         that takes client certificates). Needs no context: the interceptor calls it
         before the request is read."""
@@ -81,13 +81,13 @@ class Authenticator:
         if auth:
             scheme, _, token = auth.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                raise Refused(
+                raise CallRefused(
                     grpc.StatusCode.UNAUTHENTICATED,
                     "the authorization metadata must be 'Bearer <token>'",
                 )
             found = self.principals.by_token(token.strip())
             if found is None:
-                raise Refused(
+                raise CallRefused(
                     grpc.StatusCode.UNAUTHENTICATED,
                     f"the bearer token is not valid (unknown or revoked); {_needs(need)}",
                 )
@@ -103,13 +103,13 @@ class Authenticator:
         name = peer_name(context)
         if self.peer:
             if name is None:  # cannot happen: the handshake requires a certificate
-                raise Refused(grpc.StatusCode.UNAUTHENTICATED, _needs(need))
+                raise CallRefused(grpc.StatusCode.UNAUTHENTICATED, _needs(need))
             return Principal(name, Role.NODE, "peer certificate")
         assert self.principals is not None  # from_metadata answered ANONYMOUS otherwise
         if name is not None:
             found = self.principals.by_certificate(name)
             if found is None:
-                raise Refused(
+                raise CallRefused(
                     grpc.StatusCode.UNAUTHENTICATED,
                     f"the client certificate {name!r} is not in the tokens file; {_needs(need)}",
                 )
@@ -117,8 +117,8 @@ class Authenticator:
         raise _no_credential(need)
 
 
-def _no_credential(need: Role) -> Refused:
-    return Refused(
+def _no_credential(need: Role) -> CallRefused:
+    return CallRefused(
         grpc.StatusCode.UNAUTHENTICATED,
         f"{_needs(need)}: pass a bearer token (--token or APOLLO11_TOKEN; "
         f"`apollo11 token create` makes one)",
@@ -129,7 +129,7 @@ def _required(method: str) -> Role | None:
     try:
         return required_role(method)
     except KeyError:
-        raise Refused(
+        raise CallRefused(
             grpc.StatusCode.PERMISSION_DENIED, f"{method} has no role in the policy: refused"
         ) from None
 
@@ -137,7 +137,7 @@ def _required(method: str) -> Role | None:
 def _admitted(principal: Principal, need: Role, method: str) -> Principal:
     if not principal.may(need):
         have = principal.role.value if principal.role else "none"
-        raise Refused(
+        raise CallRefused(
             grpc.StatusCode.PERMISSION_DENIED,
             f"{method.rsplit('/', 1)[-1]} needs role {need.value}; "
             f"{principal.name} has role {have}",
@@ -146,7 +146,7 @@ def _admitted(principal: Principal, need: Role, method: str) -> Principal:
 
 
 def authorize(authenticate: Authenticator, context: Any, method: str) -> Principal:
-    """The principal for this call, or Refused."""
+    """The principal for this call, or CallRefused."""
     need = _required(method)
     if need is None:
         return ANONYMOUS
@@ -155,7 +155,7 @@ def authorize(authenticate: Authenticator, context: Any, method: str) -> Princip
 
 def authorize_early(authenticate: Authenticator, metadata: Any, method: str) -> Principal | None:
     """As authorize, from the call's metadata alone, before its request is read:
-    the principal, Refused, or None when only the TLS peer can decide."""
+    the principal, CallRefused, or None when only the TLS peer can decide."""
     need = _required(method)
     if need is None:
         return ANONYMOUS
@@ -188,7 +188,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         # the behavior alone let anonymous callers make the node hold 16 MiB each.
         try:
             authorize_early(self.authenticate, handler_call_details.invocation_metadata, method)
-        except Refused as e:
+        except CallRefused as e:
             return _refusal(e)
         known = self._wrapped.get(method)
         if known is not None and known[0] is handler:
@@ -199,7 +199,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return wrapped
 
 
-def _refusal(refused: Refused) -> grpc.RpcMethodHandler:
+def _refusal(refused: CallRefused) -> grpc.RpcMethodHandler:
     """A handler that answers `refused` without reading the request: a
     client-streaming handler reads request messages only when asked, and this one
     never asks (and could not decode them: no deserializer)."""
@@ -218,7 +218,7 @@ def _guarded(
     async def admit(context: grpc.aio.ServicerContext) -> None:
         try:
             principal = check(context)
-        except Refused as e:
+        except CallRefused as e:
             await context.abort(e.code, str(e))
         _principal.set(principal)
 

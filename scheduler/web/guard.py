@@ -88,11 +88,11 @@ def route_of(request: Request) -> str:
 
 
 def needed(route: str) -> Role | None:
-    """The role `route` needs (None: open); Refused when the policy does not name it."""
+    """The role `route` needs (None: open); PageRefused when the policy does not name it."""
     try:
         return route_role(route)
     except KeyError:
-        raise Refused(403, f"{route} has no role in the policy: refused") from None
+        raise PageRefused(403, f"{route} has no role in the policy: refused") from None
 
 
 def may(principal: Principal, route: str) -> bool:
@@ -109,7 +109,7 @@ class LoginRequired(Exception):
         self.next_url = next_url
 
 
-class Refused(Exception):
+class PageRefused(Exception):
     """The request may not be served: `status` 401, 403 or 421, and why."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -164,7 +164,7 @@ class Gate:
     def check_host(self, request: Request) -> None:
         authority = request.headers.get("host", "")
         if not self.host_allowed(authority):
-            raise Refused(
+            raise PageRefused(
                 421,
                 f"this node does not answer to host {host_name(authority)[:100]!r}: use "
                 "localhost, its --http or --advertise host or its node id, or add the "
@@ -194,14 +194,17 @@ class Gate:
         return viewer
 
     def actor(self, request: Request, csrf: str) -> Viewer:
-        """For a POST: the viewer, if it comes from our own form and may do this; else Refused."""
+        """For a POST: the viewer, if it comes from our own form and may do this (else
+        PageRefused)."""
         need = needed(route_of(request))
         self.same_origin(request)
         viewer = self.viewer(request)
         if viewer is None:
-            raise Refused(403, "sign in first: this needs a session (your session may have ended)")
+            raise PageRefused(
+                403, "sign in first: this needs a session (your session may have ended)"
+            )
         if not hmac.compare_digest(csrf.encode(), viewer.csrf.encode()):
-            raise Refused(
+            raise PageRefused(
                 403, "the form's CSRF token is missing or wrong: reload the page and try again"
             )
         _need(viewer.principal, need)
@@ -219,7 +222,7 @@ class Gate:
             return  # not a browser's cross-site request (curl, tests): the CSRF token decides
         claimed_host = urlsplit(claimed).netloc
         if claimed.lower() != self.origin(request) or not self.host_allowed(claimed_host):
-            raise Refused(403, f"cross-site request refused: it comes from {claimed}")
+            raise PageRefused(403, f"cross-site request refused: it comes from {claimed}")
 
     def origin(self, request: Request) -> str:
         return f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
@@ -233,28 +236,28 @@ class Gate:
         if auth is None:
             viewer = self.viewer(request)
             if viewer is None:
-                raise Refused(
+                raise PageRefused(
                     401, f"/metrics needs a bearer token of role {need.value} (or --metrics-open)"
                 )
             _need(viewer.principal, need)
             return
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Refused(401, "the Authorization header must be 'Bearer <token>'")
+            raise PageRefused(401, "the Authorization header must be 'Bearer <token>'")
         principal = self.principals.by_token(token.strip())
         if principal is None:
-            raise Refused(401, "the bearer token is not valid (unknown or revoked)")
+            raise PageRefused(401, "the bearer token is not valid (unknown or revoked)")
         _need(principal, need)
 
     def sign_in(self, token: str) -> Session:
-        """A new session for `token`; Refused (401, 403) says why there is none."""
+        """A new session for `token`; PageRefused (401, 403) says why there is none."""
         assert self.sessions is not None
         principal = self.sessions.principals.by_token(token)
         if principal is None:
-            raise Refused(401, "that token is not valid (unknown or revoked)")
+            raise PageRefused(401, "that token is not valid (unknown or revoked)")
         why = sign_in_refusal(principal)
         if why is not None:  # no session: every page would answer it 403
-            raise Refused(403, why)
+            raise PageRefused(403, why)
         session = self.sessions.open(token)
         assert session is not None  # the file read a moment ago, with no await between
         return session
@@ -299,7 +302,7 @@ class Gate:
         self.same_origin(request)
         cookie = request.cookies.get(self.login_cookie, "")
         if not cookie or not hmac.compare_digest(cookie.encode(), form_token.encode()):
-            raise Refused(
+            raise PageRefused(
                 403, "the login form expired or did not come from this server: load it again"
             )
 
@@ -322,7 +325,7 @@ def sign_in_refusal(principal: Principal) -> str | None:
 def _need(principal: Principal, need: Role | None) -> None:
     if need is not None and not principal.may(need):
         have = principal.role.value if principal.role else "none"
-        raise Refused(403, f"this needs role {need.value}; {principal.name} has role {have}")
+        raise PageRefused(403, f"this needs role {need.value}; {principal.name} has role {have}")
 
 
 def safe_next(url: str) -> str:

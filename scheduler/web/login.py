@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from apollo11.scheduler.web.guard import Gate, Refused, safe_next
+from apollo11.scheduler.web.guard import Gate, PageRefused, safe_next
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def add_login(app: FastAPI, gate: Gate, render: Render) -> None:
         gate.check_login(request, csrf)
         try:
             session = gate.sign_in(token.strip())
-        except Refused as e:  # the form again, saying why
+        except PageRefused as e:  # the form again, saying why
             client = request.client.host if request.client else "?"
             log.warning("web sign-in refused from %s: %s", client, e.message)
             return form(safe_next(next), e.status, e.message)

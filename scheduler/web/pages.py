@@ -42,7 +42,7 @@ from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
-from apollo11.scheduler.web.guard import Gate, LoginRequired, Refused, may, needed
+from apollo11.scheduler.web.guard import Gate, LoginRequired, PageRefused, may, needed
 from apollo11.scheduler.web.login import add_login
 
 if TYPE_CHECKING:
@@ -90,8 +90,8 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     async def to_login(request: Request, exc: LoginRequired) -> Response:
         return RedirectResponse(f"/login?next={quote(exc.next_url, safe='')}", status_code=303)
 
-    @app.exception_handler(Refused)
-    async def refused(request: Request, exc: Refused) -> Response:
+    @app.exception_handler(PageRefused)
+    async def refused(request: Request, exc: PageRefused) -> Response:
         return render("base.html", exc.status, error=exc.message, viewer=gate.viewer(request))
 
     add_login(app, gate, render)

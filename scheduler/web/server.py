@@ -20,7 +20,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apollo11.scheduler.web import scrape
-from apollo11.scheduler.web.guard import Gate, Refused, allowed_hosts
+from apollo11.scheduler.web.guard import Gate, PageRefused, allowed_hosts
 from apollo11.scheduler.web.listener import ConnectionLimits, Connections, GuardedHttp
 from apollo11.scheduler.web.pages import add_pages
 
@@ -72,7 +72,7 @@ def make_app(node: NodeView) -> FastAPI:
         try:
             if request.url.path != "/healthz":
                 gate.check_host(request)
-        except Refused as e:
+        except PageRefused as e:
             response: Response = PlainTextResponse(e.message + "\n", status_code=e.status)
         else:
             response = await call_next(request)
@@ -86,7 +86,7 @@ def make_app(node: NodeView) -> FastAPI:
     async def prometheus_metrics(request: Request) -> Response:
         try:
             gate.scraper(request)
-        except Refused as e:
+        except PageRefused as e:
             headers = {"WWW-Authenticate": 'Bearer realm="apollo11"'} if e.status == 401 else None
             return PlainTextResponse(e.message + "\n", status_code=e.status, headers=headers)
         scrape.refresh(node)

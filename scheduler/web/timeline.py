@@ -81,7 +81,7 @@ def bars(events: Iterable[Event]) -> list[Bar]:
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
+class RecordedAction:
     """An operator's retry, skip or cancel: `who` is the authenticated principal,
     with the display name they typed beside it."""
 
@@ -102,7 +102,7 @@ def who(record: Mapping[str, Any] | None) -> str:
     return f"{name} (as {shown})" if shown else name
 
 
-def actions(events: Iterable[Event]) -> list[Action]:
+def actions(events: Iterable[Event]) -> list[RecordedAction]:
     out = []
     for e in events:
         if e.event_type is EventType.MANUAL_OVERRIDE:
@@ -112,7 +112,9 @@ def actions(events: Iterable[Event]) -> list[Action]:
         else:
             continue
         reason = str(e.payload.get("reason") or "")
-        out.append(Action(e.event_id, e.timestamp, what, e.step_name, who(e.payload), reason))
+        out.append(
+            RecordedAction(e.event_id, e.timestamp, what, e.step_name, who(e.payload), reason)
+        )
     return out
 
 
@@ -210,7 +212,7 @@ def layout(
     steps: Sequence[str],
     items: Sequence[Bar],
     now_ms: int,
-    acts: Sequence[Action] = (),
+    acts: Sequence[RecordedAction] = (),
     takeovers: Sequence[tuple[int, int, str, int]] = (),
 ) -> Svg:
     """Place the bars: a row per step, time on x; an action is a tick on its step's row
