@@ -12,7 +12,7 @@ repair.py     a standby with a damaged log refilled from the primary
 
 Import from here, not from the modules inside; the engine's pure decisions
 (engine/decide.py, engine/retry.py) import state/model.py itself, which imports
-no storage (pyproject.toml's contract "The engine's decisions are pure").
+no storage (pyproject.toml's contract "The pure decisions").
 """
 
 from apollo11.scheduler.state import merger, repair, scrub
