@@ -20,7 +20,8 @@ seconds between the two readings, only in gaps (twice a year at most).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import functools
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from apollo11.scheduler.schedules.spec import Ambiguous, Nonexistent
@@ -57,6 +58,27 @@ def resolve(
         return first, (first, last)
     end = _gap_end(local, zone, before, after)
     return end, (() if nonexistent is Nonexistent.SKIP else (end,))
+
+
+@functools.lru_cache(maxsize=8_192)  # a zone's days in use: a few per zone at a time
+def steady_offset(zone: ZoneInfo, day: date) -> timedelta | None:
+    """The zone's one offset all through the wall-clock `day`, or None when a
+    transition touches it (a gap or fold anywhere in it, at its midnight too).
+
+    The walk's shortcut: on a steady day a wall time is one instant, `wall -
+    offset`, with no question of rules. Two transitions that cancel out within
+    one day would pass for none: no zone of tzdata has two within two days
+    since 1900 (tests/scheduler/schedules/test_zones.py reads the wheel's files).
+    """
+    first = datetime(day.year, day.month, day.day)
+    last = datetime(day.year, day.month, day.day, 23, 59, 59)
+    offsets = {
+        zone.utcoffset(first),
+        zone.utcoffset(first.replace(fold=1)),
+        zone.utcoffset(last),
+        zone.utcoffset(last.replace(fold=1)),
+    }
+    return offsets.pop() if len(offsets) == 1 else None
 
 
 def _offsets(local: datetime, zone: ZoneInfo) -> tuple[timedelta, timedelta]:

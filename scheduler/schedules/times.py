@@ -76,6 +76,8 @@ def next_time(spec: ScheduleSpec, after: datetime) -> datetime | None:
 
 
 def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is UTC:
+        return value
     if value.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime, got {value.isoformat()}")
     return value.astimezone(UTC)
@@ -110,14 +112,13 @@ def _at(
 def _cron_utc(expr: str, low: datetime, high: datetime | None, count: int | None) -> list[datetime]:
     # UTC has no DST: wall time is the instant.
     cron = compile_cron(expr)
-    wall = low.replace(tzinfo=None)
-    limit = None if high is None else high.replace(tzinfo=None)
     found: list[datetime] = []
+    wall = low
     while count is None or len(found) < count:
-        match = cron.next_after(wall)
-        if match is None or (limit is not None and match > limit):
+        match = cron.next_after(wall, UTC)
+        if match is None or (high is not None and match > high):
             break
-        found.append(match.replace(tzinfo=UTC))
+        found.append(match)
         wall = match
     return found
 
@@ -127,8 +128,13 @@ def _cron_zoned(
 ) -> list[datetime]:
     """Walk wall time in `tz`; release an instant once no later match can come before it.
 
-    A match's earliest instant (localtime.resolve) never decreases along the
-    walk, so every instant at or before the current match's earliest is final.
+    Wall times are carried as datetimes labelled UTC (`low + offset`): their
+    fields are the zone's clock, and `wall - offset` is the instant. On a day
+    with no transition (localtime.steady_offset: nearly all) that is all there
+    is to it. On the others the rules decide (localtime.resolve), and a match's
+    earliest instant, which never decreases along the walk, says which of the
+    instants waiting in `pending` are final.
+
     The walk starts from the wall time `low` shows, or earlier when a fall-back
     is near: a wall time shown again after `low` (a fold's second reading) is
     then not passed over.
@@ -136,16 +142,38 @@ def _cron_zoned(
     assert spec.cron is not None
     cron = compile_cron(spec.cron)
     zone = zones.zone(spec.tz)
-    offset = min(_offset_at(low, zone), _offset_at(low + _FOLD_HORIZON, zone))
-    wall = (low + offset).replace(tzinfo=None)
+    offset = _offset_at(low, zone)
+    wall = low + offset
+    if not (
+        localtime.steady_offset(zone, wall.date()) == offset
+        and localtime.steady_offset(zone, (wall + _FOLD_HORIZON).date()) == offset
+    ):
+        offset = min(offset, _offset_at(low + _FOLD_HORIZON, zone))
+        wall = low + offset
     pending: list[datetime] = []
     found: list[datetime] = []
     while True:
-        match = cron.next_after(wall)
+        match = cron.next_after(wall, UTC)
         if match is None:
             _release(pending, None, high, found, count)
             return found
-        floor, moments = localtime.resolve(match, zone, spec.nonexistent, spec.ambiguous)
+        steady = localtime.steady_offset(zone, match.date())
+        if steady is not None and not pending:
+            moment = match - steady  # the common case: one instant, final at once
+            if high is not None and moment > high:
+                return found
+            if moment > low and (not found or moment > found[-1]):
+                found.append(moment)
+                if count is not None and len(found) >= count:
+                    return found
+            wall = match
+            continue
+        if steady is not None:
+            floor = match - steady
+            moments: tuple[datetime, ...] = (floor,)
+        else:
+            naive = match.replace(tzinfo=None)
+            floor, moments = localtime.resolve(naive, zone, spec.nonexistent, spec.ambiguous)
         for moment in moments:
             if moment > low:
                 heapq.heappush(pending, moment)
