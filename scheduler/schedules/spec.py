@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -99,9 +99,29 @@ def _choices(kind: type[StrEnum]) -> str:
 
 
 class ScheduleSpec(BaseModel):
-    """When a schedule fires. Build with keywords; read back with `from_json`."""
+    """When a schedule fires. Build with keywords (durations and times as values or
+    as text, "15m", "2025-06-01T03:00:00Z"); read back with `from_json`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    if TYPE_CHECKING:
+        # What the validators below accept, for the type checker: pydantic's own
+        # signature would say `every: timedelta`, and "15m" is the usual spelling.
+        def __init__(
+            self,
+            *,
+            cron: str | None = None,
+            every: timedelta | str | None = None,
+            at: datetime | str | None = None,
+            tz: str = ...,
+            start: datetime | str | None = None,
+            end: datetime | str | None = None,
+            jitter: timedelta | str = ...,
+            catchup_window: timedelta | str = ...,
+            overlap: Overlap | str = ...,
+            nonexistent: Nonexistent | str = ...,
+            ambiguous: Ambiguous | str = ...,
+        ) -> None: ...
 
     cron: str | None = None
     every: timedelta | None = None
