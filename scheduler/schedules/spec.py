@@ -3,8 +3,8 @@
 A frozen record, stored in the log as it is (`to_json`), so a primary that
 takes over reads the same rules the old one had. Every field has one spelling
 in JSON: durations as "1h30m" (durations.py), instants as ISO-8601 in UTC with
-"Z", and every field is written out, defaults too: a default changed in a later
-release does not change the meaning of a schedule made before it.
+"Z"; every field that has a value is written out, defaults too: a default changed
+in a later release does not change the meaning of a schedule made before it.
 
 The fields:
 
@@ -240,7 +240,7 @@ class ScheduleSpec(BaseModel):
         return None if value is None else _iso(value)
 
     def to_json(self) -> str:
-        """The spec as stored: every field but the two of cron/every/at left unset."""
+        """The spec as stored: every field with a value (unset ones, None, are left out)."""
         return self.model_dump_json(exclude_none=True)
 
     @classmethod
