@@ -215,6 +215,20 @@ def bench_cli(
     _measure(cli_bench.run, cli_bench.summary_rows, "cli", quick, as_json, workdir)
 
 
+def bench_schedules(
+    dst_eve: Annotated[
+        bool,
+        typer.Option("--dst-eve", help="Compute from an hour before Berlin's spring-forward."),
+    ] = False,
+    as_json: BenchJson = False,
+) -> None:
+    """Schedules' pure part: next times and catch-up decisions for 10,000 schedules
+    (issue 30's firing, lateness and failover figures are to join it)."""
+    from apollo11.scheduler.tools.bench import schedules_bench
+
+    schedules_bench.main((["--dst-eve"] if dst_eve else []) + (["--json"] if as_json else []))
+
+
 def _measure(
     run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
 ) -> Any:
