@@ -102,6 +102,16 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
     # An event wakes the durable tasks waiting on its key: a submitter's input.
     "/apollo11.v1.Scheduler/SendEvent": Role.SUBMITTER,
+    # A schedule submits tasks on its own, for as long as it lives, under its own
+    # rules: making, changing or firing one is an operator's act; reading it a reader's.
+    "/apollo11.v1.Scheduler/CreateSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/UpdateSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/PauseSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/UnpauseSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/TriggerSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/DeleteSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/ListSchedules": Role.READER,
+    "/apollo11.v1.Scheduler/DescribeSchedule": Role.READER,
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
     "/apollo11.v1.Cluster/GetHistory": Role.READER,
     "/apollo11.v1.Cluster/Switchover": Role.OPERATOR,

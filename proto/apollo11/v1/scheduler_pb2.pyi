@@ -76,6 +76,184 @@ EVENT_TYPE_CHECKPOINT: EventType
 EVENT_TYPE_WAIT: EventType
 EVENT_TYPE_EVENT: EventType
 
+class ScheduleSpec(_message.Message):
+    __slots__ = ("cron", "every", "at", "tz", "start", "end", "jitter", "catchup_window", "overlap", "nonexistent", "ambiguous")
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    EVERY_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    TZ_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    NONEXISTENT_FIELD_NUMBER: _ClassVar[int]
+    AMBIGUOUS_FIELD_NUMBER: _ClassVar[int]
+    cron: str
+    every: str
+    at: str
+    tz: str
+    start: str
+    end: str
+    jitter: str
+    catchup_window: str
+    overlap: str
+    nonexistent: str
+    ambiguous: str
+    def __init__(self, cron: _Optional[str] = ..., every: _Optional[str] = ..., at: _Optional[str] = ..., tz: _Optional[str] = ..., start: _Optional[str] = ..., end: _Optional[str] = ..., jitter: _Optional[str] = ..., catchup_window: _Optional[str] = ..., overlap: _Optional[str] = ..., nonexistent: _Optional[str] = ..., ambiguous: _Optional[str] = ...) -> None: ...
+
+class Occurrence(_message.Message):
+    __slots__ = ("nominal_time", "outcome", "reason", "task_id", "event_id")
+    NOMINAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    nominal_time: str
+    outcome: str
+    reason: str
+    task_id: str
+    event_id: int
+    def __init__(self, nominal_time: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., task_id: _Optional[str] = ..., event_id: _Optional[int] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("schedule_id", "workflow", "spec", "input_json", "paused", "note", "by", "source", "created_ms", "updated_ms", "next", "last", "watermark", "occurrences")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    workflow: str
+    spec: ScheduleSpec
+    input_json: str
+    paused: bool
+    note: str
+    by: str
+    source: str
+    created_ms: int
+    updated_ms: int
+    next: _containers.RepeatedScalarFieldContainer[str]
+    last: Occurrence
+    watermark: str
+    occurrences: int
+    def __init__(self, schedule_id: _Optional[str] = ..., workflow: _Optional[str] = ..., spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., input_json: _Optional[str] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., by: _Optional[str] = ..., source: _Optional[str] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., next: _Optional[_Iterable[str]] = ..., last: _Optional[_Union[Occurrence, _Mapping]] = ..., watermark: _Optional[str] = ..., occurrences: _Optional[int] = ...) -> None: ...
+
+class CreateScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "workflow", "spec", "input_json", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    workflow: str
+    spec: ScheduleSpec
+    input_json: str
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., workflow: _Optional[str] = ..., spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., input_json: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class UpdateScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "workflow", "spec", "input_json", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    workflow: str
+    spec: ScheduleSpec
+    input_json: str
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., workflow: _Optional[str] = ..., spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., input_json: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class PauseScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class UnpauseScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class TriggerScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class TriggerScheduleResponse(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules", "next_page_token")
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
+    next_page_token: str
+    def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DescribeScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "page_size", "page_token", "newest_first", "next_count")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    NEXT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    page_size: int
+    page_token: str
+    newest_first: bool
+    next_count: int
+    def __init__(self, schedule_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., newest_first: _Optional[bool] = ..., next_count: _Optional[int] = ...) -> None: ...
+
+class DescribeScheduleResponse(_message.Message):
+    __slots__ = ("schedule", "occurrences", "next_page_token")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    occurrences: _containers.RepeatedCompositeFieldContainer[Occurrence]
+    next_page_token: str
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ..., occurrences: _Optional[_Iterable[_Union[Occurrence, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class ListWorkflowsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

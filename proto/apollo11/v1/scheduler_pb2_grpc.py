@@ -99,6 +99,46 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeWorkflowRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.WorkflowInfo.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/CreateSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.UpdateSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/UpdateSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.UpdateScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/PauseSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.UnpauseSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/UnpauseSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.UnpauseScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.TriggerSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/TriggerSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/DeleteSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/apollo11.v1.Scheduler/ListSchedules',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.DescribeSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/DescribeSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -202,6 +242,65 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Schedules (docs/clients.md, "Schedules"): each change is an event that names the
+        principal who made it. A bad spec is INVALID_ARGUMENT naming the field and why
+        (cron "61 * * * *": minute 61 is outside 0-59); so are an unknown workflow and an
+        input that does not fit its model, at create, not at the first fire. A taken id is
+        ALREADY_EXISTS, an unknown one NOT_FOUND, past 10,000 schedules RESOURCE_EXHAUSTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSchedule(self, request, context):
+        """Only what the request carries changes (see UpdateScheduleRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """A paused schedule records its times skipped, with the reason; unpause resumes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnpauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerSchedule(self, request, context):
+        """Fire once now, beside the schedule's own times; the task it submitted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Schedules by id, a page at a time; any node answers (a standby holds them too).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSchedule(self, request, context):
+        """One schedule, its next times and a page of its occurrences (oldest first, or
+        newest first): one per nominal time since it was created.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -269,6 +368,46 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.DescribeWorkflow,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeWorkflowRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.WorkflowInfo.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.SerializeToString,
+            ),
+            'UpdateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.UpdateScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.SerializeToString,
+            ),
+            'UnpauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnpauseSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.UnpauseScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.Schedule.SerializeToString,
+            ),
+            'TriggerSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'DescribeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -622,6 +761,222 @@ class Scheduler:
             '/apollo11.v1.Scheduler/DescribeWorkflow',
             apollo11_dot_v1_dot_scheduler__pb2.DescribeWorkflowRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.WorkflowInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/CreateSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.CreateScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/UpdateSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.UpdateScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/PauseSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.PauseScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnpauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/UnpauseSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.UnpauseScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/TriggerSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/DeleteSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/ListSchedules',
+            apollo11_dot_v1_dot_scheduler__pb2.ListSchedulesRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/DescribeSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,
