@@ -2,10 +2,10 @@
 services, health, reflection), which only the node builds.
 
 codec.py turns records into messages (scheduler/wire.py is what the server and the
-client share); decode.py refuses bytes that are not the request message; limits.py
-bounds what one peer may cost. What the API shares with the web pages (the node as
-both see it, the reads, the operator actions) is scheduler/nodeview/, so that the
-pages load nothing of this package.
+client share); schedules.py does the schedule RPCs' work; decode.py refuses bytes
+that are not the request message; limits.py bounds what one peer may cost. What the
+API shares with the web pages (the node as both see it, the reads, the operator
+actions) is scheduler/nodeview/, so that the pages load nothing of this package.
 """
 
 from apollo11.scheduler.api.server import ApiServer

@@ -1,4 +1,5 @@
-"""Domain records -> protobuf messages, for the server: tasks, steps, events.
+"""Domain records -> protobuf messages, for the server: tasks, steps, events, schedules
+(and a request's schedule spec -> ScheduleSpec, refused in `explain`'s words).
 
 The server's half of the conversion; the client's half (messages -> views, and
 the request messages) is `apollo11.scheduler.client`, which never imports this module:
@@ -11,12 +12,17 @@ handlers still build their own small responses, and the replicator speaks
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import ValidationError
 
 from apollo11.scheduler import wire
+from apollo11.scheduler.errors import InvalidArgumentError
 from apollo11.scheduler.log import Event, EventType
+from apollo11.scheduler.nodeview import MAX_ID
+from apollo11.scheduler.schedules import EPOCH, ScheduleSpec, explain
 from apollo11.scheduler.state import StepState, StepStatus, TaskState, TaskStatus
 from apollo11.scheduler.workflow import (
     AUTO,
@@ -27,6 +33,9 @@ from apollo11.scheduler.workflow import (
     Workflow,
 )
 from apollo11.v1 import scheduler_pb2 as pb
+
+if TYPE_CHECKING:
+    from apollo11.scheduler.state import OccurrenceRecord, ScheduleState
 
 # Built from the domain's enums: a status or event type the wire cannot carry
 # fails here, at import, not in the middle of an answer.
@@ -155,3 +164,111 @@ def workflow_to_pb(wf: Workflow) -> pb.WorkflowInfo:
 
 def _schema_json(schema: dict[str, Any] | None) -> str:
     return "" if schema is None else orjson.dumps(schema).decode()
+
+
+# A spec's `when` (the request's oneof) and its other fields, as ScheduleSpec names them.
+WHEN = ("cron", "every", "at")
+SPEC_OPTIONS = (
+    "tz",
+    "start",
+    "end",
+    "jitter",
+    "catchup_window",
+    "overlap",
+    "nonexistent",
+    "ambiguous",
+)
+
+
+def iso_ms(ms: int) -> str:
+    """Milliseconds since the epoch as ISO-8601 in UTC with "Z" (integer arithmetic: a
+    float would show 03:00:00.000999 for some times)."""
+    return iso(EPOCH + timedelta(milliseconds=ms))
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def spec_to_pb(spec: ScheduleSpec) -> pb.ScheduleSpec:
+    """Every field of the spec, defaults too (its stored JSON is text field by field)."""
+    return pb.ScheduleSpec(**orjson.loads(spec.to_json()))
+
+
+def _given(m: pb.ScheduleSpec) -> dict[str, str]:
+    """The fields a request set: its `when`, and each optional field present."""
+    fields: dict[str, str] = {}
+    when = m.WhichOneof("when")
+    if when is not None:
+        fields[when] = getattr(m, when)
+    for name in SPEC_OPTIONS:
+        if m.HasField(name):
+            fields[name] = getattr(m, name)
+    for name, value in fields.items():
+        if len(value) > MAX_ID:
+            raise InvalidArgumentError(
+                f"spec.{name} is {len(value)} characters, over the limit of {MAX_ID}"
+            )
+    return fields
+
+
+def _spec(fields: dict[str, str]) -> ScheduleSpec:
+    try:
+        return ScheduleSpec.model_validate(fields)
+    except ValidationError as e:
+        raise InvalidArgumentError(explain(e)) from None
+
+
+def spec_from_pb(m: pb.ScheduleSpec) -> ScheduleSpec:
+    """A create request's spec: an empty option takes its default; an empty `when` is
+    given to the spec as it is, which says what is wrong with it."""
+    given = _given(m)
+    return _spec({k: v for k, v in given.items() if v or k in WHEN})
+
+
+def spec_updated(current: ScheduleSpec, m: pb.ScheduleSpec) -> ScheduleSpec:
+    """An update's spec over the current one: a `when` given replaces cron, every or at;
+    each option given replaces that field, and "" puts it back to its default."""
+    fields: dict[str, Any] = orjson.loads(current.to_json())
+    given = _given(m)
+    if any(name in given for name in WHEN):
+        for name in WHEN:
+            fields.pop(name, None)
+    for name, value in given.items():
+        if value or name in WHEN:
+            fields[name] = value
+        else:
+            fields.pop(name, None)
+    return _spec(fields)
+
+
+def occurrence_to_pb(o: OccurrenceRecord) -> pb.Occurrence:
+    return pb.Occurrence(
+        nominal_time=iso_ms(o.nominal_ms),
+        outcome=o.outcome,
+        reason=o.reason or "",
+        task_id=o.task_id or "",
+        event_id=o.event_id,
+    )
+
+
+def schedule_to_pb(s: ScheduleState, next_times: list[datetime]) -> pb.Schedule:
+    msg = pb.Schedule(
+        schedule_id=s.schedule_id,
+        workflow=s.workflow,
+        spec=spec_to_pb(s.spec),
+        input_json=dumps(s.input),
+        paused=s.paused,
+        note=s.note,
+        by=s.by,
+        source=s.source,
+        created_ms=s.created_ms,
+        updated_ms=s.updated_ms,
+        next=[iso(t) for t in next_times],
+        watermark="" if s.watermark_ms is None else iso_ms(s.watermark_ms),
+        occurrences=len(s.occurrences),
+    )
+    last = s.last()
+    if last is not None:
+        msg.last.CopyFrom(occurrence_to_pb(last))
+    return msg

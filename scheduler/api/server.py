@@ -26,6 +26,8 @@ from apollo11.scheduler import tracing
 from apollo11.scheduler.api import codec
 from apollo11.scheduler.api.decode import Undecodable, add_service
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
+from apollo11.scheduler.api.schedules import ScheduleCalls
+from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
@@ -188,12 +190,14 @@ class SchedulerService(pbg.SchedulerServicer):
         watchers: Watchers,
         watch_slots: WatchSlots,
         admission: Admission,
+        clock: Clock,
     ) -> None:
         self.node = node
         self.watchers = watchers
         self.watch_slots = watch_slots
         self.admission = admission
         self._names = ListedNames()
+        self.schedules = ScheduleCalls(node, clock, self._json, lambda: self._state)
 
     def _store(self) -> Store:
         store = self.node.store
@@ -468,6 +472,56 @@ class SchedulerService(pbg.SchedulerServicer):
             raise NotFoundError(f"unknown workflow {request.name!r} (loaded: none)")
         return codec.workflow_to_pb(engine.registry.require(request.name, request.version or None))
 
+    # Schedules: api/schedules.py does the work.
+
+    @rpc
+    async def CreateSchedule(
+        self, request: pb.CreateScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Schedule:
+        return await self.schedules.create(request)
+
+    @rpc
+    async def UpdateSchedule(
+        self, request: pb.UpdateScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Schedule:
+        return await self.schedules.update(request)
+
+    @rpc
+    async def PauseSchedule(
+        self, request: pb.PauseScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Schedule:
+        return await self.schedules.pause(request)
+
+    @rpc
+    async def UnpauseSchedule(
+        self, request: pb.UnpauseScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Schedule:
+        return await self.schedules.unpause(request)
+
+    @rpc
+    async def TriggerSchedule(
+        self, request: pb.TriggerScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TriggerScheduleResponse:
+        return await self.schedules.trigger(request)
+
+    @rpc
+    async def DeleteSchedule(
+        self, request: pb.DeleteScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteScheduleResponse:
+        return await self.schedules.delete(request)
+
+    @rpc
+    async def ListSchedules(
+        self, request: pb.ListSchedulesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSchedulesResponse:
+        return self.schedules.listed(request)
+
+    @rpc
+    async def DescribeSchedule(
+        self, request: pb.DescribeScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeScheduleResponse:
+        return self.schedules.describe(request)
+
 
 def _traced(context: grpc.aio.ServicerContext, name: str) -> Any:
     """The submission's span (tracing.py), the child of the client's traceparent."""
@@ -606,8 +660,10 @@ class ApiServer:
         principals: Principals | None = None,
         *,
         extra: Sequence[tuple[ServiceDescriptor, object]] = (),
+        clock: Clock | None = None,
     ) -> None:
-        """`extra`: more services on the public port (the node's Workers service)."""
+        """`extra`: more services on the public port (the node's Workers service);
+        `clock`: the node's (what a schedule's next times are counted from)."""
         self.node = node
         s = node.settings
         self.watchers = Watchers()
@@ -622,7 +678,9 @@ class ApiServer:
             s.max_tasks_in_memory,
             lambda: len(node.store.state.tasks) if node.store is not None else 0,
         )
-        scheduler = SchedulerService(node, self.watchers, self.watch_slots, admission)
+        scheduler = SchedulerService(
+            node, self.watchers, self.watch_slots, admission, clock or Clock()
+        )
         add_service(self.server, services["Scheduler"], scheduler)
         add_service(self.server, services["Cluster"], ClusterService(node))
         for descriptor, servicer in extra:

@@ -234,7 +234,7 @@ class Node:
 
             service = WorkersService(self.dispatch, self.not_leader)
             extra.append((worker_pb2.DESCRIPTOR.services_by_name["Workers"], service))
-        self.api = ApiServer(self.views, self.principals, extra=extra)
+        self.api = ApiServer(self.views, self.principals, extra=extra, clock=self.clock)
         self.port = await self.api.start(s.listen)
         if s.http:
             from apollo11.scheduler.web import HttpServer
