@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -33,6 +34,9 @@ from apollo11.scheduler.client._errors import (
 from apollo11.scheduler.client._views import (
     EventView,
     Page,
+    ScheduleDescription,
+    SchedulePage,
+    ScheduleView,
     SentEvent,
     StatusView,
     Submission,
@@ -48,6 +52,19 @@ if TYPE_CHECKING:  # the client never imports pydantic: the application that pas
 
 T = TypeVar("T")
 M = TypeVar("M", bound="BaseModel")
+
+Duration = str | timedelta  # "90s", "1h30m", "2d", or a timedelta of whole seconds
+Instant = str | datetime  # ISO-8601, or a datetime (naive: a wall-clock time, for `at`)
+
+
+class _Keep:
+    """The default of update_schedule's `input`: leave it as it is (None sets null)."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
 
 
 class Client:
@@ -369,6 +386,152 @@ class Client:
         req = build.send_event_request(key, build.json_text(payload, "payload"), idem)
         resp = await self._call("scheduler", "SendEvent", req, write=True, retry=True)
         return convert.sent_event_from_pb(resp)
+
+    # ----------------------------------------------------------- schedules
+
+    # Not retried on UNAVAILABLE (a write that may have been made: a create would come
+    # back ALREADY_EXISTS, a trigger fire twice); a standby's redirect is followed.
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: str,
+        input: Any = None,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        at: Instant | None = None,
+        tz: str | None = None,
+        start: Instant | None = None,
+        end: Instant | None = None,
+        jitter: Duration | None = None,
+        catchup_window: Duration | None = None,
+        overlap: str | None = None,
+        nonexistent: str | None = None,
+        ambiguous: str | None = None,
+        note: str = "",
+    ) -> ScheduleView:
+        """A schedule that submits `workflow` with `input` at each of its times: exactly
+        one of `cron` ("0 3 * * *", "@daily"), `every` (elapsed time, "15m") or `at`
+        (once). `tz` is the IANA zone a cron and a naive `at` are read in (UTC by
+        default); `start` and `end` bound the times (both included); `jitter` delays
+        each by up to that much, the same on every node; an occurrence later than
+        `catchup_window` (a day by default) is recorded missed; `overlap` (skip,
+        buffer-one, buffer-all, cancel-other, allow-all) says what an occurrence does
+        while the previous one still runs; `nonexistent` (next, skip) and `ambiguous`
+        (first, last, both) are the DST rules. A bad field raises InvalidArgumentError
+        naming it and why; a taken id AlreadyExistsError. Needs role operator."""
+        spec = build.schedule_spec(
+            {
+                "cron": cron,
+                "every": every,
+                "at": at,
+                "tz": tz,
+                "start": start,
+                "end": end,
+                "jitter": jitter,
+                "catchup_window": catchup_window,
+                "overlap": overlap,
+                "nonexistent": nonexistent,
+                "ambiguous": ambiguous,
+            }
+        )
+        text = build.json_text(input, "input")
+        req = build.create_schedule_request(schedule_id, workflow, spec, text, note)
+        resp = await self._call("scheduler", "CreateSchedule", req, write=True, retry=False)
+        return convert.schedule_from_pb(resp)
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        *,
+        workflow: str | None = None,
+        input: Any = KEEP,
+        note: str | None = None,
+        cron: str | None = None,
+        every: Duration | None = None,
+        at: Instant | None = None,
+        tz: str | None = None,
+        start: Instant | None = None,
+        end: Instant | None = None,
+        jitter: Duration | None = None,
+        catchup_window: Duration | None = None,
+        overlap: str | None = None,
+        nonexistent: str | None = None,
+        ambiguous: str | None = None,
+    ) -> ScheduleView:
+        """Change what is given, keep the rest: a `cron`, `every` or `at` replaces the
+        schedule's; any other spec field replaces that field, and "" puts it back to
+        its default (`start=""` removes the bound). `input=None` sets a null input."""
+        spec = build.schedule_spec(
+            {
+                "cron": cron,
+                "every": every,
+                "at": at,
+                "tz": tz,
+                "start": start,
+                "end": end,
+                "jitter": jitter,
+                "catchup_window": catchup_window,
+                "overlap": overlap,
+                "nonexistent": nonexistent,
+                "ambiguous": ambiguous,
+            }
+        )
+        text = None if input is KEEP else build.json_text(input, "input")
+        req = build.update_schedule_request(schedule_id, workflow or "", spec, text, note)
+        resp = await self._call("scheduler", "UpdateSchedule", req, write=True, retry=False)
+        return convert.schedule_from_pb(resp)
+
+    async def pause_schedule(self, schedule_id: str, *, note: str = "") -> ScheduleView:
+        """Its times are recorded skipped (with the reason) until it is unpaused."""
+        req = pb.PauseScheduleRequest(schedule_id=schedule_id, note=note)
+        resp = await self._call("scheduler", "PauseSchedule", req, write=True, retry=False)
+        return convert.schedule_from_pb(resp)
+
+    async def unpause_schedule(self, schedule_id: str, *, note: str = "") -> ScheduleView:
+        req = pb.UnpauseScheduleRequest(schedule_id=schedule_id, note=note)
+        resp = await self._call("scheduler", "UnpauseSchedule", req, write=True, retry=False)
+        return convert.schedule_from_pb(resp)
+
+    async def trigger_schedule(self, schedule_id: str) -> str:
+        """Fire it once now, beside its own times: the task id."""
+        req = pb.TriggerScheduleRequest(schedule_id=schedule_id)
+        resp = await self._call("scheduler", "TriggerSchedule", req, write=True, retry=False)
+        return str(resp.task_id)
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """It fires no more; the tasks it submitted stay."""
+        req = pb.DeleteScheduleRequest(schedule_id=schedule_id)
+        await self._call("scheduler", "DeleteSchedule", req, write=True, retry=False)
+
+    async def list_schedules(self, *, page_size: int = 100, page_token: str = "") -> SchedulePage:
+        """Schedules by id, each with its next time and its last occurrence; go on with
+        `next_page_token` while it is set."""
+        req = pb.ListSchedulesRequest(page_size=page_size, page_token=page_token)
+        resp = await self._call("scheduler", "ListSchedules", req, write=False, retry=True)
+        return convert.schedule_page_from_pb(resp)
+
+    async def describe_schedule(
+        self,
+        schedule_id: str,
+        *,
+        page_size: int = 100,
+        page_token: str = "",
+        newest_first: bool = False,
+        next_count: int = 5,
+    ) -> ScheduleDescription:
+        """A schedule, its next `next_count` times, and a page of its occurrences: one
+        per nominal time since it was created, oldest first (`newest_first`: the
+        latest first). NotFoundError for an unknown id."""
+        req = pb.DescribeScheduleRequest(
+            schedule_id=schedule_id,
+            page_size=page_size,
+            page_token=page_token,
+            newest_first=newest_first,
+            next_count=next_count,
+        )
+        resp = await self._call("scheduler", "DescribeSchedule", req, write=False, retry=True)
+        return convert.schedule_description_from_pb(resp)
 
     # --------------------------------------------------------------- reads
 
@@ -747,6 +910,126 @@ class SyncClient:
     ) -> SentEvent:
         """As Client.send_event."""
         return self._run(self._client.send_event(key, payload, idempotency_key=idempotency_key))
+
+    def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: str,
+        input: Any = None,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        at: Instant | None = None,
+        tz: str | None = None,
+        start: Instant | None = None,
+        end: Instant | None = None,
+        jitter: Duration | None = None,
+        catchup_window: Duration | None = None,
+        overlap: str | None = None,
+        nonexistent: str | None = None,
+        ambiguous: str | None = None,
+        note: str = "",
+    ) -> ScheduleView:
+        """As Client.create_schedule."""
+        return self._run(
+            self._client.create_schedule(
+                schedule_id,
+                workflow,
+                input,
+                cron=cron,
+                every=every,
+                at=at,
+                tz=tz,
+                start=start,
+                end=end,
+                jitter=jitter,
+                catchup_window=catchup_window,
+                overlap=overlap,
+                nonexistent=nonexistent,
+                ambiguous=ambiguous,
+                note=note,
+            )
+        )
+
+    def update_schedule(
+        self,
+        schedule_id: str,
+        *,
+        workflow: str | None = None,
+        input: Any = KEEP,
+        note: str | None = None,
+        cron: str | None = None,
+        every: Duration | None = None,
+        at: Instant | None = None,
+        tz: str | None = None,
+        start: Instant | None = None,
+        end: Instant | None = None,
+        jitter: Duration | None = None,
+        catchup_window: Duration | None = None,
+        overlap: str | None = None,
+        nonexistent: str | None = None,
+        ambiguous: str | None = None,
+    ) -> ScheduleView:
+        """As Client.update_schedule."""
+        return self._run(
+            self._client.update_schedule(
+                schedule_id,
+                workflow=workflow,
+                input=input,
+                note=note,
+                cron=cron,
+                every=every,
+                at=at,
+                tz=tz,
+                start=start,
+                end=end,
+                jitter=jitter,
+                catchup_window=catchup_window,
+                overlap=overlap,
+                nonexistent=nonexistent,
+                ambiguous=ambiguous,
+            )
+        )
+
+    def pause_schedule(self, schedule_id: str, *, note: str = "") -> ScheduleView:
+        """As Client.pause_schedule."""
+        return self._run(self._client.pause_schedule(schedule_id, note=note))
+
+    def unpause_schedule(self, schedule_id: str, *, note: str = "") -> ScheduleView:
+        """As Client.unpause_schedule."""
+        return self._run(self._client.unpause_schedule(schedule_id, note=note))
+
+    def trigger_schedule(self, schedule_id: str) -> str:
+        """As Client.trigger_schedule."""
+        return self._run(self._client.trigger_schedule(schedule_id))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """As Client.delete_schedule."""
+        self._run(self._client.delete_schedule(schedule_id))
+
+    def list_schedules(self, *, page_size: int = 100, page_token: str = "") -> SchedulePage:
+        """As Client.list_schedules."""
+        return self._run(self._client.list_schedules(page_size=page_size, page_token=page_token))
+
+    def describe_schedule(
+        self,
+        schedule_id: str,
+        *,
+        page_size: int = 100,
+        page_token: str = "",
+        newest_first: bool = False,
+        next_count: int = 5,
+    ) -> ScheduleDescription:
+        """As Client.describe_schedule."""
+        return self._run(
+            self._client.describe_schedule(
+                schedule_id,
+                page_size=page_size,
+                page_token=page_token,
+                newest_first=newest_first,
+                next_count=next_count,
+            )
+        )
 
     def history(self) -> list[TermView]:
         """As Client.history."""

@@ -15,7 +15,12 @@ from apollo11.scheduler import wire
 from apollo11.scheduler.client._views import (
     EventView,
     MemberView,
+    OccurrenceView,
     Page,
+    ScheduleDescription,
+    SchedulePage,
+    ScheduleSpecView,
+    ScheduleView,
     SentEvent,
     StatusView,
     StepView,
@@ -217,4 +222,65 @@ def term_from_pb(m: pb.TermInfo) -> TermView:
         started_ms=m.started_ms,
         began=m.began,
         previous=m.previous,
+    )
+
+
+def _spec_from_pb(m: pb.ScheduleSpec) -> ScheduleSpecView:
+    when = m.WhichOneof("when")
+    return ScheduleSpecView(
+        cron=m.cron if when == "cron" else None,
+        every=m.every if when == "every" else None,
+        at=m.at if when == "at" else None,
+        tz=m.tz,
+        start=m.start if m.HasField("start") else None,
+        end=m.end if m.HasField("end") else None,
+        jitter=m.jitter,
+        catchup_window=m.catchup_window,
+        overlap=m.overlap,
+        nonexistent=m.nonexistent,
+        ambiguous=m.ambiguous,
+    )
+
+
+def occurrence_from_pb(m: pb.Occurrence) -> OccurrenceView:
+    return OccurrenceView(
+        nominal_time=m.nominal_time,
+        outcome=m.outcome,
+        reason=m.reason,
+        task_id=m.task_id or None,
+        event_id=m.event_id,
+    )
+
+
+def schedule_from_pb(m: pb.Schedule) -> ScheduleView:
+    return ScheduleView(
+        schedule_id=m.schedule_id,
+        workflow=m.workflow,
+        spec=_spec_from_pb(m.spec),
+        input=_loads(m.input_json),
+        paused=m.paused,
+        note=m.note,
+        by=m.by,
+        source=m.source,
+        created_ms=m.created_ms,
+        updated_ms=m.updated_ms,
+        next=tuple(m.next),
+        last=occurrence_from_pb(m.last) if m.HasField("last") else None,
+        watermark=m.watermark or None,
+        occurrences=m.occurrences,
+    )
+
+
+def schedule_page_from_pb(m: pb.ListSchedulesResponse) -> SchedulePage:
+    return SchedulePage(
+        schedules=tuple(schedule_from_pb(s) for s in m.schedules),
+        next_page_token=m.next_page_token,
+    )
+
+
+def schedule_description_from_pb(m: pb.DescribeScheduleResponse) -> ScheduleDescription:
+    return ScheduleDescription(
+        schedule=schedule_from_pb(m.schedule),
+        occurrences=tuple(occurrence_from_pb(o) for o in m.occurrences),
+        next_page_token=m.next_page_token,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -88,3 +90,52 @@ def send_event_request(key: str, payload_json: str, idempotency_key: str) -> pb.
 
 def status_request() -> pb.GetStatusRequest:
     return pb.GetStatusRequest()
+
+
+WHEN = ("cron", "every", "at")
+
+
+def _spec_text(value: str | timedelta | datetime) -> str:
+    """A spec field as the node reads it: durations in seconds ("90s"), times ISO-8601."""
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}s"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def schedule_spec(fields: Mapping[str, str | timedelta | datetime | None]) -> pb.ScheduleSpec:
+    """The fields given (not None) as a ScheduleSpec message. Two of cron, every and at
+    are refused here: the message's oneof would keep the last one silently."""
+    given = {name: _spec_text(v) for name, v in fields.items() if v is not None}
+    when = [name for name in WHEN if name in given]
+    if len(when) > 1:
+        raise InvalidArgumentError(
+            f"exactly one of cron, every or at is needed (got {' and '.join(when)})"
+        )
+    return pb.ScheduleSpec(**given)
+
+
+def create_schedule_request(
+    schedule_id: str, workflow: str, spec: pb.ScheduleSpec, input_json: str, note: str
+) -> pb.CreateScheduleRequest:
+    return pb.CreateScheduleRequest(
+        schedule_id=schedule_id, workflow=workflow, spec=spec, input_json=input_json, note=note
+    )
+
+
+def update_schedule_request(
+    schedule_id: str,
+    workflow: str,
+    spec: pb.ScheduleSpec,
+    input_json: str | None,
+    note: str | None,
+) -> pb.UpdateScheduleRequest:
+    req = pb.UpdateScheduleRequest(schedule_id=schedule_id, workflow=workflow)
+    if spec.ListFields():  # an empty spec would say "no change" anyway: not sent
+        req.spec.CopyFrom(spec)
+    if input_json is not None:
+        req.input_json = input_json
+    if note is not None:
+        req.note = note
+    return req

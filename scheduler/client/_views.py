@@ -290,3 +290,109 @@ class SentEvent:
 
     event_id: int
     created: bool  # False: the idempotency key named an event already recorded
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpecView:
+    """When a schedule fires, each field as the node spells it (durations "1h30m",
+    times ISO-8601 in UTC): one of `cron`, `every`, `at`; the rest always set."""
+
+    cron: str | None
+    every: str | None
+    at: str | None
+    tz: str
+    start: str | None
+    end: str | None
+    jitter: str
+    catchup_window: str
+    overlap: str
+    nonexistent: str
+    ambiguous: str
+
+    @property
+    def when(self) -> str:
+        """ "cron 0 3 * * *", "every 15m", "at 2026-01-01T09:00:00"."""
+        for name in ("cron", "every", "at"):
+            value = getattr(self, name)
+            if value is not None:
+                return f"{name} {value}"
+        return ""
+
+    def to_json(self) -> dict[str, str]:
+        """The fields that have a value: what `ScheduleSpec.model_validate` reads back."""
+        return {
+            name: value for name in self.__slots__ if (value := getattr(self, name)) is not None
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OccurrenceView:
+    """What became of one nominal time: fired (with its task), missed, skipped or
+    buffered (with the reason)."""
+
+    nominal_time: str  # ISO-8601 in UTC, before jitter
+    outcome: str
+    reason: str
+    task_id: str | None
+    event_id: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nominal_time": self.nominal_time,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "task_id": self.task_id,
+            "event_id": self.event_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleView:
+    schedule_id: str
+    workflow: str
+    spec: ScheduleSpecView
+    input: Any
+    paused: bool
+    note: str
+    by: str  # the principal of the last change
+    source: str  # "api", or "code" (a Schedule in a workflow module)
+    created_ms: int
+    updated_ms: int
+    next: tuple[str, ...]  # the next nominal times, ISO-8601 in UTC
+    last: OccurrenceView | None
+    watermark: str | None  # the last nominal time decided
+    occurrences: int  # how many are recorded
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.schedule_id,
+            "workflow": self.workflow,
+            "spec": self.spec.to_json(),
+            "input": self.input,
+            "paused": self.paused,
+            "note": self.note,
+            "by": self.by,
+            "source": self.source,
+            "created_ms": self.created_ms,
+            "updated_ms": self.updated_ms,
+            "next": list(self.next),
+            "last": None if self.last is None else self.last.to_json(),
+            "watermark": self.watermark,
+            "occurrence_count": self.occurrences,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePage:
+    schedules: tuple[ScheduleView, ...]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDescription:
+    """A schedule and a page of its occurrences (oldest first unless asked newest
+    first); `next_page_token` is "" on the last page."""
+
+    schedule: ScheduleView
+    occurrences: tuple[OccurrenceView, ...]
+    next_page_token: str
