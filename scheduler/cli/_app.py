@@ -18,6 +18,7 @@ from apollo11.scheduler.cli import (
     _node,
     _replay,
     _roster,
+    _schedules,
     _submit,
     _tasks,
     _tools,
@@ -136,6 +137,20 @@ token_app.command("revoke")(_credentials.token_revoke)
 event_app = typer.Typer(help="External events, which durable tasks wait for (docs/durable.md).")
 app.add_typer(event_app, name="event")
 event_app.command("send")(_submit.event_send)
+
+schedule_app = typer.Typer(
+    help="Schedules: cron, intervals and one-off times that submit a workflow's tasks."
+)
+app.add_typer(schedule_app, name="schedule")
+schedule_app.command("create")(_schedules.create)
+schedule_app.command("list")(_schedules.list_)
+schedule_app.command("describe")(_schedules.describe)
+schedule_app.command("update")(_schedules.update)
+schedule_app.command("pause")(_schedules.pause)
+schedule_app.command("unpause")(_schedules.unpause)
+schedule_app.command("trigger")(_schedules.trigger)
+schedule_app.command("delete")(_schedules.delete)
+schedule_app.command("next")(_schedules.next_)
 
 roster_app = typer.Typer(
     help="The members an election counts (kept in etcd while they are down): list, remove."
