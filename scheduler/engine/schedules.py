@@ -23,6 +23,7 @@ from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from apollo11.scheduler import metrics
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.timers import Timers
 from apollo11.scheduler.errors import (
@@ -35,7 +36,7 @@ from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.schedules import Outcome, ScheduleSpec, decide
 from apollo11.scheduler.state import TERMINAL, ScheduleState, Store, spec_dict
 from apollo11.scheduler.taskid import new_task_id
-from apollo11.scheduler.workflow import Workflow
+from apollo11.scheduler.workflow import Registry, Workflow
 
 log = logging.getLogger("apollo11.scheduler.engine")
 
@@ -54,6 +55,8 @@ class Host(Protocol):
     def clock(self) -> Clock: ...
     @property
     def leading(self) -> bool: ...
+    @property
+    def registry(self) -> Registry: ...
 
     def check_leading(self) -> None: ...
     def check_submission(self, workflow: str, input: Any) -> Workflow: ...
@@ -68,6 +71,7 @@ class Schedules:
         self._deciding: dict[str, asyncio.Task[None]] = {}
         self._creating: set[str] = set()
         self._again: set[str] = set()  # came due while being decided
+        self._reconciling: asyncio.Task[None] | None = None
         # One decision or change of a schedule at a time: a decision written after a
         # pause it computed before would fire a paused schedule, and two decisions of
         # the same times would fire them twice.
@@ -204,12 +208,44 @@ class Schedules:
     # ------------------------------------------------------------- firing
 
     def start(self) -> None:
-        """This node leads now: every schedule decides at once (catching up)."""
+        """This node leads now: every schedule decides at once (catching up), and the
+        schedules declared in code are reconciled into the log."""
         now = self.host.clock.now()
         self._timers.arm_many((sid, now) for sid in self.host.store.state.schedules)
+        if self.host.registry.schedules:
+            self._reconciling = asyncio.create_task(self._reconcile(), name="apollo11-reconcile")
+
+    async def _reconcile(self) -> None:
+        known = self.host.store.state.schedules
+        for sid, d in sorted(self.host.registry.schedules.items()):
+            try:
+                s = known.get(sid)
+                if s is None:
+                    await self.create(sid, d.workflow, d.spec, d.input, note=d.note, source="code")
+                    log.info("schedule %s: created as declared in code", sid)
+                elif s.source != "code":
+                    log.warning(
+                        "schedule %s is declared in code but was made through the API: "
+                        "left as it is (delete it to have the declared one)",
+                        sid,
+                    )
+                elif (s.workflow, s.spec, s.input, s.note) != (d.workflow, d.spec, d.input, d.note):
+                    await self.update(
+                        sid, workflow=d.workflow, spec=d.spec, input=d.input, note=d.note
+                    )
+                    log.info("schedule %s: updated to what the code declares", sid)
+            except Exception as e:  # one bad declaration does not stop the others
+                if not self.host.leading:
+                    return
+                log.warning("schedule %s: reconciling the declared schedule failed: %s", sid, e)
 
     async def stop(self) -> None:
         await self._timers.stop()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reconciling
+            self._reconciling = None
         for t in list(self._deciding.values()):
             t.cancel()
         for t in list(self._deciding.values()):
@@ -317,6 +353,11 @@ class Schedules:
             events = await h.store.log.append_many(drafts)
             await h.wait_commit(events[-1].event_id)
             log.info("schedule %s: %s", sid, d.sentence)
+            for o in d.occurrences:
+                metrics.SCHEDULE_OCCURRENCES.labels(o.outcome.value).inc()
+                if o.outcome is Outcome.FIRED:
+                    late = (now - o.start_at).total_seconds()
+                    metrics.SCHEDULE_FIRE_LATENESS.observe(max(0.0, late))
         if d.more:
             self._timers.arm(sid, h.clock.now() + RETRY_S)
         elif d.next_start is not None and sid in state.schedules:

@@ -211,6 +211,7 @@ def _on_submitted(state: State, event: Event) -> None:
         state.idempotency[key] = event.task_id
     fired = p.get("schedule")
     if fired is not None:
+        task.schedule = {k: fired[k] for k in ("id", "nominal_ms", "triggered") if k in fired}
         _fired(state, event, fired)
 
 

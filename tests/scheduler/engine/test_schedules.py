@@ -14,7 +14,7 @@ import pytest
 from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from apollo11.scheduler.log import EventType
-from apollo11.scheduler.schedules import ScheduleSpec
+from apollo11.scheduler.schedules import Schedule, ScheduleSpec
 from apollo11.scheduler.state import ScheduleState
 from apollo11.scheduler.state.store import Store
 from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
@@ -172,3 +172,62 @@ async def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
 def test_the_fake_clock_starts_where_the_tables_say() -> None:
     assert _utc(T0) == "2023-11-14T22:13:20+00:00"
     assert timedelta(minutes=1) // timedelta(milliseconds=1) == MINUTE
+
+
+async def test_a_snapshot_holds_the_schedules_and_each_task_its_occurrence(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.create_schedule("snap", "nightly", _every_minute(3), input={"n": 1})
+        await _until(lambda: len(s.occurrences) == 3, "three decided")
+        task = rig.store.state.tasks[s.occurrences[0].task_id or ""]
+        assert task.schedule == {"id": "snap", "nominal_ms": int(T0 * 1000) + MINUTE}
+        assert task.input == {"n": 1}
+        await rig.store.snapshot_now()
+        before = rig.store.state.to_dict()
+        assert "schedules" in before
+        await rig.engine.stop()
+        await rig.store.close()
+        again = Store.open(rig.root, config=CFG, instance_id="n1", clock=rig.clock.now_ms)
+        try:
+            assert "snapshot" in str(again.recovery)
+            assert again.state.to_dict() == before
+        finally:
+            await again.close()
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_declared_schedule_is_created_then_updated_but_an_api_one_is_left(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        spec = {"cron": "@yearly"}
+        rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, **spec)
+        rig.registry.schedules["mine"] = Schedule("mine", workflow="nightly", cron="@daily")
+        await rig.engine.create_schedule("mine", "nightly", ScheduleSpec(cron="@hourly"))
+        await rig.engine.stop()
+        await rig.engine.start()  # a new term: the declarations are reconciled
+        known = rig.store.state.schedules
+        await _until(lambda: "declared" in known, "created")
+        assert known["declared"].source == "code" and known["declared"].spec.cron == "@yearly"
+        assert known["mine"].source == "api" and known["mine"].spec.cron == "@hourly"
+        rig.registry.schedules["declared"] = Schedule(
+            "declared", workflow=nightly, cron="@monthly", note="moved"
+        )
+        await rig.engine.stop()
+        await rig.engine.start()
+        await _until(lambda: known["declared"].note == "moved", "updated")
+        assert known["declared"].spec.cron == "@monthly"
+        assert known["mine"].spec.cron == "@hourly", "made through the API: left alone"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+def test_a_declaration_with_a_bad_spec_fails_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"schedule 'bad': cron \"61 \* \* \* \*\""):
+        Schedule("bad", workflow=nightly, cron="61 * * * *")
