@@ -291,3 +291,17 @@ def refresh_disk(path: str) -> None:
     free = st.f_bavail * st.f_frsize
     DISK_FREE_BYTES.labels(path).set(free)
     DISK_FREE_RATIO.labels(path).set(free / (st.f_blocks * st.f_frsize) if st.f_blocks else 0.0)
+
+
+# Schedules (scheduler/engine/schedules.py): every nominal time's outcome, and how late
+# a fired one started (its start minus its nominal time and jitter).
+SCHEDULE_OCCURRENCES = Counter(
+    "apollo11_schedule_occurrences_total",
+    "Schedule occurrences decided on this primary, by outcome (fired, missed, skipped, buffered)",
+    ["outcome"],
+)
+SCHEDULE_FIRE_LATENESS = Histogram(
+    "apollo11_schedule_fire_lateness_seconds",
+    "How late a schedule's occurrence was written, after its nominal time plus jitter",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600),
+)

@@ -39,6 +39,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 from apollo11.scheduler import typed
 from apollo11.scheduler.childguard import guarded
 from apollo11.scheduler.errors import NotFoundError, WorkflowDefinitionError
+from apollo11.scheduler.schedules import Schedule
 
 
 class Strategy(enum.StrEnum):
@@ -557,6 +558,8 @@ class Registry:
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, int], Workflow] = {}
         self._latest: dict[str, Workflow] = {}
+        # Schedules declared beside the workflows (schedules/declared.py), by id.
+        self.schedules: dict[str, Schedule] = {}
 
     def register(self, wf: Workflow) -> Workflow:
         wf.validate()
@@ -608,6 +611,14 @@ class Registry:
                 f"cannot import workflow module {module_name!r}: {e}{hint}"
             ) from e
         found = [v for v in vars(module).values() if isinstance(v, Workflow)]
-        if not found:
+        declared = [v for v in vars(module).values() if isinstance(v, Schedule)]
+        if not found and not declared:
             raise WorkflowDefinitionError(f"module {module_name!r} defines no Workflow")
+        for s in declared:
+            known = self.schedules.get(s.schedule_id)
+            if known is not None and known is not s:
+                raise WorkflowDefinitionError(
+                    f"schedule {s.schedule_id!r} is declared twice ({module_name} and before)"
+                )
+            self.schedules[s.schedule_id] = s
         return [self.register(wf) for wf in found]

@@ -49,6 +49,7 @@ from apollo11.scheduler.engine.intake import (
     SubmitItem,
     Submitted,
 )
+from apollo11.scheduler.engine.schedules import UNSET, Schedules
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
 from apollo11.scheduler.engine.timers import Timers
 from apollo11.scheduler.errors import (
@@ -59,8 +60,9 @@ from apollo11.scheduler.errors import (
     OutcomeUnknownError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
+from apollo11.scheduler.schedules import ScheduleSpec
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.state import Store, TaskState, TaskStatus
+from apollo11.scheduler.state import ScheduleState, Store, TaskState, TaskStatus
 from apollo11.scheduler.workflow import Registry, Step, Workflow
 
 log = logging.getLogger(__name__)
@@ -174,6 +176,7 @@ class Engine:
             resolve=self._child_workflow,
         )
         self._intake = Intake(self)
+        self.schedules = Schedules(self)
         store.add_observer(self._on_events)
         self.executor.watch_capacity(self.capacity_changed)
 
@@ -194,6 +197,7 @@ class Engine:
         # term (or by this node before it crashed) are lost and get failed.
         self._dirty.update(t.task_id for t in self.store.state.tasks.values() if not t.quiescent)
         self._wake.set()
+        self.schedules.start()
 
     async def stop(self) -> None:
         """Stop starting steps and cancel the running ones without writing anything.
@@ -203,6 +207,7 @@ class Engine:
         """
         self._leading = False
         await self._timers.stop()
+        await self.schedules.stop()
         tasks = [
             *(t for steps in self._busy.values() for t in steps.values()),
             *self._flushes,
@@ -264,6 +269,8 @@ class Engine:
                 continue
             if e.event_type in _CLOSING:
                 self._relatives(e.task_id)
+                if self._leading and self.store.state.schedules:
+                    self.schedules.task_ended(e.task_id)
             # The STARTED of a step this engine is running changes nothing to decide:
             # the step is busy, and no other step waits on a start (a large share of
             # all decisions, docs/benchmarks.md). One it is not running (a former
@@ -726,6 +733,57 @@ class Engine:
         return await self._intake.cancel_task(
             task_id, operator=operator, reason=reason, display=display
         )
+
+    def check_submission(self, workflow: str, input: Any) -> Workflow:
+        """The workflow a submission names, or the error that refuses it."""
+        return self._intake.workflow(workflow, input, None)
+
+    # ---------------------------------------------- schedules (schedules.py)
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: str,
+        spec: ScheduleSpec,
+        input: Any = None,
+        *,
+        note: str = "",
+        operator: str = "",
+        source: str = "api",
+    ) -> ScheduleState:
+        return await self.schedules.create(
+            schedule_id, workflow, spec, input, note=note, operator=operator, source=source
+        )
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        *,
+        operator: str = "",
+        workflow: str | None = None,
+        spec: ScheduleSpec | None = None,
+        input: Any = UNSET,
+        note: str | None = None,
+    ) -> ScheduleState:
+        return await self.schedules.update(
+            schedule_id, operator=operator, workflow=workflow, spec=spec, input=input, note=note
+        )
+
+    async def pause_schedule(
+        self, schedule_id: str, *, note: str = "", operator: str = ""
+    ) -> ScheduleState:
+        return await self.schedules.pause(schedule_id, note=note, operator=operator)
+
+    async def unpause_schedule(
+        self, schedule_id: str, *, note: str = "", operator: str = ""
+    ) -> ScheduleState:
+        return await self.schedules.unpause(schedule_id, note=note, operator=operator)
+
+    async def trigger_schedule(self, schedule_id: str, *, operator: str = "") -> str:
+        return await self.schedules.trigger(schedule_id, operator=operator)
+
+    async def delete_schedule(self, schedule_id: str, *, operator: str = "") -> None:
+        await self.schedules.delete(schedule_id, operator=operator)
 
 
 def _trace_ended(task: TaskState) -> None:

@@ -69,6 +69,11 @@ class EventType(enum.IntEnum):
     CHECKPOINT = 10
     WAIT = 11
     EVENT = 12
+    # Schedules (scheduler/state/schedule.py): a schedule created, updated, paused,
+    # unpaused or deleted; a nominal time missed, skipped or buffered (one fired is
+    # the TASK_SUBMITTED that carries it).
+    SCHEDULE = 13
+    OCCURRENCE = 14
 
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}

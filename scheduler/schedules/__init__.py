@@ -9,6 +9,7 @@ localtime.py   a wall-clock time as instants, by the DST rules
 times.py       nominal_times, next_time: the instants a spec names
 jitter.py      jitter_for: a hash of (schedule, nominal time)
 occurrence.py  decide: each due time fired, missed, skipped or buffered
+declared.py    Schedule: one declared in code, beside its workflow
 
 Nothing here reads a clock, writes an event or imports anything that acts
 (pyproject.toml's contract "The pure decisions"): the log-native part (the
@@ -16,6 +17,7 @@ events, the fold, the firing loop) calls these with the time and the log's
 watermark. Import from here, not from the modules inside.
 """
 
+from apollo11.scheduler.schedules.declared import Schedule
 from apollo11.scheduler.schedules.durations import format_duration, parse_duration
 from apollo11.scheduler.schedules.jitter import jitter_for
 from apollo11.scheduler.schedules.occurrence import (
@@ -47,6 +49,7 @@ __all__ = [
     "Occurrence",
     "Outcome",
     "Overlap",
+    "Schedule",
     "ScheduleSpec",
     "decide",
     "explain",

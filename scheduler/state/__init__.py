@@ -37,6 +37,7 @@ from apollo11.scheduler.state.repair import REPAIRING, Repair
 from apollo11.scheduler.state.repair import done as repair_done
 from apollo11.scheduler.state.repair import load as load_repair
 from apollo11.scheduler.state.repair import set_aside as set_aside_for_repair
+from apollo11.scheduler.state.schedule import OccurrenceRecord, ScheduleState, spec_dict
 from apollo11.scheduler.state.scrub import Damage, Scrubber
 from apollo11.scheduler.state.scrub import Targets as ScrubTargets
 from apollo11.scheduler.state.snapshot import SnapshotInfo, watermark_of
@@ -52,7 +53,9 @@ __all__ = [
     "Damage",
     "DurableState",
     "NeedsFullReplay",
+    "OccurrenceRecord",
     "Repair",
+    "ScheduleState",
     "ScrubTargets",
     "Scrubber",
     "SnapshotInfo",
@@ -78,6 +81,7 @@ __all__ = [
     "replay",
     "scrub",
     "set_aside_for_repair",
+    "spec_dict",
     "state_at",
     "summarize",
     "warm_merger",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
@@ -34,6 +35,12 @@ from apollo11.scheduler.state.model import (
     TaskState,
     interned,
     shared_deps,
+)
+from apollo11.scheduler.state.schedule import (
+    FIRED,
+    OccurrenceRecord,
+    ScheduleState,
+    spec_from,
 )
 from apollo11.scheduler.taskstatus import StepStatus as StepStatus
 from apollo11.scheduler.taskstatus import TaskStatus
@@ -202,6 +209,10 @@ def _on_submitted(state: State, event: Event) -> None:
     state.tasks[event.task_id] = task
     if key:
         state.idempotency[key] = event.task_id
+    fired = p.get("schedule")
+    if fired is not None:
+        task.schedule = {k: fired[k] for k in ("id", "nominal_ms", "triggered") if k in fired}
+        _fired(state, event, fired)
 
 
 def _lookup(state: State, event: Event) -> tuple[TaskState, StepState] | None:
@@ -548,6 +559,86 @@ def _expire_event_keys(state: State, now_ms: int) -> None:
             del state.event_keys[key]
 
 
+# ---------------------------------------------------------------- schedules
+
+
+def _on_schedule(state: State, event: Event) -> None:
+    p = event.payload
+    sid = str(p.get("schedule") or "")
+    action = p.get("action")
+    known = state.schedules.get(sid)
+    if action == "create":
+        if known is not None:
+            _state_anomaly(state, event, f"schedule {sid!r} created twice")
+            return
+        state.schedules[sid] = ScheduleState(
+            schedule_id=sid,
+            workflow=sys.intern(str(p["workflow"])),
+            spec=spec_from(p["spec"]),
+            input=p.get("input"),
+            paused=bool(p.get("paused")),
+            note=str(p.get("note") or ""),
+            created_ms=event.timestamp,
+            updated_ms=event.timestamp,
+            by=str(p.get("by") or ""),
+            source=str(p.get("source") or "api"),
+            # its nominal times are those after its creation
+            watermark_ms=int(p.get("from_ms", event.timestamp)),
+        )
+        return
+    if known is None:
+        _state_anomaly(state, event, f"SCHEDULE {action} for unknown schedule {sid!r}")
+        return
+    known.updated_ms = event.timestamp
+    known.by = str(p.get("by") or "")
+    if "note" in p:
+        known.note = str(p["note"] or "")
+    if action == "delete":
+        del state.schedules[sid]
+    elif action in ("pause", "unpause"):
+        known.paused = action == "pause"
+    elif action == "update":
+        if "workflow" in p:
+            known.workflow = sys.intern(str(p["workflow"]))
+        if "spec" in p:
+            known.spec = spec_from(p["spec"])
+        if "input" in p:
+            known.input = p["input"]
+        if "source" in p:
+            known.source = str(p["source"])
+    else:
+        _state_anomaly(state, event, f"SCHEDULE with unknown action {action!r}")
+
+
+def _on_occurrence(state: State, event: Event) -> None:
+    p = event.payload
+    sid = str(p.get("schedule") or "")
+    known = state.schedules.get(sid)
+    if known is None:
+        _state_anomaly(state, event, f"OCCURRENCE for unknown schedule {sid!r}")
+        return
+    known.record(
+        OccurrenceRecord(
+            int(p["nominal_ms"]),
+            str(p["outcome"]),
+            str(p.get("reason") or ""),
+            None,
+            event.event_id,
+        )
+    )
+
+
+def _fired(state: State, event: Event, fired: Any) -> None:
+    sid = str(fired.get("id") or "")
+    known = state.schedules.get(sid)
+    if known is None:
+        return  # deleted since: the task stands alone
+    reason = str(fired.get("reason") or "")
+    o = OccurrenceRecord(int(fired["nominal_ms"]), FIRED, reason, event.task_id, event.event_id)
+    # a trigger fires outside the spec's times: it moves no watermark
+    known.record(o, advance=not fired.get("triggered"))
+
+
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.TASK_SUBMITTED: _on_submitted,
     EventType.STEP_STARTED: _on_started,
@@ -561,6 +652,8 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.CHECKPOINT: _on_checkpoint,
     EventType.WAIT: _on_wait,
     EventType.EVENT: _on_event,
+    EventType.SCHEDULE: _on_schedule,
+    EventType.OCCURRENCE: _on_occurrence,
 }
 
 # Exhaustive dispatch, checked at import: a new event type without a handler

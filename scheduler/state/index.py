@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.state.model import DURATION_HISTORY, TERMINAL, TaskState
+from apollo11.scheduler.state.schedule import ScheduleState
 from apollo11.scheduler.taskstatus import StepStatus as StepStatus
 from apollo11.scheduler.taskstatus import TaskStatus
 
@@ -103,6 +104,8 @@ class State:
     event_key_heap: list[tuple[int, str]] = field(default_factory=list, compare=False)
     # Derived (not serialized; `reindex` rebuilds it): event key -> the tasks waiting on it.
     waits: dict[str, set[str]] = field(default_factory=dict)
+    # Schedules (state/schedule.py), by id: the ones deleted are gone.
+    schedules: dict[str, ScheduleState] = field(default_factory=dict)
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         """The first event with `key` at or after event id `since`: (event_id, payload)."""
@@ -123,6 +126,16 @@ class State:
         if self.event_key_expires:
             out["expires"] = dict(sorted(self.event_key_expires.items()))
         return {"events": out}
+
+    def schedules_dict(self) -> dict[str, Any]:
+        """The schedules as JSON (snapshots, `to_dict`); {} when there are none."""
+        if not self.schedules:
+            return {}
+        return {"schedules": [s.to_dict() for _, s in sorted(self.schedules.items())]}
+
+    def load_schedules(self, d: list[Mapping[str, Any]] | None) -> None:
+        """Restore what `schedules_dict` wrote (its "schedules" entry)."""
+        self.schedules = {s.schedule_id: s for s in map(ScheduleState.from_dict, d or ())}
 
     def load_events(self, d: Mapping[str, Any] | None) -> None:
         """Restore what `events_dict` wrote (its "events" entry)."""
@@ -277,6 +290,7 @@ class State:
             "anomalies": list(self.anomalies),
             "tasks": {t.task_id: t.to_dict() for t in sorted(self.iter_tasks(), key=_by_id)},
             **self.events_dict(),
+            **self.schedules_dict(),
         }
 
 

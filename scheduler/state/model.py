@@ -165,6 +165,9 @@ class TaskState:
     parent: dict[str, Any] | None = None
     # Its trace context (scheduler/tracing.py): {"traceparent", "parent"}; None: untraced.
     trace: dict[str, Any] | None = None
+    # The schedule occurrence it is (state/schedule.py): {"id", "nominal_ms"}, and
+    # "triggered" for a fire outside the schedule's times; None: not scheduled.
+    schedule: dict[str, Any] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -197,6 +200,7 @@ class TaskState:
             **({"durable": self.durable.to_dict()} if self.durable is not None else {}),
             **({"parent": self.parent} if self.parent is not None else {}),
             **({"trace": self.trace} if self.trace is not None else {}),
+            **({"schedule": self.schedule} if self.schedule is not None else {}),
         }
 
     @classmethod

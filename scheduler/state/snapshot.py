@@ -113,6 +113,7 @@ def _state_meta(state: State) -> dict[str, Any]:
         },
         "anomalies": state.anomalies,
         **state.events_dict(),  # only when there are events: older snapshots stay alike
+        **state.schedules_dict(),  # likewise
     }
 
 
@@ -306,6 +307,7 @@ class Snapshots:
                 anomalies=list(s["anomalies"]),
             )
             state.load_events(s.get("events"))
+            state.load_schedules(s.get("schedules"))
             reindex(state)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e

@@ -1,0 +1,414 @@
+"""Schedules on the primary: the verbs that change them, and their firing.
+
+Every change and every outcome is an event (state/schedule.py folds them), so
+what fires is decided from the log alone: at each schedule's next start the
+primary asks `schedules.decide` what became of each nominal time since the
+watermark, and writes the answer in one batch: a TASK_SUBMITTED for each time
+fired (idempotency key `schedule:{id}:{nominal time}`, so a time fires at most
+once whoever writes it), an OCCURRENCE for each one missed, skipped or
+buffered. A new primary arms every schedule at once: the times that came while
+no primary was there are caught up or recorded missed by the same rule.
+
+A buffered occurrence starts when the task before it ends: the engine tells
+`task_ended`, and the oldest waiting one is fired then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Hashable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from apollo11.scheduler import metrics
+from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.timers import Timers
+from apollo11.scheduler.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
+from apollo11.scheduler.log import Draft, Event, EventType
+from apollo11.scheduler.schedules import Outcome, ScheduleSpec, decide
+from apollo11.scheduler.state import TERMINAL, ScheduleState, Store, spec_dict
+from apollo11.scheduler.taskid import new_task_id
+from apollo11.scheduler.workflow import Registry, Workflow
+
+log = logging.getLogger("apollo11.scheduler.engine")
+
+MAX_SCHEDULES = 10_000
+ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+RETRY_S = 1.0  # a decision that failed (a write refused) is tried again this soon
+UNSET: Any = object()
+
+
+class Host(Protocol):
+    """What the schedules need of the engine (engine.py's `Engine`)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def leading(self) -> bool: ...
+    @property
+    def registry(self) -> Registry: ...
+
+    def check_leading(self) -> None: ...
+    def check_submission(self, workflow: str, input: Any) -> Workflow: ...
+    async def wait_commit(self, event_id: int) -> None: ...
+    async def cancel_task(self, task_id: str, *, operator: str, reason: str) -> Event: ...
+
+
+class Schedules:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._timers = Timers(host.clock, self._came_due)
+        self._deciding: dict[str, asyncio.Task[None]] = {}
+        self._creating: set[str] = set()
+        self._again: set[str] = set()  # came due while being decided
+        self._reconciling: asyncio.Task[None] | None = None
+        # One decision or change of a schedule at a time: a decision written after a
+        # pause it computed before would fire a paused schedule, and two decisions of
+        # the same times would fire them twice.
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, sid: str) -> asyncio.Lock:
+        lock = self._locks.get(sid)
+        if lock is None:
+            lock = self._locks[sid] = asyncio.Lock()
+        return lock
+
+    # -------------------------------------------------------------- verbs
+
+    async def create(
+        self,
+        schedule_id: str,
+        workflow: str,
+        spec: ScheduleSpec,
+        input: Any = None,
+        *,
+        note: str = "",
+        operator: str = "",
+        source: str = "api",
+    ) -> ScheduleState:
+        h = self.host
+        h.check_leading()
+        if not ID.fullmatch(schedule_id):
+            raise InvalidArgumentError(
+                f"schedule id {schedule_id!r}: 1 to 128 of A-Z a-z 0-9 . _ : -"
+            )
+        known = h.store.state.schedules
+        if schedule_id in known or schedule_id in self._creating:
+            raise AlreadyExistsError(f"schedule {schedule_id!r} already exists")
+        if len(known) + len(self._creating) >= MAX_SCHEDULES:
+            raise ResourceExhaustedError(
+                f"at most {MAX_SCHEDULES:,} schedules; delete one to make another"
+            )
+        h.check_submission(workflow, input)  # refused now, not at the first fire
+        body = {
+            "action": "create",
+            "schedule": schedule_id,
+            "workflow": workflow,
+            "spec": spec_dict(spec),
+            "input": input,
+            "note": note,
+            "by": operator,
+            "source": source,
+            "from_ms": h.clock.now_ms(),
+        }
+        self._creating.add(schedule_id)
+        try:
+            await self._write(body)
+        finally:
+            self._creating.discard(schedule_id)
+        self._timers.arm(schedule_id, h.clock.now())
+        return known[schedule_id]
+
+    async def update(
+        self,
+        schedule_id: str,
+        *,
+        operator: str = "",
+        workflow: str | None = None,
+        spec: ScheduleSpec | None = None,
+        input: Any = UNSET,
+        note: str | None = None,
+        source: str | None = None,
+    ) -> ScheduleState:
+        s = self._known(schedule_id)
+        wf = s.workflow if workflow is None else workflow
+        given = s.input if input is UNSET else input
+        if workflow is not None or input is not UNSET:
+            self.host.check_submission(wf, given)
+        async with self._lock(schedule_id):
+            await self._fire_due(schedule_id)  # the times before the change, by the old rules
+            await self._write(_update(schedule_id, operator, workflow, spec, input, note, source))
+        self._timers.arm(schedule_id, self.host.clock.now())
+        return self._known(schedule_id)
+
+    async def pause(self, schedule_id: str, *, note: str = "", operator: str = "") -> ScheduleState:
+        return await self._set_paused(schedule_id, True, note, operator)
+
+    async def unpause(
+        self, schedule_id: str, *, note: str = "", operator: str = ""
+    ) -> ScheduleState:
+        return await self._set_paused(schedule_id, False, note, operator)
+
+    async def _set_paused(
+        self, schedule_id: str, paused: bool, note: str, operator: str
+    ) -> ScheduleState:
+        s = self._known(schedule_id)
+        # What came before the change is decided as it was: fired (or missed) up to a
+        # pause, skipped as paused up to an unpause.
+        async with self._lock(schedule_id):
+            await self._fire_due(schedule_id)
+            if s.paused != paused:
+                action = "pause" if paused else "unpause"
+                body = {"action": action, "schedule": schedule_id, "note": note, "by": operator}
+                await self._write(body)
+        self._timers.arm(schedule_id, self.host.clock.now())
+        return self._known(schedule_id)
+
+    async def trigger(self, schedule_id: str, *, operator: str = "") -> str:
+        """Fire once now, outside the schedule's times (its watermark stays)."""
+        s = self._known(schedule_id)
+        wf = self.host.check_submission(s.workflow, s.input)
+        now_ms = self.host.clock.now_ms()
+        fired = {"id": schedule_id, "nominal_ms": now_ms, "triggered": True}
+        fired["reason"] = f"triggered by {operator}" if operator else "triggered"
+        draft = Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=_submission(wf, s, fired))
+        (event,) = await self.host.store.log.append_many([draft])
+        await self.host.wait_commit(event.event_id)
+        return event.task_id
+
+    async def delete(self, schedule_id: str, *, operator: str = "") -> None:
+        self._known(schedule_id)
+        async with self._lock(schedule_id):
+            await self._write({"action": "delete", "schedule": schedule_id, "by": operator})
+        self._locks.pop(schedule_id, None)
+
+    def _known(self, schedule_id: str) -> ScheduleState:
+        self.host.check_leading()
+        s = self.host.store.state.schedules.get(schedule_id)
+        if s is None:
+            raise NotFoundError(f"no schedule {schedule_id!r}")
+        return s
+
+    async def _write(self, body: dict[str, Any]) -> None:
+        (event,) = await self.host.store.log.append_many(
+            [Draft(EventType.SCHEDULE, "", payload=body)]
+        )
+        await self.host.wait_commit(event.event_id)
+
+    # ------------------------------------------------------------- firing
+
+    def start(self) -> None:
+        """This node leads now: every schedule decides at once (catching up), and the
+        schedules declared in code are reconciled into the log."""
+        now = self.host.clock.now()
+        self._timers.arm_many((sid, now) for sid in self.host.store.state.schedules)
+        if self.host.registry.schedules:
+            self._reconciling = asyncio.create_task(self._reconcile(), name="apollo11-reconcile")
+
+    async def _reconcile(self) -> None:
+        known = self.host.store.state.schedules
+        for sid, d in sorted(self.host.registry.schedules.items()):
+            try:
+                s = known.get(sid)
+                if s is None:
+                    await self.create(sid, d.workflow, d.spec, d.input, note=d.note, source="code")
+                    log.info("schedule %s: created as declared in code", sid)
+                elif s.source != "code":
+                    log.warning(
+                        "schedule %s is declared in code but was made through the API: "
+                        "left as it is (delete it to have the declared one)",
+                        sid,
+                    )
+                elif (s.workflow, s.spec, s.input, s.note) != (d.workflow, d.spec, d.input, d.note):
+                    await self.update(
+                        sid, workflow=d.workflow, spec=d.spec, input=d.input, note=d.note
+                    )
+                    log.info("schedule %s: updated to what the code declares", sid)
+            except Exception as e:  # one bad declaration does not stop the others
+                if not self.host.leading:
+                    return
+                log.warning("schedule %s: reconciling the declared schedule failed: %s", sid, e)
+
+    async def stop(self) -> None:
+        await self._timers.stop()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reconciling
+            self._reconciling = None
+        for t in list(self._deciding.values()):
+            t.cancel()
+        for t in list(self._deciding.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._deciding.clear()
+        self._again.clear()
+
+    def task_ended(self, task: str) -> None:
+        """A task ended: if a schedule fired it and buffered others behind it, the
+        schedule decides again now."""
+        for sid, s in self.host.store.state.schedules.items():
+            last = s.last_fired()
+            if last is not None and last.task_id == task and s.buffered():
+                self._timers.arm(sid, self.host.clock.now())
+
+    def _came_due(self, keys: list[Hashable]) -> None:
+        for key in keys:
+            sid = str(key)
+            if not self.host.leading:
+                continue
+            if sid in self._deciding:
+                self._again.add(sid)  # decided once more when that decision ends
+                continue
+            t = asyncio.create_task(self._decide(sid), name=f"apollo11-schedule-{sid}")
+            self._deciding[sid] = t
+            t.add_done_callback(self._decided)
+
+    def _decided(self, t: asyncio.Task[None]) -> None:
+        for sid, mine in list(self._deciding.items()):
+            if mine is t:
+                del self._deciding[sid]
+                if sid in self._again:
+                    self._again.discard(sid)
+                    self._timers.arm(sid, self.host.clock.now())
+
+    async def _decide(self, sid: str) -> None:
+        try:
+            await self.fire_due(sid)
+        except Exception as e:  # a write refused (stepping down, a failed log): again soon
+            if self.host.leading:
+                log.warning("schedule %s: deciding its due times failed: %s", sid, e)
+                self._timers.arm(sid, self.host.clock.now() + RETRY_S)
+
+    async def fire_due(self, sid: str) -> None:
+        """Decide every nominal time of `sid` that has come, write the outcomes, and arm
+        its next start."""
+        async with self._lock(sid):
+            await self._fire_due(sid)
+
+    async def _fire_due(self, sid: str) -> None:
+        h = self.host
+        state = h.store.state
+        s = state.schedules.get(sid)
+        if s is None:
+            return
+        now = _dt(h.clock.now_ms())
+        last = s.last_fired()
+        running_task = None
+        if last is not None and last.task_id is not None:
+            t = state.task(last.task_id)
+            if t is not None and t.status not in TERMINAL:
+                running_task = last.task_id
+        waiting = s.buffered()
+        drafts: list[Draft] = []
+        if waiting and running_task is None:
+            # the task before it ended: the oldest one buffered starts now
+            first = waiting[0]
+            reason = "buffered, started when the occurrence before it ended"
+            fired = {"id": sid, "nominal_ms": first.nominal_ms, "reason": reason}
+            drafts.append(self._fire_draft(s, fired))
+            running_task, waiting = "(starting)", waiting[1:]
+        mark = _dt(s.watermark_ms if s.watermark_ms is not None else s.created_ms)
+        d = decide(
+            s.spec,
+            schedule_id=sid,
+            watermark=mark,
+            now=now,
+            running=running_task is not None,
+            buffered=len(waiting),
+            paused=s.paused,
+        )
+        cancel: str | None = None
+        for o in d.occurrences:
+            nominal_ms = _ms(o.nominal_time)
+            if o.outcome is Outcome.FIRED:
+                if o.cancel_running and running_task not in (None, "(starting)"):
+                    cancel = running_task
+                fired = {"id": sid, "nominal_ms": nominal_ms, "reason": o.reason}
+                drafts.append(self._fire_draft(s, fired))
+            else:
+                body = {
+                    "schedule": sid,
+                    "nominal_ms": nominal_ms,
+                    "outcome": o.outcome.value,
+                    "reason": o.reason,
+                }
+                drafts.append(Draft(EventType.OCCURRENCE, "", payload=body))
+        if cancel is not None:
+            with contextlib.suppress(Exception):  # ended meanwhile: nothing to cancel
+                await h.cancel_task(
+                    cancel, operator=f"schedule:{sid}", reason="overlap cancel-other"
+                )
+        if drafts:
+            events = await h.store.log.append_many(drafts)
+            await h.wait_commit(events[-1].event_id)
+            log.info("schedule %s: %s", sid, d.sentence)
+            for o in d.occurrences:
+                metrics.SCHEDULE_OCCURRENCES.labels(o.outcome.value).inc()
+                if o.outcome is Outcome.FIRED:
+                    late = (now - o.start_at).total_seconds()
+                    metrics.SCHEDULE_FIRE_LATENESS.observe(max(0.0, late))
+        if d.more:
+            self._timers.arm(sid, h.clock.now() + RETRY_S)
+        elif d.next_start is not None and sid in state.schedules:
+            self._timers.arm(sid, d.next_start.timestamp())
+
+    def _fire_draft(self, s: ScheduleState, fired: dict[str, Any]) -> Draft:
+        wf = self.host.check_submission(s.workflow, s.input)
+        return Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=_submission(wf, s, fired))
+
+
+def _submission(wf: Workflow, s: ScheduleState, fired: dict[str, Any]) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "workflow": wf.name,
+        "version": wf.version,
+        "input": s.input,
+        "steps": wf.deps,
+        "schedule": fired,
+    }
+    if not fired.get("triggered"):
+        nominal = _dt(int(fired["nominal_ms"])).isoformat().replace("+00:00", "Z")
+        payload["idempotency_key"] = f"schedule:{s.schedule_id}:{nominal}"
+    return payload
+
+
+def _dt(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def _ms(t: datetime) -> int:
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def _update(
+    sid: str,
+    operator: str,
+    workflow: str | None,
+    spec: ScheduleSpec | None,
+    input: Any,
+    note: str | None,
+    source: str | None,
+) -> dict[str, Any]:
+    """An update's payload: the fields it changes only."""
+    body: dict[str, Any] = {"action": "update", "schedule": sid, "by": operator}
+    if workflow is not None:
+        body["workflow"] = workflow
+    if spec is not None:
+        body["spec"] = spec_dict(spec)
+    if input is not UNSET:
+        body["input"] = input
+    if note is not None:
+        body["note"] = note
+    if source is not None:
+        body["source"] = source
+    return body

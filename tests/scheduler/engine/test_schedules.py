@@ -1,0 +1,233 @@
+"""Schedules on a real store and engine, with a fake clock: what fires, what is
+recorded missed or skipped, and that a replay of the log holds the same."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apollo11.scheduler.clock import FakeClock
+from apollo11.scheduler.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from apollo11.scheduler.log import EventType
+from apollo11.scheduler.schedules import Schedule, ScheduleSpec
+from apollo11.scheduler.state import ScheduleState
+from apollo11.scheduler.state.store import Store
+from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
+from tests.scheduler.test_engine import CFG, Rig, make_rig
+
+nightly = Workflow("nightly", version=1)
+
+
+@nightly.step(idempotency=Idempotent())
+def work(ctx: StepContext) -> dict[str, Any]:
+    return {"ok": True}
+
+
+T0 = 1_700_000_000.0  # the fake clock's start: 2023-11-14 22:13:20 UTC
+MINUTE = 60_000
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(20):
+        while not check():
+            await asyncio.sleep(0.01)
+    assert check(), what
+
+
+def _outcomes(s: ScheduleState) -> list[tuple[int, str]]:
+    return [((o.nominal_ms - int(T0 * 1000)) // MINUTE, o.outcome) for o in s.occurrences]
+
+
+async def _rig(tmp_path: Path) -> Rig:
+    return await make_rig(tmp_path / "d", FakeClock(start=T0), nightly)
+
+
+def _every_minute(minutes: int, **kw: Any) -> ScheduleSpec:
+    # every minute from T0 through T0 + `minutes` (start and end both count: T0 is the
+    # creation time, and the times are those after it)
+    return ScheduleSpec(
+        every="1m", start=_utc(T0), end=_utc(T0 + 60 * minutes), overlap="allow-all", **kw
+    )
+
+
+async def test_each_nominal_time_fires_once_with_its_key_and_a_replay_agrees(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.create_schedule("every-minute", "nightly", _every_minute(10))
+        await _until(lambda: s.watermark_ms == int(T0 * 1000) + 10 * MINUTE, "all ten decided")
+        assert _outcomes(s) == [(m, "fired") for m in range(1, 11)]
+        tasks = [o.task_id for o in s.occurrences]
+        assert len(set(tasks)) == 10 and None not in tasks
+        keys = {rig.store.state.tasks[t].idempotency_key for t in tasks if t is not None}
+        first = datetime.fromtimestamp(T0 + 60, UTC).isoformat().replace("+00:00", "Z")
+        assert f"schedule:every-minute:{first}" in keys and len(keys) == 10
+        types = [e.event_type for e in rig.store.log.read() if not e.task_id]
+        assert types.count(EventType.SCHEDULE) == 1
+        before = s.to_dict()
+        await rig.engine.stop()
+        await rig.store.close()
+        again = Store.open(rig.root, config=CFG, instance_id="n1", clock=rig.clock.now_ms)
+        try:
+            assert again.state.schedules["every-minute"].to_dict() == before
+        finally:
+            await again.close()
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_new_primary_catches_up_inside_the_window_and_records_the_rest_missed(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        await rig.engine.create_schedule(
+            "catchup", "nightly", _every_minute(10, catchup_window="3m")
+        )
+        await rig.engine.stop()  # at once: no primary while ten minutes pass
+        rig.clock.advance(600)
+        await rig.engine.start()
+        s = rig.store.state.schedules["catchup"]
+        await _until(lambda: len(s.occurrences) == 10, "every time decided")
+        assert _outcomes(s) == [(m, "missed") for m in range(1, 7)] + [
+            (m, "fired") for m in range(7, 11)
+        ]
+        assert "past the catch-up window of 3m" in s.occurrences[0].reason
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_times_while_paused_are_skipped_as_paused(tmp_path: Path) -> None:
+    # (the fake clock moves as the schedule's timer sleeps: every time comes while paused)
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.create_schedule("p", "nightly", _every_minute(10))
+        await rig.engine.pause_schedule("p", note="maintenance", operator="ana")
+        assert s.paused and s.note == "maintenance" and s.by == "ana"
+        await _until(lambda: len(s.occurrences) == 10, "every time decided")
+        paused_at = max(
+            e.event_id for e in rig.store.log.read() if e.event_type is EventType.SCHEDULE
+        )
+        after = [o for o in s.occurrences if o.event_id > paused_at]
+        # (the timer may have fired the first time before the pause was written)
+        assert len(after) >= 9 and {(o.outcome, o.reason) for o in after} == {("skipped", "paused")}
+        assert [o.outcome for o in s.occurrences[: 10 - len(after)]] == ["fired"] * (
+            10 - len(after)
+        )
+        await rig.engine.unpause_schedule("p", operator="bo")
+        assert not s.paused and s.by == "bo"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_trigger_fires_once_outside_the_times(tmp_path: Path) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.create_schedule("t", "nightly", ScheduleSpec(cron="@yearly"))
+        mark = s.watermark_ms
+        task = await rig.engine.trigger_schedule("t", operator="ana")
+        assert rig.store.state.tasks[task].workflow == "nightly"
+        last = s.last()
+        assert last is not None and last.task_id == task and last.reason == "triggered by ana"
+        assert s.watermark_ms == mark, "a trigger is no nominal time"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        spec = ScheduleSpec(cron="@daily")
+        with pytest.raises(InvalidArgumentError, match="schedule id"):
+            await rig.engine.create_schedule("no spaces", "nightly", spec)
+        with pytest.raises(NotFoundError, match="nope"):
+            await rig.engine.create_schedule("a", "nope", spec)
+        await rig.engine.create_schedule("a", "nightly", spec)
+        with pytest.raises(AlreadyExistsError, match="'a' already exists"):
+            await rig.engine.create_schedule("a", "nightly", spec)
+        with pytest.raises(NotFoundError, match="no schedule 'b'"):
+            await rig.engine.pause_schedule("b")
+        await rig.engine.delete_schedule("a", operator="ana")
+        assert "a" not in rig.store.state.schedules
+        assert not [e for e in rig.store.log.read() if e.event_type is EventType.TASK_SUBMITTED]
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+def test_the_fake_clock_starts_where_the_tables_say() -> None:
+    assert _utc(T0) == "2023-11-14T22:13:20+00:00"
+    assert timedelta(minutes=1) // timedelta(milliseconds=1) == MINUTE
+
+
+async def test_a_snapshot_holds_the_schedules_and_each_task_its_occurrence(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.create_schedule("snap", "nightly", _every_minute(3), input={"n": 1})
+        await _until(lambda: len(s.occurrences) == 3, "three decided")
+        task = rig.store.state.tasks[s.occurrences[0].task_id or ""]
+        assert task.schedule == {"id": "snap", "nominal_ms": int(T0 * 1000) + MINUTE}
+        assert task.input == {"n": 1}
+        await rig.store.snapshot_now()
+        before = rig.store.state.to_dict()
+        assert "schedules" in before
+        await rig.engine.stop()
+        await rig.store.close()
+        again = Store.open(rig.root, config=CFG, instance_id="n1", clock=rig.clock.now_ms)
+        try:
+            assert "snapshot" in str(again.recovery)
+            assert again.state.to_dict() == before
+        finally:
+            await again.close()
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_declared_schedule_is_created_then_updated_but_an_api_one_is_left(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        spec = {"cron": "@yearly"}
+        rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, **spec)
+        rig.registry.schedules["mine"] = Schedule("mine", workflow="nightly", cron="@daily")
+        await rig.engine.create_schedule("mine", "nightly", ScheduleSpec(cron="@hourly"))
+        await rig.engine.stop()
+        await rig.engine.start()  # a new term: the declarations are reconciled
+        known = rig.store.state.schedules
+        await _until(lambda: "declared" in known, "created")
+        assert known["declared"].source == "code" and known["declared"].spec.cron == "@yearly"
+        assert known["mine"].source == "api" and known["mine"].spec.cron == "@hourly"
+        rig.registry.schedules["declared"] = Schedule(
+            "declared", workflow=nightly, cron="@monthly", note="moved"
+        )
+        await rig.engine.stop()
+        await rig.engine.start()
+        await _until(lambda: known["declared"].note == "moved", "updated")
+        assert known["declared"].spec.cron == "@monthly"
+        assert known["mine"].spec.cron == "@hourly", "made through the API: left alone"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+def test_a_declaration_with_a_bad_spec_fails_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"schedule 'bad': cron \"61 \* \* \* \*\""):
+        Schedule("bad", workflow=nightly, cron="61 * * * *")
