@@ -1,0 +1,64 @@
+"""`apollo11 schedule` against a real node process: the flags reach the node, its
+answers print as the `--json` contract says, its refusals as one line with exit 1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.nodes import NodeProc, cli, start_node
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    n = start_node(tmp_path_factory.mktemp("schedules") / "data")
+    yield n
+    assert n.stop() == 0
+
+
+def test_create_describe_next_list_delete(node: NodeProc) -> None:
+    res = cli(
+        "schedule", "create", "nightly", "--workflow", "etl", "--cron", "0 3 * * *",
+        "--tz", "Europe/Berlin", "--input", '{"step_seconds": 0}', "--catchup-window", "6h",
+        "--json", server=node.address,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    made = json.loads(res.stdout)
+    assert (made["id"], made["spec"]["cron"], made["spec"]["catchup_window"]) == (
+        "nightly",
+        "0 3 * * *",
+        "6h",
+    )
+    res = cli("schedule", "describe", "nightly", "--json", server=node.address)
+    shown = json.loads(res.stdout)
+    assert {"id", "workflow", "spec", "paused", "next", "occurrences"} <= set(shown)
+    assert shown["occurrences"] == [] and len(shown["next"]) == 5
+    first = datetime.fromisoformat(shown["next"][0])
+    assert first > datetime.now(UTC) and first.astimezone(UTC).minute == 0
+    res = cli("schedule", "next", "nightly", "--count", "3", "--json", server=node.address)
+    times = json.loads(res.stdout)["next"]
+    assert [t["utc"] for t in times] == shown["next"][:3], "computed here, as the node does"
+    assert all(t["local"][11:16] == "03:00" for t in times)
+    res = cli("schedule", "list", server=node.address)
+    assert res.returncode == 0 and "nightly" in res.stdout and "cron 0 3 * * *" in res.stdout
+    res = cli("schedule", "delete", "nightly", server=node.address)
+    assert res.returncode == 0 and res.stdout == "deleted schedule nightly\n"
+    res = cli("schedule", "describe", "nightly", server=node.address)
+    assert (res.returncode, res.stderr) == (
+        1,
+        "error: no schedule 'nightly' (apollo11 schedule list)\n",
+    )
+
+
+def test_a_bad_spec_is_one_line_naming_the_field(node: NodeProc) -> None:
+    res = cli(
+        "schedule", "create", "x", "--workflow", "etl", "--cron", "61 * * * *",
+        server=node.address,
+    )  # fmt: skip
+    assert res.returncode == 1
+    assert res.stderr == 'error: cron "61 * * * *": minute 61 is outside 0-59\n'
+    res = cli("schedule", "create", "x", "--workflow", "nope", "--every", "1h", server=node.address)
+    assert res.returncode == 1 and "unknown workflow 'nope'" in res.stderr
