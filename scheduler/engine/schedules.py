@@ -33,7 +33,7 @@ from apollo11.scheduler.errors import (
     ResourceExhaustedError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.schedules import Outcome, ScheduleSpec, decide
+from apollo11.scheduler.schedules import Outcome, ScheduleSpec, decide, nominal_times
 from apollo11.scheduler.state import TERMINAL, ScheduleState, Store, spec_dict
 from apollo11.scheduler.taskid import new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
@@ -43,6 +43,11 @@ log = logging.getLogger("apollo11.scheduler.engine")
 MAX_SCHEDULES = 10_000
 ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 RETRY_S = 1.0  # a decision that failed (a write refused) is tried again this soon
+MAX_BACKFILL = 10_000  # nominal times in one backfill
+# A backfill fires at most so many a second: 10,000 times take about 8 minutes, and
+# the other tasks' dispatch is not queued behind them (docs/schedules.md).
+BACKFILL_PER_S = 20
+BACKFILL_OVERLAPS = ("allow-all", "buffer-all")
 UNSET: Any = object()
 
 
@@ -72,6 +77,7 @@ class Schedules:
         self._creating: set[str] = set()
         self._again: set[str] = set()  # came due while being decided
         self._reconciling: asyncio.Task[None] | None = None
+        self._backfills: set[asyncio.Task[None]] = set()
         # One decision or change of a schedule at a time: a decision written after a
         # pause it computed before would fire a paused schedule, and two decisions of
         # the same times would fire them twice.
@@ -186,6 +192,102 @@ class Schedules:
         await self.host.wait_commit(event.event_id)
         return event.task_id
 
+    async def backfill(
+        self,
+        schedule_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        overlap: str = "allow-all",
+        operator: str = "",
+    ) -> int:
+        """Fire the schedule's nominal times in [start, end] (already past), those not
+        fired before, at most BACKFILL_PER_S a second; the id of the backfill. The same
+        backfill twice fires nothing new (each time's key is the schedule's own)."""
+        s = self._known(schedule_id)
+        if end < start:
+            raise InvalidArgumentError(f"backfill: end {end.isoformat()} is before start")
+        if end > _dt(self.host.clock.now_ms()):
+            raise InvalidArgumentError(
+                f"backfill: end {end.isoformat()} is in the future (the schedule fires those)"
+            )
+        if overlap not in BACKFILL_OVERLAPS:
+            raise InvalidArgumentError(
+                f"backfill: overlap {overlap!r}: one of {', '.join(BACKFILL_OVERLAPS)}"
+            )
+        times = nominal_times(
+            s.spec, start - timedelta(milliseconds=1), until=end, count=MAX_BACKFILL + 1
+        )
+        if len(times) > MAX_BACKFILL:
+            raise InvalidArgumentError(
+                f"backfill: more than {MAX_BACKFILL:,} nominal times from {start.isoformat()} "
+                f"to {end.isoformat()}; split the range"
+            )
+        body = {
+            "action": "backfill",
+            "schedule": schedule_id,
+            "from_ms": _ms(start),
+            "to_ms": _ms(end),
+            "overlap": overlap,
+            "by": operator,
+        }
+        draft = Draft(EventType.SCHEDULE, "", payload=body)
+        (event,) = await self.host.store.log.append_many([draft])
+        await self.host.wait_commit(event.event_id)
+        self._run_backfill(schedule_id, event.event_id)
+        return event.event_id
+
+    def _run_backfill(self, sid: str, bid: int) -> None:
+        t = asyncio.create_task(self._backfilling(sid, bid), name=f"apollo11-backfill-{bid}")
+        self._backfills.add(t)
+        t.add_done_callback(self._backfills.discard)
+
+    async def _backfilling(self, sid: str, bid: int) -> None:
+        h = self.host
+        state = h.store.state
+        fired = 0
+        s = state.schedules.get(sid)
+        b = s.backfills.get(bid) if s is not None else None
+        if s is None or b is None:
+            return
+        times = nominal_times(
+            s.spec, _dt(b.from_ms - 1), until=_dt(b.to_ms), count=MAX_BACKFILL + 1
+        )
+        todo = [t for t in times if state.task_for_key(_key(sid, _ms(t))) is None]
+        running: str | None = None
+        try:
+            while todo:
+                s = state.schedules.get(sid)
+                if s is None or bid not in s.backfills or not h.leading:
+                    return
+                if b.overlap == "buffer-all":
+                    t = state.task(running) if running is not None else None
+                    if t is not None and t.status not in TERMINAL:
+                        await h.clock.sleep(0.2)  # one at a time: the previous one runs
+                        continue
+                    batch, todo = todo[:1], todo[1:]
+                else:
+                    batch, todo = todo[:BACKFILL_PER_S], todo[BACKFILL_PER_S:]
+                reason = f"backfill by {b.by}" if b.by else "backfill"
+                drafts = [
+                    self._fire_draft(
+                        s, {"id": sid, "nominal_ms": _ms(t), "backfill": bid, "reason": reason}
+                    )
+                    for t in batch
+                ]
+                events = await h.store.log.append_many(drafts)
+                await h.wait_commit(events[-1].event_id)
+                fired += len(events)
+                running = events[-1].task_id
+                metrics.SCHEDULE_OCCURRENCES.labels("fired").inc(len(events))
+                if todo and b.overlap != "buffer-all":
+                    await h.clock.sleep(1.0)
+            done = {"action": "backfilled", "schedule": sid, "backfill": bid, "fired": fired}
+            await self._write(done)
+            log.info("schedule %s: backfill %d done: fired %d", sid, bid, fired)
+        except Exception as e:  # stepping down, a failed log: the next primary resumes it
+            log.warning("schedule %s: backfill %d stopped after %d: %s", sid, bid, fired, e)
+
     async def delete(self, schedule_id: str, *, operator: str = "") -> None:
         self._known(schedule_id)
         async with self._lock(schedule_id):
@@ -212,6 +314,9 @@ class Schedules:
         schedules declared in code are reconciled into the log."""
         now = self.host.clock.now()
         self._timers.arm_many((sid, now) for sid in self.host.store.state.schedules)
+        for sid, sch in self.host.store.state.schedules.items():
+            for bid in sch.backfills:
+                self._run_backfill(sid, bid)  # a backfill the last primary did not end
         if self.host.registry.schedules:
             self._reconciling = asyncio.create_task(self._reconcile(), name="apollo11-reconcile")
 
@@ -246,9 +351,9 @@ class Schedules:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reconciling
             self._reconciling = None
-        for t in list(self._deciding.values()):
+        for t in [*self._deciding.values(), *self._backfills]:
             t.cancel()
-        for t in list(self._deciding.values()):
+        for t in [*self._deciding.values(), *self._backfills]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._deciding.clear()
@@ -334,6 +439,8 @@ class Schedules:
             if o.outcome is Outcome.FIRED:
                 if o.cancel_running and running_task not in (None, "(starting)"):
                     cancel = running_task
+                if state.task_for_key(_key(sid, nominal_ms)) is not None:
+                    continue  # fired already (a backfill ran it)
                 fired = {"id": sid, "nominal_ms": nominal_ms, "reason": o.reason}
                 drafts.append(self._fire_draft(s, fired))
             else:
@@ -377,9 +484,13 @@ def _submission(wf: Workflow, s: ScheduleState, fired: dict[str, Any]) -> dict[s
         "schedule": fired,
     }
     if not fired.get("triggered"):
-        nominal = _dt(int(fired["nominal_ms"])).isoformat().replace("+00:00", "Z")
-        payload["idempotency_key"] = f"schedule:{s.schedule_id}:{nominal}"
+        payload["idempotency_key"] = _key(s.schedule_id, int(fired["nominal_ms"]))
     return payload
+
+
+def _key(sid: str, nominal_ms: int) -> str:
+    """A nominal time's idempotency key: whoever fires it, it fires once."""
+    return f"schedule:{sid}:{_dt(nominal_ms).isoformat().replace('+00:00', 'Z')}"
 
 
 def _dt(ms: int) -> datetime:
