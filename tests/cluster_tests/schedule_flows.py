@@ -17,3 +17,8 @@ def beat(ctx: StepContext) -> dict[str, Any]:
 
 
 every_second = Schedule("every-second", workflow=tick, every="1s", overlap="allow-all")
+
+# for the whole cluster stopped longer than its window: the old times are missed
+short_window = Schedule(
+    "short-window", workflow=tick, every="1s", overlap="allow-all", catchup_window="5s"
+)
