@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -78,6 +79,10 @@ class Schedules:
         self._again: set[str] = set()  # came due while being decided
         self._reconciling: asyncio.Task[None] | None = None
         self._backfills: set[asyncio.Task[None]] = set()
+        # the CPU its decisions took (the decide and the drafts, not the writes): what
+        # `apollo11 bench schedules --firing` reads
+        self.decisions = 0
+        self.decide_seconds = 0.0
         # One decision or change of a schedule at a time: a decision written after a
         # pause it computed before would fire a paused schedule, and two decisions of
         # the same times would fire them twice.
@@ -407,6 +412,7 @@ class Schedules:
         s = state.schedules.get(sid)
         if s is None:
             return
+        t0 = time.perf_counter()
         now = _dt(h.clock.now_ms())
         last = s.last_fired()
         running_task = None
@@ -451,6 +457,8 @@ class Schedules:
                     "reason": o.reason,
                 }
                 drafts.append(Draft(EventType.OCCURRENCE, "", payload=body))
+        self.decisions += 1
+        self.decide_seconds += time.perf_counter() - t0
         if cancel is not None:
             with contextlib.suppress(Exception):  # ended meanwhile: nothing to cancel
                 await h.cancel_task(
