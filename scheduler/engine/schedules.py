@@ -21,6 +21,7 @@ import logging
 import re
 import time
 from collections.abc import Hashable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -34,7 +35,7 @@ from apollo11.scheduler.errors import (
     ResourceExhaustedError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.schedules import Outcome, ScheduleSpec, decide, nominal_times
+from apollo11.scheduler.schedules import Decision, Outcome, ScheduleSpec, decide, nominal_times
 from apollo11.scheduler.state import TERMINAL, ScheduleState, Store, spec_dict
 from apollo11.scheduler.taskid import new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
@@ -373,16 +374,21 @@ class Schedules:
                 self._timers.arm(sid, self.host.clock.now())
 
     def _came_due(self, keys: list[Hashable]) -> None:
+        if not self.host.leading:
+            return
+        due = []
         for key in keys:
             sid = str(key)
-            if not self.host.leading:
-                continue
             if sid in self._deciding:
                 self._again.add(sid)  # decided once more when that decision ends
-                continue
-            t = asyncio.create_task(self._decide(sid), name=f"apollo11-schedule-{sid}")
+            else:
+                due.append(sid)
+        if not due:
+            return
+        t = asyncio.create_task(self._decide_many(due), name="apollo11-schedules")
+        for sid in due:
             self._deciding[sid] = t
-            t.add_done_callback(self._decided)
+        t.add_done_callback(self._decided)
 
     def _decided(self, t: asyncio.Task[None]) -> None:
         for sid, mine in list(self._deciding.items()):
@@ -392,14 +398,6 @@ class Schedules:
                     self._again.discard(sid)
                     self._timers.arm(sid, self.host.clock.now())
 
-    async def _decide(self, sid: str) -> None:
-        try:
-            await self.fire_due(sid)
-        except Exception as e:  # a write refused (stepping down, a failed log): again soon
-            if self.host.leading:
-                log.warning("schedule %s: deciding its due times failed: %s", sid, e)
-                self._timers.arm(sid, self.host.clock.now() + RETRY_S)
-
     async def fire_due(self, sid: str) -> None:
         """Decide every nominal time of `sid` that has come, write the outcomes, and arm
         its next start."""
@@ -407,11 +405,18 @@ class Schedules:
             await self._fire_due(sid)
 
     async def _fire_due(self, sid: str) -> None:
+        plan = self._plan(sid)
+        if plan is not None:
+            await self._apply([plan])
+
+    def _plan(self, sid: str) -> _Plan | None:
+        """What `sid`'s due times become (the decision, the events to write), on the
+        loop and without awaiting: a batch of schedules is planned, then written once."""
         h = self.host
         state = h.store.state
         s = state.schedules.get(sid)
         if s is None:
-            return
+            return None
         t0 = time.perf_counter()
         now = _dt(h.clock.now_ms())
         last = s.last_fired()
@@ -459,24 +464,64 @@ class Schedules:
                 drafts.append(Draft(EventType.OCCURRENCE, "", payload=body))
         self.decisions += 1
         self.decide_seconds += time.perf_counter() - t0
-        if cancel is not None:
-            with contextlib.suppress(Exception):  # ended meanwhile: nothing to cancel
-                await h.cancel_task(
-                    cancel, operator=f"schedule:{sid}", reason="overlap cancel-other"
-                )
+        return _Plan(sid, drafts, d, cancel, now)
+
+    async def _apply(self, plans: list[_Plan]) -> None:
+        """Write what the plans decided, in one batch, and arm each schedule's next."""
+        h = self.host
+        for p in plans:
+            if p.cancel is not None:
+                with contextlib.suppress(Exception):  # ended meanwhile: nothing to cancel
+                    await h.cancel_task(
+                        p.cancel, operator=f"schedule:{p.sid}", reason="overlap cancel-other"
+                    )
+        drafts = [d for p in plans for d in p.drafts]
         if drafts:
             events = await h.store.log.append_many(drafts)
             await h.wait_commit(events[-1].event_id)
-            log.info("schedule %s: %s", sid, d.sentence)
-            for o in d.occurrences:
+        said = [p for p in plans if p.drafts]
+        if 0 < len(said) <= 10:
+            for p in said:
+                log.info("schedule %s: %s", p.sid, p.decision.sentence)
+        elif said:
+            log.info("schedules: %d decided, %d events written", len(said), len(drafts))
+        for p in said:
+            for o in p.decision.occurrences:
                 metrics.SCHEDULE_OCCURRENCES.labels(o.outcome.value).inc()
                 if o.outcome is Outcome.FIRED:
-                    late = (now - o.start_at).total_seconds()
+                    late = (p.now - o.start_at).total_seconds()
                     metrics.SCHEDULE_FIRE_LATENESS.observe(max(0.0, late))
-        if d.more:
-            self._timers.arm(sid, h.clock.now() + RETRY_S)
-        elif d.next_start is not None and sid in state.schedules:
-            self._timers.arm(sid, d.next_start.timestamp())
+        for p in plans:
+            d = p.decision
+            if d.more:
+                self._timers.arm(p.sid, h.clock.now() + RETRY_S)
+            elif d.next_start is not None and p.sid in h.store.state.schedules:
+                self._timers.arm(p.sid, d.next_start.timestamp())
+
+    async def _decide_many(self, sids: list[str]) -> None:
+        """Schedules that came due together: planned one by one, written in one batch
+        (10,000 due in the same second are one append, not 10,000)."""
+        held: list[str] = []
+        try:
+            for sid in sids:
+                lock = self._lock(sid)
+                if lock.locked():  # a change of it is being written: after that one
+                    self._again.add(sid)
+                    continue
+                await lock.acquire()  # (free: it returns at once)
+                held.append(sid)
+            plans = [p for p in map(self._plan, held) if p is not None]
+            await self._apply(plans)
+        except Exception as e:  # a write refused (stepping down, a failed log): again soon
+            if self.host.leading:
+                log.warning("schedules: deciding %d due ones failed: %s", len(held), e)
+                for sid in held:
+                    self._timers.arm(sid, self.host.clock.now() + RETRY_S)
+        finally:
+            for sid in held:
+                mine = self._locks.get(sid)
+                if mine is not None and mine.locked():
+                    mine.release()
 
     def _fire_draft(self, s: ScheduleState, fired: dict[str, Any]) -> Draft:
         wf = self.host.check_submission(s.workflow, s.input)
@@ -531,3 +576,12 @@ def _update(
     if source is not None:
         body["source"] = source
     return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    sid: str
+    drafts: list[Draft]
+    decision: Decision
+    cancel: str | None  # the running task that overlap cancel-other cancels
+    now: datetime
