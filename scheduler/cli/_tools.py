@@ -216,14 +216,25 @@ def bench_cli(
 
 
 def bench_schedules(
+    firing: Annotated[
+        bool,
+        typer.Option("--firing", help="Schedules firing on a primary: lateness and CPU."),
+    ] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="With --firing: 1,000.")] = False,
     dst_eve: Annotated[
         bool,
         typer.Option("--dst-eve", help="Compute from an hour before Berlin's spring-forward."),
     ] = False,
     as_json: BenchJson = False,
+    workdir: BenchDir = None,
 ) -> None:
-    """Schedules' pure part: next times and catch-up decisions for 10,000 schedules
-    (issue 30's firing, lateness and failover figures are to join it)."""
+    """Schedules: the pure part's next times and decisions for 10,000 schedules; with
+    --firing, 10,000 `* * * * *` schedules on a real store and engine for two minutes."""
+    if firing:
+        from apollo11.scheduler.tools.bench import schedules_fire_bench as fire
+
+        _measure(fire.run, fire.summary_rows, "schedules --firing", quick, as_json, workdir)
+        return
     from apollo11.scheduler.tools.bench import schedules_bench
 
     schedules_bench.main((["--dst-eve"] if dst_eve else []) + (["--json"] if as_json else []))

@@ -23,6 +23,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, assert_never
 
@@ -781,6 +782,19 @@ class Engine:
 
     async def trigger_schedule(self, schedule_id: str, *, operator: str = "") -> str:
         return await self.schedules.trigger(schedule_id, operator=operator)
+
+    async def backfill_schedule(
+        self,
+        schedule_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        overlap: str = "allow-all",
+        operator: str = "",
+    ) -> int:
+        return await self.schedules.backfill(
+            schedule_id, start, end, overlap=overlap, operator=operator
+        )
 
     async def delete_schedule(self, schedule_id: str, *, operator: str = "") -> None:
         await self.schedules.delete(schedule_id, operator=operator)

@@ -19,7 +19,9 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Hashable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -33,7 +35,7 @@ from apollo11.scheduler.errors import (
     ResourceExhaustedError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.schedules import Outcome, ScheduleSpec, decide
+from apollo11.scheduler.schedules import Decision, Outcome, ScheduleSpec, decide, nominal_times
 from apollo11.scheduler.state import TERMINAL, ScheduleState, Store, spec_dict
 from apollo11.scheduler.taskid import new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
@@ -43,6 +45,11 @@ log = logging.getLogger("apollo11.scheduler.engine")
 MAX_SCHEDULES = 10_000
 ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 RETRY_S = 1.0  # a decision that failed (a write refused) is tried again this soon
+MAX_BACKFILL = 10_000  # nominal times in one backfill
+# A backfill fires at most so many a second: 10,000 times take about 8 minutes, and
+# the other tasks' dispatch is not queued behind them (docs/schedules.md).
+BACKFILL_PER_S = 20
+BACKFILL_OVERLAPS = ("allow-all", "buffer-all")
 UNSET: Any = object()
 
 
@@ -72,6 +79,11 @@ class Schedules:
         self._creating: set[str] = set()
         self._again: set[str] = set()  # came due while being decided
         self._reconciling: asyncio.Task[None] | None = None
+        self._backfills: set[asyncio.Task[None]] = set()
+        # the CPU its decisions took (the decide and the drafts, not the writes): what
+        # `apollo11 bench schedules --firing` reads
+        self.decisions = 0
+        self.decide_seconds = 0.0
         # One decision or change of a schedule at a time: a decision written after a
         # pause it computed before would fire a paused schedule, and two decisions of
         # the same times would fire them twice.
@@ -186,6 +198,102 @@ class Schedules:
         await self.host.wait_commit(event.event_id)
         return event.task_id
 
+    async def backfill(
+        self,
+        schedule_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        overlap: str = "allow-all",
+        operator: str = "",
+    ) -> int:
+        """Fire the schedule's nominal times in [start, end] (already past), those not
+        fired before, at most BACKFILL_PER_S a second; the id of the backfill. The same
+        backfill twice fires nothing new (each time's key is the schedule's own)."""
+        s = self._known(schedule_id)
+        if end < start:
+            raise InvalidArgumentError(f"backfill: end {end.isoformat()} is before start")
+        if end > _dt(self.host.clock.now_ms()):
+            raise InvalidArgumentError(
+                f"backfill: end {end.isoformat()} is in the future (the schedule fires those)"
+            )
+        if overlap not in BACKFILL_OVERLAPS:
+            raise InvalidArgumentError(
+                f"backfill: overlap {overlap!r}: one of {', '.join(BACKFILL_OVERLAPS)}"
+            )
+        times = nominal_times(
+            s.spec, start - timedelta(milliseconds=1), until=end, count=MAX_BACKFILL + 1
+        )
+        if len(times) > MAX_BACKFILL:
+            raise InvalidArgumentError(
+                f"backfill: more than {MAX_BACKFILL:,} nominal times from {start.isoformat()} "
+                f"to {end.isoformat()}; split the range"
+            )
+        body = {
+            "action": "backfill",
+            "schedule": schedule_id,
+            "from_ms": _ms(start),
+            "to_ms": _ms(end),
+            "overlap": overlap,
+            "by": operator,
+        }
+        draft = Draft(EventType.SCHEDULE, "", payload=body)
+        (event,) = await self.host.store.log.append_many([draft])
+        await self.host.wait_commit(event.event_id)
+        self._run_backfill(schedule_id, event.event_id)
+        return event.event_id
+
+    def _run_backfill(self, sid: str, bid: int) -> None:
+        t = asyncio.create_task(self._backfilling(sid, bid), name=f"apollo11-backfill-{bid}")
+        self._backfills.add(t)
+        t.add_done_callback(self._backfills.discard)
+
+    async def _backfilling(self, sid: str, bid: int) -> None:
+        h = self.host
+        state = h.store.state
+        fired = 0
+        s = state.schedules.get(sid)
+        b = s.backfills.get(bid) if s is not None else None
+        if s is None or b is None:
+            return
+        times = nominal_times(
+            s.spec, _dt(b.from_ms - 1), until=_dt(b.to_ms), count=MAX_BACKFILL + 1
+        )
+        todo = [t for t in times if state.task_for_key(_key(sid, _ms(t))) is None]
+        running: str | None = None
+        try:
+            while todo:
+                s = state.schedules.get(sid)
+                if s is None or bid not in s.backfills or not h.leading:
+                    return
+                if b.overlap == "buffer-all":
+                    t = state.task(running) if running is not None else None
+                    if t is not None and t.status not in TERMINAL:
+                        await h.clock.sleep(0.2)  # one at a time: the previous one runs
+                        continue
+                    batch, todo = todo[:1], todo[1:]
+                else:
+                    batch, todo = todo[:BACKFILL_PER_S], todo[BACKFILL_PER_S:]
+                reason = f"backfill by {b.by}" if b.by else "backfill"
+                drafts = [
+                    self._fire_draft(
+                        s, {"id": sid, "nominal_ms": _ms(t), "backfill": bid, "reason": reason}
+                    )
+                    for t in batch
+                ]
+                events = await h.store.log.append_many(drafts)
+                await h.wait_commit(events[-1].event_id)
+                fired += len(events)
+                running = events[-1].task_id
+                metrics.SCHEDULE_OCCURRENCES.labels("fired").inc(len(events))
+                if todo and b.overlap != "buffer-all":
+                    await h.clock.sleep(1.0)
+            done = {"action": "backfilled", "schedule": sid, "backfill": bid, "fired": fired}
+            await self._write(done)
+            log.info("schedule %s: backfill %d done: fired %d", sid, bid, fired)
+        except Exception as e:  # stepping down, a failed log: the next primary resumes it
+            log.warning("schedule %s: backfill %d stopped after %d: %s", sid, bid, fired, e)
+
     async def delete(self, schedule_id: str, *, operator: str = "") -> None:
         self._known(schedule_id)
         async with self._lock(schedule_id):
@@ -212,6 +320,9 @@ class Schedules:
         schedules declared in code are reconciled into the log."""
         now = self.host.clock.now()
         self._timers.arm_many((sid, now) for sid in self.host.store.state.schedules)
+        for sid, sch in self.host.store.state.schedules.items():
+            for bid in sch.backfills:
+                self._run_backfill(sid, bid)  # a backfill the last primary did not end
         if self.host.registry.schedules:
             self._reconciling = asyncio.create_task(self._reconcile(), name="apollo11-reconcile")
 
@@ -246,9 +357,9 @@ class Schedules:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reconciling
             self._reconciling = None
-        for t in list(self._deciding.values()):
+        for t in [*self._deciding.values(), *self._backfills]:
             t.cancel()
-        for t in list(self._deciding.values()):
+        for t in [*self._deciding.values(), *self._backfills]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._deciding.clear()
@@ -263,16 +374,21 @@ class Schedules:
                 self._timers.arm(sid, self.host.clock.now())
 
     def _came_due(self, keys: list[Hashable]) -> None:
+        if not self.host.leading:
+            return
+        due = []
         for key in keys:
             sid = str(key)
-            if not self.host.leading:
-                continue
             if sid in self._deciding:
                 self._again.add(sid)  # decided once more when that decision ends
-                continue
-            t = asyncio.create_task(self._decide(sid), name=f"apollo11-schedule-{sid}")
+            else:
+                due.append(sid)
+        if not due:
+            return
+        t = asyncio.create_task(self._decide_many(due), name="apollo11-schedules")
+        for sid in due:
             self._deciding[sid] = t
-            t.add_done_callback(self._decided)
+        t.add_done_callback(self._decided)
 
     def _decided(self, t: asyncio.Task[None]) -> None:
         for sid, mine in list(self._deciding.items()):
@@ -282,14 +398,6 @@ class Schedules:
                     self._again.discard(sid)
                     self._timers.arm(sid, self.host.clock.now())
 
-    async def _decide(self, sid: str) -> None:
-        try:
-            await self.fire_due(sid)
-        except Exception as e:  # a write refused (stepping down, a failed log): again soon
-            if self.host.leading:
-                log.warning("schedule %s: deciding its due times failed: %s", sid, e)
-                self._timers.arm(sid, self.host.clock.now() + RETRY_S)
-
     async def fire_due(self, sid: str) -> None:
         """Decide every nominal time of `sid` that has come, write the outcomes, and arm
         its next start."""
@@ -297,11 +405,19 @@ class Schedules:
             await self._fire_due(sid)
 
     async def _fire_due(self, sid: str) -> None:
+        plan = self._plan(sid)
+        if plan is not None:
+            await self._apply([plan])
+
+    def _plan(self, sid: str) -> _Plan | None:
+        """What `sid`'s due times become (the decision, the events to write), on the
+        loop and without awaiting: a batch of schedules is planned, then written once."""
         h = self.host
         state = h.store.state
         s = state.schedules.get(sid)
         if s is None:
-            return
+            return None
+        t0 = time.perf_counter()
         now = _dt(h.clock.now_ms())
         last = s.last_fired()
         running_task = None
@@ -334,6 +450,8 @@ class Schedules:
             if o.outcome is Outcome.FIRED:
                 if o.cancel_running and running_task not in (None, "(starting)"):
                     cancel = running_task
+                if state.task_for_key(_key(sid, nominal_ms)) is not None:
+                    continue  # fired already (a backfill ran it)
                 fired = {"id": sid, "nominal_ms": nominal_ms, "reason": o.reason}
                 drafts.append(self._fire_draft(s, fired))
             else:
@@ -344,24 +462,66 @@ class Schedules:
                     "reason": o.reason,
                 }
                 drafts.append(Draft(EventType.OCCURRENCE, "", payload=body))
-        if cancel is not None:
-            with contextlib.suppress(Exception):  # ended meanwhile: nothing to cancel
-                await h.cancel_task(
-                    cancel, operator=f"schedule:{sid}", reason="overlap cancel-other"
-                )
+        self.decisions += 1
+        self.decide_seconds += time.perf_counter() - t0
+        return _Plan(sid, drafts, d, cancel, now)
+
+    async def _apply(self, plans: list[_Plan]) -> None:
+        """Write what the plans decided, in one batch, and arm each schedule's next."""
+        h = self.host
+        for p in plans:
+            if p.cancel is not None:
+                with contextlib.suppress(Exception):  # ended meanwhile: nothing to cancel
+                    await h.cancel_task(
+                        p.cancel, operator=f"schedule:{p.sid}", reason="overlap cancel-other"
+                    )
+        drafts = [d for p in plans for d in p.drafts]
         if drafts:
             events = await h.store.log.append_many(drafts)
             await h.wait_commit(events[-1].event_id)
-            log.info("schedule %s: %s", sid, d.sentence)
-            for o in d.occurrences:
+        said = [p for p in plans if p.drafts]
+        if 0 < len(said) <= 10:
+            for p in said:
+                log.info("schedule %s: %s", p.sid, p.decision.sentence)
+        elif said:
+            log.info("schedules: %d decided, %d events written", len(said), len(drafts))
+        for p in said:
+            for o in p.decision.occurrences:
                 metrics.SCHEDULE_OCCURRENCES.labels(o.outcome.value).inc()
                 if o.outcome is Outcome.FIRED:
-                    late = (now - o.start_at).total_seconds()
+                    late = (p.now - o.start_at).total_seconds()
                     metrics.SCHEDULE_FIRE_LATENESS.observe(max(0.0, late))
-        if d.more:
-            self._timers.arm(sid, h.clock.now() + RETRY_S)
-        elif d.next_start is not None and sid in state.schedules:
-            self._timers.arm(sid, d.next_start.timestamp())
+        for p in plans:
+            d = p.decision
+            if d.more:
+                self._timers.arm(p.sid, h.clock.now() + RETRY_S)
+            elif d.next_start is not None and p.sid in h.store.state.schedules:
+                self._timers.arm(p.sid, d.next_start.timestamp())
+
+    async def _decide_many(self, sids: list[str]) -> None:
+        """Schedules that came due together: planned one by one, written in one batch
+        (10,000 due in the same second are one append, not 10,000)."""
+        held: list[str] = []
+        try:
+            for sid in sids:
+                lock = self._lock(sid)
+                if lock.locked():  # a change of it is being written: after that one
+                    self._again.add(sid)
+                    continue
+                await lock.acquire()  # (free: it returns at once)
+                held.append(sid)
+            plans = [p for p in map(self._plan, held) if p is not None]
+            await self._apply(plans)
+        except Exception as e:  # a write refused (stepping down, a failed log): again soon
+            if self.host.leading:
+                log.warning("schedules: deciding %d due ones failed: %s", len(held), e)
+                for sid in held:
+                    self._timers.arm(sid, self.host.clock.now() + RETRY_S)
+        finally:
+            for sid in held:
+                mine = self._locks.get(sid)
+                if mine is not None and mine.locked():
+                    mine.release()
 
     def _fire_draft(self, s: ScheduleState, fired: dict[str, Any]) -> Draft:
         wf = self.host.check_submission(s.workflow, s.input)
@@ -377,9 +537,13 @@ def _submission(wf: Workflow, s: ScheduleState, fired: dict[str, Any]) -> dict[s
         "schedule": fired,
     }
     if not fired.get("triggered"):
-        nominal = _dt(int(fired["nominal_ms"])).isoformat().replace("+00:00", "Z")
-        payload["idempotency_key"] = f"schedule:{s.schedule_id}:{nominal}"
+        payload["idempotency_key"] = _key(s.schedule_id, int(fired["nominal_ms"]))
     return payload
+
+
+def _key(sid: str, nominal_ms: int) -> str:
+    """A nominal time's idempotency key: whoever fires it, it fires once."""
+    return f"schedule:{sid}:{_dt(nominal_ms).isoformat().replace('+00:00', 'Z')}"
 
 
 def _dt(ms: int) -> datetime:
@@ -412,3 +576,12 @@ def _update(
     if source is not None:
         body["source"] = source
     return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    sid: str
+    drafts: list[Draft]
+    decision: Decision
+    cancel: str | None  # the running task that overlap cancel-other cancels
+    now: datetime

@@ -38,6 +38,7 @@ from apollo11.scheduler.state.model import (
 )
 from apollo11.scheduler.state.schedule import (
     FIRED,
+    Backfill,
     OccurrenceRecord,
     ScheduleState,
     spec_from,
@@ -595,6 +596,13 @@ def _on_schedule(state: State, event: Event) -> None:
         known.note = str(p["note"] or "")
     if action == "delete":
         del state.schedules[sid]
+    elif action == "backfill":
+        b = Backfill(
+            event.event_id, int(p["from_ms"]), int(p["to_ms"]), str(p["overlap"]), known.by
+        )
+        known.backfills[event.event_id] = b
+    elif action == "backfilled":
+        known.backfills.pop(int(p["backfill"]), None)
     elif action in ("pause", "unpause"):
         known.paused = action == "pause"
     elif action == "update":
@@ -635,8 +643,8 @@ def _fired(state: State, event: Event, fired: Any) -> None:
         return  # deleted since: the task stands alone
     reason = str(fired.get("reason") or "")
     o = OccurrenceRecord(int(fired["nominal_ms"]), FIRED, reason, event.task_id, event.event_id)
-    # a trigger fires outside the spec's times: it moves no watermark
-    known.record(o, advance=not fired.get("triggered"))
+    # a trigger and a backfill fire outside the spec's course: they move no watermark
+    known.record(o, advance=not (fired.get("triggered") or fired.get("backfill")))
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {

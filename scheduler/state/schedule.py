@@ -10,6 +10,7 @@ resumes from `watermark_ms`, the last nominal time decided.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,33 @@ class OccurrenceRecord:
 
 
 @dataclass(slots=True)
+class Backfill:
+    """An operator's backfill: the nominal times in [from_ms, to_ms], fired at a capped
+    rate (engine/schedules.py) under `overlap`; `event_id` names it."""
+
+    event_id: int
+    from_ms: int
+    to_ms: int
+    overlap: str
+    by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "from_ms": self.from_ms,
+            "to_ms": self.to_ms,
+            "overlap": self.overlap,
+            "by": self.by,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Backfill:
+        return cls(
+            int(d["event_id"]), int(d["from_ms"]), int(d["to_ms"]), str(d["overlap"]), str(d["by"])
+        )
+
+
+@dataclass(slots=True)
 class ScheduleState:
     schedule_id: str
     workflow: str
@@ -60,9 +88,11 @@ class ScheduleState:
     by: str = ""  # the authenticated principal of the last change
     source: str = "api"  # or "code": declared in a workflow module, reconciled at start
     watermark_ms: int | None = None  # the last nominal time decided
-    occurrences: list[OccurrenceRecord] = field(default_factory=list)  # oldest first
-    # nominal time -> its index in `occurrences`: a buffered one is found again there
-    _at: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    occurrences: list[OccurrenceRecord] = field(default_factory=list)  # by nominal time
+    # backfills asked for and not yet done, by the id of the event that asked
+    backfills: dict[int, Backfill] = field(default_factory=dict)
+    # nominal time -> its record: a buffered one is found again there
+    _at: dict[int, OccurrenceRecord] = field(default_factory=dict, repr=False, compare=False)
 
     def last(self) -> OccurrenceRecord | None:
         return self.occurrences[-1] if self.occurrences else None
@@ -79,12 +109,15 @@ class ScheduleState:
 
     def record(self, o: OccurrenceRecord, *, advance: bool = True) -> None:
         """An outcome for a nominal time: a new one, or a buffered one that started."""
-        i = self._at.get(o.nominal_ms)
-        if i is not None:
+        known = self._at.get(o.nominal_ms)
+        if known is not None:
+            i = self.occurrences.index(known)
             self.occurrences[i] = o
-        else:
-            self._at[o.nominal_ms] = len(self.occurrences)
-            self.occurrences.append(o)
+        elif not self.occurrences or o.nominal_ms > self.occurrences[-1].nominal_ms:
+            self.occurrences.append(o)  # the usual case: the next time
+        else:  # a backfilled time, before the others
+            bisect.insort(self.occurrences, o, key=_nominal)
+        self._at[o.nominal_ms] = o
         if advance and (self.watermark_ms is None or o.nominal_ms > self.watermark_ms):
             self.watermark_ms = o.nominal_ms
 
@@ -102,6 +135,11 @@ class ScheduleState:
             "source": self.source,
             "watermark_ms": self.watermark_ms,
             "occurrences": [o.to_dict() for o in self.occurrences],
+            **(
+                {"backfills": [b.to_dict() for _, b in sorted(self.backfills.items())]}
+                if self.backfills
+                else {}
+            ),
         }
 
     @classmethod
@@ -120,6 +158,8 @@ class ScheduleState:
         )
         for o in d.get("occurrences") or ():
             s.record(OccurrenceRecord.from_dict(o))
+        for b in d.get("backfills") or ():
+            s.backfills[int(b["event_id"])] = Backfill.from_dict(b)
         s.watermark_ms = d.get("watermark_ms")
         return s
 
@@ -132,3 +172,7 @@ def spec_dict(spec: ScheduleSpec) -> dict[str, Any]:
 
 def spec_from(d: Mapping[str, Any]) -> ScheduleSpec:
     return ScheduleSpec.from_json(orjson.dumps(dict(d)))
+
+
+def _nominal(o: OccurrenceRecord) -> int:
+    return o.nominal_ms

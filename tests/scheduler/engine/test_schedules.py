@@ -231,3 +231,46 @@ async def test_a_declared_schedule_is_created_then_updated_but_an_api_one_is_lef
 def test_a_declaration_with_a_bad_spec_fails_naming_it() -> None:
     with pytest.raises(ValueError, match=r"schedule 'bad': cron \"61 \* \* \* \*\""):
         Schedule("bad", workflow=nightly, cron="61 * * * *")
+
+
+async def test_a_backfill_fires_each_past_time_once_and_twice_fires_nothing_new(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        # a schedule made now, for times that were before it: an hourly one, five hours
+        # back (it ends now: the fake clock jumps as timers sleep, and its own times would
+        # fire meanwhile)
+        spec = ScheduleSpec(cron="0 * * * *", end=_utc(T0))
+        s = await rig.engine.create_schedule("hourly", "nightly", spec)
+        start = datetime.fromtimestamp(T0, UTC) - timedelta(hours=5)
+        end = datetime.fromtimestamp(T0, UTC)
+        bid = await rig.engine.backfill_schedule("hourly", start, end, operator="ana")
+        await _until(lambda: not s.backfills, "the backfill ended")
+        hours = [o for o in s.occurrences if o.outcome == "fired"]
+        # 17:13 to 22:13 UTC: 18:00, 19:00, 20:00, 21:00, 22:00
+        assert [datetime.fromtimestamp(o.nominal_ms / 1000, UTC).hour for o in hours] == [
+            18,
+            19,
+            20,
+            21,
+            22,
+        ]
+        assert {o.reason for o in hours} == {"backfill by ana"}
+        assert s.watermark_ms == int(T0 * 1000), "a backfill moves no watermark"
+        again = await rig.engine.backfill_schedule("hourly", start, end, operator="ana")
+        assert again != bid
+        await _until(lambda: not s.backfills, "the second backfill ended")
+        submitted = [e for e in rig.store.log.read() if e.event_type is EventType.TASK_SUBMITTED]
+        assert len(submitted) == 5, "the same range twice fires nothing new"
+        with pytest.raises(InvalidArgumentError, match="in the future"):
+            await rig.engine.backfill_schedule("hourly", start, end + timedelta(hours=2))
+        with pytest.raises(InvalidArgumentError, match="before start"):
+            await rig.engine.backfill_schedule("hourly", end, start)
+        with pytest.raises(InvalidArgumentError, match="more than 10,000"):
+            every = await rig.engine.create_schedule("s", "nightly", ScheduleSpec(every="1s"))
+            assert every is not None
+            await rig.engine.backfill_schedule("s", start, end)
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
