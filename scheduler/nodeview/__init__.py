@@ -21,7 +21,7 @@ from apollo11.scheduler.nodeview.actions import (
     operator_action,
     perform,
 )
-from apollo11.scheduler.nodeview.checks import check_depth, optional, required
+from apollo11.scheduler.nodeview.checks import MAX_REASON, check_depth, optional, required
 from apollo11.scheduler.nodeview.listing import (
     BeyondTheLog,
     EventPage,
@@ -42,6 +42,7 @@ from apollo11.scheduler.nodeview.status import (
 
 __all__ = [
     "ACTION_KINDS",
+    "MAX_REASON",
     "ActionKind",
     "BeyondTheLog",
     "ClusterStatus",
