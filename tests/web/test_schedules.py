@@ -198,6 +198,24 @@ async def test_a_reader_sees_every_schedule_its_next_times_and_last_outcome(
     assert (await w.client.get("/schedules/minutely?before=x")).status_code == 400
 
 
+async def test_the_list_goes_page_by_page_by_id(
+    make_web: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apollo11.scheduler.web import schedules as pages
+
+    monkeypatch.setattr(pages, "LIST_LIMIT", 1)
+    w = await make_web()
+    await _two_schedules(w)
+    await sign_in(w.client, w.tokens["rita"])
+    page = (await w.client.get("/schedules")).text
+    assert re.findall(r'<tr data-schedule="([^"]+)">', page) == ["minutely"]
+    more = re.search(r'<a id="more" href="([^"]+)">', page)
+    assert more is not None and more.group(1) == "/schedules?after=minutely"
+    page = (await w.client.get(more.group(1))).text
+    assert re.findall(r'<tr data-schedule="([^"]+)">', page) == ["nightly-report"]
+    assert 'id="more"' not in page and "2 schedules" in page
+
+
 async def test_occurrences_newest_first_a_page_at_a_time_with_their_tasks(
     make_web: Callable[..., Any],
 ) -> None:
