@@ -300,6 +300,12 @@ SCHEDULE_OCCURRENCES = Counter(
     "Schedule occurrences decided on this primary, by outcome (fired, missed, skipped, buffered)",
     ["outcome"],
 )
+# Each outcome's series from the start, at 0 (schedules.Outcome's values; not imported:
+# this module loads no pydantic). A primary records the times missed while no one led
+# at its promotion: a new series already at 3 is no rise to increase(), a 0 that
+# becomes 3 is (the Apollo11ScheduleMissed alert).
+for _outcome in ("fired", "missed", "skipped", "buffered"):
+    SCHEDULE_OCCURRENCES.labels(_outcome)
 SCHEDULE_FIRE_LATENESS = Histogram(
     "apollo11_schedule_fire_lateness_seconds",
     "How late a schedule's occurrence was written, after its nominal time plus jitter",

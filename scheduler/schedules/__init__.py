@@ -10,6 +10,7 @@ times.py       nominal_times, next_time: the instants a spec names
 jitter.py      jitter_for: a hash of (schedule, nominal time)
 occurrence.py  decide: each due time fired, missed, skipped or buffered
 declared.py    Schedule: one declared in code, beside its workflow
+words.py       in_words: a spec as an operator reads it; in_zone: its wall clock
 
 Nothing here reads a clock, writes an event or imports anything that acts
 (pyproject.toml's contract "The pure decisions"): the log-native part (the
@@ -37,6 +38,7 @@ from apollo11.scheduler.schedules.spec import (
     explain,
 )
 from apollo11.scheduler.schedules.times import EPOCH, next_time, nominal_times
+from apollo11.scheduler.schedules.words import in_words, in_zone, iso
 
 __all__ = [
     "DEFAULT_CATCHUP_WINDOW",
@@ -54,6 +56,9 @@ __all__ = [
     "decide",
     "explain",
     "format_duration",
+    "in_words",
+    "in_zone",
+    "iso",
     "jitter_for",
     "next_time",
     "nominal_times",

@@ -136,6 +136,10 @@ ROUTE_ROLES: dict[str, Role] = {
     "GET /metrics": Role.READER,
     # retry, skip, cancel: what their RPCs (RetryStep, SkipStep, CancelTask) need
     "POST /tasks/{task_id}/{kind}": Role.OPERATOR,
+    "GET /schedules": Role.READER,
+    "GET /schedules/{schedule_id}": Role.READER,
+    # pause, unpause, trigger: changes to a schedule, as the schedule verbs need
+    "POST /schedules/{schedule_id}/{kind}": Role.OPERATOR,
     # ending one's session (without a session there is nothing to end, nor to ask)
     "POST /logout": Role.READER,
 }

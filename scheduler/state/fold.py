@@ -642,9 +642,12 @@ def _fired(state: State, event: Event, fired: Any) -> None:
     if known is None:
         return  # deleted since: the task stands alone
     reason = str(fired.get("reason") or "")
-    o = OccurrenceRecord(int(fired["nominal_ms"]), FIRED, reason, event.task_id, event.event_id)
+    triggered = bool(fired.get("triggered"))
+    o = OccurrenceRecord(
+        int(fired["nominal_ms"]), FIRED, reason, event.task_id, event.event_id, triggered
+    )
     # a trigger and a backfill fire outside the spec's course: they move no watermark
-    known.record(o, advance=not (fired.get("triggered") or fired.get("backfill")))
+    known.record(o, advance=not (triggered or fired.get("backfill")))
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {

@@ -31,6 +31,7 @@ class OccurrenceRecord:
     reason: str
     task_id: str | None
     event_id: int
+    triggered: bool = False  # fired by hand, at a time of its own: no nominal time
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,12 +40,18 @@ class OccurrenceRecord:
             "reason": self.reason,
             "task_id": self.task_id,
             "event_id": self.event_id,
+            **({"triggered": True} if self.triggered else {}),
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> OccurrenceRecord:
         return cls(
-            int(d["nominal_ms"]), str(d["outcome"]), str(d["reason"]), d["task_id"], d["event_id"]
+            int(d["nominal_ms"]),
+            str(d["outcome"]),
+            str(d["reason"]),
+            d["task_id"],
+            d["event_id"],
+            bool(d.get("triggered")),
         )
 
 
@@ -108,8 +115,11 @@ class ScheduleState:
         return [o for o in self.occurrences if o.outcome == BUFFERED]
 
     def record(self, o: OccurrenceRecord, *, advance: bool = True) -> None:
-        """An outcome for a nominal time: a new one, or a buffered one that started."""
-        known = self._at.get(o.nominal_ms)
+        """An outcome for a nominal time: a new one, or a buffered one that started.
+        A trigger's time is no nominal time: one on the same millisecond as a nominal
+        time must not take that time's place."""
+        keyed = not o.triggered
+        known = self._at.get(o.nominal_ms) if keyed else None
         if known is not None:
             i = self.occurrences.index(known)
             self.occurrences[i] = o
@@ -117,7 +127,8 @@ class ScheduleState:
             self.occurrences.append(o)  # the usual case: the next time
         else:  # a backfilled time, before the others
             bisect.insort(self.occurrences, o, key=_nominal)
-        self._at[o.nominal_ms] = o
+        if keyed:
+            self._at[o.nominal_ms] = o
         if advance and (self.watermark_ms is None or o.nominal_ms > self.watermark_ms):
             self.watermark_ms = o.nominal_ms
 

@@ -8,6 +8,7 @@ session's token, so either way the event names the signed-in principal (and
 the display name typed beside it). guard.py decides who may read and act;
 scheduler/nodeview/actions.py checks and does the action, as for gRPC, and
 scheduler/nodeview/listing.py reads tasks and pages of events for both.
+The Schedules pages are schedules.py's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
 from apollo11.scheduler.web.guard import Gate, LoginRequired, PageRefused, may, needed
 from apollo11.scheduler.web.login import add_login
+from apollo11.scheduler.web.schedules import add_schedule_pages
 
 if TYPE_CHECKING:
     from apollo11.scheduler.state import Store
@@ -95,6 +97,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         return render("base.html", exc.status, error=exc.message, viewer=gate.viewer(request))
 
     add_login(app, gate, render)
+    add_schedule_pages(app, node, gate, render)
 
     def store() -> Store:
         assert node.store is not None

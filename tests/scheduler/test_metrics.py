@@ -36,3 +36,24 @@ def test_observe_all_is_observe_for_each() -> None:
     # the batch path, not its fallback: the client's insides it counts on are there
     assert all(hasattr(batch, a) for a in ("_upper_bounds", "_buckets", "_sum"))
     assert samples(one)[0] == ("_bucket", {"le": "0.001"}, 4.0)  # 0, 0.0005, 0.001 twice
+
+
+def test_every_schedule_outcome_is_a_series_at_zero_from_the_start() -> None:
+    """A primary records the times missed while no one led as it is promoted: the
+    alert on them (increase over 10 minutes) sees a rise only from a series that was
+    there, at 0, before. In a fresh interpreter: this one has counted some already."""
+    import subprocess
+    import sys
+
+    from apollo11.scheduler.schedules import Outcome
+
+    probe = (
+        "from prometheus_client import generate_latest\n"
+        "import apollo11.scheduler.metrics\n"
+        "print(generate_latest().decode())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    for o in Outcome:
+        assert f'apollo11_schedule_occurrences_total{{outcome="{o.value}"}} 0.0' in out, o

@@ -8,7 +8,9 @@ pages, one test per node:
 - an open loopback node: /tasks page by page and filtered by state, workflow, task
   id prefix and time range; a task's input and each attempt's outcome and output
   tail; a shell DAG under its own name; no step actions on a finished task; a notice
-  only from the server's signed cookie, never from the URL.
+  only from the server's signed cookie, never from the URL;
+- a schedule declared in code: the Schedules page lists it with its next time in UTC
+  and in its zone, and an operator pauses it and triggers it from its page.
 
 Screenshots are kept in test-artifacts/. That a standby's statistics start afresh
 when it comes back (issue 19) needs a standby, so a cluster, not a browser:
@@ -17,6 +19,7 @@ tests/replicator/test_hub.py covers it."""
 from __future__ import annotations
 
 import http.server
+import re
 import shutil
 import signal
 import threading
@@ -353,6 +356,62 @@ def test_the_task_list_and_a_task_page_in_a_browser(tmp_path: Path, chromium: Br
         )
         page.goto(url)
         assert page.locator("#message, #error").count() == 0
+        page.close()
+    finally:
+        assert node.stop() == 0
+
+
+def test_the_schedules_page_and_a_pause_in_a_browser(tmp_path: Path, chromium: Browser) -> None:
+    """Issue 30, item 8: a schedule declared in code, as an operator sees and pauses it."""
+    tokens = tmp_path / "tokens"
+    token = create_token(tokens, "olga", Role.OPERATOR)
+    port = free_port()
+    node = start_node(
+        tmp_path / "d",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--tokens-file",
+        str(tokens),
+        "--workflows",
+        "apollo11.scheduler.examples,tests.web.schedule_flows",
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{base}/schedules")
+        page.locator('input[name="token"]').fill(token)
+        page.locator("button.do-login").click()
+        page.wait_for_url(f"{base}/schedules")
+        row = page.locator('tr[data-schedule="nightly-report"]')
+        deadline = time.monotonic() + 20
+        while row.count() == 0:  # the primary reconciles the declared schedule as it leads
+            assert time.monotonic() < deadline, "the declared schedule never showed"
+            time.sleep(0.1)
+            page.reload()
+        assert row.locator("td.words").inner_text().startswith("daily at 03:00 in Europe/Berlin")
+        local = row.locator("td.next-local").inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00:00 CES?T", local), local
+        assert row.locator("td.state").inner_text() == "active"
+        page.screenshot(path=str(ARTIFACTS / "schedules.png"), full_page=True)
+
+        row.locator("a").first.click()
+        page.wait_for_url(f"{base}/schedules/nightly-report")
+        page.locator('#schedule-actions input[name="note"]').fill("warehouse migration")
+        page.locator("button.do-pause").click()
+        page.wait_for_selector("#message")
+        assert page.locator("#message").inner_text() == "paused by olga"
+        assert page.locator("#schedule-state").inner_text() == "paused"
+        assert page.locator("#note").inner_text() == "warehouse migration"
+        assert page.locator("button.do-unpause").count() == 1
+        page.locator("button.do-trigger").click()
+        page.wait_for_selector("#message")
+        assert page.locator("#message").inner_text().startswith("triggered by olga: task ")
+        fired = page.locator('#occurrences tr.occurrence[data-outcome="fired"]')
+        assert fired.locator("td.reason").inner_text() == "triggered by olga"
+        page.screenshot(path=str(ARTIFACTS / "schedule-paused.png"), full_page=True)
+        fired.locator("a").click()
+        page.wait_for_selector("#task-state")
+        assert page.locator("#workflow").inner_text() == "report"
         page.close()
     finally:
         assert node.stop() == 0

@@ -95,7 +95,9 @@ async def signed_in(client: httpx.AsyncClient, token: str) -> AsyncIterator[str]
 
 def _url(route: str) -> tuple[str, str]:
     method, _, path = route.partition(" ")
-    return method, path.replace("{task_id}", "t1").replace("{kind}", "retry")
+    kind = "pause" if path.startswith("/schedules/") else "retry"
+    path = path.replace("{schedule_id}", "s1").replace("{kind}", kind)
+    return method, path.replace("{task_id}", "t1")
 
 
 def test_every_route_the_app_serves_has_a_rule(web: Web) -> None:

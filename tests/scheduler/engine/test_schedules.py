@@ -274,3 +274,25 @@ async def test_a_backfill_fires_each_past_time_once_and_twice_fires_nothing_new(
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+async def test_a_trigger_on_a_nominal_times_millisecond_takes_nothing_of_it(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        spec = ScheduleSpec(every="1m", start=_utc(T0), end=_utc(T0 + 60), overlap="allow-all")
+        s = await rig.engine.create_schedule("same-ms", "nightly", spec)
+        rig.clock.t = T0 + 60  # the trigger lands on the nominal time's millisecond
+        await rig.engine.trigger_schedule("same-ms", operator="ana")
+        await rig.engine.schedules.fire_due("same-ms")
+        assert sorted((o.outcome, o.triggered) for o in s.occurrences) == [
+            ("fired", False),
+            ("fired", True),
+        ]
+        assert {o.nominal_ms for o in s.occurrences} == {int((T0 + 60) * 1000)}
+        again = ScheduleState.from_dict(s.to_dict())
+        assert again.to_dict() == s.to_dict()
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
