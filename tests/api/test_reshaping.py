@@ -12,6 +12,7 @@ import pytest
 
 from apollo11.scheduler.api.limits import Admission, WatchSlots
 from apollo11.scheduler.api.server import SchedulerService, Watchers
+from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.errors import NotLeaderError
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
@@ -26,7 +27,7 @@ async def test_requests_while_the_store_is_reopened_are_unavailable_with_a_reaso
     )
     server = grpc.aio.server()
     admission = Admission(10, 10, lambda: 0)
-    service = SchedulerService(node, Watchers(), WatchSlots(10), admission)  # type: ignore[arg-type]
+    service = SchedulerService(node, Watchers(), WatchSlots(10), admission, Clock())  # type: ignore[arg-type]
     pbg.add_SchedulerServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
