@@ -83,7 +83,7 @@ class ScheduleCalls:
         spec = codec.spec_from_pb(r.spec)
         data = self._read_json(r.input_json, "input_json")
         note = optional(r.note, "note", MAX_REASON) or ""
-        created = await self._engine().create_schedule(
+        created = await self._engine().schedules.create(
             schedule_id, workflow, spec, data, note=note, operator=current_principal().name
         )
         return self._answer(created)
@@ -102,7 +102,7 @@ class ScheduleCalls:
             changes["note"] = optional(r.note, "note", MAX_REASON) or ""
         if not changes:
             raise InvalidArgumentError("nothing to update: give workflow, spec, input_json or note")
-        updated = await engine.update_schedule(
+        updated = await engine.schedules.update(
             schedule_id, operator=current_principal().name, **changes
         )
         return self._answer(updated)
@@ -110,7 +110,7 @@ class ScheduleCalls:
     async def pause(self, r: pb.PauseScheduleRequest) -> pb.Schedule:
         schedule_id = required(r.schedule_id, "schedule_id")
         note = optional(r.note, "note", MAX_REASON) or ""
-        paused = await self._engine().pause_schedule(
+        paused = await self._engine().schedules.pause(
             schedule_id, note=note, operator=current_principal().name
         )
         return self._answer(paused)
@@ -118,21 +118,21 @@ class ScheduleCalls:
     async def unpause(self, r: pb.UnpauseScheduleRequest) -> pb.Schedule:
         schedule_id = required(r.schedule_id, "schedule_id")
         note = optional(r.note, "note", MAX_REASON) or ""
-        resumed = await self._engine().unpause_schedule(
+        resumed = await self._engine().schedules.unpause(
             schedule_id, note=note, operator=current_principal().name
         )
         return self._answer(resumed)
 
     async def trigger(self, r: pb.TriggerScheduleRequest) -> pb.TriggerScheduleResponse:
         schedule_id = required(r.schedule_id, "schedule_id")
-        task_id = await self._engine().trigger_schedule(
+        task_id = await self._engine().schedules.trigger(
             schedule_id, operator=current_principal().name
         )
         return pb.TriggerScheduleResponse(task_id=task_id)
 
     async def delete(self, r: pb.DeleteScheduleRequest) -> pb.DeleteScheduleResponse:
         schedule_id = required(r.schedule_id, "schedule_id")
-        await self._engine().delete_schedule(schedule_id, operator=current_principal().name)
+        await self._engine().schedules.delete(schedule_id, operator=current_principal().name)
         return pb.DeleteScheduleResponse()
 
     # ------------------------------------------------------------------- reads

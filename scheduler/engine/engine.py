@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from datetime import datetime
 from types import MappingProxyType
 from typing import Any, assert_never
 
@@ -50,7 +49,7 @@ from apollo11.scheduler.engine.intake import (
     SubmitItem,
     Submitted,
 )
-from apollo11.scheduler.engine.schedules import UNSET, Schedules
+from apollo11.scheduler.engine.schedules import Schedules
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
 from apollo11.scheduler.engine.timers import Timers
 from apollo11.scheduler.errors import (
@@ -61,9 +60,8 @@ from apollo11.scheduler.errors import (
     OutcomeUnknownError,
 )
 from apollo11.scheduler.log import Draft, Event, EventType
-from apollo11.scheduler.schedules import ScheduleSpec
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.state import ScheduleState, Store, TaskState, TaskStatus
+from apollo11.scheduler.state import Store, TaskState, TaskStatus
 from apollo11.scheduler.workflow import Registry, Step, Workflow
 
 log = logging.getLogger(__name__)
@@ -177,6 +175,7 @@ class Engine:
             resolve=self._child_workflow,
         )
         self._intake = Intake(self)
+        # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...
         self.schedules = Schedules(self)
         store.add_observer(self._on_events)
         self.executor.watch_capacity(self.capacity_changed)
@@ -738,66 +737,6 @@ class Engine:
     def check_submission(self, workflow: str, input: Any) -> Workflow:
         """The workflow a submission names, or the error that refuses it."""
         return self._intake.workflow(workflow, input, None)
-
-    # ---------------------------------------------- schedules (schedules.py)
-
-    async def create_schedule(
-        self,
-        schedule_id: str,
-        workflow: str,
-        spec: ScheduleSpec,
-        input: Any = None,
-        *,
-        note: str = "",
-        operator: str = "",
-        source: str = "api",
-    ) -> ScheduleState:
-        return await self.schedules.create(
-            schedule_id, workflow, spec, input, note=note, operator=operator, source=source
-        )
-
-    async def update_schedule(
-        self,
-        schedule_id: str,
-        *,
-        operator: str = "",
-        workflow: str | None = None,
-        spec: ScheduleSpec | None = None,
-        input: Any = UNSET,
-        note: str | None = None,
-    ) -> ScheduleState:
-        return await self.schedules.update(
-            schedule_id, operator=operator, workflow=workflow, spec=spec, input=input, note=note
-        )
-
-    async def pause_schedule(
-        self, schedule_id: str, *, note: str = "", operator: str = ""
-    ) -> ScheduleState:
-        return await self.schedules.pause(schedule_id, note=note, operator=operator)
-
-    async def unpause_schedule(
-        self, schedule_id: str, *, note: str = "", operator: str = ""
-    ) -> ScheduleState:
-        return await self.schedules.unpause(schedule_id, note=note, operator=operator)
-
-    async def trigger_schedule(self, schedule_id: str, *, operator: str = "") -> str:
-        return await self.schedules.trigger(schedule_id, operator=operator)
-
-    async def backfill_schedule(
-        self,
-        schedule_id: str,
-        start: datetime,
-        end: datetime,
-        *,
-        overlap: str = "allow-all",
-        operator: str = "",
-    ) -> int:
-        return await self.schedules.backfill(
-            schedule_id, start, end, overlap=overlap, operator=operator
-        )
-
-    async def delete_schedule(self, schedule_id: str, *, operator: str = "") -> None:
-        await self.schedules.delete(schedule_id, operator=operator)
 
 
 def _trace_ended(task: TaskState) -> None:

@@ -200,7 +200,7 @@ async def act(node: NodeView, kind: str, schedule_id: str, *, operator: str, not
     On a standby, the refusal (NotLeaderError) names the primary."""
     engine = leading_engine(node)
     if kind == "trigger":
-        task_id = await engine.trigger_schedule(schedule_id, operator=operator)
+        task_id = await engine.schedules.trigger(schedule_id, operator=operator)
         return f"triggered by {operator}: task {task_id}"
     text = optional(note.strip(), "note", MAX_REASON) or ""
     pause = kind == "pause"
@@ -208,9 +208,9 @@ async def act(node: NodeView, kind: str, schedule_id: str, *, operator: str, not
     before = node.store.state.schedules.get(schedule_id)
     was = before is not None and before.paused == pause  # the engine then writes nothing
     if pause:
-        await engine.pause_schedule(schedule_id, note=text, operator=operator)
+        await engine.schedules.pause(schedule_id, note=text, operator=operator)
     else:
-        await engine.unpause_schedule(schedule_id, note=text, operator=operator)
+        await engine.schedules.unpause(schedule_id, note=text, operator=operator)
     done = "paused" if pause else "unpaused"
     return f"already {done}: nothing recorded" if was else f"{done} by {operator}"
 

@@ -153,10 +153,10 @@ async def _notice(w: Web, r: httpx.Response) -> tuple[str, str]:
 
 async def _two_schedules(w: Web) -> None:
     e = w.rig.engine
-    await e.create_schedule(
+    await e.schedules.create(
         "nightly-report", "report", ScheduleSpec(cron="0 3 * * *", tz="Europe/Berlin")
     )
-    await e.create_schedule("minutely", "report", ScheduleSpec(every="1m", overlap="allow-all"))
+    await e.schedules.create("minutely", "report", ScheduleSpec(every="1m", overlap="allow-all"))
 
 
 async def test_a_reader_sees_every_schedule_its_next_times_and_last_outcome(
@@ -223,15 +223,15 @@ async def test_occurrences_newest_first_a_page_at_a_time_with_their_tasks(
 
     w = await make_web()
     e = w.rig.engine
-    await e.create_schedule("sec", "report", ScheduleSpec(every="1s", overlap="allow-all"))
-    await e.pause_schedule("sec", note="quiet", operator="setup")
+    await e.schedules.create("sec", "report", ScheduleSpec(every="1s", overlap="allow-all"))
+    await e.schedules.pause("sec", note="quiet", operator="setup")
     # 250 times, each recorded skipped as paused; the trigger then comes between two
     # (at a nominal time's very millisecond, the fold keeps one record for both)
     w.clock.advance(250.5)
     s = w.schedule("sec")
     await _until(lambda: len(s.occurrences) == 250, "every time decided")
-    await e.unpause_schedule("sec", operator="setup")
-    task = await e.trigger_schedule("sec", operator="setup")
+    await e.schedules.unpause("sec", operator="setup")
+    task = await e.schedules.trigger("sec", operator="setup")
     await sign_in(w.client, w.tokens["rita"])
     seen: list[list[tuple[str, str]]] = []
     url: str | None = "/schedules/sec"

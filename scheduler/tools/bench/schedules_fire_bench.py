@@ -54,7 +54,7 @@ async def _run(root: Path, n: int, progress: Callable[[str], None]) -> dict[str,
         progress(f"creating {n:,} schedules")
         for i in range(0, n, 500):
             await asyncio.gather(
-                *(engine.create_schedule(f"s{j}", "tock", spec) for j in range(i, min(n, i + 500)))
+                *(engine.schedules.create(f"s{j}", "tock", spec) for j in range(i, min(n, i + 500)))
             )
         # from the next minute boundary, two whole minutes
         start = (int(clock.now()) // 60 + 1) * 60

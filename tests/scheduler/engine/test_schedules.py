@@ -64,7 +64,7 @@ async def test_each_nominal_time_fires_once_with_its_key_and_a_replay_agrees(
 ) -> None:
     rig = await _rig(tmp_path)
     try:
-        s = await rig.engine.create_schedule("every-minute", "nightly", _every_minute(10))
+        s = await rig.engine.schedules.create("every-minute", "nightly", _every_minute(10))
         await _until(lambda: s.watermark_ms == int(T0 * 1000) + 10 * MINUTE, "all ten decided")
         assert _outcomes(s) == [(m, "fired") for m in range(1, 11)]
         tasks = [o.task_id for o in s.occurrences]
@@ -92,7 +92,7 @@ async def test_a_new_primary_catches_up_inside_the_window_and_records_the_rest_m
 ) -> None:
     rig = await _rig(tmp_path)
     try:
-        await rig.engine.create_schedule(
+        await rig.engine.schedules.create(
             "catchup", "nightly", _every_minute(10, catchup_window="3m")
         )
         await rig.engine.stop()  # at once: no primary while ten minutes pass
@@ -113,8 +113,8 @@ async def test_times_while_paused_are_skipped_as_paused(tmp_path: Path) -> None:
     # (the fake clock moves as the schedule's timer sleeps: every time comes while paused)
     rig = await _rig(tmp_path)
     try:
-        s = await rig.engine.create_schedule("p", "nightly", _every_minute(10))
-        await rig.engine.pause_schedule("p", note="maintenance", operator="ana")
+        s = await rig.engine.schedules.create("p", "nightly", _every_minute(10))
+        await rig.engine.schedules.pause("p", note="maintenance", operator="ana")
         assert s.paused and s.note == "maintenance" and s.by == "ana"
         await _until(lambda: len(s.occurrences) == 10, "every time decided")
         paused_at = max(
@@ -126,7 +126,7 @@ async def test_times_while_paused_are_skipped_as_paused(tmp_path: Path) -> None:
         assert [o.outcome for o in s.occurrences[: 10 - len(after)]] == ["fired"] * (
             10 - len(after)
         )
-        await rig.engine.unpause_schedule("p", operator="bo")
+        await rig.engine.schedules.unpause("p", operator="bo")
         assert not s.paused and s.by == "bo"
     finally:
         await rig.engine.stop()
@@ -136,9 +136,9 @@ async def test_times_while_paused_are_skipped_as_paused(tmp_path: Path) -> None:
 async def test_a_trigger_fires_once_outside_the_times(tmp_path: Path) -> None:
     rig = await _rig(tmp_path)
     try:
-        s = await rig.engine.create_schedule("t", "nightly", ScheduleSpec(cron="@yearly"))
+        s = await rig.engine.schedules.create("t", "nightly", ScheduleSpec(cron="@yearly"))
         mark = s.watermark_ms
-        task = await rig.engine.trigger_schedule("t", operator="ana")
+        task = await rig.engine.schedules.trigger("t", operator="ana")
         assert rig.store.state.tasks[task].workflow == "nightly"
         last = s.last()
         assert last is not None and last.task_id == task and last.reason == "triggered by ana"
@@ -153,15 +153,15 @@ async def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
     try:
         spec = ScheduleSpec(cron="@daily")
         with pytest.raises(InvalidArgumentError, match="schedule id"):
-            await rig.engine.create_schedule("no spaces", "nightly", spec)
+            await rig.engine.schedules.create("no spaces", "nightly", spec)
         with pytest.raises(NotFoundError, match="nope"):
-            await rig.engine.create_schedule("a", "nope", spec)
-        await rig.engine.create_schedule("a", "nightly", spec)
+            await rig.engine.schedules.create("a", "nope", spec)
+        await rig.engine.schedules.create("a", "nightly", spec)
         with pytest.raises(AlreadyExistsError, match="'a' already exists"):
-            await rig.engine.create_schedule("a", "nightly", spec)
+            await rig.engine.schedules.create("a", "nightly", spec)
         with pytest.raises(NotFoundError, match="no schedule 'b'"):
-            await rig.engine.pause_schedule("b")
-        await rig.engine.delete_schedule("a", operator="ana")
+            await rig.engine.schedules.pause("b")
+        await rig.engine.schedules.delete("a", operator="ana")
         assert "a" not in rig.store.state.schedules
         assert not [e for e in rig.store.log.read() if e.event_type is EventType.TASK_SUBMITTED]
     finally:
@@ -179,7 +179,7 @@ async def test_a_snapshot_holds_the_schedules_and_each_task_its_occurrence(
 ) -> None:
     rig = await _rig(tmp_path)
     try:
-        s = await rig.engine.create_schedule("snap", "nightly", _every_minute(3), input={"n": 1})
+        s = await rig.engine.schedules.create("snap", "nightly", _every_minute(3), input={"n": 1})
         await _until(lambda: len(s.occurrences) == 3, "three decided")
         task = rig.store.state.tasks[s.occurrences[0].task_id or ""]
         assert task.schedule == {"id": "snap", "nominal_ms": int(T0 * 1000) + MINUTE}
@@ -208,7 +208,7 @@ async def test_a_declared_schedule_is_created_then_updated_but_an_api_one_is_lef
         spec = {"cron": "@yearly"}
         rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, **spec)
         rig.registry.schedules["mine"] = Schedule("mine", workflow="nightly", cron="@daily")
-        await rig.engine.create_schedule("mine", "nightly", ScheduleSpec(cron="@hourly"))
+        await rig.engine.schedules.create("mine", "nightly", ScheduleSpec(cron="@hourly"))
         await rig.engine.stop()
         await rig.engine.start()  # a new term: the declarations are reconciled
         known = rig.store.state.schedules
@@ -242,10 +242,10 @@ async def test_a_backfill_fires_each_past_time_once_and_twice_fires_nothing_new(
         # back (it ends now: the fake clock jumps as timers sleep, and its own times would
         # fire meanwhile)
         spec = ScheduleSpec(cron="0 * * * *", end=_utc(T0))
-        s = await rig.engine.create_schedule("hourly", "nightly", spec)
+        s = await rig.engine.schedules.create("hourly", "nightly", spec)
         start = datetime.fromtimestamp(T0, UTC) - timedelta(hours=5)
         end = datetime.fromtimestamp(T0, UTC)
-        bid = await rig.engine.backfill_schedule("hourly", start, end, operator="ana")
+        bid = await rig.engine.schedules.backfill("hourly", start, end, operator="ana")
         await _until(lambda: not s.backfills, "the backfill ended")
         hours = [o for o in s.occurrences if o.outcome == "fired"]
         # 17:13 to 22:13 UTC: 18:00, 19:00, 20:00, 21:00, 22:00
@@ -258,19 +258,19 @@ async def test_a_backfill_fires_each_past_time_once_and_twice_fires_nothing_new(
         ]
         assert {o.reason for o in hours} == {"backfill by ana"}
         assert s.watermark_ms == int(T0 * 1000), "a backfill moves no watermark"
-        again = await rig.engine.backfill_schedule("hourly", start, end, operator="ana")
+        again = await rig.engine.schedules.backfill("hourly", start, end, operator="ana")
         assert again != bid
         await _until(lambda: not s.backfills, "the second backfill ended")
         submitted = [e for e in rig.store.log.read() if e.event_type is EventType.TASK_SUBMITTED]
         assert len(submitted) == 5, "the same range twice fires nothing new"
         with pytest.raises(InvalidArgumentError, match="in the future"):
-            await rig.engine.backfill_schedule("hourly", start, end + timedelta(hours=2))
+            await rig.engine.schedules.backfill("hourly", start, end + timedelta(hours=2))
         with pytest.raises(InvalidArgumentError, match="before start"):
-            await rig.engine.backfill_schedule("hourly", end, start)
+            await rig.engine.schedules.backfill("hourly", end, start)
         with pytest.raises(InvalidArgumentError, match="more than 10,000"):
-            every = await rig.engine.create_schedule("s", "nightly", ScheduleSpec(every="1s"))
+            every = await rig.engine.schedules.create("s", "nightly", ScheduleSpec(every="1s"))
             assert every is not None
-            await rig.engine.backfill_schedule("s", start, end)
+            await rig.engine.schedules.backfill("s", start, end)
     finally:
         await rig.engine.stop()
         await rig.store.close()
@@ -282,9 +282,9 @@ async def test_a_trigger_on_a_nominal_times_millisecond_takes_nothing_of_it(
     rig = await _rig(tmp_path)
     try:
         spec = ScheduleSpec(every="1m", start=_utc(T0), end=_utc(T0 + 60), overlap="allow-all")
-        s = await rig.engine.create_schedule("same-ms", "nightly", spec)
+        s = await rig.engine.schedules.create("same-ms", "nightly", spec)
         rig.clock.t = T0 + 60  # the trigger lands on the nominal time's millisecond
-        await rig.engine.trigger_schedule("same-ms", operator="ana")
+        await rig.engine.schedules.trigger("same-ms", operator="ana")
         await rig.engine.schedules.fire_due("same-ms")
         assert sorted((o.outcome, o.triggered) for o in s.occurrences) == [
             ("fired", False),
