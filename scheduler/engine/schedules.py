@@ -368,10 +368,16 @@ class Schedules:
     def task_ended(self, task: str) -> None:
         """A task ended: if a schedule fired it and buffered others behind it, the
         schedule decides again now."""
-        for sid, s in self.host.store.state.schedules.items():
-            last = s.last_fired()
-            if last is not None and last.task_id == task and s.buffered():
-                self._timers.arm(sid, self.host.clock.now())
+        state = self.host.store.state
+        t = state.tasks.get(task)
+        fired = t.schedule if t is not None else None
+        if fired is None:
+            return
+        sid = str(fired.get("id"))
+        s = state.schedules.get(sid)
+        last = s.last_fired() if s is not None else None
+        if s is not None and last is not None and last.task_id == task and s.buffered():
+            self._timers.arm(sid, self.host.clock.now())
 
     def _came_due(self, keys: list[Hashable]) -> None:
         if not self.host.leading:

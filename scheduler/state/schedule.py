@@ -98,21 +98,23 @@ class ScheduleState:
     occurrences: list[OccurrenceRecord] = field(default_factory=list)  # by nominal time
     # backfills asked for and not yet done, by the id of the event that asked
     backfills: dict[int, Backfill] = field(default_factory=dict)
-    # nominal time -> its record: a buffered one is found again there
+    # Derived (record() keeps them; not serialized): nominal time -> its record (a
+    # buffered one is found again there), the buffered ones by nominal time, and the
+    # last one fired in log order (the occurrence "running" for overlap).
     _at: dict[int, OccurrenceRecord] = field(default_factory=dict, repr=False, compare=False)
+    _buffered: dict[int, OccurrenceRecord] = field(default_factory=dict, repr=False, compare=False)
+    _last_fired: OccurrenceRecord | None = field(default=None, repr=False, compare=False)
 
     def last(self) -> OccurrenceRecord | None:
         return self.occurrences[-1] if self.occurrences else None
 
     def last_fired(self) -> OccurrenceRecord | None:
-        for o in reversed(self.occurrences):
-            if o.outcome == FIRED:
-                return o
-        return None
+        """The occurrence fired last (in the log's order)."""
+        return self._last_fired
 
     def buffered(self) -> list[OccurrenceRecord]:
         """The occurrences waiting for the one running, oldest first."""
-        return [o for o in self.occurrences if o.outcome == BUFFERED]
+        return sorted(self._buffered.values(), key=_nominal)
 
     def record(self, o: OccurrenceRecord, *, advance: bool = True) -> None:
         """An outcome for a nominal time: a new one, or a buffered one that started.
@@ -129,6 +131,14 @@ class ScheduleState:
             bisect.insort(self.occurrences, o, key=_nominal)
         if keyed:
             self._at[o.nominal_ms] = o
+        if o.outcome == BUFFERED:
+            self._buffered[o.nominal_ms] = o
+        else:
+            self._buffered.pop(o.nominal_ms, None)
+        if o.outcome == FIRED and (
+            self._last_fired is None or o.event_id >= self._last_fired.event_id
+        ):
+            self._last_fired = o
         if advance and (self.watermark_ms is None or o.nominal_ms > self.watermark_ms):
             self.watermark_ms = o.nominal_ms
 

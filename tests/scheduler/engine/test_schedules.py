@@ -28,6 +28,15 @@ def work(ctx: StepContext) -> dict[str, Any]:
     return {"ok": True}
 
 
+held = Workflow("held", version=1)
+RELEASE: list[asyncio.Event] = []  # the running test's: a held task ends when it is set
+
+
+@held.step(idempotency=Idempotent())
+async def wait_for_release(ctx: StepContext) -> None:
+    await RELEASE[-1].wait()
+
+
 T0 = 1_700_000_000.0  # the fake clock's start: 2023-11-14 22:13:20 UTC
 MINUTE = 60_000
 
@@ -48,7 +57,7 @@ def _outcomes(s: ScheduleState) -> list[tuple[int, str]]:
 
 
 async def _rig(tmp_path: Path) -> Rig:
-    return await make_rig(tmp_path / "d", FakeClock(start=T0), nightly)
+    return await make_rig(tmp_path / "d", FakeClock(start=T0), nightly, held)
 
 
 def _every_minute(minutes: int, **kw: Any) -> ScheduleSpec:
@@ -294,5 +303,27 @@ async def test_a_trigger_on_a_nominal_times_millisecond_takes_nothing_of_it(
         again = ScheduleState.from_dict(s.to_dict())
         assert again.to_dict() == s.to_dict()
     finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_buffer_one_waits_for_the_running_one_then_starts_and_skips_the_rest(
+    tmp_path: Path,
+) -> None:
+    RELEASE.append(asyncio.Event())
+    rig = await _rig(tmp_path)
+    try:
+        spec = ScheduleSpec(every="1m", start=_utc(T0), end=_utc(T0 + 180), overlap="buffer-one")
+        s = await rig.engine.schedules.create("buf", "held", spec)
+        await _until(lambda: len(s.occurrences) == 3, "every time decided")
+        assert _outcomes(s) == [(1, "fired"), (2, "buffered"), (3, "skipped")]
+        assert "an occurrence already waits" in s.occurrences[2].reason
+        RELEASE[-1].set()  # the first ends: the buffered one starts
+        await _until(lambda: s.occurrences[1].outcome == "fired", "the buffered one started")
+        assert s.occurrences[1].task_id not in (None, s.occurrences[0].task_id)
+        assert "buffered" in s.occurrences[1].reason
+        assert s.buffered() == []
+    finally:
+        RELEASE[-1].set()
         await rig.engine.stop()
         await rig.store.close()
