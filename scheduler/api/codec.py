@@ -102,6 +102,7 @@ def task_to_pb(t: TaskState, as_of: int, blocked: str = "") -> pb.Task:
         durable_json="" if t.durable is None else dumps(t.durable.to_dict()),
         parent_json="" if t.parent is None else dumps(t.parent),
         blocked=blocked,
+        schedule_json="" if t.schedule is None else dumps(_occurrence_of(t.schedule)),
     )
     o = _override(t.cancelled)
     if o is not None:
@@ -242,6 +243,15 @@ def spec_updated(current: ScheduleSpec, m: pb.ScheduleSpec) -> ScheduleSpec:
     return _spec(fields)
 
 
+def _occurrence_of(fired: dict[str, Any]) -> dict[str, Any]:
+    """A task's schedule field for clients: its nominal time as ISO-8601, not ms."""
+    return {
+        "id": fired["id"],
+        "nominal_time": iso_ms(int(fired["nominal_ms"])),
+        "triggered": bool(fired.get("triggered")),
+    }
+
+
 def occurrence_to_pb(o: OccurrenceRecord) -> pb.Occurrence:
     return pb.Occurrence(
         nominal_time=iso_ms(o.nominal_ms),
@@ -267,6 +277,16 @@ def schedule_to_pb(s: ScheduleState, next_times: list[datetime]) -> pb.Schedule:
         next=[iso(t) for t in next_times],
         watermark="" if s.watermark_ms is None else iso_ms(s.watermark_ms),
         occurrences=len(s.occurrences),
+        backfills=[
+            pb.Backfill(
+                backfill_id=b.event_id,
+                from_time=iso_ms(b.from_ms),
+                to_time=iso_ms(b.to_ms),
+                overlap=b.overlap,
+                by=b.by,
+            )
+            for _, b in sorted(s.backfills.items())
+        ],
     )
     last = s.last()
     if last is not None:

@@ -15,7 +15,7 @@ newest first, where it ends.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from apollo11.scheduler.api import codec
@@ -60,10 +60,7 @@ class ScheduleCalls:
         return leading_engine(self.node)
 
     def _schedule(self, schedule_id: str) -> ScheduleState:
-        found: ScheduleState | None = self._state().schedules.get(schedule_id)
-        if found is None:
-            raise NotFoundError(f"no schedule {schedule_id!r} (apollo11 schedule list)")
-        return found
+        return _found(self._state(), schedule_id)
 
     def next_times(self, s: ScheduleState, count: int) -> list[datetime]:
         now = self.clock.now_ms()
@@ -130,6 +127,19 @@ class ScheduleCalls:
         )
         return pb.TriggerScheduleResponse(task_id=task_id)
 
+    async def backfill(self, r: pb.BackfillScheduleRequest) -> pb.BackfillScheduleResponse:
+        schedule_id = required(r.schedule_id, "schedule_id")
+        start = _instant(r.from_time, "from_time")
+        end = _instant(r.to_time, "to_time")
+        started = await self._engine().schedules.backfill(
+            schedule_id,
+            start,
+            end,
+            overlap=r.overlap or "allow-all",
+            operator=current_principal().name,
+        )
+        return pb.BackfillScheduleResponse(backfill_id=started.backfill_id, times=started.times)
+
     async def delete(self, r: pb.DeleteScheduleRequest) -> pb.DeleteScheduleResponse:
         schedule_id = required(r.schedule_id, "schedule_id")
         await self._engine().schedules.delete(schedule_id, operator=current_principal().name)
@@ -175,6 +185,18 @@ class ScheduleCalls:
         )
 
 
+def scheduled_tasks(state: Any, schedule_id: str) -> list[str]:
+    """The tasks a schedule fired, by its recorded occurrences (ListTasks' filter)."""
+    return [o.task_id for o in _found(state, schedule_id).occurrences if o.task_id]
+
+
+def _found(state: Any, schedule_id: str) -> ScheduleState:
+    found: ScheduleState | None = state.schedules.get(schedule_id)
+    if found is None:
+        raise NotFoundError(f"no schedule {schedule_id!r} (apollo11 schedule list)")
+    return found
+
+
 def _workflow(name: str) -> str:
     if name == SHELL_WORKFLOW:
         # A shell DAG runs commands on the nodes, and only where every node allows it,
@@ -183,6 +205,21 @@ def _workflow(name: str) -> str:
             "workflow 'shell' cannot be scheduled: schedule a workflow whose steps run the commands"
         )
     return name
+
+
+def _instant(text: str, name: str) -> datetime:
+    """A backfill's bound: ISO-8601 with its offset (a wall-clock time would be read
+    in which zone? the schedule's own may change before the backfill ends)."""
+    value = required(text, name)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgumentError(
+            f'{name} "{value}": not an ISO-8601 time (like 2025-06-01T03:00:00Z)'
+        ) from None
+    if moment.utcoffset() is None:
+        raise InvalidArgumentError(f'{name} "{value}": needs a UTC offset (like Z or +02:00)')
+    return moment.astimezone(UTC)
 
 
 def _size(value: int, default: int, limit: int, name: str) -> int:

@@ -26,7 +26,7 @@ from apollo11.scheduler import tracing
 from apollo11.scheduler.api import codec
 from apollo11.scheduler.api.decode import Undecodable, add_service
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
-from apollo11.scheduler.api.schedules import ScheduleCalls
+from apollo11.scheduler.api.schedules import ScheduleCalls, scheduled_tasks
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.errors import (
@@ -322,7 +322,11 @@ class SchedulerService(pbg.SchedulerServicer):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
         state = self._state
-        page, after = state.list_filtered(want_state, request.workflow, before, size)
+        if request.schedule:
+            fired = scheduled_tasks(state, request.schedule)
+            page, after = state.list_named(fired, want_state, request.workflow, before, size)
+        else:
+            page, after = state.list_filtered(want_state, request.workflow, before, size)
         names = self._names.of(page, state.peek)
         return pb.ListTasksResponse(
             tasks=[
@@ -503,6 +507,12 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.TriggerScheduleRequest, context: grpc.aio.ServicerContext
     ) -> pb.TriggerScheduleResponse:
         return await self.schedules.trigger(request)
+
+    @rpc
+    async def BackfillSchedule(
+        self, request: pb.BackfillScheduleRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackfillScheduleResponse:
+        return await self.schedules.backfill(request)
 
     @rpc
     async def DeleteSchedule(

@@ -149,6 +149,7 @@ schedule_app.command("update")(_schedules.update)
 schedule_app.command("pause")(_schedules.pause)
 schedule_app.command("unpause")(_schedules.unpause)
 schedule_app.command("trigger")(_schedules.trigger)
+schedule_app.command("backfill")(_schedules.backfill)
 schedule_app.command("delete")(_schedules.delete)
 schedule_app.command("next")(_schedules.next_)
 

@@ -1,4 +1,5 @@
-"""Schedules: `schedule create|list|describe|update|pause|unpause|trigger|delete|next`.
+"""Schedules: `schedule create|list|describe|update|pause|unpause|trigger|backfill|
+delete|next`.
 
 The node checks every field of a spec and refuses a bad one naming it and why
 (`cron "61 * * * *": minute 61 is outside 0-59`): the command sends what it was
@@ -213,6 +214,42 @@ def trigger(schedule_id: ScheduleId, server: Server = None, as_json: AsJson = Fa
         out.print(f"triggered {escape(schedule_id)}: task [bold]{escape(task_id)}[/bold]")
 
 
+def backfill(
+    schedule_id: ScheduleId,
+    start: Annotated[
+        str,
+        typer.Option("--from", help="The first time, ISO-8601 with an offset.", show_default=False),
+    ],
+    end: Annotated[
+        str,
+        typer.Option(
+            "--to", help="The last time (past), ISO-8601 with an offset.", show_default=False
+        ),
+    ],
+    overlap: Annotated[
+        str,
+        typer.Option("--overlap", help="allow-all (all at once) or buffer-all (one by one)."),
+    ] = "allow-all",
+    server: Server = None,
+    as_json: AsJson = False,
+) -> None:
+    """Fire a schedule's past times in a range that have not fired (20 a second)."""
+
+    async def go() -> Any:
+        async with client(server) as c:
+            return await c.backfill_schedule(schedule_id, start, end, overlap=overlap)
+
+    started = run(go())
+    if as_json:
+        print_json({"id": schedule_id, **started.to_json()})
+        return
+    out.print(
+        f"backfill {started.backfill_id} of schedule [bold]{escape(schedule_id)}[/bold]: "
+        f"{started.times:,} nominal times from {escape(start)} to {escape(end)}; those not "
+        f"fired before fire, 20 a second (apollo11 tasks --schedule {escape(schedule_id)})"
+    )
+
+
 def delete(schedule_id: ScheduleId, server: Server = None, as_json: AsJson = False) -> None:
     """Delete a schedule: it fires no more (its tasks stay)."""
 
@@ -380,6 +417,10 @@ def _show(s: Any) -> None:
     if s.note:
         lines.append(("note", s.note))
     lines.append(("changed by", f"{s.by} ({s.source})"))
+    for b in s.backfills:
+        lines.append(
+            ("backfill", f"{b.backfill_id}: {b.from_time} to {b.to_time}, {b.overlap}, by {b.by}")
+        )
     for label, text in lines:
         out.print(f"  {label:<11} {text}", markup=False, highlight=False)
     if not s.next:

@@ -58,6 +58,12 @@ def show_task_view(t: Any) -> None:
             f"{t.parent.get('seq')}; if it closes first: {t.parent.get('close')})",
             markup=False,
         )
+    if t.schedule:
+        how = "triggered on" if t.schedule.get("triggered") else "fired for"
+        out.print(
+            f"schedule {t.schedule.get('id')}: {how} {t.schedule.get('nominal_time')}",
+            markup=False,
+        )
     if t.durable:
         _show_durable(t.durable)
 

@@ -30,6 +30,9 @@ TASK_STATES = tuple(s.value for s in TaskStatus)
 def tasks(
     state: Annotated[str | None, typer.Option("--state", help=", ".join(TASK_STATES) + ".")] = None,
     workflow: Annotated[str, typer.Option("--workflow", help="Only this workflow.")] = "",
+    schedule: Annotated[
+        str, typer.Option("--schedule", help="Only the tasks this schedule fired.")
+    ] = "",
     limit: Annotated[int, typer.Option("--limit", help="How many (newest first).")] = 50,
     server: Server = None,
     as_json: AsJson = False,
@@ -48,6 +51,7 @@ def tasks(
                 page = await c.tasks(
                     state=state,
                     workflow=workflow,
+                    schedule=schedule,
                     page_size=min(1000, limit - len(rows)),
                     page_token=token,
                 )

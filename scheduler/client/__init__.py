@@ -35,6 +35,8 @@ from apollo11.scheduler.client._errors import (
     UnavailableError,
 )
 from apollo11.scheduler.client._views import (
+    BackfillStarted,
+    BackfillView,
     EventView,
     MemberView,
     OccurrenceView,
@@ -67,6 +69,8 @@ __all__ = [
     "AlreadyExistsError",
     "ApiError",
     "ApolloError",
+    "BackfillStarted",
+    "BackfillView",
     "Client",
     "EventView",
     "FailedPreconditionError",

@@ -32,6 +32,7 @@ from apollo11.scheduler.client._errors import (
     translate,
 )
 from apollo11.scheduler.client._views import (
+    BackfillStarted,
     EventView,
     Page,
     ScheduleDescription,
@@ -499,6 +500,22 @@ class Client:
         resp = await self._call("scheduler", "TriggerSchedule", req, write=True, retry=False)
         return str(resp.task_id)
 
+    async def backfill_schedule(
+        self,
+        schedule_id: str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        overlap: str = "allow-all",
+    ) -> BackfillStarted:
+        """Fire its nominal times in [start, end] (past, with a UTC offset) that have
+        not fired, 20 a second under `overlap` (allow-all or buffer-all): the same
+        range twice fires nothing new. It runs on after the answer (and after a
+        failover); the schedule's `backfills` lists it until it ends."""
+        req = build.backfill_request(schedule_id, start, end, overlap)
+        resp = await self._call("scheduler", "BackfillSchedule", req, write=True, retry=False)
+        return BackfillStarted(int(resp.backfill_id), int(resp.times))
+
     async def delete_schedule(self, schedule_id: str) -> None:
         """It fires no more; the tasks it submitted stay."""
         req = pb.DeleteScheduleRequest(schedule_id=schedule_id)
@@ -584,10 +601,13 @@ class Client:
         *,
         state: str | None = None,
         workflow: str = "",
+        schedule: str = "",
         page_size: int = 50,
         page_token: str = "",
     ) -> Page:
-        req = build.list_request(state, workflow, page_size, page_token)
+        """A page of tasks, newest first: by state, workflow, or the schedule that fired
+        them (NOT_FOUND for a schedule that does not exist)."""
+        req = build.list_request(state, workflow, page_size, page_token, schedule)
         return convert.page_from_pb(
             await self._call("scheduler", "ListTasks", req, write=False, retry=True)
         )
@@ -875,13 +895,18 @@ class SyncClient:
         *,
         state: str | None = None,
         workflow: str = "",
+        schedule: str = "",
         page_size: int = 50,
         page_token: str = "",
     ) -> Page:
         """As Client.tasks."""
         return self._run(
             self._client.tasks(
-                state=state, workflow=workflow, page_size=page_size, page_token=page_token
+                state=state,
+                workflow=workflow,
+                schedule=schedule,
+                page_size=page_size,
+                page_token=page_token,
             )
         )
 
@@ -1002,6 +1027,17 @@ class SyncClient:
     def trigger_schedule(self, schedule_id: str) -> str:
         """As Client.trigger_schedule."""
         return self._run(self._client.trigger_schedule(schedule_id))
+
+    def backfill_schedule(
+        self,
+        schedule_id: str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        overlap: str = "allow-all",
+    ) -> BackfillStarted:
+        """As Client.backfill_schedule."""
+        return self._run(self._client.backfill_schedule(schedule_id, start, end, overlap=overlap))
 
     def delete_schedule(self, schedule_id: str) -> None:
         """As Client.delete_schedule."""

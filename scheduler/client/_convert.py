@@ -13,6 +13,7 @@ import orjson
 
 from apollo11.scheduler import wire
 from apollo11.scheduler.client._views import (
+    BackfillView,
     EventView,
     MemberView,
     OccurrenceView,
@@ -88,6 +89,7 @@ def task_from_pb(m: pb.Task) -> TaskView:
         durable=_loads(m.durable_json) if m.durable_json else None,
         parent=_loads(m.parent_json) if m.parent_json else None,
         blocked=m.blocked or None,
+        schedule=_loads(m.schedule_json) if m.schedule_json else None,
     )
 
 
@@ -268,6 +270,10 @@ def schedule_from_pb(m: pb.Schedule) -> ScheduleView:
         last=occurrence_from_pb(m.last) if m.HasField("last") else None,
         watermark=m.watermark or None,
         occurrences=m.occurrences,
+        backfills=tuple(
+            BackfillView(b.backfill_id, b.from_time, b.to_time, b.overlap, b.by)
+            for b in m.backfills
+        ),
     )
 
 

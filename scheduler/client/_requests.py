@@ -54,13 +54,14 @@ def get_task_request(task_id: str, as_of: int) -> pb.GetTaskRequest:
 
 
 def list_request(
-    state: str | None, workflow: str, page_size: int, token: str
+    state: str | None, workflow: str, page_size: int, token: str, schedule: str = ""
 ) -> pb.ListTasksRequest:
     return pb.ListTasksRequest(
         state=_task_state(state) if state else pb.TASK_STATE_UNSPECIFIED,
         workflow=workflow,
         page_size=page_size,
         page_token=token,
+        schedule=schedule,
     )
 
 
@@ -121,6 +122,17 @@ def create_schedule_request(
 ) -> pb.CreateScheduleRequest:
     return pb.CreateScheduleRequest(
         schedule_id=schedule_id, workflow=workflow, spec=spec, input_json=input_json, note=note
+    )
+
+
+def backfill_request(
+    schedule_id: str, start: datetime | str, end: datetime | str, overlap: str
+) -> pb.BackfillScheduleRequest:
+    return pb.BackfillScheduleRequest(
+        schedule_id=schedule_id,
+        from_time=_spec_text(start),
+        to_time=_spec_text(end),
+        overlap=overlap,
     )
 
 

@@ -69,6 +69,8 @@ class TaskView:
     # why the primary cannot move it on now (a version not loaded, no worker for it);
     # None when nothing stands in its way, and from a standby or for a past state
     blocked: str | None = None
+    # the schedule occurrence it is: {"id", "nominal_time" (ISO-8601 UTC), "triggered"}
+    schedule: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -92,6 +94,7 @@ class TaskView:
             "durable": self.durable,
             "parent": self.parent,
             "blocked": self.blocked,
+            "schedule": self.schedule,
         }
 
 
@@ -362,6 +365,7 @@ class ScheduleView:
     last: OccurrenceView | None
     watermark: str | None  # the last nominal time decided
     occurrences: int  # how many are recorded
+    backfills: tuple[BackfillView, ...] = ()  # those running, oldest first
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -379,7 +383,40 @@ class ScheduleView:
             "last": None if self.last is None else self.last.to_json(),
             "watermark": self.watermark,
             "occurrence_count": self.occurrences,
+            "backfills": [b.to_json() for b in self.backfills],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillView:
+    """A backfill still running: the range it fires (ISO-8601 UTC), and who asked."""
+
+    backfill_id: int
+    from_time: str
+    to_time: str
+    overlap: str
+    by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backfill_id": self.backfill_id,
+            "from": self.from_time,
+            "to": self.to_time,
+            "overlap": self.overlap,
+            "by": self.by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillStarted:
+    """What `backfill_schedule` started: its id and the nominal times in its range
+    (those fired before are left alone as it goes)."""
+
+    backfill_id: int
+    times: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backfill_id": self.backfill_id, "times": self.times}
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.clock import Clock
@@ -51,6 +51,14 @@ MAX_BACKFILL = 10_000  # nominal times in one backfill
 BACKFILL_PER_S = 20
 BACKFILL_OVERLAPS = ("allow-all", "buffer-all")
 UNSET: Any = object()
+
+
+class BackfillStarted(NamedTuple):
+    """A backfill's id (the event that started it) and how many nominal times its
+    range holds (those fired before are left alone as it goes)."""
+
+    backfill_id: int
+    times: int
 
 
 class Host(Protocol):
@@ -206,9 +214,9 @@ class Schedules:
         *,
         overlap: str = "allow-all",
         operator: str = "",
-    ) -> int:
+    ) -> BackfillStarted:
         """Fire the schedule's nominal times in [start, end] (already past), those not
-        fired before, at most BACKFILL_PER_S a second; the id of the backfill. The same
+        fired before, at most BACKFILL_PER_S a second; what it started. The same
         backfill twice fires nothing new (each time's key is the schedule's own)."""
         s = self._known(schedule_id)
         if end < start:
@@ -241,7 +249,7 @@ class Schedules:
         (event,) = await self.host.store.log.append_many([draft])
         await self.host.wait_commit(event.event_id)
         self._run_backfill(schedule_id, event.event_id)
-        return event.event_id
+        return BackfillStarted(event.event_id, len(times))
 
     def _run_backfill(self, sid: str, bid: int) -> None:
         t = asyncio.create_task(self._backfilling(sid, bid), name=f"apollo11-backfill-{bid}")

@@ -109,6 +109,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/PauseSchedule": Role.OPERATOR,
     "/apollo11.v1.Scheduler/UnpauseSchedule": Role.OPERATOR,
     "/apollo11.v1.Scheduler/TriggerSchedule": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/BackfillSchedule": Role.OPERATOR,
     "/apollo11.v1.Scheduler/DeleteSchedule": Role.OPERATOR,
     "/apollo11.v1.Scheduler/ListSchedules": Role.READER,
     "/apollo11.v1.Scheduler/DescribeSchedule": Role.READER,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -233,23 +233,37 @@ class State:
         """list_summaries by task state (a TaskStatus value), workflow, task id prefix
         and submission time (since inclusive, until exclusive), each empty or None for
         any: what ListTasks and the tasks page show."""
-
-        def match(s: Summary) -> bool:
-            return (
-                (not status or s.status.value == status)
-                and (not workflow or s.workflow == workflow)
-                and (not prefix or s.task_id.startswith(prefix))
-                and (since_ms is None or s.submitted_ms >= since_ms)
-                and (until_ms is None or s.submitted_ms < until_ms)
-            )
-
-        filtered = status or workflow or prefix or since_ms is not None or until_ms is not None
         return self.list_summaries(
-            match if filtered else None,
+            _matcher(status, workflow, prefix, since_ms, until_ms),
             before,
             limit,
             archived=not status or TaskStatus(status) in TERMINAL,
         )
+
+    def list_named(
+        self,
+        task_ids: Iterable[str],
+        status: str | None,
+        workflow: str,
+        before: str | None,
+        limit: int,
+        scan_limit: int = LIST_SCAN_LIMIT,
+    ) -> tuple[list[Summary], str | None]:
+        """As list_filtered, over the tasks named (a schedule's fired occurrences):
+        newest first, each read where it lives; at most `scan_limit` looked at."""
+        match = _matcher(status, workflow, "", None, None)
+        ids = sorted({i for i in task_ids if before is None or i < before}, reverse=True)
+        out: list[Summary] = []
+        for scanned, task_id in enumerate(ids, 1):
+            t = self.peek(task_id)
+            row = None if t is None else summarize(t)
+            if row is not None and (match is None or match(row)):
+                if len(out) == limit:
+                    return out, out[-1].task_id
+                out.append(row)
+            if scanned >= scan_limit and scanned < len(ids):
+                return out, task_id
+        return out, None
 
     def task_for_key(self, key: str) -> TaskState | None:
         """The newest task submitted with idempotency key `key`, wherever it lives."""
@@ -292,6 +306,29 @@ class State:
             **self.events_dict(),
             **self.schedules_dict(),
         }
+
+
+def _matcher(
+    status: str | None,
+    workflow: str,
+    prefix: str,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> Callable[[Summary], bool] | None:
+    """The listing filters as one test; None when none is set (every task matches)."""
+    if not (status or workflow or prefix or since_ms is not None or until_ms is not None):
+        return None
+
+    def match(s: Summary) -> bool:
+        return (
+            (not status or s.status.value == status)
+            and (not workflow or s.workflow == workflow)
+            and (not prefix or s.task_id.startswith(prefix))
+            and (since_ms is None or s.submitted_ms >= since_ms)
+            and (until_ms is None or s.submitted_ms < until_ms)
+        )
+
+    return match
 
 
 def _by_id(t: TaskState) -> str:

@@ -242,3 +242,91 @@ async def test_refusals_name_the_field_and_why(rig: Rig) -> None:
         with pytest.raises(NotFoundError, match="no schedule 'nope'"):
             await verb("nope")
     assert [s.schedule_id for s in (await c.list_schedules()).schedules] == ["dup"]
+
+
+async def test_a_backfill_fires_past_times_once_and_tasks_list_by_schedule(rig: Rig) -> None:
+    c = rig.client
+    # an hourly schedule whose own times are over: only the backfill fires
+    await c.create_schedule(
+        "hourly", "tick", {"size": 1}, cron="0 * * * *", end="2026-03-29T00:00Z"
+    )
+    started = await c.backfill_schedule("hourly", "2026-03-28T19:30:00Z", "2026-03-29T00:30+00:00")
+    assert started.times == 5, started  # 20:00 to 00:00
+
+    async def fired(n: int) -> bool:
+        return len((await c.tasks(schedule="hourly")).tasks) >= n
+
+    await _until(lambda: fired(5), "the backfill's five tasks")
+    page = await c.tasks(schedule="hourly", page_size=2)
+    assert len(page.tasks) == 2 and page.next_page_token, "pages of two"
+    rest = await c.tasks(schedule="hourly", page_token=page.next_page_token)
+    ids = [t.task_id for t in (*page.tasks, *rest.tasks)]
+    assert len(set(ids)) == 5 and ids == sorted(ids, reverse=True), "newest first, each once"
+    nominal = sorted(
+        [(await c.task(i)).schedule or {} for i in ids], key=lambda s: s["nominal_time"]
+    )
+    assert [s["nominal_time"] for s in nominal] == [
+        "2026-03-28T20:00:00Z",
+        "2026-03-28T21:00:00Z",
+        "2026-03-28T22:00:00Z",
+        "2026-03-28T23:00:00Z",
+        "2026-03-29T00:00:00Z",
+    ]
+    assert {(s["id"], s["triggered"]) for s in nominal} == {("hourly", False)}
+
+    async def ended() -> bool:
+        return not (await c.describe_schedule("hourly")).schedule.backfills
+
+    await _until(ended, "the backfill ended")
+    again = await c.backfill_schedule("hourly", "2026-03-28T19:30:00Z", "2026-03-29T00:30Z")
+    assert again.backfill_id != started.backfill_id
+    await _until(ended, "the second backfill ended")
+    assert len((await c.tasks(schedule="hourly")).tasks) == 5, "the same range twice: none new"
+    assert len((await c.tasks(schedule="hourly", workflow="other")).tasks) == 0
+    other = await c.submit("tick", {"size": 9})
+    assert other.task_id not in {t.task_id for t in (await c.tasks(schedule="hourly")).tasks}
+    assert (await c.task(other.task_id)).schedule is None
+
+    refusals: list[tuple[type[Exception], str, tuple[str, str, str], str]] = [
+        (
+            InvalidArgumentError,
+            r'^from_time "yesterday": not an ISO-8601',
+            ("hourly", "yesterday", "2026-03-29T00:00Z"),
+            "allow-all",
+        ),
+        (
+            InvalidArgumentError,
+            r'^to_time "2026-03-29T00:00": needs a UTC offset',
+            ("hourly", "2026-03-28T00:00Z", "2026-03-29T00:00"),
+            "allow-all",
+        ),
+        (
+            InvalidArgumentError,
+            r"^backfill: end .* is before start",
+            ("hourly", "2026-03-29T00:00Z", "2026-03-28T00:00Z"),
+            "allow-all",
+        ),
+        (
+            InvalidArgumentError,
+            r"^backfill: end .* is in the future",
+            ("hourly", "2026-03-28T00:00Z", "2026-03-30T00:00Z"),
+            "allow-all",
+        ),
+        (
+            InvalidArgumentError,
+            r"^backfill: overlap 'skip': one of allow-all, buffer-all",
+            ("hourly", "2026-03-28T00:00Z", "2026-03-28T10:00Z"),
+            "skip",
+        ),
+        (
+            NotFoundError,
+            r"no schedule 'nope'",
+            ("nope", "2026-03-28T00:00Z", "2026-03-28T10:00Z"),
+            "allow-all",
+        ),
+    ]
+    for kind, message, (sid, start, end), overlap in refusals:
+        with pytest.raises(kind, match=message):
+            await c.backfill_schedule(sid, start, end, overlap=overlap)
+    with pytest.raises(NotFoundError, match=r"no schedule 'nope' \(apollo11 schedule list\)"):
+        await c.tasks(schedule="nope")

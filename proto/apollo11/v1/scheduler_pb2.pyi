@@ -121,7 +121,7 @@ class Occurrence(_message.Message):
     def __init__(self, nominal_time: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., task_id: _Optional[str] = ..., event_id: _Optional[int] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("schedule_id", "workflow", "spec", "input_json", "paused", "note", "by", "source", "created_ms", "updated_ms", "next", "last", "watermark", "occurrences")
+    __slots__ = ("schedule_id", "workflow", "spec", "input_json", "paused", "note", "by", "source", "created_ms", "updated_ms", "next", "last", "watermark", "occurrences", "backfills")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class Schedule(_message.Message):
     LAST_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_FIELD_NUMBER: _ClassVar[int]
     OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
+    BACKFILLS_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     workflow: str
     spec: ScheduleSpec
@@ -150,7 +151,22 @@ class Schedule(_message.Message):
     last: Occurrence
     watermark: str
     occurrences: int
-    def __init__(self, schedule_id: _Optional[str] = ..., workflow: _Optional[str] = ..., spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., input_json: _Optional[str] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., by: _Optional[str] = ..., source: _Optional[str] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., next: _Optional[_Iterable[str]] = ..., last: _Optional[_Union[Occurrence, _Mapping]] = ..., watermark: _Optional[str] = ..., occurrences: _Optional[int] = ...) -> None: ...
+    backfills: _containers.RepeatedCompositeFieldContainer[Backfill]
+    def __init__(self, schedule_id: _Optional[str] = ..., workflow: _Optional[str] = ..., spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., input_json: _Optional[str] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., by: _Optional[str] = ..., source: _Optional[str] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., next: _Optional[_Iterable[str]] = ..., last: _Optional[_Union[Occurrence, _Mapping]] = ..., watermark: _Optional[str] = ..., occurrences: _Optional[int] = ..., backfills: _Optional[_Iterable[_Union[Backfill, _Mapping]]] = ...) -> None: ...
+
+class Backfill(_message.Message):
+    __slots__ = ("backfill_id", "from_time", "to_time", "overlap", "by")
+    BACKFILL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_TIME_FIELD_NUMBER: _ClassVar[int]
+    TO_TIME_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    backfill_id: int
+    from_time: str
+    to_time: str
+    overlap: str
+    by: str
+    def __init__(self, backfill_id: _Optional[int] = ..., from_time: _Optional[str] = ..., to_time: _Optional[str] = ..., overlap: _Optional[str] = ..., by: _Optional[str] = ...) -> None: ...
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule_id", "workflow", "spec", "input_json", "note")
@@ -207,6 +223,26 @@ class TriggerScheduleResponse(_message.Message):
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class BackfillScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "from_time", "to_time", "overlap")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_TIME_FIELD_NUMBER: _ClassVar[int]
+    TO_TIME_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    from_time: str
+    to_time: str
+    overlap: str
+    def __init__(self, schedule_id: _Optional[str] = ..., from_time: _Optional[str] = ..., to_time: _Optional[str] = ..., overlap: _Optional[str] = ...) -> None: ...
+
+class BackfillScheduleResponse(_message.Message):
+    __slots__ = ("backfill_id", "times")
+    BACKFILL_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMES_FIELD_NUMBER: _ClassVar[int]
+    backfill_id: int
+    times: int
+    def __init__(self, backfill_id: _Optional[int] = ..., times: _Optional[int] = ...) -> None: ...
 
 class DeleteScheduleRequest(_message.Message):
     __slots__ = ("schedule_id",)
@@ -464,7 +500,7 @@ class Step(_message.Message):
     def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked")
+    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -482,6 +518,7 @@ class Task(_message.Message):
     DURABLE_JSON_FIELD_NUMBER: _ClassVar[int]
     PARENT_JSON_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_JSON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     workflow: str
     version: int
@@ -499,19 +536,22 @@ class Task(_message.Message):
     durable_json: str
     parent_json: str
     blocked: str
-    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ...) -> None: ...
+    schedule_json: str
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("state", "workflow", "page_size", "page_token")
+    __slots__ = ("state", "workflow", "page_size", "page_token", "schedule")
     STATE_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     state: TaskState
     workflow: str
     page_size: int
     page_token: str
-    def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., workflow: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    schedule: str
+    def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., workflow: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule: _Optional[str] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
     __slots__ = ("task_id", "workflow", "state", "submitted_ms", "updated_ms", "steps_done", "steps_total", "name")

@@ -124,6 +124,11 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleResponse.FromString,
                 _registered_method=True)
+        self.BackfillSchedule = channel.unary_unary(
+                '/apollo11.v1.Scheduler/BackfillSchedule',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.BackfillScheduleRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.BackfillScheduleResponse.FromString,
+                _registered_method=True)
         self.DeleteSchedule = channel.unary_unary(
                 '/apollo11.v1.Scheduler/DeleteSchedule',
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.DeleteScheduleRequest.SerializeToString,
@@ -280,6 +285,17 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackfillSchedule(self, request, context):
+        """Fire the nominal times in [from_time, to_time] (all past) that have not fired,
+        at most 20 a second, under its own overlap policy (allow-all, or buffer-all):
+        the same range twice fires nothing new. At most 10,000 times (INVALID_ARGUMENT
+        past that: split the range). It runs on after the answer, and on a new primary
+        after a failover; the schedule's `backfills` lists it until it ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DeleteSchedule(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -393,6 +409,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.TriggerSchedule,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleResponse.SerializeToString,
+            ),
+            'BackfillSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackfillSchedule,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.BackfillScheduleRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.BackfillScheduleResponse.SerializeToString,
             ),
             'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSchedule,
@@ -896,6 +917,33 @@ class Scheduler:
             '/apollo11.v1.Scheduler/TriggerSchedule',
             apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.TriggerScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackfillSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/BackfillSchedule',
+            apollo11_dot_v1_dot_scheduler__pb2.BackfillScheduleRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.BackfillScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

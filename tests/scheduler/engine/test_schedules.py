@@ -254,7 +254,8 @@ async def test_a_backfill_fires_each_past_time_once_and_twice_fires_nothing_new(
         s = await rig.engine.schedules.create("hourly", "nightly", spec)
         start = datetime.fromtimestamp(T0, UTC) - timedelta(hours=5)
         end = datetime.fromtimestamp(T0, UTC)
-        bid = await rig.engine.schedules.backfill("hourly", start, end, operator="ana")
+        started = await rig.engine.schedules.backfill("hourly", start, end, operator="ana")
+        assert started.times == 5
         await _until(lambda: not s.backfills, "the backfill ended")
         hours = [o for o in s.occurrences if o.outcome == "fired"]
         # 17:13 to 22:13 UTC: 18:00, 19:00, 20:00, 21:00, 22:00
@@ -268,7 +269,7 @@ async def test_a_backfill_fires_each_past_time_once_and_twice_fires_nothing_new(
         assert {o.reason for o in hours} == {"backfill by ana"}
         assert s.watermark_ms == int(T0 * 1000), "a backfill moves no watermark"
         again = await rig.engine.schedules.backfill("hourly", start, end, operator="ana")
-        assert again != bid
+        assert again.backfill_id != started.backfill_id
         await _until(lambda: not s.backfills, "the second backfill ended")
         submitted = [e for e in rig.store.log.read() if e.event_type is EventType.TASK_SUBMITTED]
         assert len(submitted) == 5, "the same range twice fires nothing new"
