@@ -94,9 +94,9 @@ def test_a_cluster_stopped_past_the_window_fires_its_last_times_and_records_the_
 ) -> None:
     c = cluster
     _fired_count(c, 3)
-    c.stop()  # every node, gracefully: no primary for 20 s
+    c.stop()  # every node, gracefully: no primary for 30 s
     stopped = time.time()
-    time.sleep(20)
+    time.sleep(30)
     c.start()
     c.wait_formed()
     _fired_count(c, 2)
@@ -107,14 +107,14 @@ def test_a_cluster_stopped_past_the_window_fires_its_last_times_and_records_the_
         s = store.state.schedules["short-window"]
         nominal = [o.nominal_ms for o in s.occurrences]
         assert nominal == list(range(nominal[0], nominal[-1] + 1000, 1000)), "a time lost"
-        down = [o for o in s.occurrences if stopped * 1000 < o.nominal_ms < stopped * 1000 + 20_000]
+        down = [o for o in s.occurrences if stopped * 1000 < o.nominal_ms < stopped * 1000 + 30_000]
         outcomes = [o.outcome for o in down]
-        # the times more than 5 s before the new primary decided are missed, then the
-        # last ones fire late: never a fired one before a missed one
-        assert outcomes.count("missed") >= 10, outcomes
+        # the times more than 10 s before the new primary decided are missed (20 at
+        # least), then the last ones fire late: never a fired one before a missed one
+        assert outcomes.count("missed") >= 20, outcomes
         assert outcomes == sorted(outcomes, key=lambda x: x != "missed"), outcomes
         assert all(
-            "past the catch-up window of 5s" in o.reason for o in down if o.outcome == "missed"
+            "past the catch-up window of 10s" in o.reason for o in down if o.outcome == "missed"
         )
     finally:
         asyncio.run(store.close())
