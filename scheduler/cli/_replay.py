@@ -159,6 +159,31 @@ def _show_state(state: State) -> None:
         out.print(f"(the newest 200 of {len(tasks)}; use --json for all)")
     for note in state.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
+    if state.schedules:
+        _show_schedules(state)
+
+
+def _show_schedules(state: State) -> None:
+    """Each schedule as of the event: how far it got (its watermark), its last outcome."""
+    from datetime import timedelta
+
+    from apollo11.scheduler.schedules import EPOCH, iso
+
+    def iso_ms(ms: int) -> str:
+        return iso(EPOCH + timedelta(milliseconds=ms))
+
+    table = Grid("schedule", "workflow", "paused", "watermark (UTC)", "occurrences", "last")
+    for sid, s in sorted(state.schedules.items()):
+        last = s.last()
+        table.add_row(
+            sid,
+            s.workflow,
+            "paused" if s.paused else "",
+            "" if s.watermark_ms is None else iso_ms(s.watermark_ms),
+            str(len(s.occurrences)),
+            "" if last is None else f"{last.outcome} {iso_ms(last.nominal_ms)}",
+        )
+    table.show()
 
 
 def _show_task(t: TaskState, state: State) -> None:

@@ -328,3 +328,26 @@ async def test_buffer_one_waits_for_the_running_one_then_starts_and_skips_the_re
         RELEASE[-1].set()
         await rig.engine.stop()
         await rig.store.close()
+
+
+async def test_replay_until_an_event_shows_each_schedule_as_it_was(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from apollo11.scheduler.cli import app
+
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.schedules.create("every-minute", "nightly", _every_minute(3))
+        await _until(lambda: len(s.occurrences) == 3, "three decided")
+        second = s.occurrences[1].event_id
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+    runner = CliRunner()
+    res = runner.invoke(app, ["replay", "--data-dir", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.stdout.splitlines() if "every-minute" in line)
+    assert "2023-11-14T22:16:20Z" in row and "fired" in row, row  # the third, T0 + 3 min
+    res = runner.invoke(app, ["replay", "--data-dir", str(tmp_path / "d"), "--until", str(second)])
+    row = next(line for line in res.stdout.splitlines() if "every-minute" in line)
+    assert "2023-11-14T22:15:20Z" in row and "2023-11-14T22:16:20Z" not in row, row
