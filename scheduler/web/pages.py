@@ -45,7 +45,7 @@ from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
 from apollo11.scheduler.web.guard import Gate, LoginRequired, PageRefused, may, needed
 from apollo11.scheduler.web.login import add_login
-from apollo11.scheduler.web.schedules import add_schedule_pages
+from apollo11.scheduler.web.schedules import add_schedule_pages, fired_by
 
 if TYPE_CHECKING:
     from apollo11.scheduler.state import Store
@@ -199,6 +199,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             act_role=needed(f"POST {ACT}"),
             t=t,
             blocked="" if at else blocked(node, task_id),
+            fired=fired_by(t.schedule, store().state.schedules),
             svg=svg,
             acts=acts,
             tries=attempts.in_step_order(attempts.attempts(events), list(t.steps)),

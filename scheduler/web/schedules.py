@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from fastapi import FastAPI, Form, HTTPException, Request
@@ -76,6 +76,28 @@ class Listed:
     paused: bool
     next: tuple[When, ...]
     last: Occurrence | None
+
+
+@dataclass(frozen=True, slots=True)
+class FiredBy:
+    """The task page's line for a task a schedule fired: the occurrence it is."""
+
+    schedule_id: str
+    nominal: str  # ISO-8601 UTC
+    local: str  # the nominal time in the schedule's zone; "" for UTC or a deleted one
+    triggered: bool
+    exists: bool  # the schedule is still there (its page can be linked)
+
+
+def fired_by(fired: dict[str, Any] | None, schedules: dict[str, ScheduleState]) -> FiredBy | None:
+    """What the task's `schedule` field says, in the schedule's zone while it exists."""
+    if fired is None:
+        return None
+    sid = str(fired["id"])
+    instant = _instant(int(fired["nominal_ms"]))
+    s = schedules.get(sid)
+    local = when(instant, s.spec).local if s is not None and s.spec.tz != "UTC" else ""
+    return FiredBy(sid, iso(instant), local, bool(fired.get("triggered")), s is not None)
 
 
 def when(instant: datetime, spec: ScheduleSpec) -> When:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -355,3 +356,37 @@ def test_a_page_of_occurrences_is_newest_first_and_links_the_older_one() -> None
     assert pages.recent(s, 99, size=2)[0][0].task_id == "t4", "past the end: the newest"
     assert pages.recent(s, 0, size=2) == ([], None)
     assert rows[0].nominal.utc == "1970-01-01T00:01:00Z"
+
+
+async def test_a_tasks_page_names_the_schedule_occurrence_it_is(
+    make_web: Callable[..., Any],
+) -> None:
+    w = await make_web()
+    e = w.rig.engine
+    await e.schedules.create(
+        "berlin.1m", "report", ScheduleSpec(every="1m", tz="Europe/Berlin", overlap="allow-all")
+    )
+    w.clock.advance(60)
+    s = w.schedule("berlin.1m")
+    await _until(lambda: len(s.occurrences) == 1, "a time fired")
+    fired = s.occurrences[0]
+    triggered = await e.schedules.trigger("berlin.1m", operator="setup")
+    plain = await e.submit("report", None)
+    await sign_in(w.client, w.tokens["rita"])
+
+    def line(page: str) -> str:
+        m = re.search(r'<span id="fired-by">(.*?)</span>', page, re.S)
+        return "" if m is None else m.group(1)
+
+    page = (await w.client.get(f"/tasks/{fired.task_id}")).text
+    nominal = datetime.fromtimestamp(fired.nominal_ms / 1000, UTC)
+    local = nominal.astimezone(ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d %H:%M:%S %Z")
+    assert line(page) == (
+        f'fired by schedule <a href="/schedules/berlin.1m">berlin.1m</a> '
+        f"for {iso(nominal)} ({local})"
+    ), "linked, in UTC and the zone"
+    assert line((await w.client.get(f"/tasks/{triggered}")).text).startswith("triggered on ")
+    assert line((await w.client.get(f"/tasks/{plain.task_id}")).text) == "", "not scheduled"
+    await e.schedules.delete("berlin.1m", operator="setup")
+    gone = line((await w.client.get(f"/tasks/{fired.task_id}")).text)
+    assert gone == f"fired by schedule berlin.1m (deleted) for {iso(nominal)}", gone
