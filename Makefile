@@ -128,10 +128,11 @@ status: setup
 logs:
 	$(COMPOSE) -f $(COMPOSE_FILE) logs --tail 100 -f
 
-# The demo's etl workflow is in apollo11.scheduler.examples, which the nodes load only when
-# asked: the nodes are recreated with it (beside what APOLLO11_WORKFLOWS lists).
+# The demo's etl workflow is in apollo11.scheduler.examples, its nightly schedule in
+# .examples.nightly, which the nodes load only when asked: the nodes are recreated with
+# them (beside what APOLLO11_WORKFLOWS lists).
 failover-demo: setup
-	$(IMAGES) APOLLO11_WORKFLOWS=apollo11.scheduler.examples$${APOLLO11_WORKFLOWS:+,$$APOLLO11_WORKFLOWS} \
+	$(IMAGES) APOLLO11_WORKFLOWS=apollo11.scheduler.examples,apollo11.scheduler.examples.nightly$${APOLLO11_WORKFLOWS:+,$$APOLLO11_WORKFLOWS} \
 		$$COMPOSE -f $(COMPOSE_FILE) up -d --no-build node1 node2 node3 worker
 	$(CREDENTIALS) $(BIN)/python deploy/e2e_check.py --ttl $${APOLLO11_LEASE_TTL:-5}
 

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PROJECT=apollo11e2e
 export APOLLO11_LEASE_TTL=${APOLLO11_LEASE_TTL:-5}
-export APOLLO11_WORKFLOWS=apollo11.scheduler.examples
+export APOLLO11_WORKFLOWS=apollo11.scheduler.examples,apollo11.scheduler.examples.nightly
 SECONDS=0
 
 log() { printf '%s e2e: %s\n' "$(date +%T)" "$*"; }

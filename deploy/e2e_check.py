@@ -204,6 +204,25 @@ def wait_for_workers(address: str, timeout: float = 60) -> list[dict]:  # type: 
         time.sleep(0.3)
 
 
+def check_nightly_schedule() -> None:
+    """The examples' nightly schedule (apollo11.scheduler.examples.nightly), declared in
+    code: reconciled into the log by the first primary, held by the new one after the
+    kill, its next time 03:00 in Berlin."""
+    r = cli("schedule", "describe", "nightly-etl", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert (s["source"], s["spec"]["cron"], s["spec"]["tz"]) == (
+        "code",
+        "0 3 * * *",
+        "Europe/Berlin",
+    ), s
+    r = cli("schedule", "next", "nightly-etl", "--count", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    local = [t["local"] for t in json.loads(r.stdout)["next"]]
+    assert all(t[11:16] == "03:00" for t in local), local
+    say(f"the declared nightly-etl schedule is held across the failover: next {local[0]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ttl", type=float, default=5.0)
@@ -286,6 +305,7 @@ def main() -> int:
         assert time.monotonic() < deadline, f"{old} did not rejoin as a standby: {s3}"
         time.sleep(0.5)
     say(f"{old} rejoined as a standby of {new} and caught up")
+    check_nightly_schedule()
     print(cli("status").stdout, flush=True)
     return 0
 
