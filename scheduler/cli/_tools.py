@@ -220,7 +220,13 @@ def bench_schedules(
         bool,
         typer.Option("--firing", help="Schedules firing on a primary: lateness and CPU."),
     ] = False,
-    quick: Annotated[bool, typer.Option("--quick", help="With --firing: 1,000.")] = False,
+    backfill: Annotated[
+        bool,
+        typer.Option("--backfill", help="A 10,000-time backfill beside ordinary tasks' dispatch."),
+    ] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="With --firing: 1,000; with --backfill: 20 s phases.")
+    ] = False,
     dst_eve: Annotated[
         bool,
         typer.Option("--dst-eve", help="Compute from an hour before Berlin's spring-forward."),
@@ -229,7 +235,13 @@ def bench_schedules(
     workdir: BenchDir = None,
 ) -> None:
     """Schedules: the pure part's next times and decisions for 10,000 schedules; with
-    --firing, 10,000 `* * * * *` schedules on a real store and engine for two minutes."""
+    --firing, 10,000 `* * * * *` schedules on a real store and engine for two minutes;
+    with --backfill, ordinary tasks' dispatch beside a backfill against without it."""
+    if backfill:
+        from apollo11.scheduler.tools.bench import schedules_backfill_bench as bf
+
+        _measure(bf.run, bf.summary_rows, "schedules --backfill", quick, as_json, workdir)
+        return
     if firing:
         from apollo11.scheduler.tools.bench import schedules_fire_bench as fire
 
