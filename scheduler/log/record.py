@@ -74,6 +74,11 @@ class EventType(enum.IntEnum):
     # the TASK_SUBMITTED that carries it).
     SCHEDULE = 13
     OCCURRENCE = 14
+    # Flow control (scheduler/flow/, scheduler/state/occupancy.py): a debounced
+    # submission that replaced a waiting task's input and pushed its start back; an
+    # operator's runtime change of a limit or a fairness weight.
+    DEBOUNCED = 15
+    LIMIT = 16
 
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}

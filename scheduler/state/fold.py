@@ -63,6 +63,7 @@ _T_RUNNING = TaskStatus.RUNNING
 _T_PENDING = TaskStatus.PENDING
 _T_WAITING = TaskStatus.WAITING
 _T_NONDETERMINISTIC = TaskStatus.NONDETERMINISTIC
+_E_STARTED = EventType.STEP_STARTED
 
 
 # ------------------------------------------------------------------- apply
@@ -78,6 +79,8 @@ def apply(state: State, event: Event) -> State:
             f"this log needs a newer Apollo-11"
         ) from None
     handler(state, event)
+    if state.occupancy.active:
+        _flow_sync(state, event)
     state.last_event_id = event.event_id
     if event.term > state.term:
         state.term = event.term
@@ -88,12 +91,15 @@ def apply_all(state: State, events: Iterable[Event]) -> State:
     handlers = _HANDLERS
     term = state.term
     last = state.last_event_id
+    occupancy = state.occupancy
     try:
         for event in events:
             handler = handlers.get(event.event_type)
             if handler is None:
                 apply(state, event)  # raises with the message
             handler(state, event)  # type: ignore[misc]
+            if occupancy.active:
+                _flow_sync(state, event)
             last = event.event_id
             if event.term > term:
                 term = event.term
@@ -101,6 +107,19 @@ def apply_all(state: State, events: Iterable[Event]) -> State:
         state.last_event_id = last
         state.term = term
     return state
+
+
+def _flow_sync(state: State, event: Event) -> None:
+    """After any event of a task under flow control: what it holds now (a log with no
+    flow control never comes here: `Occupancy.active` stays False)."""
+    task = state.tasks.get(event.task_id)
+    if task is None or task.flow is None:
+        return
+    if event.event_type is _E_STARTED:
+        p = event.payload
+        if p and "tat" in p:
+            state.occupancy.started(task, p["tat"])
+    state.occupancy.sync(task)
 
 
 def replay(events: Iterable[Event], state: State | None = None) -> State:
@@ -214,6 +233,10 @@ def _on_submitted(state: State, event: Event) -> None:
     if fired is not None:
         task.schedule = {k: fired[k] for k in ("id", "nominal_ms", "triggered") if k in fired}
         _fired(state, event, fired)
+    flow = p.get("flow")
+    if flow is not None:
+        task.flow = dict(flow)  # DEBOUNCED changes it: never the event's own dict
+        state.occupancy.active = True
 
 
 def _lookup(state: State, event: Event) -> tuple[TaskState, StepState] | None:
@@ -650,6 +673,31 @@ def _fired(state: State, event: Event, fired: Any) -> None:
     known.record(o, advance=not (triggered or fired.get("backfill")))
 
 
+def _on_debounced(state: State, event: Event) -> None:
+    """A submission joined a task's debounce window: its input is the new one, its start
+    is pushed back. Only a task that has not started can take one."""
+    task = state.tasks.get(event.task_id) or state.task(event.task_id)
+    if task is None:
+        _state_anomaly(state, event, f"DEBOUNCED for unknown task {event.task_id!r}")
+        return
+    task.last_event_id = event.event_id
+    task.updated_ms = event.timestamp
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
+    if task.touched or task.flow is None:
+        _flag(task, None, event, "DEBOUNCED for a task that started or has no debounce")
+        return
+    p = event.payload
+    task.input = p.get("input")
+    task.flow = {**task.flow, "not_before_ms": int(p["not_before_ms"])}
+
+
+def _on_limit(state: State, event: Event) -> None:
+    """An operator changed a limit or fairness weights at runtime."""
+    state.occupancy.limit(event.payload)
+    state.occupancy.active = True
+
+
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.TASK_SUBMITTED: _on_submitted,
     EventType.STEP_STARTED: _on_started,
@@ -665,6 +713,8 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.EVENT: _on_event,
     EventType.SCHEDULE: _on_schedule,
     EventType.OCCURRENCE: _on_occurrence,
+    EventType.DEBOUNCED: _on_debounced,
+    EventType.LIMIT: _on_limit,
 }
 
 # Exhaustive dispatch, checked at import: a new event type without a handler

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.state.model import DURATION_HISTORY, TERMINAL, TaskState
+from apollo11.scheduler.state.occupancy import Occupancy
 from apollo11.scheduler.state.schedule import ScheduleState
 from apollo11.scheduler.taskstatus import StepStatus as StepStatus
 from apollo11.scheduler.taskstatus import TaskStatus
@@ -106,6 +107,9 @@ class State:
     waits: dict[str, set[str]] = field(default_factory=dict)
     # Schedules (state/schedule.py), by id: the ones deleted are gone.
     schedules: dict[str, ScheduleState] = field(default_factory=dict)
+    # Flow control (state/occupancy.py): who holds which limit, rates' arrival times,
+    # the operators' runtime limits and weights.
+    occupancy: Occupancy = field(default_factory=Occupancy)
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         """The first event with `key` at or after event id `since`: (event_id, payload)."""
@@ -305,6 +309,7 @@ class State:
             "tasks": {t.task_id: t.to_dict() for t in sorted(self.iter_tasks(), key=_by_id)},
             **self.events_dict(),
             **self.schedules_dict(),
+            **self.occupancy.to_dict(),
         }
 
 
@@ -341,7 +346,8 @@ def _ref_id(ref: tuple[int, Any]) -> int:
 
 def reindex(state: State) -> State:
     """Rebuild what replay derives and snapshots do not carry: which tasks wait on
-    which event key, and the event each such wait has matched."""
+    which event key, and the event each such wait has matched; who holds which
+    flow-control limit."""
     state.waits = {}
     for task in state.tasks.values():
         d = task.durable
@@ -351,6 +357,7 @@ def reindex(state: State) -> State:
         w = d.wait
         if w is not None and task.cancelled is None:
             index_wait(state, task, w)
+    state.occupancy.rebuild(state.tasks.values())
     return state
 
 

@@ -168,6 +168,9 @@ class TaskState:
     # The schedule occurrence it is (state/schedule.py): {"id", "nominal_ms"}, and
     # "triggered" for a fire outside the schedule's times; None: not scheduled.
     schedule: dict[str, Any] | None = None
+    # Flow control (state/occupancy.py): its TASK_SUBMITTED's "flow" (priority, fairness
+    # value, the limits' key values, a debounce window); None: no limit applies.
+    flow: dict[str, Any] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -201,6 +204,7 @@ class TaskState:
             **({"parent": self.parent} if self.parent is not None else {}),
             **({"trace": self.trace} if self.trace is not None else {}),
             **({"schedule": self.schedule} if self.schedule is not None else {}),
+            **({"flow": self.flow} if self.flow is not None else {}),
         }
 
     @classmethod

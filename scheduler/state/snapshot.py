@@ -114,6 +114,7 @@ def _state_meta(state: State) -> dict[str, Any]:
         "anomalies": state.anomalies,
         **state.events_dict(),  # only when there are events: older snapshots stay alike
         **state.schedules_dict(),  # likewise
+        **state.occupancy.to_dict(),  # likewise
     }
 
 
@@ -308,6 +309,7 @@ class Snapshots:
             )
             state.load_events(s.get("events"))
             state.load_schedules(s.get("schedules"))
+            state.occupancy.load(s.get("flow"))
             reindex(state)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e

@@ -47,6 +47,8 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_EVENT: _ClassVar[EventType]
     EVENT_TYPE_SCHEDULE: _ClassVar[EventType]
     EVENT_TYPE_OCCURRENCE: _ClassVar[EventType]
+    EVENT_TYPE_DEBOUNCED: _ClassVar[EventType]
+    EVENT_TYPE_LIMIT: _ClassVar[EventType]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_RUNNING: TaskState
@@ -79,6 +81,8 @@ EVENT_TYPE_WAIT: EventType
 EVENT_TYPE_EVENT: EventType
 EVENT_TYPE_SCHEDULE: EventType
 EVENT_TYPE_OCCURRENCE: EventType
+EVENT_TYPE_DEBOUNCED: EventType
+EVENT_TYPE_LIMIT: EventType
 
 class ScheduleSpec(_message.Message):
     __slots__ = ("cron", "every", "at", "tz", "start", "end", "jitter", "catchup_window", "overlap", "nonexistent", "ambiguous")
