@@ -21,8 +21,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, assert_never
 
@@ -42,6 +41,8 @@ from apollo11.scheduler.engine.decide import (
     decide,
 )
 from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
+from apollo11.scheduler.engine.flow import FlowGate, declared_limits
+from apollo11.scheduler.engine.flowsubmit import CANCELLER, FlowSubmit
 from apollo11.scheduler.engine.intake import (
     DEFAULT_IDEMPOTENCY_TTL_S,
     EventSent,
@@ -49,6 +50,7 @@ from apollo11.scheduler.engine.intake import (
     SubmitItem,
     Submitted,
 )
+from apollo11.scheduler.engine.limits import Limits
 from apollo11.scheduler.engine.schedules import Schedules
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
 from apollo11.scheduler.engine.timers import Timers
@@ -59,9 +61,10 @@ from apollo11.scheduler.errors import (
     NotLeaderError,
     OutcomeUnknownError,
 )
+from apollo11.scheduler.flow import DEFAULT_PRIORITY, Admit, Concurrency, FairQueue, Hold, Rate
 from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.state import Store, TaskState, TaskStatus
+from apollo11.scheduler.state import State, Store, TaskState, TaskStatus
 from apollo11.scheduler.workflow import Registry, Step, Workflow
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,7 @@ _STARTED = EventType.STEP_STARTED
 # a running step's own events: its runner's end decides the task (Engine._on_events)
 _OWN = frozenset({_STARTED, EventType.STEP_SUCCEEDED, EventType.STEP_FAILED})
 _EVENT = EventType.EVENT
+_LIMIT = EventType.LIMIT
 # what may finish a task, or close a parent: its spawned relatives are decided again
 _CLOSING = frozenset(
     {
@@ -134,12 +138,13 @@ class Engine:
         self._busy: dict[str, dict[str, asyncio.Task[None]]] = {}
         self._timers = Timers(self.clock, self._woken_up)  # wake-ups: one heap, one sleeper
         self._slots_used = 0
-        self._queued: deque[str] = deque()
+        # waiting for a slot, in priority order (docs/flow-control.md: priority with
+        # aging, fairness values in weighted turns, first in first out)
+        self._queued: FairQueue[str] = FairQueue()
         self._ready: list[str] = []  # left the queue for a freed slot; decided first
-        self._queued_set: set[str] = set()
         # the executor had no place for these: (workflow, version, labels) -> tasks,
         # oldest first
-        self._unplaced: dict[Group, tuple[deque[str], set[str]]] = {}
+        self._unplaced: dict[Group, FairQueue[str]] = {}
         # how many of each group were sent to _ready for slots freed since the last
         # pass: the next freed slot wakes one more, not as many as are free
         self._woken: dict[Group, int] = {}
@@ -177,6 +182,11 @@ class Engine:
         self._intake = Intake(self)
         # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...
         self.schedules = Schedules(self)
+        # flow control: which starts may happen now, the order of those that wait
+        ports = _FlowPorts(self)
+        self.flow = FlowGate(ports)
+        self.flow_submit = FlowSubmit(ports)
+        self.limits = Limits(ports)  # `apollo11 limits show|set`
         store.add_observer(self._on_events)
         self.executor.watch_capacity(self.capacity_changed)
 
@@ -222,8 +232,7 @@ class Engine:
         self._busy.clear()
         self._closing.clear()
         self._slots_used = 0
-        self._queued.clear()
-        self._queued_set.clear()
+        self._queued = FairQueue()
         self._unplaced.clear()
         self._woken.clear()
         self._ready.clear()
@@ -261,6 +270,8 @@ class Engine:
         busy = self._busy
         for e in events:
             if not e.task_id:
+                if e.event_type is _LIMIT and "weights" in e.payload:
+                    self._weights_changed()
                 if e.event_type is _EVENT:
                     # durable tasks waiting on its key may resolve their wait now
                     waiting = self.store.state.waits.get(str(e.payload.get("key")))
@@ -285,6 +296,8 @@ class Engine:
         if self._waiters:
             for task_id in {e.task_id for e in events} & self._waiters.keys():
                 self._check_waiters(task_id)
+        if self.store.state.occupancy.active:
+            self.flow.on_events(events)
         self._wake.set()
 
     def _relatives(self, task_id: str) -> None:
@@ -336,6 +349,10 @@ class Engine:
                 # node steps down within moments and stops this engine.
                 continue
             t0 = time.perf_counter()
+            flow = self.store.state.occupancy.active
+            if flow:
+                free = min(self.concurrency - self._slots_used, self.executor.free_slots())
+                self.flow.release(self.clock.now(), free)  # into _ready: decided first
             dirty, self._dirty = self._dirty, set()
             # Tasks that waited for a slot go first, oldest first: they get the slots
             # just freed. Otherwise a task made dirty by its own events could take the
@@ -349,6 +366,8 @@ class Engine:
                     self._decide(task_id)
                 except Exception:  # a bug in acting on one task must not stop the others
                     log.exception("scheduling task %s failed", task_id)
+            if flow:
+                self.flow.pass_ended()
             spent = time.perf_counter() - t0
             self.decisions += len(ready) + len(dirty)
             del ready, dirty  # not held while the loop waits (a restart's pass names every task)
@@ -391,6 +410,8 @@ class Engine:
         if task.quiescent:
             self._shell.pop(task_id, None)
             self.problems.pop(task_id, None)
+            if task.flow is not None:
+                self.flow.forget(task_id)
             return
         wf = self._resolve(task)
         now = self.clock.now()
@@ -407,7 +428,7 @@ class Engine:
             match a:
                 case StartAttempt():
                     assert isinstance(wf, Workflow)
-                    if not self._start_step(task, wf.steps[a.step], a.attempt):
+                    if not self._start_step(task, wf, wf.steps[a.step], a.attempt):
                         stuck = True  # waits for a worker: the problem says why
                 case Adopt():
                     assert isinstance(wf, Workflow)
@@ -498,22 +519,30 @@ class Engine:
                 del now_running[step]
                 if not now_running:
                     del self._busy[task_id]
+                self.flow.ended(task_id, step)
             self._dirty.add(task_id)
             self._wake.set()
             self._check_waiters(task_id)
 
         task.add_done_callback(done)
 
-    def _start_step(self, task: TaskState, spec: Step, attempt: int) -> bool:
-        """Start an attempt, or queue the task for a slot. False: the executor has no
-        place for it (the task's problem says why)."""
+    def _start_step(self, task: TaskState, wf: Workflow, spec: Step, attempt: int) -> bool:
+        """Start an attempt, or queue the task for a slot, or hold it under flow control.
+        False: the executor has no place for it (the task's problem says why)."""
         if self._draining:
             return True
         task_id = task.task_id
         where = None
         placed = True
         unplaced = False
+        admitted: Admit | None = None
         if self._slots_used < self.concurrency:
+            if task.flow is not None:
+                decision = self.flow.check(task, wf, spec, self.clock.now())
+                if isinstance(decision, Hold):
+                    self.flow.hold(task, decision, self.clock.now())  # released in turn
+                    return True
+                admitted = decision
             if self.executor.free_slots():
                 # (every slot taken, the everyday case under a backlog: nothing to try)
                 where = self.executor.place(
@@ -532,13 +561,11 @@ class Engine:
                 group = (task.workflow, task.version, tuple(sorted(spec.labels.items())))
                 waiting = self._unplaced.get(group)
                 if waiting is None:
-                    waiting = self._unplaced[group] = (deque(), set())
-                if task_id not in waiting[1]:
-                    waiting[0].append(task_id)
-                    waiting[1].add(task_id)
-            elif task_id not in self._queued_set:
-                self._queued.append(task_id)
-                self._queued_set.add(task_id)
+                    waiting = self._unplaced[group] = self._fair_queue()
+                if task_id not in waiting:
+                    self._enqueue(waiting, task)
+            elif task_id not in self._queued:
+                self._enqueue(self._queued, task)
             return placed
         self._slots_used += 1
         gate = self._start_gate
@@ -549,7 +576,11 @@ class Engine:
             asyncio.get_running_loop().call_soon(self._flush_starts)
         # The STARTED names the worker: a primary that takes over adopts the attempt
         # instead of failing it as lost.
-        payload = {"worker": where} if where else None
+        payload: dict[str, Any] | None = {"worker": where} if where else None
+        if admitted is not None:
+            if admitted.tats:  # the rates' new arrival times: the decision is the record
+                payload = {**(payload or {}), "tat": dict(admitted.tats)}
+            self.flow.began(task, spec, admitted)
         self._starting.append(Draft(EventType.STEP_STARTED, task_id, spec.name, payload, attempt))
         key = (task_id, spec.name)
         self._spawn(
@@ -612,33 +643,62 @@ class Engine:
         tasks already woken for the earlier ones count, or each call would wake as
         many as are free, and all but one per slot would find none and queue again
         (1 + 2 + ... + n decisions for n slots; docs/benchmarks.md)."""
+        now_ms = int(self.clock.now() * 1000)
         for group in list(self._unplaced):
-            order, members = self._unplaced[group]
+            order = self._unplaced[group]
             woken = self._woken.get(group, 0)
             labels = dict(group[2]) if group[2] else _NO_LABELS
             n = self.executor.free_for(group[0], group[1], labels) - woken
             if n <= 0:
                 continue
             moved = 0
-            while order and moved < n:
-                task_id = order.popleft()
-                members.discard(task_id)
+            while moved < n:
+                task_id = order.pop(now_ms)
+                if task_id is None:
+                    break
                 self._ready.append(task_id)
                 moved += 1
             self._woken[group] = woken + moved
-            if not order:
+            if not len(order):
                 del self._unplaced[group]
         self._wake.set()
 
     def _refill_ready(self) -> None:
         """Move waiting tasks, oldest first, to be decided first: one per free slot."""
-        if not self._queued:  # the everyday case with workers: they wait in `_unplaced`
+        if not len(self._queued):  # the everyday case with workers: they wait in `_unplaced`
             return
         free = min(self.concurrency - self._slots_used, self.executor.free_slots())
-        while self._queued and len(self._ready) < free:
-            task_id = self._queued.popleft()
-            self._queued_set.discard(task_id)
+        now_ms = int(self.clock.now() * 1000)
+        while len(self._ready) < free:
+            task_id = self._queued.pop(now_ms)
+            if task_id is None:
+                break
             self._ready.append(task_id)
+
+    def _weights_changed(self) -> None:
+        weights = self.store.state.occupancy.weights
+        self._queued.set_weights(weights)
+        for q in self._unplaced.values():
+            q.set_weights(weights)
+
+    def _fair_queue(self) -> FairQueue[str]:
+        q: FairQueue[str] = FairQueue()
+        if self.store.state.occupancy.weights:
+            q.set_weights(self.store.state.occupancy.weights)
+        return q
+
+    def _enqueue(self, queue: FairQueue[str], task: TaskState) -> None:
+        """Wait for a slot, ranked by the task's priority and fairness value."""
+        f = task.flow
+        if f is None:
+            queue.push(task.task_id, at_ms=int(self.clock.now() * 1000))
+        else:
+            queue.push(
+                task.task_id,
+                priority=int(f.get("priority", DEFAULT_PRIORITY)),
+                fair=str(f.get("fair", "")),
+                at_ms=int(self.clock.now() * 1000),
+            )
 
     async def _committed(self, event_id: int) -> bool:
         """Wait for a commit; False when leadership is lost on the way."""
@@ -679,11 +739,18 @@ class Engine:
         idempotency_key: str | None = None,
         version: int | None = None,
         trace: dict[str, str] | None = None,
+        priority: int | None = None,
     ) -> Submitted:
         """Submit a task; the same idempotency key (within its TTL) returns the same task.
-        `trace`: its trace context (tracing.task_trace)."""
+        `trace`: its trace context (tracing.task_trace); `priority`: 1 (first) to 5,
+        default 3 (docs/flow-control.md)."""
         return await self._intake.submit(
-            workflow, input, idempotency_key=idempotency_key, version=version, trace=trace
+            workflow,
+            input,
+            idempotency_key=idempotency_key,
+            version=version,
+            trace=trace,
+            priority=priority,
         )
 
     async def submit_many(self, items: Sequence[SubmitItem]) -> list[Submitted]:
@@ -795,3 +862,66 @@ class _StartGate:
     def cancel(self) -> None:
         for fut in self._waiters:
             fut.cancel()
+
+
+class _FlowPorts:
+    """What flow control needs of the engine: the gate (engine/flow.py), submissions
+    (engine/flowsubmit.py) and runtime limits (engine/limits.py), each a `Host`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def store(self) -> Store:
+        return self._engine.store
+
+    @property
+    def registry(self) -> Registry:
+        return self._engine.registry
+
+    @property
+    def state(self) -> State:
+        return self._engine.store.state
+
+    def now_ms(self) -> int:
+        return int(self._engine.clock.now() * 1000)
+
+    def runs(self, task_id: str) -> bool:
+        return task_id in self._engine._busy
+
+    def release(self, task_ids: Iterable[str]) -> None:
+        self._engine._ready.extend(task_ids)
+
+    def wake_at(self, task_id: str, at_s: float) -> None:
+        self._engine._timers.arm((task_id, _FLOW_TIMER), at_s)
+
+    def max_of(self, workflow: Workflow, limit_id: str) -> int:
+        return self._engine.flow.max_for(workflow, limit_id)
+
+    def holds_back(self, task_id: str, on: bool) -> None:
+        self._engine.flow.freeze(task_id, on)
+
+    async def cancel(self, task_id: str, reason: str) -> None:
+        await self._engine.cancel_task(task_id, operator=CANCELLER, reason=reason)
+
+    def declared(self) -> Mapping[str, Concurrency | Rate]:
+        out: dict[str, Concurrency | Rate] = {}
+        for wf in self._engine.registry.all():
+            out.update(declared_limits(wf))
+        return out
+
+    def running(self, limit_id: str, value: str) -> int:
+        return self._engine.flow.count((limit_id, value))
+
+    def queued(self) -> Mapping[tuple[str, str], int]:
+        gate = self._engine.flow
+        return {k: gate.queued(k) for k in gate.waiting_keys()}
+
+    def check_leading(self) -> None:
+        self._engine.check_leading()
+
+    async def wait_commit(self, event_id: int) -> None:
+        await self._engine.wait_commit(event_id)
+
+
+_FLOW_TIMER = "\x00flow"  # a timer key's step part that no step can be named

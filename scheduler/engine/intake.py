@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from apollo11.scheduler import defaults, metrics
 from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.flowsubmit import FlowSubmit
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -56,6 +57,7 @@ class SubmitItem(NamedTuple):
     idempotency_key: str | None = None
     version: int | None = None
     trace: dict[str, str] | None = None  # its trace context (tracing.py)
+    priority: int | None = None  # 1 (first) to 5; None: 3
 
 
 class Primary(Protocol):
@@ -87,6 +89,10 @@ class Primary(Protocol):
     def is_busy(self, task_id: str, step: str) -> bool:
         """Does the engine run something of this step (an attempt, a compensation)?"""
 
+    @property
+    def flow_submit(self) -> FlowSubmit:
+        """Flow control at submit (engine/flowsubmit.py)."""
+
 
 class Intake:
     """Where requests enter one engine, and the idempotency keys being written now."""
@@ -108,10 +114,12 @@ class Intake:
         idempotency_key: str | None = None,
         version: int | None = None,
         trace: dict[str, str] | None = None,
+        priority: int | None = None,
     ) -> Submitted:
         p = self._p
         p.check_leading()
         wf = self.workflow(workflow, input, version)
+        flow = p.flow_submit.record(wf, input, priority)
         if idempotency_key is not None:
             check_key(idempotency_key)
             existing = self._existing(idempotency_key, workflow, input)
@@ -122,14 +130,20 @@ class Intake:
                 self._same_as_pending(idempotency_key, workflow, input)
                 return Submitted((await asyncio.shield(pending)).task_id, False)
         task_id = new_task_id()
-        payload = submission(wf, input, idempotency_key, trace)
+        if flow is not None:
+            joined = await p.flow_submit.join(wf, flow, input)
+            if joined is not None:  # debounced: that task takes this input
+                return Submitted(joined.task_id, False, joined.event_id)
+            await p.flow_submit.make_room(wf, flow, task_id)
+        payload = submission(wf, input, idempotency_key, trace, flow)
         if idempotency_key is not None:
             fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
             self._inflight[idempotency_key] = fut
             self._inflight_what[idempotency_key] = (workflow, input)
         started = time.perf_counter()
         try:
-            event = await p.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
+            with p.flow_submit.writing(task_id, flow):
+                event = await p.store.log.append(EventType.TASK_SUBMITTED, task_id, payload=payload)
         except BaseException as e:
             if idempotency_key is not None:
                 self._inflight_what.pop(idempotency_key, None)
@@ -147,14 +161,30 @@ class Intake:
         p = self._p
         p.check_leading()
         plans: list[tuple[Workflow, SubmitItem]] = []
+        flows: list[dict[str, Any] | None] = []
         for i, item in enumerate(items):
             try:
                 wf = self.workflow(item.workflow, item.input, item.version)
                 if item.idempotency_key is not None:
                     check_key(item.idempotency_key)
+                flows.append(p.flow_submit.record(wf, item.input, item.priority))
             except (NotFoundError, InvalidArgumentError, WorkflowDefinitionError) as e:
                 raise type(e)(f"tasks[{i}]: {e}") from None
             plans.append((wf, item))
+        if any(p.flow_submit.one_by_one(wf) for wf, _ in plans):
+            # A debounce or an on_full other than "queue" decides each submission
+            # against the ones before it: one at a time, in order.
+            return [
+                await self.submit(
+                    it.workflow,
+                    it.input,
+                    idempotency_key=it.idempotency_key,
+                    version=it.version,
+                    trace=it.trace,
+                    priority=it.priority,
+                )
+                for _, it in plans
+            ]
         # A key reused for another submission refuses the whole batch, before anything
         # is written or awaited.
         first: dict[str, tuple[int, SubmitItem]] = {}
@@ -197,7 +227,7 @@ class Intake:
                 mine[key] = i
                 self._inflight[key] = loop.create_future()
                 self._inflight_what[key] = (item.workflow, item.input)
-            payload = submission(wf, item.input, key, item.trace)
+            payload = submission(wf, item.input, key, item.trace, flows[i])
             drafts.append(Draft(EventType.TASK_SUBMITTED, new_task_id(), payload=payload))
             owners.append(i)
         started = time.perf_counter()
@@ -409,9 +439,14 @@ class Intake:
 
 
 def submission(
-    wf: Workflow, input: Any, key: str | None, trace: dict[str, str] | None = None
+    wf: Workflow,
+    input: Any,
+    key: str | None,
+    trace: dict[str, str] | None = None,
+    flow: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The payload of a TASK_SUBMITTED event (`trace`: its trace context, tracing.py)."""
+    """The payload of a TASK_SUBMITTED event (`trace`: its trace context, tracing.py;
+    `flow`: its flow control, engine/flowsubmit.py)."""
     payload: dict[str, Any] = {
         "workflow": wf.name,
         "version": wf.version,
@@ -422,6 +457,8 @@ def submission(
         payload["idempotency_key"] = key
     if trace is not None:
         payload["trace"] = trace
+    if flow is not None:
+        payload["flow"] = flow
     return payload
 
 

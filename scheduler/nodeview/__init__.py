@@ -35,6 +35,7 @@ from apollo11.scheduler.nodeview.listing import (
     events_page,
     task_as_of,
     task_now,
+    waiting,
 )
 from apollo11.scheduler.nodeview.ports import NodeView
 from apollo11.scheduler.nodeview.status import (
@@ -72,4 +73,5 @@ __all__ = [
     "required",
     "task_as_of",
     "task_now",
+    "waiting",
 ]

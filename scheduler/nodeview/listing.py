@@ -46,6 +46,16 @@ def blocked(node: NodeView, task_id: str) -> str:
     return engine.problems.get(task_id, "")
 
 
+def waiting(node: NodeView, task_id: str) -> str:
+    """Why the primary holds the task back under flow control
+    (`queued: host=db1 is full (2/2), 14 ahead`); "" when it does not, or this node is
+    not the primary."""
+    engine = node.engine
+    if engine is None or not engine.leading:
+        return ""
+    return engine.flow.why(task_id, engine.clock.now())
+
+
 async def task_as_of(node: NodeView, task_id: str, at: int) -> TaskState:
     """The task as it was once event `at` was applied: BeyondTheLog past the last
     durable event, NotFoundError if it did not exist yet."""

@@ -11,7 +11,8 @@ holds:
   (between two steps it keeps its slot; a durable task that WAITs holds none; a
   finished one frees it);
 * a task is a *member* of its workflow's limits until it is quiescent (what
-  `reject_new` and `cancel_running` count).
+  `reject_new` and `cancel_running` count);
+* a debounced task takes its key's submissions until it starts.
 
 Nothing here is a counter: `sync` recomputes one task's entries from its state after
 every event of it, so a replay, a snapshot's `rebuild` and a new primary reach the same
@@ -42,10 +43,12 @@ class Occupancy:
     # workflow-level limit id -> key value -> unfinished tasks
     members: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     # rate id -> key value -> the theoretical arrival time (ms, the log's clock)
-    tats: dict[str, dict[str, int]] = field(default_factory=dict)
+    tats: dict[str, dict[str, float]] = field(default_factory=dict)
     # limit id -> the operator's override (a LIMIT's payload without who and why)
     limits: dict[str, dict[str, Any]] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)  # fairness value -> weight
+    # (workflow, debounce value) -> the task not started yet that takes its submissions
+    debouncing: dict[tuple[str, str], str] = field(default_factory=dict)
     # any task under flow control seen: until then the fold skips `sync` altogether
     active: bool = False
 
@@ -67,14 +70,21 @@ class Occupancy:
             holding = task.busy > 0 or task.status is _RUNNING
             _put(self.holders, hold, (tid, ""), holding)
             _put(self.members, hold, tid, not task.quiescent)
+        value = f.get("debounce")
+        if value is not None:
+            key = (task.workflow, value)
+            if not task.touched and not task.quiescent:
+                self.debouncing[key] = tid
+            elif self.debouncing.get(key) == tid:
+                del self.debouncing[key]
 
-    def started(self, task: TaskState, tats: Mapping[str, int]) -> None:
+    def started(self, task: TaskState, tats: Mapping[str, float]) -> None:
         """A STARTED that the primary admitted under rates: their new arrival times."""
         values = (task.flow or {}).get("rate") or {}
         for rid, tat in tats.items():
             value = values.get(rid)
             if value is not None:
-                self.tats.setdefault(rid, {})[value] = int(tat)
+                self.tats.setdefault(rid, {})[value] = float(tat)
 
     def limit(self, payload: Mapping[str, Any]) -> None:
         """An operator's LIMIT: a limit changed or reset, or fairness weights."""
@@ -106,7 +116,7 @@ class Occupancy:
         """The unfinished tasks of one key value (read only)."""
         return self.members.get(limit_id, {}).get(value) or _NO_TASKS
 
-    def tat(self, rate_id: str, value: str) -> int | None:
+    def tat(self, rate_id: str, value: str) -> float | None:
         return self.tats.get(rate_id, {}).get(value)
 
     # ------------------------------------------------------------- snapshots
@@ -114,7 +124,7 @@ class Occupancy:
     def rebuild(self, tasks: Iterable[TaskState]) -> None:
         """Holders and members again from the tasks in memory (after a snapshot's load:
         only quiescent tasks are archived, and those hold nothing)."""
-        self.holders, self.members = {}, {}
+        self.holders, self.members, self.debouncing = {}, {}, {}
         for t in tasks:
             if t.flow is not None:
                 self.active = True
@@ -135,7 +145,7 @@ class Occupancy:
         """Restore what `to_dict` wrote (its "flow" entry)."""
         if not d:
             return
-        self.tats = {r: {k: int(t) for k, t in v.items()} for r, v in d.get("tats", {}).items()}
+        self.tats = {r: {k: float(t) for k, t in v.items()} for r, v in d.get("tats", {}).items()}
         self.limits = {k: dict(v) for k, v in d.get("limits", {}).items()}
         self.weights = {k: float(w) for k, w in d.get("weights", {}).items()}
         self.active = self.active or bool(self.tats or self.limits)
