@@ -53,7 +53,7 @@ from apollo11.scheduler.childguard import guarded
 from apollo11.scheduler.errors import NotFoundError, WorkflowDefinitionError
 from apollo11.scheduler.flow import Concurrency as Concurrency
 from apollo11.scheduler.flow import Debounce as Debounce
-from apollo11.scheduler.flow import FlowSpec, GlobalLimits, Key, declare
+from apollo11.scheduler.flow import FlowSpec, Key, RegisteredLimits, declare
 from apollo11.scheduler.flow import Rate as Rate
 from apollo11.scheduler.schedules import Schedule
 
@@ -620,8 +620,8 @@ class Registry:
         self._latest: dict[str, Workflow] = {}
         # Schedules declared beside the workflows (schedules/declared.py), by id.
         self.schedules: dict[str, Schedule] = {}
-        # Global limits (scheduler/flow/): one name, one max, whoever declares it.
-        self._global_limits = GlobalLimits()
+        # Flow-control limits by id (scheduler/flow/): a global name has one max.
+        self._limits = RegisteredLimits()
 
     def register(self, wf: Workflow) -> Workflow:
         wf.validate()
@@ -631,10 +631,10 @@ class Registry:
             raise WorkflowDefinitionError(
                 f"{where} is registered twice; bump the version when its steps change"
             )
-        clashes = self._global_limits.conflicts(where, wf.flow)
+        clashes = self._limits.conflicts(where, wf.flow)
         if clashes:
             raise WorkflowDefinitionError(f"{where}: " + "; ".join(clashes))
-        self._global_limits.add(where, wf.flow)
+        self._limits.add(where, wf.flow)
         self._by_key[key] = wf
         if wf.name not in self._latest or self._latest[wf.name].version < wf.version:
             self._latest[wf.name] = wf

@@ -3,7 +3,7 @@ its tasks start, and the rules that decide it (issue 31).
 
 limits.py    Concurrency, Rate, Debounce (checked as declared); limit ids
 spec.py      FlowSpec: a workflow's declarations checked where they stand, each limit
-             with its id, and the "flow" a submission records; GlobalLimits
+             with its id, and the "flow" a submission records; RegisteredLimits
 keys.py      key_value: a key's value in an input, or FlowKeyError saying why not
 gcra.py      gcra: a rate's decision on one start (the TAT)
 admit.py     admit: whether a start may happen now, or the operator's sentence why not
@@ -40,7 +40,7 @@ from apollo11.scheduler.flow.limits import (
     limit_id,
     limit_name,
 )
-from apollo11.scheduler.flow.spec import FlowSpec, GlobalLimits, Limit, declare
+from apollo11.scheduler.flow.spec import FlowSpec, Limit, RegisteredLimits, declare
 
 __all__ = [
     "AGING_MS",
@@ -52,7 +52,6 @@ __all__ = [
     "Debounce",
     "FairQueue",
     "FlowSpec",
-    "GlobalLimits",
     "Hold",
     "Key",
     "Limit",
@@ -61,6 +60,7 @@ __all__ = [
     "Pace",
     "Rate",
     "RateNeed",
+    "RegisteredLimits",
     "Scope",
     "SlotNeed",
     "admit",

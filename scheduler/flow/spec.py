@@ -4,10 +4,11 @@ each limit with its id, and the `"flow"` a submission of it records.
 `declare` is what `Workflow.validate` calls: it turns what the user wrote (one
 declaration or a list, on the workflow and on its steps) into a FlowSpec and lists
 what is wrong, each problem naming the step and the field (the caller names the
-workflow). `GlobalLimits` is the registry's side: one global name, one kind, one max.
+workflow). `RegisteredLimits` is the registry's side: one global name, one kind, one
+max; any other id, one workflow.
 
 `FlowSpec.record` is the submit's side: the key values of the input, the priority and
-the debounce window, as TASK_SUBMITTED's `"flow"` (docs: flow-design, "What is
+the debounce window, as TASK_SUBMITTED's `"flow"` (issue 31's design, "What is
 recorded"). Everything the engine later counts or orders by is in that record, so the
 fold and the engine never call a user's key function again: the values are facts.
 """
@@ -241,30 +242,39 @@ def _clashes(limits: Sequence[Limit]) -> list[str]:
     return problems
 
 
-class GlobalLimits:
-    """The global limits of one registry: each name declared alike by every workflow
-    that declares it (one kind, one max or rate), since the engine keeps one limit."""
+class RegisteredLimits:
+    """The limits of one registry, by id. A global name is declared alike by every
+    workflow that declares it (one kind, one max or rate), since the engine keeps one
+    limit; any other id belongs to one workflow (its versions share it), which the
+    dots could otherwise break: step "c" of workflow "a.b" and step "b.c" of workflow
+    "a" both spell "a.b.c/name"."""
 
     def __init__(self) -> None:
         self._first: dict[str, tuple[str, Limit]] = {}
 
     def conflicts(self, where: str, spec: FlowSpec) -> list[str]:
-        """What in `spec` (of the workflow `where` names) disagrees with the globals
+        """What in `spec` (of the workflow `where` names) disagrees with the limits
         registered before it."""
         problems = []
         for limit in spec.limits:
-            if limit.decl.scope != "global" or limit.id not in self._first:
+            if limit.id not in self._first:
                 continue
             there, seen = self._first[limit.id]
-            if there != where and _sameness(limit.decl) != _sameness(seen.decl):
+            if limit.decl.scope == "global" and seen.decl.scope == "global":
+                if there != where and _sameness(limit.decl) != _sameness(seen.decl):
+                    problems.append(
+                        f"global limit {limit.id!r} is declared as {_says(limit.decl)} "
+                        f"({_where(limit)}) but as {_says(seen.decl)} in {there} "
+                        f"({_where(seen)}): a global limit is one limit, declare it alike "
+                        f"everywhere"
+                    )
+            elif seen.workflow != limit.workflow or seen.step != limit.step:
                 problems.append(
-                    f"global limit {limit.id!r} is declared as {_says(limit.decl)} "
-                    f"({_where(limit)}) but as {_says(seen.decl)} in {there} ({_where(seen)}): "
-                    f"a global limit is one limit, declare it alike everywhere"
+                    f"limit id {limit.id!r} ({_where(limit)}) is already the id of a limit "
+                    f"of {there} ({_where(seen)}): give it another name="
                 )
         return problems
 
     def add(self, where: str, spec: FlowSpec) -> None:
         for limit in spec.limits:
-            if limit.decl.scope == "global":
-                self._first.setdefault(limit.id, (where, limit))
+            self._first.setdefault(limit.id, (where, limit))

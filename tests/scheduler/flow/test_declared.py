@@ -296,3 +296,20 @@ def test_a_durable_workflow_declares_flow_control_too() -> None:
         "fair": "ops",
         "hold": {"approvals/team": "ops"},
     }
+
+
+def test_two_workflows_cannot_spell_one_limit_id_with_dots() -> None:
+    registry = Registry()
+    first = Workflow("a.b")
+    first.step(name="c", idempotency=Idempotent(), concurrency=Concurrency(key="x", max=1))(noop)
+    registry.register(first)
+    second = Workflow("a")
+    second.step(name="b.c", idempotency=Idempotent(), concurrency=Concurrency(key="x", max=1))(noop)
+    assert refused(second, registry) == (
+        "workflow 'a' v1: limit id 'a.b.c/x' (step 'b.c') is already the id of a limit of "
+        "workflow 'a.b' v1 (step 'c'): give it another name="
+    )
+    # a workflow's versions share their limits
+    again = Workflow("a.b", version=2)
+    again.step(name="c", idempotency=Idempotent(), concurrency=Concurrency(key="x", max=3))(noop)
+    registry.register(again)
