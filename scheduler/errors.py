@@ -99,6 +99,12 @@ class InvalidArgumentError(ApolloError, ValueError):
     """A request field is missing or malformed; the message names it (INVALID_ARGUMENT)."""
 
 
+class FlowKeyError(InvalidArgumentError):
+    """A submission's input gives no usable value for the key of a flow-control
+    declaration (a limit, a rate, a debounce, the fairness): the message names the
+    path, the limit and what was wrong (INVALID_ARGUMENT)."""
+
+
 class AlreadyExistsError(ApolloError):
     """The name is taken by something else: an idempotency key reused for another
     submission (gRPC ALREADY_EXISTS; Stripe answers 422, Temporal raises

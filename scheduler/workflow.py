@@ -21,6 +21,18 @@ whether that is harmless:
     @etl.step(after=["collect"], idempotency=NotIdempotent(compensate=refund))
     def charge(ctx: StepContext) -> dict: ...   # sync steps run in a thread
 
+Flow control (scheduler/flow/) is declared here too: how many of a workflow's tasks
+(or of a step's attempts) run at once per key value, how fast its tasks start, how
+submissions fold into one, and which key's values take turns:
+
+    runbook = Workflow("runbook", version=1,
+                       concurrency=Concurrency(key="host", max=2),
+                       rate=Rate(key="tenant", limit=10, per="1s", burst=20),
+                       fairness="tenant")
+
+    @runbook.step(idempotency=Idempotent(), concurrency=Concurrency(key="warehouse", max=4))
+    def load(ctx: StepContext) -> None: ...
+
 Registration validates everything and names the workflow and step at fault.
 """
 
@@ -39,6 +51,10 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 from apollo11.scheduler import typed
 from apollo11.scheduler.childguard import guarded
 from apollo11.scheduler.errors import NotFoundError, WorkflowDefinitionError
+from apollo11.scheduler.flow import Concurrency as Concurrency
+from apollo11.scheduler.flow import Debounce as Debounce
+from apollo11.scheduler.flow import FlowSpec, Key, RegisteredLimits, declare
+from apollo11.scheduler.flow import Rate as Rate
 from apollo11.scheduler.schedules import Schedule
 
 
@@ -269,6 +285,8 @@ class Step:
     # Its compensation when it is not its idempotency's (a durable main's: it undoes
     # the NotIdempotent ctx.steps that succeeded, last first).
     compensation: StepFn | None = None
+    # At most `max` of its attempts run at once per key value (scheduler/flow/).
+    concurrency: tuple[Concurrency, ...] = ()
 
     @property
     def compensate(self) -> StepFn | None:
@@ -333,6 +351,12 @@ class Workflow:
     # step's, checked before it can succeed and recorded as the model's JSON. None:
     # any JSON.
     result: Any = None
+    # Flow control (scheduler/flow/): one declaration or a list; checked at registration.
+    concurrency: Concurrency | Sequence[Concurrency] | None = None
+    rate: Rate | Sequence[Rate] | None = None
+    debounce: Debounce | None = None
+    # The key whose values take turns for slots (a tenant): a path or a function.
+    fairness: Key | None = None
 
     def step(
         self,
@@ -344,8 +368,16 @@ class Workflow:
         timeout: float | Literal["auto"] = AUTO,
         compensation_retry: Retry | None = None,
         labels: Mapping[str, str] | None = None,
+        concurrency: Concurrency | Sequence[Concurrency] | None = None,
     ) -> Callable[[F], F]:
         """Decorator adding a step. Validation happens at registration."""
+        # one or a list, kept as given: what is not a Concurrency is refused at
+        # registration, naming the step (a decorator's error would name no workflow)
+        limits: tuple[Any, ...] = ()
+        if isinstance(concurrency, list | tuple):
+            limits = tuple(concurrency)
+        elif concurrency is not None:
+            limits = (concurrency,)
 
         def add(f: F) -> F:
             self.add_step(
@@ -359,6 +391,7 @@ class Workflow:
                     compensation_retry=compensation_retry
                     or Retry(attempts=1_000_000, max_backoff_s=300),
                     labels=dict(labels or {}),
+                    concurrency=limits,
                 )
             )
             return f
@@ -435,6 +468,21 @@ class Workflow:
         return frozenset(s.name for s in self.steps.values() if s.needs_compensation)
 
     @functools.cached_property
+    def flow(self) -> FlowSpec:
+        """Its flow control, each limit with its id (the one registration checked)."""
+        return self._declare_flow()[0]
+
+    def _declare_flow(self) -> tuple[FlowSpec, list[str]]:
+        return declare(
+            self.name,
+            concurrency=self.concurrency,
+            rate=self.rate,
+            debounce=self.debounce,
+            fairness=self.fairness,
+            steps={s.name: s.concurrency for s in self.steps.values() if s.concurrency},
+        )
+
+    @functools.cached_property
     def dependents(self) -> dict[str, list[str]]:
         """step -> the steps that directly depend on it (computed once, after registration)."""
         return dependents(self.deps)
@@ -484,15 +532,27 @@ class Workflow:
                 problems.append(f"step {s.name!r} timeout must be seconds > 0 or 'auto'")
             if not callable(s.fn):
                 problems.append(f"step {s.name!r} is not callable")
+        flow, wrong = self._declare_flow()
+        problems += wrong
         if not problems:
             cycle = find_cycle(self.deps)
             if cycle:
                 problems.append(f"steps form a cycle: {' -> '.join(cycle)}")
         if problems:
             raise WorkflowDefinitionError(f"{where}: " + "; ".join(problems))
+        # the spec just checked is the one submissions use, even if `flow` was read before
+        self.__dict__["flow"] = flow
 
     def topo_order(self) -> list[str]:
         return topo_order(self.deps)
+
+
+def flow_record(wf: Workflow, input: Any, *, priority: int, now_ms: int) -> dict[str, Any] | None:
+    """TASK_SUBMITTED's `"flow"` for a submission of `input` (its raw JSON) to `wf` at
+    log time `now_ms` (scheduler/flow/spec.py); None when `wf` declares no flow control
+    and `priority` is the default, 3. Raises InvalidArgumentError naming the field: a
+    priority outside 1 to 5, a key the input gives no usable value for."""
+    return wf.flow.record(input, priority=priority, now_ms=now_ms)
 
 
 def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str] | None:
@@ -560,15 +620,21 @@ class Registry:
         self._latest: dict[str, Workflow] = {}
         # Schedules declared beside the workflows (schedules/declared.py), by id.
         self.schedules: dict[str, Schedule] = {}
+        # Flow-control limits by id (scheduler/flow/): a global name has one max.
+        self._limits = RegisteredLimits()
 
     def register(self, wf: Workflow) -> Workflow:
         wf.validate()
         key = (wf.name, wf.version)
+        where = f"workflow {wf.name!r} v{wf.version}"
         if key in self._by_key and self._by_key[key] is not wf:
             raise WorkflowDefinitionError(
-                f"workflow {wf.name!r} v{wf.version} is registered twice; bump the version "
-                f"when its steps change"
+                f"{where} is registered twice; bump the version when its steps change"
             )
+        clashes = self._limits.conflicts(where, wf.flow)
+        if clashes:
+            raise WorkflowDefinitionError(f"{where}: " + "; ".join(clashes))
+        self._limits.add(where, wf.flow)
         self._by_key[key] = wf
         if wf.name not in self._latest or self._latest[wf.name].version < wf.version:
             self._latest[wf.name] = wf

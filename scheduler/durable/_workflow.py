@@ -21,7 +21,7 @@ user's function with it and the task's input:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from apollo11.scheduler.durable._context import (
@@ -35,7 +35,10 @@ from apollo11.scheduler.durable._context import (
 from apollo11.scheduler.errors import WorkflowDefinitionError
 from apollo11.scheduler.workflow import (
     Checkpoint,
+    Concurrency,
+    Debounce,
     Journal,
+    Rate,
     Retry,
     Step,
     StepContext,
@@ -67,11 +70,25 @@ class DurableWorkflow(Workflow):
         retry: Retry | None = None,
         input: Any = None,
         result: Any = None,
+        concurrency: Concurrency | Sequence[Concurrency] | None = None,
+        rate: Rate | Sequence[Rate] | None = None,
+        debounce: Debounce | None = None,
+        fairness: str | Callable[[Any], Any] | None = None,
     ) -> None:
         # input: a pydantic model the input must fit; the main gets an instance of it.
         # result: a pydantic model its return value must fit (scheduler/typed.py).
+        # concurrency, rate, debounce, fairness: as a Workflow's (a task that WAITs
+        # holds no slot of its concurrency limits while it waits).
         super().__init__(
-            name=name, version=version, description=description, input=input, result=result
+            name=name,
+            version=version,
+            description=description,
+            input=input,
+            result=result,
+            concurrency=concurrency,
+            rate=rate,
+            debounce=debounce,
+            fairness=fairness,
         )
         # cancelled: the NotIdempotent ctx.steps that succeeded are undone, last first
         self.compensate_on_cancel = True
