@@ -906,7 +906,7 @@ class _FlowPorts:
 
     def declared(self) -> Mapping[str, Concurrency | Rate]:
         out: dict[str, Concurrency | Rate] = {}
-        for wf in self._engine.registry.all():
+        for wf in self._engine.registry.all():  # by name, then version: the newest wins
             out.update(declared_limits(wf))
         return out
 

@@ -22,7 +22,7 @@ slot looks free: the released ones are on their way to it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -75,6 +75,9 @@ class Host(Protocol):
 
     def runs(self, task_id: str) -> bool:
         """Whether this engine runs anything of the task now."""
+
+    def declared(self) -> Mapping[str, Concurrency | Rate]:
+        """Every limit the loaded workflows declare, by id (the newest version's)."""
 
 
 @dataclass(slots=True)
@@ -253,10 +256,14 @@ class FlowGate:
         return limit, per_ms, burst
 
     def _learn(self, wf: Workflow) -> None:
+        """Know `wf`'s limits: every loaded workflow's, the newest version's declaration
+        where versions share a limit id (the one `Registry.get` returns)."""
         k = (wf.name, wf.version)
         if k not in self._seen:
             self._seen.add(k)
-            self._declared.update(declared_limits(wf))
+            self._declared = dict(self._host.declared())
+            for lid, decl in declared_limits(wf).items():
+                self._declared.setdefault(lid, decl)  # a workflow not in the registry
 
     def _must_wait(self, key: Key, tid: str) -> bool:
         """Others are ahead at this key (or the task waits in its queue already)."""
