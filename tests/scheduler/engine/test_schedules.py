@@ -351,3 +351,36 @@ async def test_replay_until_an_event_shows_each_schedule_as_it_was(tmp_path: Pat
     res = runner.invoke(app, ["replay", "--data-dir", str(tmp_path / "d"), "--until", str(second)])
     row = next(line for line in res.stdout.splitlines() if "every-minute" in line)
     assert "2023-11-14T22:15:20Z" in row and "2023-11-14T22:16:20Z" not in row, row
+
+
+gone = Workflow("gone", version=1)
+
+
+@gone.step(idempotency=Idempotent())
+def gone_work(ctx: StepContext) -> None:
+    return None
+
+
+async def test_a_schedule_whose_workflow_is_not_loaded_holds_no_other_back(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path / "d", FakeClock(start=T0), nightly, held, gone)
+    await rig.engine.schedules.create("a-gone", "gone", _every_minute(5))
+    await rig.engine.schedules.create("b-kept", "nightly", _every_minute(5))
+    rig = await rig.reopen(nightly, held)  # a deploy without the module of `gone`
+    try:
+        a = rig.store.state.schedules["a-gone"]
+        b = rig.store.state.schedules["b-kept"]
+        decided = len(a.occurrences)  # (the first time may have come before the deploy)
+        await _until(lambda: len(b.occurrences) == 5, "the other schedule decided")
+        # on time: not held back (and recorded missed a day later) by the one that
+        # cannot fire, which came due with it
+        assert _outcomes(b) == [(m, "fired") for m in range(1, 6)]
+        assert len(a.occurrences) == decided, "undecided: a primary with its workflow fires them"
+        # and an operator may still pause it, or point it at a workflow that is loaded
+        await rig.engine.schedules.pause("a-gone", operator="ana")
+        await rig.engine.schedules.update("a-gone", workflow="nightly", operator="ana")
+        assert a.paused and a.workflow == "nightly"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
