@@ -315,13 +315,20 @@ def describe(
 
     async def go() -> tuple[Any, list[Any]]:
         async with client(server) as c:
-            if want is not None:  # the newest `want`, shown oldest first
-                first = await c.describe_schedule(
-                    schedule_id, page_size=max(1, min(want, LIST_PAGE)), newest_first=True
-                )
-                return first.schedule, list(first.occurrences[:want])[::-1]
             got: list[Any] = []
             token = ""
+            if want is not None:  # the newest `want`, a page at a time, shown oldest first
+                while True:
+                    page = await c.describe_schedule(
+                        schedule_id,
+                        page_size=max(1, min(want - len(got), LIST_PAGE)),
+                        page_token=token,
+                        newest_first=True,
+                    )
+                    got.extend(page.occurrences)
+                    token = page.next_page_token
+                    if len(got) >= want or not token:
+                        return page.schedule, got[:want][::-1]
             while True:
                 page = await c.describe_schedule(schedule_id, page_size=LIST_PAGE, page_token=token)
                 got.extend(page.occurrences)
