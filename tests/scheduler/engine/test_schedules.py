@@ -384,3 +384,21 @@ async def test_a_schedule_whose_workflow_is_not_loaded_holds_no_other_back(
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+async def test_a_schedules_input_may_be_as_large_as_a_submissions(tmp_path: Path) -> None:
+    # The SCHEDULE event carries the input its tasks will be submitted with: bounded by
+    # submit_max_bytes as their TASK_SUBMITTED is, not by a step result's payload_max_bytes.
+    config = CFG.log
+    assert config.payload_max_bytes < 10_000 < config.submit_max_bytes
+    big = {"rows": ["x" * 100] * 100}  # about 10 KB
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.schedules.create("big", "nightly", _every_minute(1), input=big)
+        await rig.engine.schedules.update("big", input={**big, "more": 1})
+        await _until(lambda: len(s.occurrences) == 1, "decided")
+        task = rig.store.state.tasks[s.occurrences[0].task_id or ""]
+        assert task.input["rows"] == big["rows"]
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
