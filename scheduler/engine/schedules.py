@@ -70,6 +70,8 @@ class Host(Protocol):
     """What the schedules need of the engine (engine.py's `Engine`)."""
 
     @property
+    def node_id(self) -> str: ...
+    @property
     def store(self) -> Store: ...
     @property
     def clock(self) -> Clock: ...
@@ -341,11 +343,15 @@ class Schedules:
 
     async def _reconcile(self) -> None:
         known = self.host.store.state.schedules
+        # no token asked for these changes: the record names the primary that made them
+        by = f"node:{self.host.node_id}"
         for sid, d in sorted(self.host.registry.schedules.items()):
             try:
                 s = known.get(sid)
                 if s is None:
-                    await self.create(sid, d.workflow, d.spec, d.input, note=d.note, source="code")
+                    await self.create(
+                        sid, d.workflow, d.spec, d.input, note=d.note, operator=by, source="code"
+                    )
                     log.info("schedule %s: created as declared in code", sid)
                 elif s.source != "code":
                     log.warning(
@@ -355,7 +361,12 @@ class Schedules:
                     )
                 elif (s.workflow, s.spec, s.input, s.note) != (d.workflow, d.spec, d.input, d.note):
                     await self.update(
-                        sid, workflow=d.workflow, spec=d.spec, input=d.input, note=d.note
+                        sid,
+                        operator=by,
+                        workflow=d.workflow,
+                        spec=d.spec,
+                        input=d.input,
+                        note=d.note,
                     )
                     log.info("schedule %s: updated to what the code declares", sid)
             except Exception as e:  # one bad declaration does not stop the others

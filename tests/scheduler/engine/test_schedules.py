@@ -402,3 +402,29 @@ async def test_a_schedules_input_may_be_as_large_as_a_submissions(tmp_path: Path
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+async def test_a_declared_schedules_changes_name_the_node_that_made_them(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, cron="@yearly")
+        await rig.engine.stop()
+        await rig.engine.start()  # a new term: the declaration is reconciled
+        known = rig.store.state.schedules
+        await _until(lambda: "declared" in known, "created")
+        assert known["declared"].by == "node:n1", "no token made it: the primary did"
+        await rig.engine.schedules.pause("declared", operator="ana")
+        rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, cron="@daily")
+        await rig.engine.stop()
+        await rig.engine.start()
+        await _until(lambda: known["declared"].spec.cron == "@daily", "updated")
+        assert known["declared"].by == "node:n1"
+        made = [
+            e.payload.get("by") for e in rig.store.log.read() if e.event_type is EventType.SCHEDULE
+        ]
+        assert made == ["node:n1", "ana", "node:n1"], "on the record of each change"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
