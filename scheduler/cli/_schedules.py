@@ -57,8 +57,14 @@ CatchupWindow = Annotated[
 Jitter = Annotated[
     str | None, typer.Option("--jitter", help="Start each up to this much late (default 0s).")
 ]
-Start = Annotated[str | None, typer.Option("--start", help="No time before this (ISO-8601).")]
-End = Annotated[str | None, typer.Option("--end", help="No time after this (ISO-8601).")]
+Start = Annotated[
+    str | None,
+    typer.Option("--start", help="No time before this (ISO-8601 with an offset: Z, +02:00)."),
+]
+End = Annotated[
+    str | None,
+    typer.Option("--end", help="No time after this (ISO-8601 with an offset: Z, +02:00)."),
+]
 NonexistentOpt = Annotated[
     str | None,
     typer.Option("--nonexistent", help="A local time in a DST gap: next (default), skip."),
@@ -138,10 +144,16 @@ def update(
     catchup_window: CatchupWindow = None,
     jitter: Jitter = None,
     start: Annotated[
-        str | None, typer.Option("--start", help='No time before this; "" removes the bound.')
+        str | None,
+        typer.Option(
+            "--start", help='No time before this (with an offset: Z, +02:00); "" removes it.'
+        ),
     ] = None,
     end: Annotated[
-        str | None, typer.Option("--end", help='No time after this; "" removes the bound.')
+        str | None,
+        typer.Option(
+            "--end", help='No time after this (with an offset: Z, +02:00); "" removes it.'
+        ),
     ] = None,
     nonexistent: NonexistentOpt = None,
     ambiguous: AmbiguousOpt = None,

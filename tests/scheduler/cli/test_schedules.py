@@ -297,3 +297,12 @@ def test_describe_limit_past_one_page_goes_on_to_the_next(
     assert "occurrences: the last 2000 of 2500" in res.stdout
     res = _run("describe", "nightly", "--json")
     assert len(json.loads(res.stdout)["occurrences"]) == 2500, "--json alone: every one"
+
+
+def test_the_bounds_help_says_they_need_an_offset() -> None:
+    # the node refuses a bound without one (start "2027-01-01T00:00": needs a UTC
+    # offset): the help says so before a newcomer meets the refusal
+    for verb in ("create", "update"):
+        res = runner.invoke(app, ["schedule", verb, "--help"], env={"COLUMNS": "200"})
+        lines = [line for line in res.stdout.splitlines() if "--start" in line or "--end" in line]
+        assert len(lines) == 2 and all("offset" in line for line in lines), lines
