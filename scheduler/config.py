@@ -164,7 +164,7 @@ class NodeSettings(BaseSettings):
         default=defaults.SUBMIT_MAX_BYTES,
         ge=64,
         le=8 * 1024 * 1024,
-        description="Largest submission (a task's input and its DAG).",
+        description="Largest submission (a task's input and its DAG; a schedule's input).",
     )
     # How deeply JSON may nest: what a client sends (inputs, event payloads, shell
     # DAGs; scheduler/nodeview/checks.py) and what the cluster writes (results, checkpoints,

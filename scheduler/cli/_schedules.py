@@ -57,8 +57,14 @@ CatchupWindow = Annotated[
 Jitter = Annotated[
     str | None, typer.Option("--jitter", help="Start each up to this much late (default 0s).")
 ]
-Start = Annotated[str | None, typer.Option("--start", help="No time before this (ISO-8601).")]
-End = Annotated[str | None, typer.Option("--end", help="No time after this (ISO-8601).")]
+Start = Annotated[
+    str | None,
+    typer.Option("--start", help="No time before this (ISO-8601 with an offset: Z, +02:00)."),
+]
+End = Annotated[
+    str | None,
+    typer.Option("--end", help="No time after this (ISO-8601 with an offset: Z, +02:00)."),
+]
 NonexistentOpt = Annotated[
     str | None,
     typer.Option("--nonexistent", help="A local time in a DST gap: next (default), skip."),
@@ -138,10 +144,16 @@ def update(
     catchup_window: CatchupWindow = None,
     jitter: Jitter = None,
     start: Annotated[
-        str | None, typer.Option("--start", help='No time before this; "" removes the bound.')
+        str | None,
+        typer.Option(
+            "--start", help='No time before this (with an offset: Z, +02:00); "" removes it.'
+        ),
     ] = None,
     end: Annotated[
-        str | None, typer.Option("--end", help='No time after this; "" removes the bound.')
+        str | None,
+        typer.Option(
+            "--end", help='No time after this (with an offset: Z, +02:00); "" removes it.'
+        ),
     ] = None,
     nonexistent: NonexistentOpt = None,
     ambiguous: AmbiguousOpt = None,
@@ -315,13 +327,20 @@ def describe(
 
     async def go() -> tuple[Any, list[Any]]:
         async with client(server) as c:
-            if want is not None:  # the newest `want`, shown oldest first
-                first = await c.describe_schedule(
-                    schedule_id, page_size=max(1, min(want, LIST_PAGE)), newest_first=True
-                )
-                return first.schedule, list(first.occurrences[:want])[::-1]
             got: list[Any] = []
             token = ""
+            if want is not None:  # the newest `want`, a page at a time, shown oldest first
+                while True:
+                    page = await c.describe_schedule(
+                        schedule_id,
+                        page_size=max(1, min(want - len(got), LIST_PAGE)),
+                        page_token=token,
+                        newest_first=True,
+                    )
+                    got.extend(page.occurrences)
+                    token = page.next_page_token
+                    if len(got) >= want or not token:
+                        return page.schedule, got[:want][::-1]
             while True:
                 page = await c.describe_schedule(schedule_id, page_size=LIST_PAGE, page_token=token)
                 got.extend(page.occurrences)

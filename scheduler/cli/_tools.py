@@ -224,8 +224,18 @@ def bench_schedules(
         bool,
         typer.Option("--backfill", help="A 10,000-time backfill beside ordinary tasks' dispatch."),
     ] = False,
+    failover: Annotated[
+        bool,
+        typer.Option(
+            "--failover", help="Lateness of the times that come during kill -9 failovers."
+        ),
+    ] = False,
     quick: Annotated[
-        bool, typer.Option("--quick", help="With --firing: 1,000; with --backfill: 20 s phases.")
+        bool,
+        typer.Option(
+            "--quick",
+            help="With --firing: 1,000; with --backfill: 20 s phases; with --failover: 1 kill.",
+        ),
     ] = False,
     dst_eve: Annotated[
         bool,
@@ -236,7 +246,18 @@ def bench_schedules(
 ) -> None:
     """Schedules: the pure part's next times and decisions for 10,000 schedules; with
     --firing, 10,000 `* * * * *` schedules on a real store and engine for two minutes;
-    with --backfill, ordinary tasks' dispatch beside a backfill against without it."""
+    with --backfill, ordinary tasks' dispatch beside a backfill against without it; with
+    --failover, schedules firing every second on three nodes whose primary is killed
+    (kill -9): the lateness of the times that came during each outage against the
+    failover. Exits 1 if the log shows a time fired twice or without an outcome."""
+    if failover:
+        from apollo11.scheduler.tools.bench import schedules_failover_bench as fo
+
+        result = _measure(fo.run, fo.summary_rows, "schedules --failover", quick, as_json, workdir)
+        why = fo.failed(result)
+        if why:
+            raise fail(f"bench schedules --failover failed: {why}")
+        return
     if backfill:
         from apollo11.scheduler.tools.bench import schedules_backfill_bench as bf
 

@@ -30,6 +30,7 @@ from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.timers import Timers
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
+    ApolloError,
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
@@ -45,6 +46,10 @@ log = logging.getLogger("apollo11.scheduler.engine")
 MAX_SCHEDULES = 10_000
 ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 RETRY_S = 1.0  # a decision that failed (a write refused) is tried again this soon
+# A schedule that cannot fire on this primary (its workflow is not loaded here, its
+# input no longer fits the model) is looked at again this often: only an update or
+# another primary changes that, and each look logs why.
+HELD_RETRY_S = 60.0
 MAX_BACKFILL = 10_000  # nominal times in one backfill
 # A backfill fires at most so many a second: 10,000 times take about 8 minutes, and
 # the other tasks' dispatch is not queued behind them (docs/schedules.md).
@@ -64,6 +69,8 @@ class BackfillStarted(NamedTuple):
 class Host(Protocol):
     """What the schedules need of the engine (engine.py's `Engine`)."""
 
+    @property
+    def node_id(self) -> str: ...
     @property
     def store(self) -> Store: ...
     @property
@@ -336,11 +343,15 @@ class Schedules:
 
     async def _reconcile(self) -> None:
         known = self.host.store.state.schedules
+        # no token asked for these changes: the record names the primary that made them
+        by = f"node:{self.host.node_id}"
         for sid, d in sorted(self.host.registry.schedules.items()):
             try:
                 s = known.get(sid)
                 if s is None:
-                    await self.create(sid, d.workflow, d.spec, d.input, note=d.note, source="code")
+                    await self.create(
+                        sid, d.workflow, d.spec, d.input, note=d.note, operator=by, source="code"
+                    )
                     log.info("schedule %s: created as declared in code", sid)
                 elif s.source != "code":
                     log.warning(
@@ -350,7 +361,12 @@ class Schedules:
                     )
                 elif (s.workflow, s.spec, s.input, s.note) != (d.workflow, d.spec, d.input, d.note):
                     await self.update(
-                        sid, workflow=d.workflow, spec=d.spec, input=d.input, note=d.note
+                        sid,
+                        operator=by,
+                        workflow=d.workflow,
+                        spec=d.spec,
+                        input=d.input,
+                        note=d.note,
                     )
                     log.info("schedule %s: updated to what the code declares", sid)
             except Exception as e:  # one bad declaration does not stop the others
@@ -419,9 +435,28 @@ class Schedules:
             await self._fire_due(sid)
 
     async def _fire_due(self, sid: str) -> None:
-        plan = self._plan(sid)
+        plan = self._plan_or_hold(sid)
         if plan is not None:
             await self._apply([plan])
+
+    def _plan_or_hold(self, sid: str) -> _Plan | None:
+        """`_plan`, or None while `sid` cannot fire here (its workflow is not loaded
+        on this primary, its input no longer fits): its times stay after the watermark,
+        undecided, for an update or a primary that can fire them (late, within the
+        catch-up window; missed past it). Refusing would hold back every schedule
+        decided in the same batch, and a pause or an update of this one."""
+        try:
+            return self._plan(sid)
+        except ApolloError as e:
+            log.warning(
+                "schedule %s cannot fire on this primary: %s; its times wait (looked at "
+                "again in %gs)",
+                sid,
+                e,
+                HELD_RETRY_S,
+            )
+            self._timers.arm(sid, self.host.clock.now() + HELD_RETRY_S)
+            return None
 
     def _plan(self, sid: str) -> _Plan | None:
         """What `sid`'s due times become (the decision, the events to write), on the
@@ -524,7 +559,7 @@ class Schedules:
                     continue
                 await lock.acquire()  # (free: it returns at once)
                 held.append(sid)
-            plans = [p for p in map(self._plan, held) if p is not None]
+            plans = [p for p in map(self._plan_or_hold, held) if p is not None]
             await self._apply(plans)
         except Exception as e:  # a write refused (stepping down, a failed log): again soon
             if self.host.leading:

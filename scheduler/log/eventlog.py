@@ -75,6 +75,11 @@ __all__ = [
 
 _new_event = tuple.__new__
 
+# The events that carry a submission's input, bounded by submit_max_bytes rather than
+# payload_max_bytes: a task's, and a schedule's (created or updated: the input every
+# task it fires is submitted with).
+_SUBMISSIONS = frozenset((EventType.TASK_SUBMITTED, EventType.SCHEDULE))
+
 
 class Draft(NamedTuple):
     """What a caller says about an event; the log adds id, term, node and time."""
@@ -292,11 +297,9 @@ class EventLog:
             encode_payload(
                 payload,
                 self.config.submit_max_bytes
-                if event_type is EventType.TASK_SUBMITTED
+                if event_type in _SUBMISSIONS
                 else self.config.payload_max_bytes,
-                "submit_max_bytes"
-                if event_type is EventType.TASK_SUBMITTED
-                else "payload_max_bytes",
+                "submit_max_bytes" if event_type in _SUBMISSIONS else "payload_max_bytes",
                 self.config.json_max_depth,
                 VALUE_LEVELS[event_type],
             ),

@@ -613,6 +613,11 @@ def _on_schedule(state: State, event: Event) -> None:
     if known is None:
         _state_anomaly(state, event, f"SCHEDULE {action} for unknown schedule {sid!r}")
         return
+    if action == "backfilled":
+        # the primary's record that a backfill ran out: no change, and no principal to
+        # put in place of the last one who made one
+        known.backfills.pop(int(p["backfill"]), None)
+        return
     known.updated_ms = event.timestamp
     known.by = str(p.get("by") or "")
     if "note" in p:
@@ -624,8 +629,6 @@ def _on_schedule(state: State, event: Event) -> None:
             event.event_id, int(p["from_ms"]), int(p["to_ms"]), str(p["overlap"]), known.by
         )
         known.backfills[event.event_id] = b
-    elif action == "backfilled":
-        known.backfills.pop(int(p["backfill"]), None)
     elif action in ("pause", "unpause"):
         known.paused = action == "pause"
     elif action == "update":

@@ -246,3 +246,63 @@ def test_next_is_computed_here_in_utc_and_the_zone(fake: FakeClient) -> None:
     assert times[1] - times[0] in (timedelta(hours=23), timedelta(days=1), timedelta(hours=25))
     res = _run("next", "nightly", "--count", "0")
     assert res.exit_code == 2 and "--count must be at least 1" in res.stderr
+
+
+class LongHistory(FakeClient):
+    """A schedule with 2,500 occurrences, paged as the node pages them (1,000 at most)."""
+
+    HELD = tuple(
+        OccurrenceView(f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z", "fired", "", f"t-{i}", i)
+        for i in range(2500)
+    )
+
+    def __getattr__(self, name: str) -> Any:
+        async def describe_schedule(
+            schedule_id: str,
+            *,
+            page_size: int,
+            page_token: str = "",
+            newest_first: bool = False,
+            next_count: int = 5,
+        ) -> ScheduleDescription:
+            assert page_size <= _schedules.LIST_PAGE, "over the node's limit: refused"
+            self.calls.append((name, (schedule_id,), {"page_token": page_token}))
+            n = len(self.HELD)
+            schedule = replace(NIGHTLY, occurrences=n)
+            if newest_first:
+                end = int(page_token or n)
+                start = max(0, end - page_size)
+                more = str(start) if start else ""
+                return ScheduleDescription(schedule, self.HELD[start:end][::-1], more)
+            start = int(page_token or 0)
+            end = min(n, start + page_size)
+            more = str(end) if end < n else ""
+            return ScheduleDescription(schedule, self.HELD[start:end], more)
+
+        assert name == "describe_schedule", name
+        return describe_schedule
+
+
+def test_describe_limit_past_one_page_goes_on_to_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c = LongHistory()
+    monkeypatch.setattr(_schedules, "client", lambda server: c)
+    res = _run("describe", "nightly", "--limit", "1500", "--json")
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.stdout)["occurrences"]
+    assert [o["event_id"] for o in shown] == list(range(1000, 2500)), "the last 1,500, oldest first"
+    res = _run("describe", "nightly", "--limit", "2000")
+    assert res.exit_code == 0, res.output
+    assert "occurrences: the last 2000 of 2500" in res.stdout
+    res = _run("describe", "nightly", "--json")
+    assert len(json.loads(res.stdout)["occurrences"]) == 2500, "--json alone: every one"
+
+
+def test_the_bounds_help_says_they_need_an_offset() -> None:
+    # the node refuses a bound without one (start "2027-01-01T00:00": needs a UTC
+    # offset): the help says so before a newcomer meets the refusal
+    for verb in ("create", "update"):
+        res = runner.invoke(app, ["schedule", verb, "--help"], env={"COLUMNS": "200"})
+        lines = [line for line in res.stdout.splitlines() if "--start" in line or "--end" in line]
+        assert len(lines) == 2 and all("offset" in line for line in lines), lines

@@ -351,3 +351,80 @@ async def test_replay_until_an_event_shows_each_schedule_as_it_was(tmp_path: Pat
     res = runner.invoke(app, ["replay", "--data-dir", str(tmp_path / "d"), "--until", str(second)])
     row = next(line for line in res.stdout.splitlines() if "every-minute" in line)
     assert "2023-11-14T22:15:20Z" in row and "2023-11-14T22:16:20Z" not in row, row
+
+
+gone = Workflow("gone", version=1)
+
+
+@gone.step(idempotency=Idempotent())
+def gone_work(ctx: StepContext) -> None:
+    return None
+
+
+async def test_a_schedule_whose_workflow_is_not_loaded_holds_no_other_back(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path / "d", FakeClock(start=T0), nightly, held, gone)
+    await rig.engine.schedules.create("a-gone", "gone", _every_minute(5))
+    await rig.engine.schedules.create("b-kept", "nightly", _every_minute(5))
+    rig = await rig.reopen(nightly, held)  # a deploy without the module of `gone`
+    try:
+        a = rig.store.state.schedules["a-gone"]
+        b = rig.store.state.schedules["b-kept"]
+        decided = len(a.occurrences)  # (the first time may have come before the deploy)
+        await _until(lambda: len(b.occurrences) == 5, "the other schedule decided")
+        # on time: not held back (and recorded missed a day later) by the one that
+        # cannot fire, which came due with it
+        assert _outcomes(b) == [(m, "fired") for m in range(1, 6)]
+        assert len(a.occurrences) == decided, "undecided: a primary with its workflow fires them"
+        # and an operator may still pause it, or point it at a workflow that is loaded
+        await rig.engine.schedules.pause("a-gone", operator="ana")
+        await rig.engine.schedules.update("a-gone", workflow="nightly", operator="ana")
+        assert a.paused and a.workflow == "nightly"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_schedules_input_may_be_as_large_as_a_submissions(tmp_path: Path) -> None:
+    # The SCHEDULE event carries the input its tasks will be submitted with: bounded by
+    # submit_max_bytes as their TASK_SUBMITTED is, not by a step result's payload_max_bytes.
+    config = CFG.log
+    assert config.payload_max_bytes < 10_000 < config.submit_max_bytes
+    big = {"rows": ["x" * 100] * 100}  # about 10 KB
+    rig = await _rig(tmp_path)
+    try:
+        s = await rig.engine.schedules.create("big", "nightly", _every_minute(1), input=big)
+        await rig.engine.schedules.update("big", input={**big, "more": 1})
+        await _until(lambda: len(s.occurrences) == 1, "decided")
+        task = rig.store.state.tasks[s.occurrences[0].task_id or ""]
+        assert task.input["rows"] == big["rows"]
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_declared_schedules_changes_name_the_node_that_made_them(
+    tmp_path: Path,
+) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, cron="@yearly")
+        await rig.engine.stop()
+        await rig.engine.start()  # a new term: the declaration is reconciled
+        known = rig.store.state.schedules
+        await _until(lambda: "declared" in known, "created")
+        assert known["declared"].by == "node:n1", "no token made it: the primary did"
+        await rig.engine.schedules.pause("declared", operator="ana")
+        rig.registry.schedules["declared"] = Schedule("declared", workflow=nightly, cron="@daily")
+        await rig.engine.stop()
+        await rig.engine.start()
+        await _until(lambda: known["declared"].spec.cron == "@daily", "updated")
+        assert known["declared"].by == "node:n1"
+        made = [
+            e.payload.get("by") for e in rig.store.log.read() if e.event_type is EventType.SCHEDULE
+        ]
+        assert made == ["node:n1", "ana", "node:n1"], "on the record of each change"
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()

@@ -275,3 +275,41 @@ def test_a_final_failure_stays_final_through_compensation() -> None:
     t = st.tasks["t1"]
     assert t.steps["a"].status is StepStatus.COMPENSATED and t.steps["a"].final
     assert t.status is TaskStatus.FAILED and t.quiescent
+
+
+def test_a_backfills_end_is_no_change_by_anyone() -> None:
+    # "backfilled" is the primary's record that a backfill ran out, with no principal:
+    # the schedule's last change stays the operator's who made it
+    spec = {"cron": "0 3 * * *"}
+    st = replay(
+        events(
+            [
+                Draft(
+                    E.SCHEDULE,
+                    "",
+                    payload={"action": "create", "schedule": "s", "workflow": "wf", "spec": spec},
+                ),
+                Draft(E.SCHEDULE, "", payload={"action": "pause", "schedule": "s", "by": "ana"}),
+                Draft(
+                    E.SCHEDULE,
+                    "",
+                    payload={
+                        "action": "backfill",
+                        "schedule": "s",
+                        "from_ms": 0,
+                        "to_ms": 1,
+                        "overlap": "allow-all",
+                        "by": "bo",
+                    },
+                ),
+                Draft(
+                    E.SCHEDULE,
+                    "",
+                    payload={"action": "backfilled", "schedule": "s", "backfill": 3, "fired": 0},
+                ),
+            ]
+        )
+    )
+    s = st.schedules["s"]
+    assert not s.backfills, "ended"
+    assert (s.by, s.updated_ms) == ("bo", 1020), "the backfill's asker, when it was asked"
