@@ -183,7 +183,7 @@ class Engine:
         # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...
         self.schedules = Schedules(self)
         # flow control: which starts may happen now, the order of those that wait
-        ports = _FlowPorts(self)
+        self._flow_ports = ports = _FlowPorts(self)
         self.flow = FlowGate(ports)
         self.flow_submit = FlowSubmit(ports)
         self.limits = Limits(ports)  # `apollo11 limits show|set`
@@ -236,6 +236,8 @@ class Engine:
         self._unplaced.clear()
         self._woken.clear()
         self._ready.clear()
+        # what waited and what ran here is the log's again: a later start re-decides it
+        self.flow = FlowGate(self._flow_ports)
         self._loop_task = None
 
     async def drain(self, within_s: float) -> bool:

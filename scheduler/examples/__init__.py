@@ -2,7 +2,9 @@
 durable task (docs/durable.md): charge, wait for an approval event, refund if none
 comes in time; `fulfil` is a durable task with children: one `pack` task per item,
 spawned and gathered, the first failure refunding the order; `invoice` has a typed
-input (a pydantic model, checked at submit) and a typed result.
+input (a pydantic model, checked at submit) and a typed result; `runbook` is an ops
+runbook under flow control (docs/flow-control.md): at most two runs per host at once,
+teams taking turns for slots.
 
 Its input controls what it does, so tests and demos can script failures:
 
@@ -38,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from apollo11.scheduler.durable import ChildFailed, DurableContext, DurableWorkflow, current_step
 from apollo11.scheduler.workflow import (
     Checkpoint,
+    Concurrency,
     DedupeKey,
     Idempotent,
     Retry,
@@ -318,3 +321,36 @@ def issue(ctx: StepContext) -> InvoiceResult:
     order: InvoiceInput = ctx.input
     # the task's result: recorded as the model's JSON (a dict that fits would do too)
     return InvoiceResult(invoice=f"inv-{order.customer.id}", **ctx.results["price"])
+
+
+# An ops runbook, one run per host it patches: at most two run against one host at
+# once (the rest queue, first come first served, and say why), and teams take turns
+# for the node's slots so one team's hundred hosts do not starve another's one. Its
+# input is the etl's (`step_seconds`, `fail_step`, `ledger`) plus `host` and `team`.
+runbook = Workflow(
+    "runbook",
+    version=1,
+    description="drain → patch → restart → verify, at most two per host",
+    concurrency=Concurrency(key="host", max=2),
+    fairness="team",
+)
+
+
+@runbook.step(idempotency=Idempotent(), retry=RETRY)
+async def drain(ctx: StepContext) -> dict[str, Any]:
+    return await _work(ctx)
+
+
+@runbook.step(after=["drain"], idempotency=DedupeKey(), retry=RETRY)
+async def patch(ctx: StepContext) -> dict[str, Any]:
+    return await _work(ctx)
+
+
+@runbook.step(after=["patch"], idempotency=Idempotent(), retry=RETRY)
+async def restart(ctx: StepContext) -> dict[str, Any]:
+    return await _work(ctx)
+
+
+@runbook.step(after=["restart"], idempotency=Idempotent(), retry=RETRY)
+async def verify(ctx: StepContext) -> dict[str, Any]:
+    return await _work(ctx)

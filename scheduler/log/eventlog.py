@@ -77,8 +77,9 @@ _new_event = tuple.__new__
 
 # The events that carry a submission's input, bounded by submit_max_bytes rather than
 # payload_max_bytes: a task's, and a schedule's (created or updated: the input every
-# task it fires is submitted with).
-_SUBMISSIONS = frozenset((EventType.TASK_SUBMITTED, EventType.SCHEDULE))
+# task it fires is submitted with), and a debounced one's (the input that replaces
+# a waiting task's).
+_SUBMISSIONS = frozenset((EventType.TASK_SUBMITTED, EventType.SCHEDULE, EventType.DEBOUNCED))
 
 
 class Draft(NamedTuple):

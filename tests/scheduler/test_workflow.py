@@ -80,7 +80,7 @@ def test_cycles_are_named() -> None:
 def test_registry_versions_and_modules() -> None:
     reg = Registry()
     loaded = reg.load_module("apollo11.scheduler.examples")
-    assert [w.name for w in loaded] == ["etl", "approval", "pack", "fulfil", "invoice"]
+    assert [w.name for w in loaded] == ["etl", "approval", "pack", "fulfil", "invoice", "runbook"]
     assert reg.get("etl") is loaded[0] and reg.get("etl", 1) is loaded[0]
     assert reg.get("etl", 2) is None
     assert loaded[0].topo_order() == ["collect", "clean", "feature", "infer", "persist"]

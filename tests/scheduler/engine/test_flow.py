@@ -19,7 +19,7 @@ from apollo11.scheduler.errors import (
     ResourceExhaustedError,
 )
 from apollo11.scheduler.log import EventType
-from apollo11.scheduler.state import TaskStatus
+from apollo11.scheduler.state import TaskState, TaskStatus
 from apollo11.scheduler.workflow import (
     Concurrency,
     Debounce,
@@ -111,8 +111,10 @@ async def _rig(tmp_path: Path, concurrency: int = 8) -> Rig:
     return await make_rig(tmp_path / "d", FakeClock(start=T0), *ALL, concurrency=concurrency)
 
 
-def _running(rig: Rig) -> int:
-    return rig.engine.running()
+def _task(rig: Rig, task_id: str) -> TaskState:
+    found = rig.store.state.peek(task_id)  # a finished task may be archived already
+    assert found is not None
+    return found
 
 
 async def test_at_most_max_tasks_run_per_key_value_and_the_rest_queue_in_order(
@@ -256,7 +258,7 @@ async def test_debounced_submissions_become_one_task_with_the_last_input(tmp_pat
         assert other.task_id != first.task_id
         async with asyncio.timeout(20):
             await rig.engine.wait(first.task_id)  # the engine's timer moves the fake clock
-        t = rig.store.state.tasks[first.task_id]
+        t = _task(rig, first.task_id)
         assert t.input == {"doc": "d1", "v": 2}
         # quiet 2 s after the last submission (1 s after the first)
         assert t.steps["quick"].started_ms is not None
@@ -279,13 +281,13 @@ async def test_reject_new_and_cancel_running(tmp_path: Path) -> None:
         new = (await rig.engine.submit("newest", {"host": "h"})).task_id
         async with asyncio.timeout(20):
             await rig.engine.wait(old)
-        t = rig.store.state.tasks[old]
+        t = _task(rig, old)
         assert t.status is TaskStatus.CANCELLED and t.cancelled is not None
         assert new in t.cancelled["reason"]
         GATE[-1].set()
         async with asyncio.timeout(20):
             await rig.engine.wait(new)
-        assert rig.store.state.tasks[new].status is TaskStatus.SUCCEEDED
+        assert _task(rig, new).status is TaskStatus.SUCCEEDED
     finally:
         await rig.engine.stop()
         await rig.store.close()
@@ -330,6 +332,45 @@ async def test_a_new_engine_on_the_same_log_keeps_the_limit(tmp_path: Path) -> N
         for t in ids:
             async with asyncio.timeout(20):
                 await rig.engine.wait(t)
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_the_examples_runbook_runs_two_per_host(tmp_path: Path) -> None:
+    from apollo11.scheduler.examples import runbook
+
+    rig = await make_rig(tmp_path / "d", FakeClock(start=T0), runbook, concurrency=8)
+    try:
+        with pytest.raises(InvalidArgumentError, match='input has no "host"'):
+            await rig.engine.submit("runbook", {"team": "db"})
+        ids = [
+            (await rig.engine.submit("runbook", {"host": "db1", "step_seconds": 0.05})).task_id
+            for _ in range(5)
+        ]
+        ids.append((await rig.engine.submit("runbook", {"host": "db2"})).task_id)
+        seen = 0
+        async with asyncio.timeout(30):
+            while not all(_task(rig, t).quiescent for t in ids):
+                seen = max(seen, rig.engine.flow.count(("runbook/host", "db1")))
+                await asyncio.sleep(0.005)
+        assert seen == 2
+        assert {_task(rig, t).status for t in ids} == {TaskStatus.SUCCEEDED}
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_debounced_input_may_be_as_large_as_a_submission(tmp_path: Path) -> None:
+    rig = await _rig(tmp_path)
+    try:
+        first = await rig.engine.submit("folded", {"doc": "d1", "v": 1})
+        big = {"doc": "d1", "v": "x" * 20_000}  # over the 4 KiB of an ordinary event
+        again = await rig.engine.submit("folded", big)
+        assert again.task_id == first.task_id
+        async with asyncio.timeout(20):
+            await rig.engine.wait(first.task_id)
+        assert _task(rig, first.task_id).input == big
     finally:
         await rig.engine.stop()
         await rig.store.close()
