@@ -1,5 +1,6 @@
-"""Domain records -> protobuf messages, for the server: tasks, steps, events, schedules
-(and a request's schedule spec -> ScheduleSpec, refused in `explain`'s words).
+"""Domain records -> protobuf messages, for the server: tasks, steps, events, schedules,
+flow-control limits (and a request's schedule spec -> ScheduleSpec, refused in
+`explain`'s words).
 
 The server's half of the conversion; the client's half (messages -> views, and
 the request messages) is `apollo11.scheduler.client`, which never imports this module:
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from apollo11.scheduler import wire
 from apollo11.scheduler.errors import InvalidArgumentError
+from apollo11.scheduler.flow import DEFAULT_PRIORITY
 from apollo11.scheduler.log import Event, EventType
 from apollo11.scheduler.nodeview import MAX_ID
 from apollo11.scheduler.schedules import EPOCH, ScheduleSpec, explain
@@ -35,6 +37,7 @@ from apollo11.scheduler.workflow import (
 from apollo11.v1 import scheduler_pb2 as pb
 
 if TYPE_CHECKING:
+    from apollo11.scheduler.engine import LimitView
     from apollo11.scheduler.state import OccurrenceRecord, ScheduleState
 
 # Built from the domain's enums: a status or event type the wire cannot carry
@@ -84,7 +87,7 @@ def step_to_pb(s: StepState, after: list[str]) -> pb.Step:
     return msg
 
 
-def task_to_pb(t: TaskState, as_of: int, blocked: str = "") -> pb.Task:
+def task_to_pb(t: TaskState, as_of: int, blocked: str = "", waiting: str = "") -> pb.Task:
     msg = pb.Task(
         task_id=t.task_id,
         workflow=t.workflow,
@@ -103,11 +106,33 @@ def task_to_pb(t: TaskState, as_of: int, blocked: str = "") -> pb.Task:
         parent_json="" if t.parent is None else dumps(t.parent),
         blocked=blocked,
         schedule_json="" if t.schedule is None else dumps(_occurrence_of(t.schedule)),
+        waiting=waiting,
+        priority=priority_of(t),
     )
     o = _override(t.cancelled)
     if o is not None:
         msg.cancelled.CopyFrom(o)
     return msg
+
+
+def priority_of(t: TaskState) -> int:
+    """The priority the task was submitted with (its "flow" records one only when it is
+    not the default)."""
+    return int((t.flow or {}).get("priority", DEFAULT_PRIORITY))
+
+
+def limit_to_pb(v: LimitView) -> pb.Limit:
+    return pb.Limit(
+        limit_id=v.limit_id,
+        kind=v.kind,
+        scope=v.scope,
+        declared=v.declared,
+        effective=v.effective,
+        overridden=v.overridden,
+        on_full=v.on_full,
+        keys=[pb.KeyLoad(value=k.value, running=k.running, queued=k.queued) for k in v.keys],
+        values=v.values,
+    )
 
 
 def event_to_pb(e: Event) -> pb.Event:

@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from apollo11.scheduler import tracing
 from apollo11.scheduler.api import codec
 from apollo11.scheduler.api.decode import Undecodable, add_service
+from apollo11.scheduler.api.flowlimits import LimitCalls, priority
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
 from apollo11.scheduler.api.schedules import ScheduleCalls, scheduled_tasks
 from apollo11.scheduler.clock import Clock
@@ -59,6 +60,7 @@ from apollo11.scheduler.nodeview import (
     required,
     task_as_of,
     task_now,
+    waiting,
 )
 from apollo11.scheduler.security import (
     Authenticator,
@@ -198,6 +200,7 @@ class SchedulerService(pbg.SchedulerServicer):
         self.admission = admission
         self._names = ListedNames()
         self.schedules = ScheduleCalls(node, clock, self._json, lambda: self._state)
+        self.limits = LimitCalls(node)
 
     def _store(self) -> Store:
         store = self.node.store
@@ -229,6 +232,7 @@ class SchedulerService(pbg.SchedulerServicer):
         workflow = _not_shell(required(request.workflow, "workflow"), "workflow")
         data = self._json(request.input_json, "input_json")
         key = optional(request.idempotency_key, "idempotency_key")
+        rank = priority(request.priority, "priority")
         engine = self._engine()
         with self.admission.admit(1), _traced(context, "SubmitTask") as span:
             sub = await engine.submit(
@@ -237,6 +241,7 @@ class SchedulerService(pbg.SchedulerServicer):
                 idempotency_key=key,
                 version=request.version or None,
                 trace=tracing.task_trace(span),
+                priority=rank,
             )
             _tag(span, workflow, sub.task_id)
         return pb.SubmitTaskResponse(
@@ -263,6 +268,7 @@ class SchedulerService(pbg.SchedulerServicer):
                         optional(t.idempotency_key, f"tasks[{i}].idempotency_key"),
                         t.version or None,
                         tracing.task_trace(span),
+                        priority(t.priority, f"tasks[{i}].priority"),
                     )
                 )
             subs = await engine.submit_many(items)
@@ -302,7 +308,8 @@ class SchedulerService(pbg.SchedulerServicer):
         if not request.as_of_event_id:
             task = await self._task(request.task_id)
             why = blocked(self.node, task.task_id)
-            return codec.task_to_pb(task, self._state.last_event_id, why)
+            held = waiting(self.node, task.task_id)
+            return codec.task_to_pb(task, self._state.last_event_id, why, held)
         at = request.as_of_event_id
         task_id = required(request.task_id, "task_id")
         return codec.task_to_pb(await task_as_of(self.node, task_id, at), at)
@@ -531,6 +538,20 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.DescribeScheduleRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeScheduleResponse:
         return self.schedules.describe(request)
+
+    # Flow control: api/flowlimits.py does the work, on the primary.
+
+    @rpc
+    async def SetLimit(
+        self, request: pb.SetLimitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetLimitResponse:
+        return await self.limits.set(request)
+
+    @rpc
+    async def ListLimits(
+        self, request: pb.ListLimitsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListLimitsResponse:
+        return self.limits.listed(request)
 
 
 def _traced(context: grpc.aio.ServicerContext, name: str) -> Any:

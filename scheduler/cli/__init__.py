@@ -13,6 +13,7 @@ _grpcenv.py      gRPC core's environment, set before grpc is imported
 _worker.py       worker
 _submit.py       submit, submit-many, event send
 _schedules.py    schedule create|list|describe|update|pause|unpause|trigger|delete|next
+_limits.py       limits show|set|reset (flow control at runtime)
 _tasks.py        tasks, task, events; retry, skip, cancel
 _show.py         how a task and its events are printed
 _cluster.py      health, status, switchover, history, workflows, workers

@@ -15,6 +15,7 @@ from apollo11.scheduler.cli import (
     _cluster,
     _credentials,
     _grpcenv,
+    _limits,
     _node,
     _replay,
     _roster,
@@ -152,6 +153,14 @@ schedule_app.command("trigger")(_schedules.trigger)
 schedule_app.command("backfill")(_schedules.backfill)
 schedule_app.command("delete")(_schedules.delete)
 schedule_app.command("next")(_schedules.next_)
+
+limits_app = typer.Typer(
+    help="Flow control at runtime: limits' load, their max or rate, fairness weights."
+)
+app.add_typer(limits_app, name="limits")
+limits_app.command("show")(_limits.show)
+limits_app.command("set")(_limits.set_)
+limits_app.command("reset")(_limits.reset)
 
 roster_app = typer.Typer(
     help="The members an election counts (kept in etcd while they are down): list, remove."

@@ -9,6 +9,8 @@ import orjson
 from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import Grid, clock, out
 
+DEFAULT_PRIORITY = 3  # a submission's (docs/flow-control.md)
+
 
 def progress_line(ev: Any) -> None:
     what = ev.event_type.removeprefix("STEP_").removeprefix("TASK_")
@@ -52,6 +54,12 @@ def show_task_view(t: Any) -> None:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
     if t.blocked:
         out.print(f"[yellow]blocked:[/yellow] {escape(t.blocked)}")
+    if t.waiting:
+        # the primary's sentence names how it waits: "queued: ..." or "waiting: ..."
+        how, _, why = t.waiting.partition(": ")
+        out.print(f"[yellow]{escape(how)}:[/yellow] {escape(why)}" if why else escape(t.waiting))
+    if t.priority != DEFAULT_PRIORITY:
+        out.print(f"priority: {t.priority} (1 first, default {DEFAULT_PRIORITY})", markup=False)
     if t.parent:
         out.print(
             f"child of task {t.parent.get('task_id')} (spawned at its checkpoint "

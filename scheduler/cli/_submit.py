@@ -22,6 +22,7 @@ from apollo11.scheduler.cli._shared import (
 from apollo11.scheduler.cli._show import progress_line, show_task_view
 
 SUBMIT_BATCH = 1000  # the server's limit per SubmitTasks call
+PRIORITIES = range(1, 6)  # 1 first; none given: the node's default, 3
 SUBMIT_BATCH_BYTES = 8 * 1024 * 1024
 
 
@@ -30,6 +31,12 @@ def submit(
     input: Annotated[str | None, typer.Option("--input", help="JSON, or @file with JSON.")] = None,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="The same key returns the same task.")
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority", help="1 (first) to 5 among tasks waiting for a slot; default 3."
+        ),
     ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Show progress; exit 1 unless it succeeds.")
@@ -45,13 +52,19 @@ def submit(
     data = read_json(input)
     if quiet and (wait or as_json):
         raise fail("--quiet prints the task id alone: not with --wait or --json", 2)
+    if priority is not None and priority not in PRIORITIES:
+        raise fail(f"--priority must be 1 to 5 (1 first), got {priority}", 2)
+    if priority is not None and workflow == "shell":
+        raise fail("--priority is for a workflow's tasks, not a shell DAG", 2)
 
     async def go() -> int:
         async with client(server) as c:
             if workflow == "shell":
                 sub = await c.submit_shell(data, idempotency_key=idempotency_key)
             else:
-                sub = await c.submit(workflow, data, idempotency_key=idempotency_key)
+                sub = await c.submit(
+                    workflow, data, idempotency_key=idempotency_key, priority=priority
+                )
             if as_json and not wait:
                 print_json({"task_id": sub.task_id, "created": sub.created})
                 return 0
@@ -81,7 +94,7 @@ def submit_many(
         str,
         typer.Argument(
             help='JSON lines, one task each: {"workflow": ..., "input": ..., '
-            '"idempotency_key": ...}; - for standard input.'
+            '"idempotency_key": ..., "priority": 1-5}; - for standard input.'
         ),
     ],
     server: Server = None,
@@ -127,6 +140,9 @@ def _read_lines(path: str) -> list[dict[str, Any]]:
             raise fail(f"line {n}: not JSON: {e}", 2) from None
         if not isinstance(item, dict) or not isinstance(item.get("workflow"), str):
             raise fail(f'line {n}: expected an object with a "workflow" string', 2)
+        rank = item.get("priority")
+        if rank is not None and (type(rank) is not int or rank not in PRIORITIES):
+            raise fail(f"line {n}: priority must be 1 to 5 (1 first), got {rank!r}", 2)
         items.append(item)
     if not items:
         raise fail(f"{path}: no tasks", 2)

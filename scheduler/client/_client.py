@@ -34,6 +34,8 @@ from apollo11.scheduler.client._errors import (
 from apollo11.scheduler.client._views import (
     BackfillStarted,
     EventView,
+    LimitChange,
+    LimitsView,
     Page,
     ScheduleDescription,
     SchedulePage,
@@ -333,22 +335,30 @@ class Client:
         *,
         idempotency_key: str | None = None,
         version: int = 0,
+        priority: int | None = None,
     ) -> Submission:
+        """Submit a task of `workflow` (its newest version unless `version`). `priority`:
+        1 (first) to 5 among tasks waiting for a slot of a limit, 3 by default
+        (docs/flow-control.md)."""
         key = idempotency_key or f"client-{uuid.uuid4()}"  # makes the retry below safe
-        req = build.submit_request(workflow, build.json_text(input, "input"), key, version)
+        text = build.json_text(input, "input")
+        rank = build.priority_value(priority)
+        req = build.submit_request(workflow, text, key, version, rank)
         resp = await self._call("scheduler", "SubmitTask", req, write=True, retry=True)
         return convert.submission_from_pb(resp)
 
     async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Submission]:
         """Submit many tasks in one call (at most 1000): one write, one fsync and one
         replication wait on the primary for all of them. Each item is a mapping with
-        `workflow` and optionally `input`, `idempotency_key` and `version`; answers
-        come in the same order. All or nothing: an invalid item refuses the batch."""
+        `workflow` and optionally `input`, `idempotency_key`, `version` and `priority`;
+        answers come in the same order. All or nothing: an invalid item refuses the
+        batch."""
         reqs = []
         for i, t in enumerate(tasks):
             key = t.get("idempotency_key") or f"client-{uuid.uuid4()}"
             text = build.json_text(t.get("input"), f"tasks[{i}].input")
-            reqs.append(build.submit_request(t["workflow"], text, key, t.get("version", 0)))
+            rank = build.priority_value(t.get("priority"), f"tasks[{i}].priority")
+            reqs.append(build.submit_request(t["workflow"], text, key, t.get("version", 0), rank))
         req = build.submit_many_request(reqs)
         resp = await self._call("scheduler", "SubmitTasks", req, write=True, retry=True)
         return [convert.submission_from_pb(m) for m in resp.tasks]
@@ -549,6 +559,48 @@ class Client:
         )
         resp = await self._call("scheduler", "DescribeSchedule", req, write=False, retry=True)
         return convert.schedule_description_from_pb(resp)
+
+    # -------------------------------------------------------- flow control
+
+    async def set_limit(
+        self,
+        limit_id: str | None = None,
+        *,
+        max: int | None = None,
+        rate: str | tuple[int, Duration] | None = None,
+        burst: int | None = None,
+        weights: Mapping[str, float] | None = None,
+        reset: bool = False,
+        reason: str = "",
+    ) -> LimitChange:
+        """Change a limit the loaded workflows declare, at runtime (docs/flow-control.md):
+        a concurrency limit's `max`; a rate's `rate` ("10/1s", or (10, "1s")) and
+        `burst`; `reset=True` puts it back to its declaration. `weights` ({"acme": 3})
+        sets fairness values' shares (with or without a limit id). Recorded as an event
+        with your principal and `reason`; in force on the primary once applied.
+        NotFoundError for an unknown id (naming the known ones); InvalidArgumentError
+        naming a field that does not fit the limit. Needs role operator. Retried on
+        UNAVAILABLE: the same change twice leaves the same limit (and two events)."""
+        req = build.set_limit_request(
+            limit_id,
+            max=max,
+            rate=rate,
+            burst=burst,
+            weights=weights,
+            reset=reset,
+            reason=reason,
+        )
+        resp = await self._call("scheduler", "SetLimit", req, write=True, retry=True)
+        return convert.limit_change_from_pb(resp)
+
+    async def limits(self, *, all_keys: bool = False) -> LimitsView:
+        """Every limit: declared and effective, and per key value the tasks running and
+        queued (the busiest 20 values of each; `all_keys`: every one), and the fairness
+        weights. The primary answers (the queues are its engine's): a standby's
+        redirect is followed."""
+        req = pb.ListLimitsRequest(all_keys=all_keys)
+        resp = await self._call("scheduler", "ListLimits", req, write=False, retry=True)
+        return convert.limits_from_pb(resp)
 
     # --------------------------------------------------------------- reads
 
@@ -874,10 +926,17 @@ class SyncClient:
         *,
         idempotency_key: str | None = None,
         version: int = 0,
+        priority: int | None = None,
     ) -> Submission:
         """As Client.submit."""
         return self._run(
-            self._client.submit(workflow, input, idempotency_key=idempotency_key, version=version)
+            self._client.submit(
+                workflow,
+                input,
+                idempotency_key=idempotency_key,
+                version=version,
+                priority=priority,
+            )
         )
 
     def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Submission]:
@@ -1066,6 +1125,34 @@ class SyncClient:
                 next_count=next_count,
             )
         )
+
+    def set_limit(
+        self,
+        limit_id: str | None = None,
+        *,
+        max: int | None = None,
+        rate: str | tuple[int, Duration] | None = None,
+        burst: int | None = None,
+        weights: Mapping[str, float] | None = None,
+        reset: bool = False,
+        reason: str = "",
+    ) -> LimitChange:
+        """As Client.set_limit."""
+        return self._run(
+            self._client.set_limit(
+                limit_id,
+                max=max,
+                rate=rate,
+                burst=burst,
+                weights=weights,
+                reset=reset,
+                reason=reason,
+            )
+        )
+
+    def limits(self, *, all_keys: bool = False) -> LimitsView:
+        """As Client.limits."""
+        return self._run(self._client.limits(all_keys=all_keys))
 
     def history(self) -> list[TermView]:
         """As Client.history."""

@@ -15,6 +15,10 @@ from apollo11.scheduler import wire
 from apollo11.scheduler.client._views import (
     BackfillView,
     EventView,
+    KeyLoadView,
+    LimitChange,
+    LimitsView,
+    LimitView,
     MemberView,
     OccurrenceView,
     Page,
@@ -90,6 +94,8 @@ def task_from_pb(m: pb.Task) -> TaskView:
         parent=_loads(m.parent_json) if m.parent_json else None,
         blocked=m.blocked or None,
         schedule=_loads(m.schedule_json) if m.schedule_json else None,
+        waiting=m.waiting or None,
+        priority=m.priority or 3,  # 0: a server older than the field
     )
 
 
@@ -289,4 +295,32 @@ def schedule_description_from_pb(m: pb.DescribeScheduleResponse) -> ScheduleDesc
         schedule=schedule_from_pb(m.schedule),
         occurrences=tuple(occurrence_from_pb(o) for o in m.occurrences),
         next_page_token=m.next_page_token,
+    )
+
+
+def limit_from_pb(m: pb.Limit) -> LimitView:
+    return LimitView(
+        limit_id=m.limit_id,
+        kind=m.kind,
+        scope=m.scope,
+        declared=m.declared,
+        effective=m.effective,
+        overridden=m.overridden,
+        on_full=m.on_full,
+        keys=tuple(KeyLoadView(k.value, k.running, k.queued) for k in m.keys),
+        values=m.values,
+    )
+
+
+def limits_from_pb(m: pb.ListLimitsResponse) -> LimitsView:
+    return LimitsView(
+        limits=tuple(limit_from_pb(v) for v in m.limits), weights=dict(sorted(m.weights.items()))
+    )
+
+
+def limit_change_from_pb(m: pb.SetLimitResponse) -> LimitChange:
+    return LimitChange(
+        event_id=m.event_id,
+        limit=limit_from_pb(m.limit) if m.HasField("limit") else None,
+        weights=dict(sorted(m.weights.items())),
     )

@@ -35,9 +35,29 @@ def json_text(value: Any, name: str) -> str:
         raise InvalidArgumentError(f"{name} cannot be sent as JSON: {e}") from e
 
 
-def submit_request(workflow: str, input_json: str, key: str, version: int) -> pb.SubmitTaskRequest:
+PRIORITIES = range(1, 6)  # 1 first; what the node takes (0 on the wire: the default, 3)
+
+
+def priority_value(priority: int | None, name: str = "priority") -> int:
+    """A priority as the wire carries it: None is 0 (the node's default, 3). Outside 1
+    to 5 it is refused here, in the node's words (a 0 would silently mean the default,
+    and a negative cannot be encoded)."""
+    if priority is None:
+        return 0
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
+        raise InvalidArgumentError(f"{name} must be 1 to 5 (1 first), got {priority!r}")
+    return priority
+
+
+def submit_request(
+    workflow: str, input_json: str, key: str, version: int, priority: int = 0
+) -> pb.SubmitTaskRequest:
     return pb.SubmitTaskRequest(
-        workflow=workflow, input_json=input_json, idempotency_key=key, version=version
+        workflow=workflow,
+        input_json=input_json,
+        idempotency_key=key,
+        version=version,
+        priority=priority,
     )
 
 
@@ -150,4 +170,52 @@ def update_schedule_request(
         req.input_json = input_json
     if note is not None:
         req.note = note
+    return req
+
+
+def rate_fields(rate: str | tuple[int, str | timedelta]) -> tuple[int, str]:
+    """A rate as SetLimitRequest's (rate, per): "10/1s", or (10, "1s") / (10, timedelta).
+    The node checks the period (`per`) and the range, and says what is wrong."""
+    if isinstance(rate, str):
+        count, sep, per = rate.partition("/")
+        if not sep or not count.strip().isdigit() or not per.strip():
+            raise InvalidArgumentError(
+                f"rate {rate!r} is not N/DURATION: starts per period, like 10/1s or 600/1m"
+            )
+        return int(count), per.strip()
+    if not (isinstance(rate, tuple) and len(rate) == 2):
+        raise InvalidArgumentError(f'rate must be "N/DURATION" or (N, duration), got {rate!r}')
+    starts, period = rate
+    return _count("rate", starts), _spec_text(period)
+
+
+def _count(name: str, value: object) -> int:
+    """A whole number the wire can carry (uint32); 0 is sent, for the node to refuse
+    naming the field, as it refuses any value out of its range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise InvalidArgumentError(f"{name} must be a whole number from 1, got {value!r}")
+    return value
+
+
+def set_limit_request(
+    limit_id: str | None,
+    *,
+    max: int | None,
+    rate: str | tuple[int, str | timedelta] | None,
+    burst: int | None,
+    weights: Mapping[str, float] | None,
+    reset: bool,
+    reason: str,
+) -> pb.SetLimitRequest:
+    try:
+        shares = {str(value): float(w) for value, w in (weights or {}).items()}
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"weights must map values to numbers, got {weights!r}") from None
+    req = pb.SetLimitRequest(limit_id=limit_id or "", weights=shares, reset=reset, reason=reason)
+    for name, value in (("max", max), ("burst", burst)):
+        if value is not None:
+            setattr(req, name, _count(name, value))
+    if rate is not None:
+        count, req.per = rate_fields(rate)
+        req.rate = _count("rate", count)
     return req

@@ -71,6 +71,10 @@ class TaskView:
     blocked: str | None = None
     # the schedule occurrence it is: {"id", "nominal_time" (ISO-8601 UTC), "triggered"}
     schedule: dict[str, Any] | None = None
+    # why the primary holds it back under flow control ("queued: host=db1 is full
+    # (2/2), 14 ahead"); None when it does not, and from a standby or for a past state
+    waiting: str | None = None
+    priority: int = 3  # 1 (first) to 5, as submitted
 
     @property
     def finished(self) -> bool:
@@ -95,6 +99,8 @@ class TaskView:
             "parent": self.parent,
             "blocked": self.blocked,
             "schedule": self.schedule,
+            "waiting": self.waiting,
+            "priority": self.priority,
         }
 
 
@@ -433,3 +439,73 @@ class ScheduleDescription:
     schedule: ScheduleView
     occurrences: tuple[OccurrenceView, ...]
     next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLoadView:
+    """One value of a limit's key: what holds a slot of it now, and what the primary
+    holds back for it."""
+
+    value: str
+    running: int
+    queued: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "running": self.running, "queued": self.queued}
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """A flow-control limit (docs/flow-control.md) as the primary enforces it now."""
+
+    limit_id: str  # "runbook/host", "runbook.load/warehouse", "warehouse"
+    kind: str  # concurrency, rate
+    scope: str  # workflow, global
+    declared: str  # "max 2", "10 per 1s, burst 20"; "" when no loaded workflow declares it
+    effective: str  # the same, with an operator's change
+    overridden: bool  # an operator changed it (`set_limit`); reset puts it back
+    on_full: str  # concurrency: queue, reject_new, cancel_running; a rate: ""
+    keys: tuple[KeyLoadView, ...]  # busiest first: most queued, then most running
+    values: int  # key values with anything running or queued (`keys` may hold fewer)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.limit_id,
+            "kind": self.kind,
+            "scope": self.scope,
+            "declared": self.declared,
+            "effective": self.effective,
+            "overridden": self.overridden,
+            "on_full": self.on_full,
+            "keys": [k.to_json() for k in self.keys],
+            "values": self.values,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsView:
+    """Every limit, by id, and the fairness weights an operator set (a value not
+    listed weighs 1)."""
+
+    limits: tuple[LimitView, ...]
+    weights: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limits": [v.to_json() for v in self.limits], "weights": dict(self.weights)}
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """What `set_limit` recorded: the LIMIT event, the limit as now in force (None when
+    only weights were set) and the fairness weights now in force."""
+
+    event_id: int
+    limit: LimitView | None
+    weights: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "limit": None if self.limit is None else self.limit.to_json(),
+            "weights": dict(self.weights),
+        }

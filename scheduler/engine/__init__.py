@@ -44,6 +44,7 @@ from apollo11.scheduler.engine.intake import (
     new_task_id,
 )
 from apollo11.scheduler.engine.journal import StoreJournal
+from apollo11.scheduler.engine.limits import KeyLoad, LimitsView, LimitView
 from apollo11.scheduler.engine.steps import ERROR_TEXT_MAX, Key
 
 __all__ = [
@@ -63,6 +64,9 @@ __all__ = [
     "Failed",
     "InProcessExecutor",
     "Key",
+    "KeyLoad",
+    "LimitView",
+    "LimitsView",
     "Lost",
     "NoWorkflow",
     "NotBegun",

@@ -113,6 +113,10 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/DeleteSchedule": Role.OPERATOR,
     "/apollo11.v1.Scheduler/ListSchedules": Role.READER,
     "/apollo11.v1.Scheduler/DescribeSchedule": Role.READER,
+    # A limit paces every workflow that declares it, for everyone: changing one is an
+    # operator's act (recorded with the principal); reading the limits a reader's.
+    "/apollo11.v1.Scheduler/SetLimit": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/ListLimits": Role.READER,
     "/apollo11.v1.Cluster/GetStatus": Role.READER,
     "/apollo11.v1.Cluster/GetHistory": Role.READER,
     "/apollo11.v1.Cluster/Switchover": Role.OPERATOR,

@@ -84,6 +84,103 @@ EVENT_TYPE_OCCURRENCE: EventType
 EVENT_TYPE_DEBOUNCED: EventType
 EVENT_TYPE_LIMIT: EventType
 
+class SetLimitRequest(_message.Message):
+    __slots__ = ("limit_id", "max", "rate", "per", "burst", "weights", "reset", "reason")
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    LIMIT_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    PER_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    limit_id: str
+    max: int
+    rate: int
+    per: str
+    burst: int
+    weights: _containers.ScalarMap[str, float]
+    reset: bool
+    reason: str
+    def __init__(self, limit_id: _Optional[str] = ..., max: _Optional[int] = ..., rate: _Optional[int] = ..., per: _Optional[str] = ..., burst: _Optional[int] = ..., weights: _Optional[_Mapping[str, float]] = ..., reset: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SetLimitResponse(_message.Message):
+    __slots__ = ("event_id", "limit", "weights")
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    limit: Limit
+    weights: _containers.ScalarMap[str, float]
+    def __init__(self, event_id: _Optional[int] = ..., limit: _Optional[_Union[Limit, _Mapping]] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class ListLimitsRequest(_message.Message):
+    __slots__ = ("all_keys",)
+    ALL_KEYS_FIELD_NUMBER: _ClassVar[int]
+    all_keys: bool
+    def __init__(self, all_keys: _Optional[bool] = ...) -> None: ...
+
+class ListLimitsResponse(_message.Message):
+    __slots__ = ("limits", "weights")
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    limits: _containers.RepeatedCompositeFieldContainer[Limit]
+    weights: _containers.ScalarMap[str, float]
+    def __init__(self, limits: _Optional[_Iterable[_Union[Limit, _Mapping]]] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class Limit(_message.Message):
+    __slots__ = ("limit_id", "kind", "scope", "declared", "effective", "overridden", "on_full", "keys", "values")
+    LIMIT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDDEN_FIELD_NUMBER: _ClassVar[int]
+    ON_FULL_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    limit_id: str
+    kind: str
+    scope: str
+    declared: str
+    effective: str
+    overridden: bool
+    on_full: str
+    keys: _containers.RepeatedCompositeFieldContainer[KeyLoad]
+    values: int
+    def __init__(self, limit_id: _Optional[str] = ..., kind: _Optional[str] = ..., scope: _Optional[str] = ..., declared: _Optional[str] = ..., effective: _Optional[str] = ..., overridden: _Optional[bool] = ..., on_full: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[KeyLoad, _Mapping]]] = ..., values: _Optional[int] = ...) -> None: ...
+
+class KeyLoad(_message.Message):
+    __slots__ = ("value", "running", "queued")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    running: int
+    queued: int
+    def __init__(self, value: _Optional[str] = ..., running: _Optional[int] = ..., queued: _Optional[int] = ...) -> None: ...
+
 class ScheduleSpec(_message.Message):
     __slots__ = ("cron", "every", "at", "tz", "start", "end", "jitter", "catchup_window", "overlap", "nonexistent", "ambiguous")
     CRON_FIELD_NUMBER: _ClassVar[int]
@@ -406,16 +503,18 @@ class GetHistoryResponse(_message.Message):
     def __init__(self, terms: _Optional[_Iterable[_Union[TermInfo, _Mapping]]] = ...) -> None: ...
 
 class SubmitTaskRequest(_message.Message):
-    __slots__ = ("workflow", "input_json", "idempotency_key", "version")
+    __slots__ = ("workflow", "input_json", "idempotency_key", "version", "priority")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     input_json: str
     idempotency_key: str
     version: int
-    def __init__(self, workflow: _Optional[str] = ..., input_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    priority: int
+    def __init__(self, workflow: _Optional[str] = ..., input_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., version: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class SubmitTasksRequest(_message.Message):
     __slots__ = ("tasks",)
@@ -504,7 +603,7 @@ class Step(_message.Message):
     def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json")
+    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json", "waiting", "priority")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -523,6 +622,8 @@ class Task(_message.Message):
     PARENT_JSON_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_JSON_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     workflow: str
     version: int
@@ -541,7 +642,9 @@ class Task(_message.Message):
     parent_json: str
     blocked: str
     schedule_json: str
-    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ...) -> None: ...
+    waiting: str
+    priority: int
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ..., waiting: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("state", "workflow", "page_size", "page_token", "schedule")

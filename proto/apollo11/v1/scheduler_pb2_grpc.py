@@ -144,6 +144,16 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleResponse.FromString,
                 _registered_method=True)
+        self.SetLimit = channel.unary_unary(
+                '/apollo11.v1.Scheduler/SetLimit',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SetLimitRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SetLimitResponse.FromString,
+                _registered_method=True)
+        self.ListLimits = channel.unary_unary(
+                '/apollo11.v1.Scheduler/ListLimits',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListLimitsRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListLimitsResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -317,6 +327,28 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLimit(self, request, context):
+        """Flow control (docs/flow-control.md): change a limit the loaded workflows declare
+        (a concurrency limit's max, a rate's limit, period and burst), put it back to its
+        declaration, or set fairness weights. An event naming the principal, in force on
+        the primary once applied. An unknown limit id is NOT_FOUND naming the known ones;
+        a field that does not fit the limit's kind, or out of range, INVALID_ARGUMENT
+        naming it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLimits(self, request, context):
+        """Every limit (declared, and changed by an operator), with its busiest key values'
+        running and queued tasks, and the fairness weights. Answered by the primary (the
+        queues are its engine's): a standby answers FAILED_PRECONDITION with the primary's
+        address in "apollo11-leader", as for a write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -429,6 +461,16 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.DescribeSchedule,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleResponse.SerializeToString,
+            ),
+            'SetLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLimit,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.SetLimitRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.SetLimitResponse.SerializeToString,
+            ),
+            'ListLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLimits,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ListLimitsRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ListLimitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1025,6 +1067,60 @@ class Scheduler:
             '/apollo11.v1.Scheduler/DescribeSchedule',
             apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.DescribeScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/SetLimit',
+            apollo11_dot_v1_dot_scheduler__pb2.SetLimitRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.SetLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/ListLimits',
+            apollo11_dot_v1_dot_scheduler__pb2.ListLimitsRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.ListLimitsResponse.FromString,
             options,
             channel_credentials,
             insecure,
