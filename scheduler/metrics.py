@@ -311,3 +311,54 @@ SCHEDULE_FIRE_LATENESS = Histogram(
     "How late a schedule's occurrence was written, after its nominal time plus jitter",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600),
 )
+
+
+# Flow control (docs/flow-control.md, "Metrics and alerts"). By limit id: ids are
+# declared in code, so their number is bounded; key values are not, so at most the
+# top FLOW_TOP_KEYS of each limit are series of their own. Read at scrape time on the
+# primary (scheduler/web/flowscrape.py); the counters are counted where it happens.
+FLOW_TOP_KEYS = 10
+FLOW_OTHER_KEYS = "other"  # the key label of the values beyond the top ones, summed
+FLOW_RUNNING = Gauge(
+    "apollo11_flow_running",
+    "Holders of a concurrency limit's slots (tasks, or attempts of a step-level limit), "
+    "summed over its key values, on the primary",
+    ["limit"],
+)
+FLOW_QUEUED = Gauge(
+    "apollo11_flow_queued",
+    "Tasks waiting in a concurrency limit's queues for a slot, summed over its key "
+    "values, on the primary",
+    ["limit"],
+)
+FLOW_OLDEST_QUEUED = Gauge(
+    "apollo11_flow_oldest_queued_seconds",
+    "How long the longest-waiting task in a concurrency limit's queues has waited "
+    "(0 when none waits), on the primary",
+    ["limit"],
+)
+FLOW_KEY_QUEUED = Gauge(
+    "apollo11_flow_key_queued",
+    "Tasks waiting for a slot per key value: a limit's 10 values with the most, and "
+    'the rest summed under key="other", on the primary',
+    ["limit", "key"],
+)
+FLOW_REJECTED = Counter(
+    "apollo11_flow_rejected_total",
+    "Submissions refused by a full on_full='reject_new' limit (RESOURCE_EXHAUSTED)",
+    ["limit"],
+)
+FLOW_HELD = Counter(
+    "apollo11_flow_held_total",
+    "Starts flow control held back, by why: concurrency (a full key), rate, debounce; "
+    "once each time a start begins to wait for another of these",
+    ["reason"],
+)
+FLOW_HOLD_REASONS = ("concurrency", "rate", "debounce")
+for _reason in FLOW_HOLD_REASONS:
+    FLOW_HELD.labels(_reason)
+TASK_PRIORITY_WAITING = Gauge(
+    "apollo11_task_priority_waiting",
+    "Tasks submitted and not started yet, by priority (1 first)",
+    ["priority"],
+)

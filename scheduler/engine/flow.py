@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from apollo11.scheduler import metrics
 from apollo11.scheduler.flow import (
     DEFAULT_PRIORITY,
     Admit,
@@ -80,10 +81,15 @@ class Host(Protocol):
         """Every limit the loaded workflows declare, by id (the newest version's)."""
 
 
+# apollo11_flow_held_total, by why a start waits (one increment per hold, no lookup)
+_HELD = {reason: metrics.FLOW_HELD.labels(reason) for reason in metrics.FLOW_HOLD_REASONS}
+
+
 @dataclass(slots=True)
 class _Held:
     key: Key | None  # None: a rate or a debounce, behind a timer
     reason: str
+    kind: str = "concurrency"  # FLOW_HOLD_REASONS: what the metric counts it as
 
 
 class FlowGate:
@@ -149,12 +155,16 @@ class FlowGate:
     def hold(self, task: TaskState, h: Hold, now_s: float) -> None:
         """Park a held start: in its key's queue, or behind a timer."""
         tid = task.task_id
+        kind = "concurrency" if h.until_ms is None else "rate" if h.limit_id else "debounce"
+        was = self._held.get(tid)
+        if was is None or was.kind != kind:
+            _HELD[kind].inc()
         if h.until_ms is not None:
-            self._held[tid] = _Held(None, h.reason)
+            self._held[tid] = _Held(None, h.reason, kind)
             self._host.wake_at(tid, h.until_ms / 1000)
             return
         key = (h.limit_id, h.value)
-        self._held[tid] = _Held(key, h.reason)
+        self._held[tid] = _Held(key, h.reason, kind)
         q = self._queues.get(key)
         if q is None:
             q = self._queues[key] = FairQueue()
@@ -360,6 +370,16 @@ class FlowGate:
 
     def waiting_keys(self) -> Iterable[Key]:
         return self._queues.keys()
+
+    def own_keys(self) -> Iterable[Key]:
+        """The keys the starts this engine began hold (folded or not yet)."""
+        return self._own.keys()
+
+    def waited_since(self, key: Key) -> int | None:
+        """Since when (ms, this engine's clock) the longest-waiting task in the key's
+        queue has waited; None when none waits (the flow metrics read it)."""
+        q = self._queues.get(key)
+        return q.oldest_ms() if q else None
 
 
 def declared_limits(wf: Workflow) -> dict[str, Concurrency | Rate]:

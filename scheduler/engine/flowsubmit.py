@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import ResourceExhaustedError
 from apollo11.scheduler.flow import DEFAULT_PRIORITY, Concurrency, FlowSpec
 from apollo11.scheduler.log import Event, EventType
@@ -115,6 +116,7 @@ class FlowSubmit:
             if len(unfinished) < top:
                 continue
             if c.decl.on_full == "reject_new":
+                metrics.FLOW_REJECTED.labels(lid).inc()
                 raise ResourceExhaustedError(
                     f"concurrency limit {lid} is full for {value!r}: {len(unfinished)} of "
                     f"{top} tasks unfinished (on_full='reject_new'); submit again later, or "

@@ -184,6 +184,22 @@ class FairQueue(Generic[T]):
             count += min(lane.live, sooner)
         return count
 
+    def oldest_ms(self) -> int | None:
+        """The earliest `at_ms` among the items queued (since when the longest-waiting
+        one has waited, for operators); None when empty. Reads only: O(values queued),
+        as a lane's head is its oldest unless promoted or discarded away."""
+        oldest: int | None = None
+        for level in self._levels.values():
+            if not level.live:
+                continue
+            for lane in level.lanes.values():
+                at_ms, _, head = lane.heap[0]
+                if not (head.alive and head.level == level.number):
+                    at_ms = min(a for a, _, e in lane.heap if e.alive and e.level == level.number)
+                if oldest is None or at_ms < oldest:
+                    oldest = at_ms
+        return oldest
+
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """The fairness values' weights (absent: 1.0), replacing the ones set before. They
         shape the turns from the next pop on; passes already earned stay."""

@@ -145,6 +145,8 @@ ROUTE_ROLES: dict[str, Role] = {
     "GET /schedules/{schedule_id}": Role.READER,
     # pause, unpause, trigger: changes to a schedule, as the schedule verbs need
     "POST /schedules/{schedule_id}/{kind}": Role.OPERATOR,
+    # flow control's limits and their busiest key values (changed with `limits set`)
+    "GET /limits": Role.READER,
     # ending one's session (without a session there is nothing to end, nor to ask)
     "POST /logout": Role.READER,
 }

@@ -41,6 +41,7 @@ ROUTE_NOTES = {
     "GET /metrics": "a bearer token or a session; anyone's with `--metrics-open`",
     "POST /tasks/{task_id}/{kind}": "retry, skip, cancel",
     "POST /schedules/{schedule_id}/{kind}": "pause, unpause, trigger",
+    "GET /limits": "flow control's limits, read only",
     "GET /static": "the stylesheet",
     "POST /login": "signing in, with a token of a role that may `GET /`",
 }

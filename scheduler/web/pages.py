@@ -8,7 +8,7 @@ session's token, so either way the event names the signed-in principal (and
 the display name typed beside it). guard.py decides who may read and act;
 scheduler/nodeview/actions.py checks and does the action, as for gRPC, and
 scheduler/nodeview/listing.py reads tasks and pages of events for both.
-The Schedules pages are schedules.py's.
+The Schedules pages are schedules.py's, the Limits page limits.py's.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from apollo11.scheduler import waits
 from apollo11.scheduler.errors import ApolloError, NotFoundError
+from apollo11.scheduler.flow import DEFAULT_PRIORITY
 from apollo11.scheduler.nodeview import (
     ACTION_KINDS,
     ActionKind,
@@ -38,12 +39,14 @@ from apollo11.scheduler.nodeview import (
     perform,
     task_as_of,
     task_now,
+    waiting,
 )
 from apollo11.scheduler.state import TaskStatus
 from apollo11.scheduler.taskname import ListedNames, task_name
 from apollo11.scheduler.web import attempts, timeline
 from apollo11.scheduler.web.flash import Notice
 from apollo11.scheduler.web.guard import Gate, LoginRequired, PageRefused, may, needed
+from apollo11.scheduler.web.limits import add_limit_pages
 from apollo11.scheduler.web.login import add_login
 from apollo11.scheduler.web.schedules import add_schedule_pages, fired_by
 
@@ -98,6 +101,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
 
     add_login(app, gate, render)
     add_schedule_pages(app, node, gate, render)
+    add_limit_pages(app, node, gate, render)
 
     def store() -> Store:
         assert node.store is not None
@@ -199,6 +203,9 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             act_role=needed(f"POST {ACT}"),
             t=t,
             blocked="" if at else blocked(node, task_id),
+            waiting="" if at else waiting(node, task_id),
+            # a task under flow control, or submitted with another priority than 3
+            priority=None if t.flow is None else t.flow.get("priority", DEFAULT_PRIORITY),
             fired=fired_by(t.schedule, store().state.schedules),
             svg=svg,
             acts=acts,

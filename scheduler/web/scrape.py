@@ -3,12 +3,17 @@ asked than to keep updated on every change."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from apollo11.scheduler import metrics
+from apollo11.scheduler.flow import DEFAULT_PRIORITY, PRIORITIES
+from apollo11.scheduler.state import TaskStatus
+from apollo11.scheduler.web import flowscrape
 
 if TYPE_CHECKING:
     from apollo11.scheduler.nodeview import NodeView
+    from apollo11.scheduler.state import TaskState
 
 
 def refresh(node: NodeView) -> None:
@@ -29,7 +34,10 @@ def refresh(node: NodeView) -> None:
     metrics.DURABLE_EVENT_ID.set(store.log.durable_id)
     metrics.RECOVERY_SECONDS.set(store.recovery.seconds)
     tasks = store.state.tasks.values()
-    metrics.ACTIVE_TASKS.set(sum(1 for t in tasks if not t.quiescent))
+    active, waiting = unfinished(tasks)
+    metrics.ACTIVE_TASKS.set(active)
+    for priority, n in waiting.items():
+        metrics.TASK_PRIORITY_WAITING.labels(str(priority)).set(n)
     owed = sum(t.owed for t in tasks)
     workers = node.workers()
     metrics.WORKERS_CONNECTED.set(len(workers))
@@ -39,3 +47,20 @@ def refresh(node: NodeView) -> None:
     metrics.RUNNING_STEPS.set(node.engine.running() if node.engine else 0)
     backlog = node.engine.compensation_backlog() if node.engine else 0
     metrics.COMPENSATION_BACKLOG.set(max(owed, backlog))
+    flowscrape.refresh(node.engine if primary else None)
+
+
+def unfinished(tasks: Iterable[TaskState]) -> tuple[int, dict[int, int]]:
+    """Tasks not finished; and those not started yet (PENDING), by priority."""
+    active = 0
+    waiting = dict.fromkeys(PRIORITIES, 0)
+    pending = TaskStatus.PENDING
+    for t in tasks:
+        if t.quiescent:
+            continue
+        active += 1
+        if t.status is pending:
+            priority = t.flow.get("priority", DEFAULT_PRIORITY) if t.flow else DEFAULT_PRIORITY
+            if priority in waiting:
+                waiting[priority] += 1
+    return active, waiting

@@ -10,7 +10,9 @@ pages, one test per node:
   tail; a shell DAG under its own name; no step actions on a finished task; a notice
   only from the server's signed cookie, never from the URL;
 - a schedule declared in code: the Schedules page lists it with its next time in UTC
-  and in its zone, and an operator pauses it and triggers it from its page.
+  and in its zone, and an operator pauses it and triggers it from its page;
+- a workflow under flow control: a reader sees on the Limits page a limit's busiest
+  key values with what runs and waits, and on a waiting task's page why it waits.
 
 Screenshots are kept in test-artifacts/. That a standby's statistics start afresh
 when it comes back (issue 19) needs a standby, so a cluster, not a browser:
@@ -414,4 +416,80 @@ def test_the_schedules_page_and_a_pause_in_a_browser(tmp_path: Path, chromium: B
         assert page.locator("#workflow").inner_text() == "report"
         page.close()
     finally:
+        assert node.stop() == 0
+
+
+def test_the_limits_page_and_a_waiting_task_in_a_browser(tmp_path: Path, chromium: Browser) -> None:
+    """Issue 31: a reader sees a limit's busiest keys, and why a task waits."""
+    tokens = tmp_path / "tokens"
+    submitter = create_token(tokens, "sam", Role.SUBMITTER)
+    reader = create_token(tokens, "rita", Role.READER)
+    release = tmp_path / "release"
+    port = free_port()
+    node = start_node(
+        tmp_path / "d",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--tokens-file",
+        str(tokens),
+        "--workflows",
+        "apollo11.scheduler.examples,tests.web.flow_flows",
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with SyncClient(node.address, token=submitter) as c:
+            ids = [
+                c.submit(
+                    "deploy", {"host": host, "tenant": tenant, "release": str(release)}
+                ).task_id
+                for host, tenant in [("db1", "a"), ("db1", "a"), ("db1", "b"), ("db2", "a")]
+            ]
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{base}/limits")
+        page.locator('input[name="token"]').fill(reader)
+        page.locator("button.do-login").click()
+        page.wait_for_url(f"{base}/limits")
+        db1 = page.locator('tr[data-limit="deploy/host"] div.key[data-key="db1"]')
+        deadline = time.monotonic() + 20
+        while db1.count() == 0 or db1.locator(".queued").inner_text() != "2":
+            assert time.monotonic() < deadline, "db1's two waiting tasks never showed"
+            time.sleep(0.1)
+            page.reload()
+        assert db1.locator(".running").inner_text() == "1"
+        db2 = page.locator('tr[data-limit="deploy/host"] div.key[data-key="db2"]')
+        assert (db2.locator(".running").inner_text(), db2.locator(".queued").inner_text()) == (
+            "1",
+            "0",
+        )
+        row = page.locator('tr[data-limit="deploy/host"]')
+        assert row.locator("td.effective").inner_text() == "max 1"
+        assert row.locator("td.on-full").inner_text() == "queue"
+        page.screenshot(path=str(ARTIFACTS / "limits.png"), full_page=True)
+
+        # behind db1's holder: a's second, then b's (each value's turn in the queue)
+        page.goto(f"{base}/tasks/{ids[1]}")
+        assert page.locator("#waiting").inner_text() == (
+            "queued: host=db1 is full (1/1), 0 ahead (limits)"
+        )
+        page.goto(f"{base}/tasks/{ids[2]}")
+        assert page.locator("#waiting").inner_text() == (
+            "queued: host=db1 is full (1/1), 1 ahead (limits)"
+        )
+        page.goto(f"{base}/tasks/{ids[0]}")
+        assert page.locator("#waiting").count() == 0, "the holder waits for nothing"
+        page.goto(f"{base}/tasks/{ids[2]}")
+        page.screenshot(path=str(ARTIFACTS / "task-waiting.png"), full_page=True)
+        page.locator("#waiting a").click()
+        page.wait_for_url(f"{base}/limits")
+
+        release.touch()
+        with SyncClient(node.address, token=submitter) as c:
+            for t in ids:
+                assert c.wait(t, timeout=60).state == "SUCCEEDED"
+        page.reload()
+        keys = page.locator('tr[data-limit="deploy/host"] td.keys').inner_text()
+        assert keys == "none running or queued"
+        page.close()
+    finally:
+        release.touch()
         assert node.stop() == 0

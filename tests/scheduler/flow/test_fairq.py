@@ -293,3 +293,34 @@ def test_100000_values_of_one_item_each() -> None:
     assert len(q) == 0
     assert order[:3] == [0, 5, 10]  # priority 1 first, in the values' turns
     assert sorted(order) == list(range(n))  # type: ignore[type-var]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops, st.integers(0, 200))
+def test_oldest_is_the_earliest_time_of_the_items_still_queued(
+    script: list[Any], later: int
+) -> None:
+    """What the flow metrics read (apollo11_flow_oldest_queued_seconds): exact across
+    pops, discards and promotions by aging, and reading it changes no order."""
+    q: FairQueue[int] = FairQueue(aging_ms=20)
+    now, pushed = 0, []
+    at: dict[int, int] = {}
+    for op in script:
+        if op[0] == "push":
+            _, priority, fair, back = op
+            item = len(pushed)
+            at[item] = max(0, now - back)
+            q.push(item, priority=priority, fair=fair, at_ms=at[item])
+            pushed.append(item)
+        elif op[0] == "pop":
+            now += op[1]
+            q.pop(now)
+        elif op[0] == "discard" and pushed:
+            q.discard(op[1] % len(pushed))
+        elif op[0] == "weights":
+            q.set_weights(op[1])
+        queued = [at[i] for i in pushed if i in q]
+        assert q.oldest_ms() == (min(queued) if queued else None)
+    before = drain(copy.deepcopy(q), now + later)
+    q.oldest_ms()
+    assert drain(q, now + later) == before
