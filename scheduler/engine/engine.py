@@ -112,6 +112,7 @@ class Engine:
         commit: Callable[[int], Awaitable[None]] | None = None,
         shell_refusal: Callable[[], str | None] | None = None,
         lease_valid: Callable[[], bool] | None = None,
+        adopt_grace_s: float = 0.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -178,6 +179,7 @@ class Engine:
                 else InProcessExecutor(threads=min(concurrency, DEFAULT_CONCURRENCY))
             ),
             resolve=self._child_workflow,
+            adopt_grace_s=adopt_grace_s,
         )
         self._intake = Intake(self)
         # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...

@@ -117,8 +117,13 @@ class StepRunner:
         ended: Callable[[], None],
         compensator: Executor | None = None,
         resolve: Resolve | None = None,
+        adopt_grace_s: float = 0.0,
     ) -> None:
         self.store = store
+        # An adopted attempt is given at least this long (the time a worker has to come
+        # back after a failover): its timeout counts from its STARTED, so a failover
+        # longer than what was left of it would fail it before its worker could report.
+        self.adopt_grace_s = adopt_grace_s
         self._resolve = resolve  # a durable main's ctx.spawn: the child's workflow
         self.executor = executor
         # Compensations run where this node is (workers run attempts only).
@@ -187,6 +192,9 @@ class StepRunner:
             timeout = self.timeout_for(task.workflow, name, spec)
             if step.started_ms is not None:  # what is left of it, by the log's clock
                 timeout = max(0.0, timeout - (self.clock.now_ms() - step.started_ms) / 1000)
+            # ...but never less than its worker's time to report: the worker stops an
+            # attempt that overran its timeout itself, and reports that.
+            timeout = max(timeout, self.adopt_grace_s)
             prepared = self._attempt(task, name, spec, attempt, timeout)
             log.info(
                 "step %s/%s attempt %d: adopting it from worker %s", task_id, name, attempt, where

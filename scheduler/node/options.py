@@ -18,6 +18,7 @@ from apollo11.scheduler.workflow import Registry
 class EngineOptions(TypedDict):
     concurrency: int
     idempotency_ttl_s: float
+    adopt_grace_s: float
 
 
 def store_config(s: NodeSettings, *, segment_max_bytes: int) -> StoreConfig:
@@ -44,7 +45,13 @@ REMOTE_CONCURRENCY = 100_000
 
 def engine_options(s: NodeSettings) -> EngineOptions:
     concurrency = s.concurrency if s.execution == "embedded" else REMOTE_CONCURRENCY
-    return {"concurrency": concurrency, "idempotency_ttl_s": s.idempotency_ttl}
+    return {
+        "concurrency": concurrency,
+        "idempotency_ttl_s": s.idempotency_ttl,
+        # an adopted attempt outlasts its workers' time to come back and report (the
+        # heartbeat timeout, after which the executor reports it lost), by a second
+        "adopt_grace_s": s.worker_heartbeat_timeout + 1.0,
+    }
 
 
 def executors(s: NodeSettings) -> tuple[RemoteExecutor | None, Executor | None]:

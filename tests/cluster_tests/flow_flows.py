@@ -48,10 +48,9 @@ async def _work(ctx: StepContext) -> dict[str, Any]:
     return {"host": given.get("host")}
 
 
-# A fixed timeout: an `auto` one (twice the p99 of past durations, 2 s for these
-# steps) runs out while a failover elects the next primary, which then fails the
-# attempts it adopts as timed out (test_flow_limits.py's
-# test_an_adopted_attempt_is_not_timed_out_by_the_failover; `auto` below).
+# A fixed timeout, so that the limit test does not depend on the `auto` one's
+# history; an adopted attempt's `auto` timeout is test_flow_limits.py's
+# test_an_adopted_attempt_is_not_timed_out_by_the_failover (`auto` below).
 TIMEOUT_S = 60.0
 
 # At most two runs against one host at once.

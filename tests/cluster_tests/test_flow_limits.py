@@ -278,11 +278,6 @@ def _lines_after(ledger: Path, task: str, attempt: int, t: float) -> list[str]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an adopted attempt's `auto` timeout counts the failover: it is failed as "
-    "timed out before its worker can report it, and its step runs a second time",
-)
 def test_an_adopted_attempt_is_not_timed_out_by_the_failover(
     cluster: Cluster, workers: Callable[[str], WorkerProc], tmp_path: Path
 ) -> None:
