@@ -63,7 +63,7 @@ def test_a_queued_task_says_why_and_an_operator_raises_the_limit(
     listed = json.loads(res.stdout)
     assert set(listed) == {"limits", "weights"}
     limits = {v["id"]: v for v in listed["limits"]}
-    assert set(limits) == {"gated/host", "gated/starts"}
+    assert {"gated/host", "gated/starts"} <= set(limits)  # and the examples' runbook/host
     host = limits["gated/host"]
     assert set(host) == {
         "id",
