@@ -118,10 +118,18 @@ class FlowGate:
                 "debouncing: a newer input is being recorded", "", "", int(now_s * 1000) + 20
             )
         holding = task.busy > 0 or task.status is _RUNNING or self._host.runs(tid)
+        step_keys = (f.get("steps") or {}).get(spec.name)
+        if not step_keys and (holding or not (f.get("hold") or f.get("rate"))):
+            # Nothing to count (a task holds its workflow's keys already; rates apply to
+            # its first start) and nothing to record: most starts of a limited workflow.
+            not_before = f.get("not_before_ms")
+            if not_before is None or now_s * 1000 >= not_before:
+                self._held.pop(tid, None)
+                return None
         limits: list[SlotNeed] = []
         queued: Key | None = None
         wanted = [] if holding else list((f.get("hold") or {}).items())
-        wanted += list(((f.get("steps") or {}).get(spec.name) or {}).items())
+        wanted += list((step_keys or {}).items())
         for lid, value in wanted:
             key = (lid, value)
             limits.append(SlotNeed(lid, value, self.max_of(lid), self.count(key)))
