@@ -31,6 +31,7 @@ import math
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,7 @@ SHARE_TOLERANCE = 0.05
 JAIN_TARGET = 0.95
 RATE_LIMIT = 200  # starts a second, section 5
 RATE_TOLERANCE = 0.02
+GIL_SWITCH_S = 0.001  # as a node sets it (scheduler/cli/_node.py): the log's thread
 
 QUICK = {
     "dispatch_tasks": 10_000,
@@ -200,6 +202,7 @@ class _Rig:
         self.engine = Engine(self.store, registry, node_id="b1", concurrency=self.concurrency)
         await self.engine.start()
         gctune.settle()  # as a node does once it is up
+        sys.setswitchinterval(GIL_SWITCH_S)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
