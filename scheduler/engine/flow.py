@@ -292,6 +292,8 @@ class FlowGate:
 
     def ended(self, task_id: str, step: str) -> None:
         """The engine stopped running `step` of the task (its runner's end)."""
+        if not self._own_keys:  # it began nothing under a limit (no flow control here)
+            return
         self._drop_own((task_id, step))
         if not self._host.runs(task_id):
             self._drop_own((task_id, ""))
