@@ -289,6 +289,33 @@ async def test_a_rates_backlog_waits_behind_one_timer_in_order(tmp_path: Path) -
         await rig.store.close()
 
 
+async def test_a_front_the_engine_decides_late_keeps_the_rates_schedule(tmp_path: Path) -> None:
+    clock = _HeldClock(start=T0)
+    rig = await make_rig(tmp_path / "d", clock, *ALL)
+    try:
+        ids = [
+            (await rig.engine.submit("paced", {"tenant": "t", "n": n})).task_id for n in range(3)
+        ]
+        await _until(lambda: rig.engine.flow.why(ids[2], clock.now()) != "", "queued")
+
+        def started() -> list[int]:
+            return [
+                e.timestamp for e in rig.store.log.read() if e.event_type is EventType.STEP_STARTED
+            ]
+
+        clock.advance(0.7)  # the second's time was at 0.5 s: the engine comes 200 ms late
+        await _until(lambda: len(started()) == 2, "the second started")
+        clock.advance(0.3)
+        # the third keeps the rate's time (1 s), not 500 ms after the late one
+        await _until(lambda: len(started()) == 3, "the third started at 1 s", timeout=5)
+        starts = started()
+        assert [b - a for a, b in itertools.pairwise(starts)] == [700, 300]
+        assert rig.store.state.occupancy.tats["paced/tenant"] == {"t": starts[-1] + 500}
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
 async def test_debounced_submissions_become_one_task_with_the_last_input(tmp_path: Path) -> None:
     rig = await _rig(tmp_path)
     try:
