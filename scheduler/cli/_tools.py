@@ -273,6 +273,19 @@ def bench_schedules(
     schedules_bench.main((["--dst-eve"] if dst_eve else []) + (["--json"] if as_json else []))
 
 
+def bench_flow(
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs; under a minute.")] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Flow control: dispatch with 100k key values at 1,000 starts/s, a limited
+    workflow's throughput, one key's task behind another's 10,000, weighted shares and a
+    rate's starts/s, each beside its baseline; the targets met or missed."""
+    from apollo11.scheduler.tools.bench import flow_bench
+
+    _measure(flow_bench.run, flow_bench.summary_rows, "flow", quick, as_json, workdir)
+
+
 def _measure(
     run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
 ) -> Any:

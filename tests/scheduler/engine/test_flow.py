@@ -247,6 +247,77 @@ async def test_a_rate_paces_starts_on_the_logs_clock(tmp_path: Path) -> None:
         await rig.store.close()
 
 
+class _HeldClock(FakeClock):
+    """Moves only when the test says: a sleeper waits for it."""
+
+    async def sleep(self, seconds: float) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            await asyncio.sleep(0.001)
+
+
+async def test_a_rates_backlog_waits_behind_one_timer_in_order(tmp_path: Path) -> None:
+    clock = _HeldClock(start=T0)
+    rig = await make_rig(tmp_path / "d", clock, *ALL)
+    try:
+        ids = [
+            (await rig.engine.submit("paced", {"tenant": "t", "n": n})).task_id for n in range(5)
+        ]
+        why = rig.engine.flow.why
+        # the first started at once; the second waits for the rate, the rest behind it
+        await _until(lambda: why(ids[4], clock.now()).startswith("queued"), "queued")
+        assert why(ids[1], clock.now()).startswith(
+            "waiting: tenant=t is rate limited (2 per 1s) until"
+        )
+        assert why(ids[4], clock.now()) == "queued: tenant=t is rate limited (2 per 1s), 3 ahead"
+        assert rig.engine.flow.queued(("paced/tenant", "t")) == 4
+        decided = rig.engine.decisions
+        await rig.engine.cancel_task(ids[1], operator="op", reason="not this one")
+        await _until(lambda: why(ids[2], clock.now()).startswith("waiting"), "the next in front")
+        for _ in range(6):
+            clock.advance(0.5)
+            await asyncio.sleep(0.05)
+        async with asyncio.timeout(20):
+            for t in ids:
+                await rig.engine.wait(t)
+        started = [
+            e.task_id for e in rig.store.log.read() if e.event_type is EventType.STEP_STARTED
+        ]
+        assert started == [ids[0], ids[2], ids[3], ids[4]], "first come, first served"
+        # each start decides its task and the next in front, not every task that waits
+        assert rig.engine.decisions - decided <= 6 * 4, rig.engine.decisions - decided
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_front_the_engine_decides_late_keeps_the_rates_schedule(tmp_path: Path) -> None:
+    clock = _HeldClock(start=T0)
+    rig = await make_rig(tmp_path / "d", clock, *ALL)
+    try:
+        ids = [
+            (await rig.engine.submit("paced", {"tenant": "t", "n": n})).task_id for n in range(3)
+        ]
+        await _until(lambda: rig.engine.flow.why(ids[2], clock.now()) != "", "queued")
+
+        def started() -> list[int]:
+            return [
+                e.timestamp for e in rig.store.log.read() if e.event_type is EventType.STEP_STARTED
+            ]
+
+        clock.advance(0.7)  # the second's time was at 0.5 s: the engine comes 200 ms late
+        await _until(lambda: len(started()) == 2, "the second started")
+        clock.advance(0.3)
+        # the third keeps the rate's time (1 s), not 500 ms after the late one
+        await _until(lambda: len(started()) == 3, "the third started at 1 s", timeout=5)
+        starts = started()
+        assert [b - a for a, b in itertools.pairwise(starts)] == [700, 300]
+        assert rig.store.state.occupancy.tats["paced/tenant"] == {"t": starts[-1] + 500}
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
 async def test_debounced_submissions_become_one_task_with_the_last_input(tmp_path: Path) -> None:
     rig = await _rig(tmp_path)
     try:
