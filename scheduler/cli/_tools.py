@@ -241,6 +241,20 @@ def bench_schedules(
         bool,
         typer.Option("--dst-eve", help="Compute from an hour before Berlin's spring-forward."),
     ] = False,
+    schedules: Annotated[
+        int | None,
+        typer.Option(
+            "--schedules", min=1, max=10_000, help="With --failover: how many (default 200)."
+        ),
+    ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option(
+            "--every",
+            help="With --failover: their period (default 1s); 10s or more: each kill comes "
+            "3 s before a nominal time.",
+        ),
+    ] = None,
     as_json: BenchJson = False,
     workdir: BenchDir = None,
 ) -> None:
@@ -249,11 +263,27 @@ def bench_schedules(
     with --backfill, ordinary tasks' dispatch beside a backfill against without it; with
     --failover, schedules firing every second on three nodes whose primary is killed
     (kill -9): the lateness of the times that came during each outage against the
-    failover. Exits 1 if the log shows a time fired twice or without an outcome."""
+    failover (`--schedules 10000 --every 1m`: the issue's scale, each kill 3 s before a
+    minute, so that the new primary fires the whole minute). Exits 1 if the log shows a
+    time fired twice or without an outcome."""
+    if (schedules is not None or every is not None) and not failover:
+        raise fail("--schedules and --every go with --failover", 2)
     if failover:
+        from apollo11.scheduler.schedules import parse_duration
         from apollo11.scheduler.tools.bench import schedules_failover_bench as fo
 
-        result = _measure(fo.run, fo.summary_rows, "schedules --failover", quick, as_json, workdir)
+        period = every or fo.EVERY
+        try:
+            if parse_duration(period).total_seconds() < 1:
+                raise ValueError("less than a second")
+        except ValueError as e:
+            raise fail(f"--every {period!r}: {e}", 2) from e
+
+        def run(q: bool, w: str | None, progress: Any) -> Any:
+            n = schedules or fo.SCHEDULES
+            return fo.run(q, w, progress, schedules=n, every=period)
+
+        result = _measure(run, fo.summary_rows, "schedules --failover", quick, as_json, workdir)
         why = fo.failed(result)
         if why:
             raise fail(f"bench schedules --failover failed: {why}")

@@ -132,7 +132,9 @@ class Schedules:
         known = h.store.state.schedules
         if schedule_id in known or schedule_id in self._creating:
             raise AlreadyExistsError(f"schedule {schedule_id!r} already exists")
-        if len(known) + len(self._creating) >= MAX_SCHEDULES:
+        # a create's schedule is in the state from its append, before its commit returns
+        # and it leaves `_creating`: counted once
+        if len(known) + len(self._creating - known.keys()) >= MAX_SCHEDULES:
             raise ResourceExhaustedError(
                 f"at most {MAX_SCHEDULES:,} schedules; delete one to make another"
             )

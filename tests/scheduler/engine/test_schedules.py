@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from apollo11.scheduler.clock import FakeClock
-from apollo11.scheduler.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from apollo11.scheduler.engine import schedules as engine_schedules
+from apollo11.scheduler.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.schedules import Schedule, ScheduleSpec
 from apollo11.scheduler.state import ScheduleState
@@ -173,6 +179,41 @@ async def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
         await rig.engine.schedules.delete("a", operator="ana")
         assert "a" not in rig.store.state.schedules
         assert not [e for e in rig.store.log.read() if e.event_type is EventType.TASK_SUBMITTED]
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_creates_in_flight_count_once_against_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A create's schedule is in the state from its append, before its commit returns:
+    counted there and as in flight too, the last creates of a full cluster made side by
+    side were refused (64 at a time: the 9,9xxth of `bench schedules --failover`)."""
+    monkeypatch.setattr(engine_schedules, "MAX_SCHEDULES", 4)
+    rig = await _rig(tmp_path)
+    gate = asyncio.Event()
+    commit = rig.engine.wait_commit
+
+    async def held(event_id: int) -> None:
+        await gate.wait()
+        await commit(event_id)
+
+    monkeypatch.setattr(rig.engine, "wait_commit", held)
+    spec = ScheduleSpec(cron="@daily")
+    try:
+        made = [
+            asyncio.create_task(rig.engine.schedules.create(f"s{i}", "nightly", spec))
+            for i in range(3)
+        ]
+        await _until(lambda: len(rig.store.state.schedules) == 3, "three appended")
+        made.append(asyncio.create_task(rig.engine.schedules.create("s3", "nightly", spec)))
+        await asyncio.sleep(0)  # its checks ran, its write waits for the gate
+        gate.set()
+        await asyncio.gather(*made)
+        assert sorted(rig.store.state.schedules) == ["s0", "s1", "s2", "s3"]
+        with pytest.raises(ResourceExhaustedError, match="at most 4 schedules"):
+            await rig.engine.schedules.create("s4", "nightly", spec)
     finally:
         await rig.engine.stop()
         await rig.store.close()

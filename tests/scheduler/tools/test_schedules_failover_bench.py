@@ -129,6 +129,63 @@ def test_the_figures_compare_the_outage_with_the_same_runs_failover() -> None:
     assert any("met" in value for _, value in bench.summary_rows({**r, **_ran()}))
 
 
+def test_the_catch_up_ends_at_the_last_late_fire() -> None:
+    log = a_failover()
+    log.fire(2, "s0", 15_000, 15_900)  # a late one written after the first batch
+    h = bench.history(log.events)
+    r = bench.figures(h, [bench.Kill("n1", "n2", KILL_MS, 4.9, 1.0)])
+    k = r["per_kill"][0]
+    assert (k["first_fire_after_ms"], k["last_late_fire_after_ms"]) == (4_950, 5_400)
+    assert k["catchup_ms"] == 15_900 - 15_400
+    # the stricter reading: 5,400 ms from the kill, within failover p99 + 1 s
+    assert r["last_late_fire_after_ms"]["max"] == 5_400 and r["met_from_the_kill"] is True
+
+
+def test_a_minute_schedule_is_killed_before_its_nominal_time() -> None:
+    """At the issue's scale every kill comes LEAD_MS before a minute, so that the new
+    primary fires all of it; a second's kills spread over the second."""
+    assert bench.kill_phases(60_000, 3) == [57_000] * 3
+    assert bench.kill_phases(1_000, 3) == [5, 338, 671]
+    assert bench.kill_phases(1_000, 1) == [5]
+    # the first wall time at or after a bound with that phase
+    assert bench.next_at(120_000, 60_000, 57_000) == 177_000
+    assert bench.next_at(177_000, 60_000, 57_000) == 177_000
+    assert bench.next_at(177_001, 60_000, 57_000) == 237_000
+    assert bench.next_at(10_400, 1_000, 338) == 11_338
+    assert bench.next_at(10_300, 1_000, 338) == 10_338
+
+
+def test_a_minute_of_ten_thousand_falls_to_the_next_primary() -> None:
+    """Kill 3 s before 60,000: the new primary fires every schedule's 60,000 late, none
+    of them due before the kill, and each minute's time has one outcome."""
+    log = Log()
+    log.term(1, 0)
+    sids = [f"s{i}" for i in range(100)]
+    for sid in sids:
+        log.fire(1, sid, 0, 300)
+    log.term(2, 61_500)
+    for sid in sids:
+        log.fire(2, sid, 60_000, 61_700 + int(sid[1:]))  # the catch-up takes 99 ms
+    for sid in sids:
+        log.fire(2, sid, 120_000, 120_400)
+    h = bench.history(log.events)
+    r = bench.figures(h, [bench.Kill("n1", "n2", 57_000, 4.6, 1.0)], 60_000)
+    k = r["per_kill"][0]
+    assert (k["after_a_nominal_time_ms"], k["outage_fires"], k["before_the_kill"]) == (
+        57_000,
+        100,
+        0,
+    )
+    assert (k["first_fire_after_ms"], k["last_late_fire_after_ms"]) == (4_700, 4_799)
+    assert r["outage_lateness_ms"] == {"p50": 1_750, "p99": 1_799, "max": 1_799}
+    assert r["met"] is True and r["met_from_the_kill"] is True
+    assert r["steady_lateness_ms"]["p99"] == 400
+    c = r["log"]
+    assert c["outage_times"] == c["outage_times_with_one_outcome"] == 100
+    assert c["times"] == c["with_one_outcome"] == 300
+    assert bench.failed(r) == ""
+
+
 def _fired(e: Event) -> tuple[str, int] | None:
     s = e.payload.get("schedule")
     return (s["id"], s["nominal_ms"]) if s else None
