@@ -61,7 +61,7 @@ from apollo11.scheduler.errors import (
     NotLeaderError,
     OutcomeUnknownError,
 )
-from apollo11.scheduler.flow import DEFAULT_PRIORITY, Admit, Concurrency, FairQueue, Hold, Rate
+from apollo11.scheduler.flow import DEFAULT_PRIORITY, Admit, Concurrency, FairQueue, NotYet, Rate
 from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
 from apollo11.scheduler.state import State, Store, TaskState, TaskStatus
@@ -543,7 +543,7 @@ class Engine:
         if self._slots_used < self.concurrency:
             if task.flow is not None:
                 decision = self.flow.check(task, wf, spec, self.clock.now())
-                if isinstance(decision, Hold):
+                if isinstance(decision, NotYet):
                     self.flow.hold(task, decision, self.clock.now())  # released in turn
                     return True
                 admitted = decision

@@ -39,8 +39,8 @@ from apollo11.scheduler.flow import (
     Admit,
     Concurrency,
     FairQueue,
-    Hold,
     Need,
+    NotYet,
     Rate,
     RateNeed,
     SlotNeed,
@@ -128,7 +128,9 @@ class FlowGate:
 
     # ------------------------------------------------------------ admission
 
-    def check(self, task: TaskState, wf: Workflow, spec: Step, now_s: float) -> Admit | Hold | None:
+    def check(
+        self, task: TaskState, wf: Workflow, spec: Step, now_s: float
+    ) -> Admit | NotYet | None:
         """May `spec`'s attempt of `task` start now? None: no flow control applies."""
         f = task.flow
         if f is None:
@@ -136,7 +138,7 @@ class FlowGate:
         tid = task.task_id
         self._learn(wf)
         if tid in self._frozen:  # a newer input is being written for it: not before that
-            return Hold(
+            return NotYet(
                 "debouncing: a newer input is being recorded", "", "", int(now_s * 1000) + 20
             )
         holding = task.busy > 0 or task.status is _RUNNING or self._host.runs(tid)
@@ -174,7 +176,7 @@ class FlowGate:
         if isinstance(decision, Admit) and queued is not None:
             # a slot looks free, but the released ones are on their way to it
             lid, value = queued
-            return Hold(
+            return NotYet(
                 f"{limit_name(lid)}={value} has {len(self._queues.get(queued) or ())} waiting",
                 lid,
                 value,
@@ -185,10 +187,10 @@ class FlowGate:
         ):
             # another waits for this rate's next start: behind it, not beside it
             rid, value = paced
-            return Hold(self._rate_reason(rid, value), rid, value, None)
+            return NotYet(self._rate_reason(rid, value), rid, value, None)
         return decision
 
-    def hold(self, task: TaskState, h: Hold, now_s: float) -> None:
+    def hold(self, task: TaskState, h: NotYet, now_s: float) -> None:
         """Park a held start: in its key's queue, or behind a timer."""
         tid = task.task_id
         key = (h.limit_id, h.value)

@@ -16,7 +16,7 @@ the occupancy and the TATs, and records what these return. Import from here, not
 from the modules inside.
 """
 
-from apollo11.scheduler.flow.admit import Admit, Hold, Need, RateNeed, SlotNeed, admit, clock
+from apollo11.scheduler.flow.admit import Admit, Need, NotYet, RateNeed, SlotNeed, admit, clock
 from apollo11.scheduler.flow.debounce import deadline, extended, joins, not_before
 from apollo11.scheduler.flow.fairq import (
     AGING_MS,
@@ -25,7 +25,7 @@ from apollo11.scheduler.flow.fairq import (
     FairQueue,
     effective_priority,
 )
-from apollo11.scheduler.flow.gcra import Pace, gcra
+from apollo11.scheduler.flow.gcra import Paced, gcra
 from apollo11.scheduler.flow.keys import key_value
 from apollo11.scheduler.flow.limits import (
     MAX_VALUE_CHARS,
@@ -52,12 +52,12 @@ __all__ = [
     "Debounce",
     "FairQueue",
     "FlowSpec",
-    "Hold",
     "Key",
     "Limit",
     "Need",
+    "NotYet",
     "OnFull",
-    "Pace",
+    "Paced",
     "Rate",
     "RateNeed",
     "RegisteredLimits",

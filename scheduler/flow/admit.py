@@ -2,7 +2,7 @@
 
 The engine gathers what one start needs (`Need`: the concurrency limits with their
 occupancy, the rates with their TATs, the debounce's start time) and asks `admit`,
-which answers `Admit` (with the TATs to record on the STARTED) or `Hold` with the
+which answers `Admit` (with the TATs to record on the STARTED) or `NotYet` with the
 operator's sentence. The checks go from the one that waits longest to the one that
 spends something: a debounce first (nothing else matters before its time), then the
 concurrency limits (a full one waits for a holder to end: no timer), then the rates,
@@ -62,7 +62,7 @@ class Admit:
 
 
 @dataclass(frozen=True, slots=True)
-class Hold:
+class NotYet:
     """Do not start yet. `until_ms`: when to look again (a rate's or a debounce's time);
     None: when a holder of `limit_id`'s `value` ends. `reason` is the operator's
     sentence ("host=db1 is full (2/2)"); the engine adds the queue position."""
@@ -73,14 +73,14 @@ class Hold:
     until_ms: int | None
 
 
-def admit(need: Need, now_ms: int) -> Admit | Hold:
+def admit(need: Need, now_ms: int) -> Admit | NotYet:
     if need.not_before_ms is not None and now_ms < need.not_before_ms:
-        return Hold(
+        return NotYet(
             f"debouncing until {clock(need.not_before_ms, now_ms)}", "", "", need.not_before_ms
         )
     for slot in need.concurrency:
         if slot.occupancy >= slot.max:
-            return Hold(
+            return NotYet(
                 f"{limit_name(slot.limit_id)}={slot.value} is full ({slot.occupancy}/{slot.max})",
                 slot.limit_id,
                 slot.value,
@@ -98,7 +98,7 @@ def admit(need: Need, now_ms: int) -> Admit | Hold:
     if held is not None:
         rate, until_ms = held
         burst = f", burst {rate.burst}" if rate.burst > 1 else ""
-        return Hold(
+        return NotYet(
             f"{limit_name(rate.rate_id)}={rate.value} is rate limited "
             f"({rate.limit} per {format_ms(rate.per_ms)}{burst}) until {clock(until_ms, now_ms)}",
             rate.rate_id,

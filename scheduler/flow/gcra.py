@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Pace:
+class Paced:
     """`admitted`: the start may happen now, and `tat_ms` is the TAT to record. Not
     admitted: `until_ms` is the first millisecond at which it would be (a timer's
     deadline), and `tat_ms` is the TAT as it was."""
@@ -29,14 +29,14 @@ class Pace:
     until_ms: int | None = None
 
 
-def gcra(tat_ms: float | None, now_ms: int, interval_ms: float, burst: int) -> Pace:
+def gcra(tat_ms: float | None, now_ms: int, interval_ms: float, burst: int) -> Paced:
     """The decision for one start at `now_ms` against a rate's TAT (None: none yet)."""
     tat = now_ms if tat_ms is None else tat_ms
     allowed_at = tat - (burst - 1) * interval_ms
     if now_ms >= allowed_at:
-        return Pace(True, _tidy(max(tat, now_ms) + interval_ms))
+        return Paced(True, _tidy(max(tat, now_ms) + interval_ms))
     # ceil: woken at until_ms, the same comparison admits it (until_ms >= allowed_at)
-    return Pace(False, tat, math.ceil(allowed_at))
+    return Paced(False, tat, math.ceil(allowed_at))
 
 
 def _tidy(ms: float) -> float:

@@ -6,20 +6,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apollo11.scheduler.flow import Pace, gcra
+from apollo11.scheduler.flow import Paced, gcra
 
 
 def test_the_first_start_is_admitted_and_sets_the_tat_one_interval_ahead() -> None:
-    assert gcra(None, 1_000, 100, 1) == Pace(True, 1_100)
+    assert gcra(None, 1_000, 100, 1) == Paced(True, 1_100)
 
 
 def test_without_burst_the_next_start_waits_one_interval() -> None:
     held = gcra(1_100, 1_000, 100, 1)
-    assert held == Pace(False, 1_100, until_ms=1_100)
+    assert held == Paced(False, 1_100, until_ms=1_100)
     assert gcra(1_100, 1_099, 100, 1).admitted is False
-    assert gcra(1_100, 1_100, 100, 1) == Pace(True, 1_200)
+    assert gcra(1_100, 1_100, 100, 1) == Paced(True, 1_200)
     # a late start counts from its own time, not the TAT: idle time is not saved up
-    assert gcra(1_100, 5_000, 100, 1) == Pace(True, 5_100)
+    assert gcra(1_100, 5_000, 100, 1) == Paced(True, 5_100)
 
 
 def test_a_burst_admits_that_many_at_once_then_paces() -> None:
@@ -35,8 +35,8 @@ def test_a_burst_admits_that_many_at_once_then_paces() -> None:
     assert tat == 2_000
     held = gcra(tat, 0, 100, 20)
     # tat - tau = 2000 - 19 * 100
-    assert held == Pace(False, 2_000, until_ms=100)
-    assert gcra(tat, 100, 100, 20) == Pace(True, 2_100)
+    assert held == Paced(False, 2_000, until_ms=100)
+    assert gcra(tat, 100, 100, 20) == Paced(True, 2_100)
 
 
 def test_a_fractional_interval_is_kept_and_until_is_rounded_up() -> None:
