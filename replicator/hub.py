@@ -234,8 +234,9 @@ class ReplicationHub:
                 fut.set_exception(ReplicationTimeout(self.timeout_message(event_id, n, timeout_s)))
         for n, heap in self._waiters.items():
             # Waiters that timed out or were cancelled stay in the event-id heap until
-            # an ack pops them; while no ack comes, drop them here, not one by one.
-            if heap and len(heap) > 2 * len(deadlines) + 64:
+            # an ack pops them; while no ack comes, drop them here, not one by one, and
+            # all of them once no deadline is left (every waiter has one: none is live).
+            if heap and (not deadlines or len(heap) > 2 * len(deadlines) + 64):
                 self._waiters[n] = [w for w in heap if not w[2].done()]
                 heapq.heapify(self._waiters[n])
         if deadlines:

@@ -98,6 +98,18 @@ async def test_many_expired_waiters_are_dropped_without_an_ack() -> None:
     assert len(hub._waiters[1]) == 0
 
 
+async def test_no_dead_waiter_lingers_once_the_last_deadline_passed() -> None:
+    """Waiters whose deadlines fall in different sweeps (a loaded loop spreads them):
+    once none is left waiting, none is kept, however few were left over."""
+    hub, _ = _hub("a")
+    early = [asyncio.create_task(hub.wait(i, 1, 0.05)) for i in range(1, 101)]
+    await asyncio.sleep(0.03)
+    late = [asyncio.create_task(hub.wait(i, 1, 0.05)) for i in range(101, 121)]
+    results = await asyncio.gather(*early, *late, return_exceptions=True)
+    assert all(isinstance(r, ReplicationTimeout) for r in results)
+    assert len(hub._waiters[1]) == 0
+
+
 async def test_fail_all_fails_every_waiter() -> None:
     hub, _ = _hub("a")
     t = asyncio.create_task(hub.wait(4, 1, 10))
