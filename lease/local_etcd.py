@@ -7,6 +7,7 @@ Production deployments run a real etcd cluster (a current 3.5.x; avoid
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,7 +36,24 @@ def etcd_binary(name: str = "etcd") -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free on 127.0.0.1 now, below the kernel's ephemeral range: a port the
+    kernel hands out for bind(0) is also the next outgoing connection's, and a
+    busy machine (a connection flood beside) took one between this choice and the
+    server's bind (a flaky run)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    for _ in range(1000 if low > 11_000 else 0):
+        port = random.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below it: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

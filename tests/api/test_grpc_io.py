@@ -51,8 +51,10 @@ def _switches_per_call(tmp_path: Path, env: dict[str, str] | None) -> float:
 
 
 def test_a_node_reads_and_writes_sockets_on_the_poller_thread(tmp_path: Path) -> None:
-    # EventEngine's threads have ~6 switches per unary call when they do the I/O
-    assert _switches_per_call(tmp_path, None) < 0.5
+    # EventEngine's threads have ~3-6 switches per unary call when they do the I/O,
+    # ~0.03 when not; the idle interval subtracted is another interval than the
+    # busy one, so a loaded machine adds ~0.5 of noise either way (0.51 seen in CI)
+    assert _switches_per_call(tmp_path, None) < 1.0
 
 
 def test_an_operators_own_grpc_experiments_win(tmp_path: Path) -> None:

@@ -112,7 +112,10 @@ def test_a_churn_from_one_source_is_refused_before_its_handshakes(web: Web) -> N
     # (each of those cut by the churn: a "handshake" drop)
     began_at_most = LIMITS.per_source_burst + LIMITS.per_source_rate * took + 1
     assert dropped.get("handshake", 0) <= began_at_most, (dropped, failed, took)
-    assert dropped.get("rate", 0) > 0, dropped
+    # the rest refused at accept: past the rate, or (a slow node not yet told of
+    # the cut ones) past per_source open at once; either is before the handshake
+    refused = dropped.get("rate", 0) + dropped.get("per_source", 0)
+    assert refused >= 300 - failed - began_at_most, dropped
     assert sum(dropped.values()) >= 300 - failed - 1, dropped
     assert web.healthz() == 200, "127.0.0.1 is another source"
 
