@@ -12,7 +12,8 @@ from apollo11.scheduler.cli._shared import Grid, clock, out
 DEFAULT_PRIORITY = 3  # a submission's (docs/flow-control.md)
 
 
-def progress_line(ev: Any) -> None:
+def progress_line(ev: Any, prefix: str = "") -> None:
+    """One event on one line, in any output (`prefix`: plain text before it)."""
     what = ev.event_type.removeprefix("STEP_").removeprefix("TASK_")
     who = f"{ev.step_name} " if ev.step_name else ""
     extra = ""
@@ -24,7 +25,7 @@ def progress_line(ev: Any) -> None:
         extra += f" — by {ev.payload['operator']}{shown}: {ev.payload.get('reason', '')}"
     attempt = f" (attempt {ev.attempt})" if ev.attempt else ""
     # markup=False: step names, errors and reasons are whoever submitted's text
-    line = f"{clock(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
+    line = f"{prefix}{clock(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
     out.print(line, markup=False, highlight=False)
 
 

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import (
     AsJson,
     Grid,
@@ -117,9 +116,9 @@ def events(
             sys.stdout.write(orjson.dumps(ev.to_json()).decode() + "\n")
             sys.stdout.flush()
         else:
+            # one print, one line: grep and awk see the node and term beside the event
             task = f"{ev.task_id} " if ev.task_id and not task_id else ""
-            out.print(f"[dim]{escape(ev.instance_id)} t{ev.term}[/dim] {escape(task)}", end="")
-            progress_line(ev)
+            progress_line(ev, prefix=f"{ev.instance_id} t{ev.term} {task}")
 
     async def go() -> None:
         async with client(server) as c:
