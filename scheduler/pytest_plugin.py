@@ -24,23 +24,27 @@ if TYPE_CHECKING:
 
 
 async def _env(tmp_path: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A running WorkflowEnvironment on the test's tmp_path, closed after the test."""
     from apollo11.scheduler.testing import WorkflowEnvironment
 
     async with WorkflowEnvironment(directory=tmp_path / "apollo11") as env:
         yield env
 
 
-try:
-    import pytest_asyncio
-except ImportError:  # pragma: no cover - a project without pytest-asyncio
+def _fixture() -> Any:
+    try:
+        import pytest_asyncio
+    except ImportError:  # a project without it: say so when a test asks for the fixture
 
-    @pytest.fixture
-    def apollo_env() -> Any:
-        """A running WorkflowEnvironment (needs pytest-asyncio)."""
-        raise pytest.UsageError(
-            "the apollo_env fixture is async: install pytest-asyncio "
-            "(pip install pytest-asyncio) and run the test under it"
-        )
+        @pytest.fixture(name="apollo_env")
+        def missing() -> Any:
+            raise pytest.UsageError(
+                "the apollo_env fixture is async: install pytest-asyncio "
+                "(pip install pytest-asyncio) and run the test under it"
+            )
 
-else:
-    apollo_env = pytest_asyncio.fixture(_env, name="apollo_env")
+        return missing
+    return pytest_asyncio.fixture(_env, name="apollo_env")
+
+
+apollo_env = _fixture()

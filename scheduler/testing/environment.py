@@ -78,7 +78,7 @@ class TaskHandle(Generic[R]):
         main's, or each step's by name). Raises TaskFailed or TaskCancelled as the client
         does; StalledError when nothing due can ever finish it (it waits for an event
         nobody sent); TimeoutError after `timeout` real seconds."""
-        view = await self._env._finished(self.task_id, timeout)
+        view = await self._env._finished(self.task_id, within_s=timeout)
         if view.state == "CANCELLED":
             raise TaskCancelled(view)
         if view.state in ("FAILED", "NONDETERMINISTIC"):
@@ -251,11 +251,11 @@ class WorkflowEnvironment:
                     f"itself, or load it with WorkflowEnvironment(workflows=[...])"
                 )
         else:
+            hint = " (the function under @main: pass its DurableWorkflow)"
             raise TypeError(
                 f"submit takes a Workflow or a loaded workflow's name, got "
                 f"{type(workflow).__name__} {getattr(workflow, '__name__', workflow)!r}"
-                + (" (the function under @main: pass its DurableWorkflow)" if callable(workflow)
-                   else "")  # fmt: skip
+                + (hint if callable(workflow) else "")
             )
         sub = await self.engine.submit(
             name, input, idempotency_key=idempotency_key, version=version
@@ -328,7 +328,9 @@ class WorkflowEnvironment:
         folded = replay(store.log.read())
         live, fresh = _normal(store.state.to_dict()), _normal(folded.to_dict())
         if live != fresh:
-            raise AssertionError(f"the log replays to another state: {_first_difference(live, fresh)}")
+            raise AssertionError(
+                f"the log replays to another state: {_first_difference(live, fresh)}"
+            )
         tasks = list(store.state.iter_tasks())
         runs, _ = await asyncio.to_thread(
             check_all, tasks, self.registry, store.state.first_event, finished=True
@@ -337,7 +339,9 @@ class WorkflowEnvironment:
         if broken:
             raise AssertionError(
                 "durable runs that do not replay: "
-                + "; ".join(f"task {r.task_id} ({r.workflow} v{r.version}): {r.detail}" for r in broken)
+                + "; ".join(
+                    f"task {r.task_id} ({r.workflow} v{r.version}): {r.detail}" for r in broken
+                )
             )
         return (
             f"replayed {store.log.next_id - 1} events to the same state; "
@@ -346,10 +350,10 @@ class WorkflowEnvironment:
 
     # ------------------------------------------------------- at rest, skipping
 
-    async def _finished(self, task_id: str, timeout: float) -> TaskView:
+    async def _finished(self, task_id: str, *, within_s: float) -> TaskView:
         """Run until the task is finished and nothing of it runs, skipping time whenever
         every task waits."""
-        async with _within(timeout, lambda: self._report(f"waiting for task {task_id}")):
+        async with _within(within_s, lambda: self._report(f"waiting for task {task_id}")):
             while True:
                 await self._settle(limit=False)
                 t = self.store.state.peek(task_id)
@@ -431,9 +435,9 @@ def _first_difference(a: Any, b: Any, path: str = "state") -> str:
 
 
 @contextlib.asynccontextmanager
-async def _within(timeout: float | None, why: Callable[[], str]) -> AsyncIterator[None]:
+async def _within(seconds: float | None, why: Callable[[], str]) -> AsyncIterator[None]:
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(seconds):
             yield
     except TimeoutError as e:
-        raise TimeoutError(f"{why()} after {timeout} s") from e
+        raise TimeoutError(f"{why()} after {seconds} s") from e
