@@ -4,6 +4,7 @@ environment.py   WorkflowEnvironment, TaskHandle: the real engine, store and log
                  process, a virtual clock that skips while every task waits,
                  injected failovers, the replay check
 virtualclock.py  VirtualClock: time that moves when the test says so
+replaycheck.py   the log folded again gives the same state; durable runs replay
 steprun.py       run_step: one step with a real StepContext, no engine
 views.py         the engine's records as the client shows them
 history.py       etl_history: synthetic histories for benchmarks and golden logs

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -42,11 +41,11 @@ from typing import Any, Generic, TypeVar
 
 from apollo11.scheduler import waits
 from apollo11.scheduler.client import EventView, SentEvent, TaskCancelled, TaskFailed, TaskView
-from apollo11.scheduler.durable import check_all
 from apollo11.scheduler.engine import Engine, InProcessExecutor
 from apollo11.scheduler.errors import FailedPreconditionError, NotFoundError, StalledError
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.state import Store, StoreConfig, TaskState, TaskStatus, replay
+from apollo11.scheduler.state import Store, StoreConfig, TaskState, TaskStatus
+from apollo11.scheduler.testing.replaycheck import replay_check
 from apollo11.scheduler.testing.views import event_view, task_view
 from apollo11.scheduler.testing.virtualclock import START, VirtualClock
 from apollo11.scheduler.workflow import Registry, Workflow
@@ -324,29 +323,7 @@ class WorkflowEnvironment:
         here (a `ctx.*` call that differs from its checkpoint fails). Returns what was
         checked; raises AssertionError naming the first difference."""
         await self._settle()
-        store = self.store
-        folded = replay(store.log.read())
-        live, fresh = _normal(store.state.to_dict()), _normal(folded.to_dict())
-        if live != fresh:
-            raise AssertionError(
-                f"the log replays to another state: {_first_difference(live, fresh)}"
-            )
-        tasks = list(store.state.iter_tasks())
-        runs, _ = await asyncio.to_thread(
-            check_all, tasks, self.registry, store.state.first_event, finished=True
-        )
-        broken = [r for r in runs if r.outcome != "ok"]
-        if broken:
-            raise AssertionError(
-                "durable runs that do not replay: "
-                + "; ".join(
-                    f"task {r.task_id} ({r.workflow} v{r.version}): {r.detail}" for r in broken
-                )
-            )
-        return (
-            f"replayed {store.log.next_id - 1} events to the same state; "
-            f"{len(runs)} durable run(s) replay"
-        )
+        return await replay_check(self.store, self.registry)
 
     # ------------------------------------------------------- at rest, skipping
 
@@ -416,22 +393,6 @@ class WorkflowEnvironment:
                 f"(await env.send_event(key, payload)), then await the result"
             )
         return f"{where}, every task waits and no timer is armed: nothing will move it on"
-
-
-def _normal(d: Any) -> Any:
-    return json.loads(json.dumps(d, sort_keys=True, default=str))
-
-
-def _first_difference(a: Any, b: Any, path: str = "state") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b), key=str):
-            if a.get(k) != b.get(k):
-                return _first_difference(a.get(k), b.get(k), f"{path}[{k!r}]")
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            if x != y:
-                return _first_difference(x, y, f"{path}[{i}]")
-    return f"{path} is {a!r} live, {b!r} replayed"
 
 
 @contextlib.asynccontextmanager
