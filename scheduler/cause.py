@@ -107,3 +107,37 @@ def of_exception(e: BaseException) -> Cause:
 def legacy(type_name: str, message: str = "", details: Mapping[str, Any] | None = None) -> Cause:
     """A failure known by its short type name alone (an older worker's)."""
     return Cause(type_name, (), message, retry_after((details or {}).get("retry_after")))
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f}" if s >= 100 else f"{s:.3g}"
+
+
+def verdict_line(p: Mapping[str, Any]) -> str | None:
+    """A FAILED payload's cause and the retry rule's verdict, in a line for people:
+    `TimeoutError → retry 3/10 in 0.5 s`, `ReadTimeout (as TimeoutError) → …`,
+    `KeyError → final, 5/5 spent`. None for what records no verdict (a failed
+    compensation, a FAILED written before verdicts were)."""
+    if p.get("compensation"):
+        return None
+    final = bool(p.get("final"))
+    if p.get("lost"):
+        return "lost (its node died) → " + ("final, max_lost reached" if final else "retry")
+    decision = p.get("decision")
+    rule = p.get("rule")
+    if not isinstance(decision, Mapping) or not isinstance(rule, str):
+        return None
+    c = Cause.from_record(p)
+    name = short(c.type) if c is not None and c.type else "failure"
+    if rule != "default" and short(rule) != name:
+        name += f" (as {short(rule)})"
+    n, of = decision.get("failures"), decision.get("attempts")
+    if not final:
+        after = p.get("retry_in_s")
+        when = f" in {_seconds(float(after))} s" if isinstance(after, int | float) else ""
+        if c is not None and c.retry_after_s is not None and after == c.retry_after_s:
+            when += " (its retry_after)"
+        return f"{name} → retry {n}/{of}{when}"
+    if isinstance(n, int) and isinstance(of, int) and n >= of:
+        return f"{name} → final, {n}/{of} spent" if of > 1 else f"{name} → final, never retried"
+    return f"{name} → final (it said so)"

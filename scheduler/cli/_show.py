@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -26,6 +27,25 @@ def progress_line(ev: Any) -> None:
     # markup=False: step names, errors and reasons are whoever submitted's text
     line = f"{clock(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
     out.print(line, markup=False, highlight=False)
+
+
+def show_failures(events: Iterable[Any]) -> None:
+    """Each failed attempt's cause and what the retry rule decided, from the task's
+    FAILED events (`TimeoutError → retry 3/10 in 0.5 s`); nothing when none says."""
+    from apollo11.scheduler.cause import verdict_line  # light: no engine, no state
+
+    table = Grid("step", "attempt", "cause → decision")
+    shown = 0
+    for ev in events:
+        if ev.event_type != "STEP_FAILED" or not isinstance(ev.payload, dict):
+            continue
+        line = verdict_line(ev.payload)
+        if line is not None:
+            table.add_row(ev.step_name, str(ev.attempt), line)
+            shown += 1
+    if shown:
+        out.print("failed attempts:")
+        table.show()
 
 
 def show_task_view(t: Any) -> None:
