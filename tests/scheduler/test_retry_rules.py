@@ -247,7 +247,7 @@ def test_the_contract_registers() -> None:
         CONNECTION: Retry(attempts=20, backoff_s=2),
         "builtins.ValueError": FINAL,
     }
-    assert POLICY == Retry(attempts=5, backoff_s=1, max_backoff_s=60, on=dict(POLICY.on))
+    assert Retry(attempts=5, backoff_s=1, max_backoff_s=60, on=dict(POLICY.on)) == POLICY
     assert hash(POLICY) == hash(Retry(attempts=5, backoff_s=1, max_backoff_s=60))
 
 
