@@ -142,6 +142,27 @@ def test_auto_timeout_is_twice_p99_of_history() -> None:
             r"steps\[0\].retry",
         ),
         (
+            {
+                "steps": [
+                    {"name": "a", "run": "x", "idempotency": "idempotent", "retry": {"attempts": 0}}
+                ]
+            },
+            r"steps\[0\].retry: attempts must be a whole number, at least 1, got 0",
+        ),
+        (
+            {
+                "steps": [
+                    {
+                        "name": "a",
+                        "run": "x",
+                        "idempotency": "idempotent",
+                        "retry": {"on": {"E": {}}},
+                    }
+                ]
+            },
+            r"steps\[0\].retry: on key 'E' is not an exception class",
+        ),
+        (
             {"steps": [{"name": "a", "run": "x", "idempotency": "idempotent", "after": ["zz"]}]},
             "unknown step 'zz'",
         ),
