@@ -110,9 +110,9 @@ def spent(policy: Retry, failed: int) -> bool:
 
 
 def final_after_failure(step: StepState, policy: Retry) -> bool:
-    """The running attempt failed on its own: was it the last one? (`step` is the
-    state with that attempt STARTED.)"""
-    return spent(policy, budget(step).failed)
+    """The running attempt failed on its own, of no cause a rule names: was it the last
+    one? (`step` is the state with that attempt STARTED; `judge` answers for a cause.)"""
+    return judge(policy, counts(step), None, "").final
 
 
 def final_after_loss(step: StepState, policy: Retry) -> bool:
@@ -181,17 +181,17 @@ class Verdict(NamedTuple):
 
 def judge(
     policy: Retry,
-    counts: Mapping[str, int] | None,
+    before: Mapping[str, int] | None,
     cause: Cause | None,
     seed: str,
     *,
     final: bool = False,
 ) -> Verdict:
-    """Judge a failure by its rule. `counts`: own failures by rule before this one
-    (`StepState.causes`, or a ctx.step's own); `seed`: the jitter's (task and step,
-    or task and position); `final`: the failure says it is the last (`says_final`)."""
+    """Judge a failure by its rule. `before`: own failures by rule before this one
+    (`counts(step)`, or a ctx.step's own); `seed`: the jitter's (task and step, or
+    task and position); `final`: the failure says it is the last (`says_final`)."""
     name, rule = rule_for(policy, cause)
-    failures = (counts or {}).get(name, 0) + 1
+    failures = (before or {}).get(name, 0) + 1
     if isinstance(rule, Never):
         return Verdict(name, failures, 1, True, None)
     if final or spent(rule, failures):
@@ -216,7 +216,7 @@ def compensation_delay(policy: Retry, failures: int, task_id: str, step: str) ->
 
 def next_try(
     policy: Retry,
-    counts: Mapping[str, int],
+    before: Mapping[str, int],
     cause: Cause | None,
     task_id: str,
     seq: int,
@@ -224,9 +224,9 @@ def next_try(
     final: bool,
 ) -> Verdict:
     """A durable `ctx.step`'s try failed with `cause`: judged as a step's failure is,
-    over the call's own `counts` by rule (its earlier failed tries), seeded by task and
-    position. `final`: the failure said so."""
-    return judge(policy, counts, cause, f"{task_id}:{seq}", final=final)
+    over the call's own failed tries by rule (`before`), seeded by task and position.
+    `final`: the failure said so."""
+    return judge(policy, before, cause, f"{task_id}:{seq}", final=final)
 
 
 def next_try_in(policy: Retry, tries: int, task_id: str, seq: int, *, final: bool) -> float | None:

@@ -255,3 +255,16 @@ def test_rules_are_metric_labels_by_class_name() -> None:
     assert retry.rule_label(TIMEOUT) == "TimeoutError"
     assert retry.rule_label(f"{__name__}.ReadTimeout") == "ReadTimeout"
     assert retry.rule_label(DEFAULT_RULE) == "default"
+
+
+def test_the_counts_and_the_verdict_survive_a_snapshot() -> None:
+    """A new primary that recovers from a snapshot arms the same retry time."""
+    from apollo11.scheduler.state import TaskState
+
+    h = History({"s": []}).fail("s", 1, rule=TIMEOUT, retry_in_s=0.5)
+    task = h.task
+    again = TaskState.from_dict(task.to_dict())
+    assert again.to_dict() == task.to_dict()
+    step = again.steps["s"]
+    assert (step.causes, step.retry_in_s) == ({TIMEOUT: 1}, 0.5)
+    assert retry.due_at("t", step, POLICY) == retry.due_at("t", task.steps["s"], POLICY)
