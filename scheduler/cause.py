@@ -23,8 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-BUILTINS = "builtins."
-
 
 def qualified(cls: type) -> str:
     """`module.qualname` of a class: how a cause and a rule name it."""
@@ -32,9 +30,10 @@ def qualified(cls: type) -> str:
 
 
 def short(name: str) -> str:
-    """What a person reads: `TimeoutError` for `builtins.TimeoutError`; other classes
-    keep their module (`httpx.ReadTimeout`), which says where they come from."""
-    return name.removeprefix(BUILTINS)
+    """What a person reads, and a metric's label: the class's own name, `TimeoutError`
+    for `builtins.TimeoutError`, `ReadTimeout` for `httpx.ReadTimeout` (the record
+    keeps the qualified name)."""
+    return name.rpartition(".")[2]
 
 
 def mro_names(cls: type) -> tuple[str, ...]:

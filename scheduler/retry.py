@@ -206,7 +206,7 @@ def judge(
 def rule_label(rule: str) -> str:
     """A rule's name as a metric label: its class's short name (`TimeoutError`,
     `ReadTimeout`), or `default`. Bounded: rules are declared, never a message."""
-    return short(rule).rpartition(".")[2] if rule != DEFAULT_RULE else DEFAULT_RULE
+    return short(rule) if rule != DEFAULT_RULE else DEFAULT_RULE
 
 
 def compensation_delay(policy: Retry, failures: int, task_id: str, step: str) -> float:

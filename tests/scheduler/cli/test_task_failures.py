@@ -54,7 +54,7 @@ EVENTS = [
         (EVENTS[1].payload, "TimeoutError → retry 3/10 in 0.5 s"),
         (
             {**EVENTS[1].payload, "cause": {**TIMEOUT, "type": "httpx.ReadTimeout"}},
-            "httpx.ReadTimeout (as TimeoutError) → retry 3/10 in 0.5 s",
+            "ReadTimeout (as TimeoutError) → retry 3/10 in 0.5 s",
         ),
         (
             {
@@ -64,7 +64,7 @@ EVENTS = [
                 "decision": {"failures": 1, "attempts": 5},
                 "retry_in_s": 30.0,
             },
-            "apollo11.x.Throttled → retry 1/5 in 30 s (its retry_after)",
+            "Throttled → retry 1/5 in 30 s (its retry_after)",
         ),
         (EVENTS[3].payload, "ValueError → final, never retried"),
         (
