@@ -184,7 +184,9 @@ class StepContext:
     step: str
     attempt: int
     input: Any
-    results: Mapping[str, Any]  # results of the steps this one depends on
+    # The results of the steps in this one's `after=` and of no other (ParentResults:
+    # reading another is a final ResultNotVisible, not a KeyError retried).
+    results: Mapping[str, Any]
     node_id: str
     workflow: str
     version: int
@@ -202,6 +204,11 @@ class StepContext:
     # A durable main's checkpoints and waits (set for `journaled` steps: by the engine
     # when it runs embedded, by the worker's stream on a worker).
     journal: Journal | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.results, ParentResults):
+            # frozen: set once here, whoever built the context (engine, worker, a test)
+            object.__setattr__(self, "results", ParentResults(self.step, self.results))
 
     def heartbeat(self, details: Any = None) -> None:
         """Report progress (`details`: JSON-serializable, small). The latest details
@@ -294,6 +301,39 @@ class StepError(Exception):
         if retry_after is not None:
             details["retry_after"] = retry_after
         self.details = details
+
+
+class ResultNotVisible(StepError, KeyError):
+    """A step read `ctx.results[name]` of a step not in its `after=`. Final: no
+    attempt would see it (a KeyError still catches it)."""
+
+    def __init__(self, step: str, name: str, after: Sequence[str]) -> None:
+        super().__init__(
+            f"step {step!r} read ctx.results[{name!r}], but ctx.results holds only the "
+            f"results of the steps in its after={sorted(after)!r}: add {name!r} to the "
+            f"step's after= to read its result",
+            final=True,
+        )
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0])
+
+
+class ParentResults(dict[str, Any]):
+    """`ctx.results`: the results of a step's direct parents (its `after=`), a plain
+    dict (JSON, pickle) whose missing keys raise ResultNotVisible."""
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: str, results: Mapping[str, Any]) -> None:
+        super().__init__(results)
+        self._step = step
+
+    def __missing__(self, name: str) -> Any:
+        raise ResultNotVisible(self._step, name, list(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ParentResults, (self._step, dict(self)))
 
 
 @dataclass

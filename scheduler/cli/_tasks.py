@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import (
     AsJson,
     Grid,
@@ -21,7 +20,7 @@ from apollo11.scheduler.cli._shared import (
     print_json,
     run,
 )
-from apollo11.scheduler.cli._show import progress_line, show_failures, show_task_view
+from apollo11.scheduler.cli._show import EventLines, show_failures, show_task_view
 from apollo11.scheduler.taskstatus import TaskStatus
 
 TASK_STATES = tuple(s.value for s in TaskStatus)
@@ -130,14 +129,19 @@ def events(
     """The event log: one task's, or a range; --follow tails it."""
     import asyncio
 
+    def prefix(ev: Any) -> str:
+        # one print, one line: grep and awk see the node and term beside the event
+        task = f"{ev.task_id} " if ev.task_id and not task_id else ""
+        return f"{ev.instance_id} t{ev.term} {task}"
+
+    lines = EventLines(prefix)
+
     def show(ev: Any) -> None:
         if as_json:
             sys.stdout.write(orjson.dumps(ev.to_json()).decode() + "\n")
             sys.stdout.flush()
         else:
-            task = f"{ev.task_id} " if ev.task_id and not task_id else ""
-            out.print(f"[dim]{escape(ev.instance_id)} t{ev.term}[/dim] {escape(task)}", end="")
-            progress_line(ev)
+            lines.show(ev)
 
     async def go() -> None:
         async with client(server) as c:

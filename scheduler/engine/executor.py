@@ -245,6 +245,11 @@ class InProcessExecutor:
         except Exception as e:
             return failure(e)
 
+    def close(self) -> None:
+        """Let the pool's threads end once their steps do (an engine that is done here:
+        the testing kit's, after a failover or at the end of a test)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
         cf = self._lingering.pop((task_id, step), None)
         if cf is None or cf.done():
