@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -69,6 +69,25 @@ def _error(s: Any) -> str:
     # a lost attempt's FAILED is followed at once by the next STARTED, which clears it
     n = s.losses
     return f"{n} earlier attempt{'s' if n > 1 else ''} lost" if n else ""
+
+
+def show_failures(events: Iterable[Any]) -> None:
+    """Each failed attempt's cause and what the retry rule decided, from the task's
+    FAILED events (`TimeoutError → retry 3/10 in 0.5 s`); nothing when none says."""
+    from apollo11.scheduler.cause import verdict_line  # light: no engine, no state
+
+    table = Grid("step", "attempt", "cause → decision")
+    shown = 0
+    for ev in events:
+        if ev.event_type != "STEP_FAILED" or not isinstance(ev.payload, dict):
+            continue
+        line = verdict_line(ev.payload)
+        if line is not None:
+            table.add_row(ev.step_name, str(ev.attempt), line)
+            shown += 1
+    if shown:
+        out.print("failed attempts:")
+        table.show()
 
 
 def show_task_view(t: Any) -> None:

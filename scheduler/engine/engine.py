@@ -461,6 +461,7 @@ class Engine:
                         f"lost {(task_id, a.step)}",
                     )
                     metrics.STEP_OUTCOMES.labels(task.workflow, a.step, "lost").inc()
+                    metrics.STEP_FAILURE_CAUSES.labels(task.workflow, a.step, "lost").inc()
                 case Compensate():
                     assert isinstance(wf, Workflow)
                     key = (task_id, a.step)
