@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from apollo11.scheduler.schedules import Schedule
     from apollo11.scheduler.workflow import (
+        FINAL,
         Checkpoint,
         Concurrency,
         Debounce,
@@ -71,6 +72,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "Checkpoint": ("apollo11.scheduler.workflow", "Checkpoint"),
     "NotIdempotent": ("apollo11.scheduler.workflow", "NotIdempotent"),
     "Retry": ("apollo11.scheduler.workflow", "Retry"),
+    "FINAL": ("apollo11.scheduler.workflow", "FINAL"),
     "StepError": ("apollo11.scheduler.workflow", "StepError"),
     "ResultNotVisible": ("apollo11.scheduler.workflow", "ResultNotVisible"),
     "Concurrency": ("apollo11.scheduler.workflow", "Concurrency"),
@@ -99,6 +101,7 @@ _WHERE: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "FINAL",
     "ApiError",
     "ApolloError",
     "AsyncClient",
