@@ -11,7 +11,7 @@
         print(c.result(c.submit("hello", {}).task_id))
 
 Definitions (`Workflow`, `DurableWorkflow`, the idempotency declarations, `Retry`,
-`Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the contexts a step and
+a step's `Limits`, `Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the contexts a step and
 a durable main receive, the errors a step raises and a caller catches, and the
 clients. `apollo11.scheduler.*` is the engine's own layout: internal, free to move.
 
@@ -48,15 +48,19 @@ if TYPE_CHECKING:
         FINAL,
         Checkpoint,
         Concurrency,
+        CpuLimitExceeded,
         Debounce,
         DedupeKey,
         Idempotent,
+        Limits,
+        MemoryLimitExceeded,
         NotIdempotent,
         Rate,
         ResultNotVisible,
         Retry,
         StepContext,
         StepError,
+        StepLimitExceeded,
         Workflow,
     )
 
@@ -78,6 +82,10 @@ _WHERE: dict[str, tuple[str, str]] = {
     "Concurrency": ("apollo11.scheduler.workflow", "Concurrency"),
     "Rate": ("apollo11.scheduler.workflow", "Rate"),
     "Debounce": ("apollo11.scheduler.workflow", "Debounce"),
+    "Limits": ("apollo11.scheduler.workflow", "Limits"),
+    "StepLimitExceeded": ("apollo11.scheduler.workflow", "StepLimitExceeded"),
+    "MemoryLimitExceeded": ("apollo11.scheduler.workflow", "MemoryLimitExceeded"),
+    "CpuLimitExceeded": ("apollo11.scheduler.workflow", "CpuLimitExceeded"),
     "Schedule": ("apollo11.scheduler.schedules", "Schedule"),
     # durable tasks
     "DurableWorkflow": ("apollo11.scheduler.durable", "DurableWorkflow"),
@@ -109,6 +117,7 @@ __all__ = [
     "ChildFailed",
     "Client",
     "Concurrency",
+    "CpuLimitExceeded",
     "Debounce",
     "DedupeKey",
     "DurableContext",
@@ -116,6 +125,8 @@ __all__ = [
     "DurableWorkflow",
     "Idempotent",
     "InvalidArgumentError",
+    "Limits",
+    "MemoryLimitExceeded",
     "NonDeterminism",
     "NotFoundError",
     "NotIdempotent",
@@ -125,6 +136,7 @@ __all__ = [
     "Schedule",
     "StepContext",
     "StepError",
+    "StepLimitExceeded",
     "TaskCancelled",
     "TaskFailed",
     "UnavailableError",
