@@ -39,9 +39,9 @@ UNITS: Final[dict[str, int]] = {
     "TB": 10**12,
 }
 _SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([A-Za-z]+)")
-# Below this the child's own interpreter (about 25 MiB of data with the worker's
-# modules loaded: docs/workers.md) leaves a step next to nothing: a typo, not a limit.
-MIN_MEMORY: Final = 32 << 20
+# Below this the child's own interpreter (28 MiB of data with the worker's modules
+# loaded: docs/workers.md) leaves a step next to nothing: a typo, not a limit.
+MIN_MEMORY: Final = 64 << 20
 
 
 class StepLimitExceeded(Exception):
@@ -78,7 +78,9 @@ def parse_size(value: Any) -> int:
     number, unit = m.groups()
     if unit not in UNITS:
         known = {u.lower(): u for u in UNITS}
-        near = [known[k] for k in (unit.lower(), unit.lower() + "b", unit.lower() + "ib") if k in known]
+        near = [
+            known[k] for k in (unit.lower(), unit.lower() + "b", unit.lower() + "ib") if k in known
+        ]
         hint = f"; did you mean {' or '.join(number + u for u in near)}?" if near else ""
         raise ValueError(f"{value!r}: unknown unit {unit!r} (units: {', '.join(UNITS)}{hint})")
     size = math.floor(float(number) * UNITS[unit])
@@ -132,12 +134,14 @@ class Limits:
                         f"limits memory {format_size(size)} is less than the "
                         f"{format_size(MIN_MEMORY)} a step's process needs to start"
                     )
-        if self.cpu_s is not None:
-            cpu = self.cpu_s
-            if isinstance(cpu, bool) or not isinstance(cpu, int | float) or not math.isfinite(cpu):
-                out.append(f"limits cpu_s must be seconds > 0, got {cpu!r}")
-            elif cpu <= 0:
-                out.append(f"limits cpu_s must be seconds > 0, got {cpu!r}")
+        cpu = self.cpu_s
+        if cpu is not None and not (
+            not isinstance(cpu, bool)
+            and isinstance(cpu, int | float)
+            and math.isfinite(cpu)
+            and cpu > 0
+        ):
+            out.append(f"limits cpu_s must be seconds > 0, got {cpu!r}")
         return out
 
     def describe(self) -> str:

@@ -11,9 +11,10 @@
         print(c.result(c.submit("hello", {}).task_id))
 
 Definitions (`Workflow`, `DurableWorkflow`, the idempotency declarations, `Retry`,
-a step's `Limits`, `Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the contexts a step and
-a durable main receive, the errors a step raises and a caller catches, and the
-clients. `apollo11.scheduler.*` is the engine's own layout: internal, free to move.
+a step's `Limits`, `Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the
+contexts a step and a durable main receive, the errors a step raises (and those it
+fails with at its limits) and a caller catches, and the clients.
+`apollo11.scheduler.*` is the engine's own layout: internal, free to move.
 
 The names load on first use (PEP 562): `apollo11.scheduler.*` imports this package
 first, and `import apollo11` alone must cost an application nothing, load no server

@@ -2,9 +2,9 @@
 
 An attempt placed here runs in process (the in-process executor); one placed on a
 worker goes through the remote executor. A step with labels, or with limits (which
-only a worker enforces: `needs_worker`), always goes to a worker. Which one holds a step's attempt is
-remembered from `place` to `release`, and every other call follows it. An
-adopted attempt (STARTED on a worker by an earlier primary) is always the
+only a worker enforces: `needs_worker`), always goes to a worker. Which one holds a
+step's attempt is remembered from `place` to `release`, and every other call follows
+it. An adopted attempt (STARTED on a worker by an earlier primary) is always the
 workers'.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
+from apollo11.scheduler.dispatch.remote import RemoteExecutor
+from apollo11.scheduler.engine import EMBEDDED, Attempt, InProcessExecutor, Key, Outcome
+
 
 def _anywhere(workflow: str, version: int, step: str) -> bool:
     return False
-
-from apollo11.scheduler.dispatch.remote import RemoteExecutor
-from apollo11.scheduler.engine import EMBEDDED, Attempt, InProcessExecutor, Key, Outcome
 
 
 class LocalFirstExecutor:

@@ -54,9 +54,7 @@ def engine_options(s: NodeSettings) -> EngineOptions:
     }
 
 
-def executors(
-    s: NodeSettings, registry: Registry
-) -> tuple[RemoteExecutor | None, Executor | None]:
+def executors(s: NodeSettings, registry: Registry) -> tuple[RemoteExecutor | None, Executor | None]:
     """(the workers' side of the engine, the engine's executor): (None, None) when
     steps run in process only (the engine's own executor). With `both`, a step that
     declares limits goes to a worker, which enforces them."""

@@ -212,7 +212,6 @@ class Worker:
         self._enforcement: Enforcement | None = None
         if step_memory is not None or self._limited():
             self._enforcement = Enforcement.choose()
-            log.info("%s", self._enforcement.sentence)
         self.connect_timeout_s = connect_timeout_s
         self.timeout_grace_s = timeout_grace_s
         self._credentials = channel_credentials_for(ca, cert, key, tls)
@@ -269,6 +268,8 @@ class Worker:
         """Connect, run what is assigned, reconnect, until `stop()` (or cancelled).
 
         Raises WorkerRefusedError when the primary refuses the configuration."""
+        if self._enforcement is not None:  # how, and why not the other way
+            log.info("%s", self._enforcement.sentence)
         reconnect = Reconnect(self.endpoints, name=self.name)
         endpoint = reconnect.first()
         try:

@@ -27,7 +27,9 @@ from apollo11.scheduler.workflow import (
 wf = Workflow("wlimits", version=1)
 ONCE = Idempotent()
 # a step stopped at its limit would be again: its rules say so
-NOT_AGAIN = Retry(attempts=3, backoff_s=0.01, on={MemoryLimitExceeded: FINAL, CpuLimitExceeded: FINAL})
+NOT_AGAIN = Retry(
+    attempts=3, backoff_s=0.01, on={MemoryLimitExceeded: FINAL, CpuLimitExceeded: FINAL}
+)
 CHUNK = 8 << 20
 
 

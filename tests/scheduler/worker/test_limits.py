@@ -90,7 +90,10 @@ async def test_a_step_past_its_memory_fails_while_another_finishes(
     worker: WorkerUnderTest,
 ) -> None:
     conn = worker.conn
-    hog, light = assignment("hog", 1, workflow="wlimits"), assignment("light", 2, workflow="wlimits")
+    hog, light = (
+        assignment("hog", 1, workflow="wlimits"),
+        assignment("light", 2, workflow="wlimits"),
+    )
     await conn.assign(hog, light)
     r = await conn.result(light.token)
     assert orjson.loads(r.result_json)["kept"] == 8 << 20
@@ -109,7 +112,10 @@ async def test_a_step_past_its_cpu_seconds_fails_while_another_finishes(
     worker: WorkerUnderTest,
 ) -> None:
     conn = worker.conn
-    spin, light = assignment("spin", 4, workflow="wlimits"), assignment("light", 5, workflow="wlimits")
+    spin, light = (
+        assignment("spin", 4, workflow="wlimits"),
+        assignment("light", 5, workflow="wlimits"),
+    )
     await conn.assign(spin, light)
     assert orjson.loads((await conn.result(light.token)).result_json)["kept"] == 8 << 20
     r = await conn.result(spin.token)
