@@ -150,3 +150,78 @@ async def test_an_old_style_fail_still_fails(rigs: Any) -> None:
     failed = [p for k, _, _, p in rig.events(task_id) if k == "STEP_FAILED"]
     assert "exhausted" not in failed[-1]
     assert EventType.TASK_PAUSED not in {e.event_type for e in rig.store.log.read()}
+
+
+# ------------------------------------------------------------------ durable mains
+
+
+async def test_a_durable_main_pauses_and_resumes_from_its_checkpoints(rigs: Any) -> None:
+    from apollo11.scheduler.durable import DurableContext, DurableWorkflow
+
+    ran: list[str] = []
+    broken = {"yes": True}
+    dw = DurableWorkflow("pipeline", on_exhausted="pause")
+
+    def load(n: int) -> int:
+        ran.append(f"load{n}")
+        return n
+
+    @dw.main
+    async def main(ctx: DurableContext, input: Any) -> int:
+        n = await ctx.step("load", load, 1, idempotency=Idempotent())
+        if broken["yes"]:
+            raise RuntimeError("bug in the main")
+        return int(n) + 1
+
+    rig = await rigs(dw)
+    sub = await rig.engine.submit("pipeline")
+    await _until(rig, sub.task_id, TaskStatus.PAUSED)
+    broken["yes"] = False  # the bug fixed
+    await rig.engine.retry_step(sub.task_id, "", operator="carol", reason="fixed")
+    async with asyncio.timeout(10):
+        task = await rig.engine.wait(sub.task_id)
+    assert task.status is TaskStatus.SUCCEEDED and task.steps["main"].result == 2
+    assert ran == ["load1"]  # replayed from its checkpoint, not run again
+
+
+async def test_a_durable_main_that_fails_for_good_undoes_its_steps_last_first(rigs: Any) -> None:
+    from apollo11.scheduler.durable import DurableContext, DurableWorkflow
+
+    undone: list[str] = []
+    dw = DurableWorkflow("booking", on_exhausted="compensate")
+
+    def book(what: str) -> str:
+        return what
+
+    def unbook(output: Any, what: str) -> None:
+        undone.append(what)
+
+    @dw.main
+    async def main(ctx: DurableContext, input: Any) -> None:
+        for what in ("flight", "hotel"):
+            await ctx.step(what, book, what, idempotency=NotIdempotent(compensate=unbook))
+        raise RuntimeError("no car")
+
+    rig = await rigs(dw)
+    sub = await rig.engine.submit("booking")
+    async with asyncio.timeout(10):
+        task = await rig.engine.wait(sub.task_id)
+    assert task.status is TaskStatus.COMPENSATED
+    assert undone == ["hotel", "flight"]
+
+
+async def test_a_ctx_steps_own_on_exhausted_is_refused_naming_where_it_belongs(rigs: Any) -> None:
+    from apollo11.scheduler.durable import DurableContext, DurableWorkflow
+
+    dw = DurableWorkflow("odd")
+
+    @dw.main
+    async def main(ctx: DurableContext, input: Any) -> None:
+        await ctx.step("x", len, "ab", idempotency=Idempotent(), retry=Retry(on_exhausted="pause"))
+
+    rig = await rigs(dw)
+    sub = await rig.engine.submit("odd")
+    async with asyncio.timeout(10):
+        task = await rig.engine.wait(sub.task_id)
+    assert task.status is TaskStatus.FAILED
+    assert "pass on_exhausted= to DurableWorkflow" in (task.steps["main"].error or "")
