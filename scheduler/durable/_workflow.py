@@ -162,7 +162,7 @@ class DurableWorkflow(Workflow):
             raise StepError(f"cannot find what to undo: {n.describe()}", final=True) from None
         except (Frontier, Suspended, DurableStepError):
             pass  # the end of the log, or a failure it recorded: what it did is found
-        except Exception:  # noqa: BLE001 (the main's own failure, replayed)
+        except Exception:
             # a main that failed for good under on_exhausted="compensate" raises again
             # where it did: what it did before is found
             pass

@@ -27,6 +27,7 @@ from typing import Any, assert_never
 
 from apollo11.scheduler import defaults, metrics, tracing, waits
 from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine import exhaustion
 from apollo11.scheduler.engine.decide import (
     Action,
     Adopt,
@@ -42,7 +43,6 @@ from apollo11.scheduler.engine.decide import (
     WakeAt,
     decide,
 )
-from apollo11.scheduler.engine import exhaustion
 from apollo11.scheduler.engine.executor import Executor, InProcessExecutor
 from apollo11.scheduler.engine.flow import FlowGate, declared_limits
 from apollo11.scheduler.engine.flowsubmit import CANCELLER, FlowSubmit
@@ -511,9 +511,7 @@ class Engine:
         finally:
             self._closing.discard(task_id)
 
-    async def _record_end(
-        self, workflow: str, task_id: str, a: PauseTask | CompensateTask
-    ) -> None:
+    async def _record_end(self, workflow: str, task_id: str, a: PauseTask | CompensateTask) -> None:
         """Record what a step's retries running out leads to (engine/exhaustion.py)."""
         try:
             event = await exhaustion.record(self.store, task_id, a)
