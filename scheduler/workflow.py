@@ -56,6 +56,7 @@ from apollo11.scheduler.flow import Concurrency as Concurrency
 from apollo11.scheduler.flow import Debounce as Debounce
 from apollo11.scheduler.flow import FlowSpec, Key, RegisteredLimits, declare
 from apollo11.scheduler.flow import Rate as Rate
+from apollo11.scheduler.retrypolicy import EXHAUSTED, Exhausted
 from apollo11.scheduler.retrypolicy import FINAL as FINAL
 from apollo11.scheduler.retrypolicy import Retry as Retry
 from apollo11.scheduler.schedules import Schedule
@@ -378,6 +379,9 @@ class Workflow(Generic[InputT, ResultT]):
     debounce: Debounce | None = None
     # The key whose values take turns for slots (a tenant): a path or a function.
     fairness: Key | None = None
+    # What a step failing for good does to the task when its Retry says nothing
+    # (on_exhausted=None): "fail", "pause" or "compensate" (scheduler/retrypolicy.py).
+    on_exhausted: Exhausted | None = None
 
     def step(
         self,
@@ -528,9 +532,14 @@ class Workflow(Generic[InputT, ResultT]):
                 f"{len(finals)} do ({', '.join(map(repr, finals))}): add a step after them "
                 f"that returns the task's result"
             )
+        if self.on_exhausted is not None and self.on_exhausted not in EXHAUSTED:
+            problems.append(
+                f"on_exhausted must be one of {', '.join(map(repr, EXHAUSTED))} or None, "
+                f"got {self.on_exhausted!r}"
+            )
         # a model set after some steps were added: those are typed here, at registration
         for name, step in list(self.steps.items()):
-            self.steps[name] = self._typed(step)
+            self.steps[name] = self._typed(self._exhausting(step))
         for s in self.steps.values():
             if not s.name:
                 problems.append("a step has no name")
@@ -567,6 +576,15 @@ class Workflow(Generic[InputT, ResultT]):
 
     def topo_order(self) -> list[str]:
         return topo_order(self.deps)
+
+    def _exhausting(self, step: Step) -> Step:
+        """`step` with the workflow's `on_exhausted` where its retry says none: what its
+        failures are judged by on every node (a rule in `on` inherits its policy's)."""
+        default = self.on_exhausted
+        policy = step.retry
+        if default not in EXHAUSTED or not isinstance(policy, Retry) or policy.on_exhausted:
+            return step
+        return dataclasses.replace(step, retry=dataclasses.replace(policy, on_exhausted=default))
 
 
 def _retry_problems(s: Step) -> list[str]:

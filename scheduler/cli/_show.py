@@ -106,6 +106,12 @@ def show_task_view(t: Any) -> None:
             f"cancelled by {t.cancelled['operator']}{shown}: {t.cancelled['reason']}",
             markup=False,
         )
+    if t.state == "PAUSED":
+        out.print(
+            f"[yellow]paused:[/yellow] a step failed for good and its retries say "
+            f"on_exhausted='pause'; `apollo11 retry {escape(t.task_id)} --reason WHY` "
+            f"runs it again with fresh budgets"
+        )
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
     if t.blocked:

@@ -424,6 +424,8 @@ class Client:
     # `operator` is a display name kept beside the authenticated principal (the node
     # records who the credential proves; it never takes a typed name instead).
     async def retry_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
+        """Run a failed step again with fresh retry budgets; `step=""`: every step failed
+        for good, which resumes a PAUSED task. The audit event's id."""
         req = build.step_action_request(task_id, step, operator, reason)
         resp = await self._call("scheduler", "RetryStep", req, write=True, retry=False)
         return int(resp.event_id)
@@ -785,9 +787,10 @@ class Client:
         timeout: float | None = None,  # noqa: ASYNC109
         check: bool = True,
     ) -> TaskView:
-        """Wait for a task to finish and return it. Raises TaskFailed (FAILED or
-        NONDETERMINISTIC) or TaskCancelled, each carrying the task, unless `check` is
-        False; TimeoutError after `timeout` seconds (None: no limit)."""
+        """Wait for a task to finish and return it. Raises TaskFailed (FAILED,
+        NONDETERMINISTIC or COMPENSATED) or TaskCancelled, each carrying the task, unless
+        `check` is False; TimeoutError after `timeout` seconds (None: no limit). A PAUSED
+        task has not finished: it waits for an operator's retry."""
         async with asyncio.timeout(timeout):
             async for _ in self.watch(task_id):
                 pass
@@ -795,7 +798,7 @@ class Client:
         if check:
             if task.state == "CANCELLED":
                 raise TaskCancelled(task)
-            if task.state in ("FAILED", "NONDETERMINISTIC"):
+            if task.state in ("FAILED", "NONDETERMINISTIC", "COMPENSATED"):
                 raise TaskFailed(task)
         return task
 

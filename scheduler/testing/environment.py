@@ -63,7 +63,7 @@ DEFAULT_TIMEOUT_S = 30.0  # real seconds a call may wait for the engine to be at
 # No fsync: a test is about its workflow's logic, not the disk (tests/conftest.py's too).
 STORE = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
 _CALM_TURNS = 3  # loop turns in a row at rest, the log unmoved, before it counts
-_FAILED = (TaskStatus.FAILED, TaskStatus.NONDETERMINISTIC)
+_FAILED = (TaskStatus.FAILED, TaskStatus.NONDETERMINISTIC, TaskStatus.COMPENSATED)
 
 
 class TaskHandle(Generic[R]):
@@ -97,7 +97,7 @@ class TaskHandle(Generic[R]):
         view = await self._env._finished(self.task_id, within_s=timeout)
         if view.state == "CANCELLED":
             raise TaskCancelled(view)
-        if view.state in ("FAILED", "NONDETERMINISTIC"):
+        if view.state in ("FAILED", "NONDETERMINISTIC", "COMPENSATED"):
             raise TaskFailed(view)
         return task_result(view, self.model)  # type: ignore[no-any-return]
 
