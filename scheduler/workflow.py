@@ -45,7 +45,9 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
+
+import typing_extensions
 
 from apollo11.scheduler import typed
 from apollo11.scheduler.childguard import guarded
@@ -337,9 +339,21 @@ class ParentResults(dict[str, Any]):
         return (ParentResults, (self._step, dict(self)))
 
 
+# A workflow's input and result types: its `input=` and `result=` models, Any when it
+# declares none (the defaults, PEP 696: `Workflow("etl")` is a Workflow[Any, Any]).
+# What a client's submit(workflow, input) takes and what its handle's result() gives.
+InputT = typing_extensions.TypeVar("InputT", default=Any)
+ResultT = typing_extensions.TypeVar("ResultT", default=Any)
+
+
 @dataclass
-class Workflow:
+class Workflow(Generic[InputT, ResultT]):
     """A named, versioned DAG of steps.
+
+    Typed by its models: `Workflow("invoice", input=InvoiceInput,
+    result=InvoiceResult)` is a `Workflow[InvoiceInput, InvoiceResult]`, and a
+    client's `submit(invoice, InvoiceInput(...))` returns a handle whose `result()`
+    is an `InvoiceResult`.
 
     `compensate_on_cancel`: when the task is cancelled, the steps that
     declared a compensation action and had succeeded are compensated,
@@ -354,11 +368,11 @@ class Workflow:
     _errors: list[str] = field(default_factory=list)
     # A pydantic model the input must fit (scheduler/typed.py): checked at submit,
     # and each step's ctx.input is an instance of it. None: any JSON.
-    input: Any = None
+    input: type[InputT] | None = None
     # A pydantic model the task's result must fit (scheduler/typed.py): the one final
     # step's, checked before it can succeed and recorded as the model's JSON. None:
     # any JSON.
-    result: Any = None
+    result: type[ResultT] | None = None
     # Flow control (scheduler/flow/): one declaration or a list; checked at registration.
     concurrency: Concurrency | Sequence[Concurrency] | None = None
     rate: Rate | Sequence[Rate] | None = None

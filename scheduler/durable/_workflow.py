@@ -38,8 +38,10 @@ from apollo11.scheduler.workflow import (
     Checkpoint,
     Concurrency,
     Debounce,
+    InputT,
     Journal,
     Rate,
+    ResultT,
     Retry,
     Step,
     StepContext,
@@ -54,7 +56,7 @@ MainFn = Callable[[DurableContext, Any], Awaitable[Any]]
 M = TypeVar("M", bound=MainFn)
 
 
-class DurableWorkflow(Workflow):
+class DurableWorkflow(Workflow[InputT, ResultT]):
     """`DurableWorkflow("approvals", version=1)`, then `@approvals.main` on
     `async def run(ctx: DurableContext, input) -> result`.
 
@@ -73,8 +75,8 @@ class DurableWorkflow(Workflow):
         timeout_s: float = DEFAULT_MAIN_TIMEOUT_S,
         retry: Retry | None = None,
         on_exhausted: Exhausted | None = None,
-        input: Any = None,
-        result: Any = None,
+        input: type[InputT] | None = None,
+        result: type[ResultT] | None = None,
         concurrency: Concurrency | Sequence[Concurrency] | None = None,
         rate: Rate | Sequence[Rate] | None = None,
         debounce: Debounce | None = None,

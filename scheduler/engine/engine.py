@@ -780,8 +780,9 @@ class Engine:
 
     def settled(self) -> bool:
         """Nothing left to decide or to write now: no task to decide again, no pass
-        pending, no STARTED or child's cancel being written. With `in_flight()`, what
-        says that every task waits (for an event, a timer, a slot)."""
+        pending, no STARTED or child's cancel being written, no schedule's firing.
+        With `in_flight()`, what says that every task waits (for an event, a timer, a
+        slot)."""
         return not (
             self._dirty
             or self._ready
@@ -789,6 +790,7 @@ class Engine:
             or self._starting
             or self._start_gate is not None
             or self._flushes
+            or not self.schedules.settled()
         )
 
     # ---------------------------------------------------------- requests
