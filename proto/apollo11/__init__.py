@@ -8,7 +8,7 @@
     def fetch(ctx: StepContext) -> dict: ...
 
     with Client("127.0.0.1:7411") as c:             # AsyncClient: the same API, awaited
-        print(c.result(c.submit("hello", {}).task_id))
+        print(c.submit(hello, {}).result())        # a TaskHandle, typed by hello's result=
 
 Definitions (`Workflow`, `DurableWorkflow`, the idempotency declarations, `Retry`,
 a step's `Limits`, `Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from apollo11.scheduler.client import ApiError, TaskCancelled, TaskFailed, UnavailableError
     from apollo11.scheduler.client import Client as AsyncClient
     from apollo11.scheduler.client import SyncClient as Client
+    from apollo11.scheduler.client import SyncTaskHandle as TaskHandle
+    from apollo11.scheduler.client import TaskHandle as AsyncTaskHandle
     from apollo11.scheduler.durable import (
         ChildFailed,
         DurableContext,
@@ -67,7 +69,8 @@ if TYPE_CHECKING:
 
 # name -> (module, its name there). Client is the blocking client and AsyncClient the
 # asyncio one, as in httpx; inside apollo11.scheduler.client they are SyncClient and
-# Client.
+# Client (and their handles TaskHandle and AsyncTaskHandle, SyncTaskHandle and
+# TaskHandle there).
 _WHERE: dict[str, tuple[str, str]] = {
     # definitions
     "Workflow": ("apollo11.scheduler.workflow", "Workflow"),
@@ -98,6 +101,8 @@ _WHERE: dict[str, tuple[str, str]] = {
     # clients and what they raise
     "Client": ("apollo11.scheduler.client", "SyncClient"),
     "AsyncClient": ("apollo11.scheduler.client", "Client"),
+    "TaskHandle": ("apollo11.scheduler.client", "SyncTaskHandle"),
+    "AsyncTaskHandle": ("apollo11.scheduler.client", "TaskHandle"),
     "ApiError": ("apollo11.scheduler.client", "ApiError"),
     "TaskFailed": ("apollo11.scheduler.client", "TaskFailed"),
     "TaskCancelled": ("apollo11.scheduler.client", "TaskCancelled"),
@@ -114,6 +119,7 @@ __all__ = [
     "ApiError",
     "ApolloError",
     "AsyncClient",
+    "AsyncTaskHandle",
     "Checkpoint",
     "ChildFailed",
     "Client",
@@ -140,6 +146,7 @@ __all__ = [
     "StepLimitExceeded",
     "TaskCancelled",
     "TaskFailed",
+    "TaskHandle",
     "UnavailableError",
     "Workflow",
     "WorkflowDefinitionError",
