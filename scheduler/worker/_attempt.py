@@ -44,13 +44,15 @@ Isolation = Literal["thread", "process"]
 CHILD_EXIT_GRACE_S = 5.0
 
 
-def child_died(exitcode: int | None) -> Failed:
+def child_died(exitcode: int | None, fence: _fence.Fence | None = None) -> Failed:
     if exitcode is not None and exitcode < 0:
         how = (
             f"killed by signal {-exitcode} ({signal.Signals(-exitcode).name}), exit code {exitcode}"
         )
     else:
         how = f"exit code {exitcode}"
+    if fence is not None:
+        how += _fence.note(fence)
     return Failed("ChildProcessDied", f"the attempt's child process died before it finished: {how}")
 
 
@@ -208,7 +210,7 @@ class RunningAttempt:
             enforcement.release(fence)
         if outcome is not None:
             return outcome
-        return _fence.died(fence, code, oom) or child_died(code)
+        return _fence.died(fence, code, oom) or child_died(code, fence)
 
     def _run_child(self, job: _child.Job) -> tuple[Outcome | None, int | None]:
         """Start the child and read its pipe to the end: its outcome (None: it died

@@ -151,6 +151,18 @@ def memory_exceeded(fence: Fence, what: str) -> Failed:
     )
 
 
+def note(fence: Fence) -> str:
+    """What a fenced child's death of another cause adds to its message: the one kill
+    the worker cannot tell apart, its CPU limit's hard stop."""
+    if fence.cpu_s is None:
+        return ""
+    hard = fence.cpu_s + CPU_HARD_GRACE_S
+    return (
+        f" (under a limit of {fence.cpu_s} CPU s: a step that catches SIGXCPU is killed "
+        f"with SIGKILL at {hard} CPU s)"
+    )
+
+
 def died(fence: Fence, exitcode: int | None, oom_killed: bool) -> Failed | None:
     """A child that died without reporting, read by its fence: which limit stopped it,
     or None (it died of something else)."""

@@ -34,6 +34,11 @@ def test_any_other_death_is_not_a_limits() -> None:
     assert _fence.died(no_cpu, -signal.SIGXCPU, oom_killed=False) is None
 
 
+def test_a_sigkill_under_a_cpu_limit_says_what_it_may_have_been() -> None:
+    assert "killed with SIGKILL at 62 CPU s" in _fence.note(FENCE)
+    assert _fence.note(_fence.Fence(512 << 20, None)) == ""
+
+
 def test_a_memory_error_under_a_memory_limit_is_the_limit() -> None:
     f = _fence.failure_in_child(FENCE, MemoryError())
     assert f is not None and f.error_type == "MemoryLimitExceeded"
