@@ -16,6 +16,7 @@ import pytest
 
 from apollo11.scheduler.cause import mro_names
 from apollo11.scheduler.steplimits import CpuLimitExceeded, MemoryLimitExceeded
+from apollo11.v1 import worker_pb2 as pb
 from tests.scheduler.worker.fake import WAIT_S, Conn, FakePrimary, assignment, serving
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,6 +40,12 @@ class WorkerUnderTest:
     def __init__(self, proc: asyncio.subprocess.Process, conn: Conn) -> None:
         self.proc = proc
         self.conn = conn
+
+    async def result(self, a: pb.Assignment) -> pb.StepResult:
+        """`a`'s result, acknowledged (else the worker's drain waits for the ack)."""
+        r = await self.conn.result(a.token)
+        await self.conn.ack(a.token)
+        return r
 
 
 async def _worker(primary: FakePrimary, address: str, *extra: str) -> asyncio.subprocess.Process:
@@ -95,16 +102,16 @@ async def test_a_step_past_its_memory_fails_while_another_finishes(
         assignment("light", 2, workflow="wlimits"),
     )
     await conn.assign(hog, light)
-    r = await conn.result(light.token)
+    r = await worker.result(light)
     assert orjson.loads(r.result_json)["kept"] == 8 << 20
-    r = await conn.result(hog.token)
+    r = await worker.result(hog)
     assert r.failure.error_type == "MemoryLimitExceeded", r.failure.message
     assert list(r.failure.mro) == MEMORY_MRO == list(mro_names(MemoryLimitExceeded))
     assert "past its memory limit of 128 MiB" in r.failure.message
     # the worker goes on: the same slot runs the next attempt
     again = assignment("light", 3, workflow="wlimits")
     await conn.assign(again)
-    assert orjson.loads((await conn.result(again.token)).result_json)["kept"] == 8 << 20
+    assert orjson.loads((await worker.result(again)).result_json)["kept"] == 8 << 20
     assert worker.proc.returncode is None
 
 
@@ -117,8 +124,8 @@ async def test_a_step_past_its_cpu_seconds_fails_while_another_finishes(
         assignment("light", 5, workflow="wlimits"),
     )
     await conn.assign(spin, light)
-    assert orjson.loads((await conn.result(light.token)).result_json)["kept"] == 8 << 20
-    r = await conn.result(spin.token)
+    assert orjson.loads((await worker.result(light)).result_json)["kept"] == 8 << 20
+    r = await worker.result(spin)
     assert r.failure.error_type == "CpuLimitExceeded", r.failure.message
     assert list(r.failure.mro) == CPU_MRO == list(mro_names(CpuLimitExceeded))
     assert "used its 1 CPU seconds (RLIMIT_CPU)" in r.failure.message
@@ -131,7 +138,7 @@ async def test_step_memory_holds_a_step_that_declares_no_limits(worker: WorkerUn
     a = assignment("unlimited_hog", 6, workflow="wlimits")
     small = assignment("unlimited_hog", 7, workflow="wlimits", task_id="t2", input={"chunks": 2})
     await conn.assign(a, small)
-    r = await conn.result(a.token)
+    r = await worker.result(a)
     assert r.failure.error_type == "MemoryLimitExceeded", r.failure.message
     assert "of 96 MiB" in r.failure.message
-    assert orjson.loads((await conn.result(small.token)).result_json) == 2
+    assert orjson.loads((await worker.result(small)).result_json) == 2
