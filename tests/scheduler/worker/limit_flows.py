@@ -5,7 +5,8 @@ without end; `light` stays under both. Their retry rules are the ones a user wou
 write for these causes: a step stopped at its limit is not retried.
 
 `wlimits`: each step alone, assigned by hand (tests/scheduler/worker/test_limits.py);
-`fenced`: the three side by side in one task, run by a node's engine on a worker.
+`fenced`: the three side by side in one task, run by a node's engine on a worker
+(`fenced_memory`: without `spin`, whose CPU second is too dear for the fast tier).
 """
 
 from __future__ import annotations
@@ -71,3 +72,8 @@ fenced = Workflow("fenced", version=1)
 fenced.step(name="hog", idempotency=ONCE, limits=HOG, retry=NOT_AGAIN)(hog)
 fenced.step(name="spin", idempotency=ONCE, limits=SPIN, retry=NOT_AGAIN)(spin)
 fenced.step(name="light", idempotency=ONCE, limits=LIGHT)(light)
+
+# the same without the CPU second, for the fast tier (tests/scheduler/dispatch/)
+fenced_memory = Workflow("fenced_memory", version=1)
+fenced_memory.step(name="hog", idempotency=ONCE, limits=HOG, retry=NOT_AGAIN)(hog)
+fenced_memory.step(name="light", idempotency=ONCE, limits=LIGHT)(light)

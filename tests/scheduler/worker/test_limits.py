@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,8 +16,10 @@ import orjson
 import pytest
 
 from apollo11.scheduler.cause import mro_names
+from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.steplimits import CpuLimitExceeded, MemoryLimitExceeded
 from apollo11.v1 import worker_pb2 as pb
+from tests.nodes import APOLLO11, start_node
 from tests.scheduler.worker.fake import WAIT_S, Conn, FakePrimary, assignment, serving
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -142,3 +145,45 @@ async def test_step_memory_holds_a_step_that_declares_no_limits(worker: WorkerUn
     assert r.failure.error_type == "MemoryLimitExceeded", r.failure.message
     assert "of 96 MiB" in r.failure.message
     assert orjson.loads((await worker.result(small)).result_json) == 2
+
+
+def test_real_node_and_worker_processes_record_the_cause_and_its_rule(tmp_path: Path) -> None:
+    """All of it as deployed: `apollo11 node --execution remote` and `apollo11 worker`,
+    the task submitted and read back through the client. The FAILED events carry the
+    limits' causes with their MRO and the rule that named them; the step beside them
+    succeeds; the worker is still there afterwards."""
+    node = start_node(
+        tmp_path / "d",
+        "--execution",
+        "remote",
+        "--workflows",
+        f"apollo11.scheduler.examples,{FLOWS}",
+    )
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        w = subprocess.Popen(
+            [*APOLLO11, "worker", "--server", node.address, "--workflows", FLOWS, "--slots", "3"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    try:
+        with SyncClient(node.address) as client:
+            task_id = client.submit("fenced", None).task_id
+            task = client.wait(task_id, check=False, timeout=60)
+            events, _ = client.events(task_id=task_id, limit=1000)
+        assert w.poll() is None, "the worker lives on"
+    finally:
+        w.send_signal(signal.SIGTERM)
+        w.wait(WAIT_S)
+        node.stop()
+    assert task.state == "FAILED"
+    failed = {e.step_name: e.payload for e in events if e.event_type == "STEP_FAILED"}
+    assert set(failed) == {"hog", "spin"}, log.read_text()
+    assert failed["hog"]["cause"]["mro"] == MEMORY_MRO
+    assert (failed["hog"]["rule"], failed["hog"]["final"]) == ("apollo11.MemoryLimitExceeded", True)
+    assert failed["spin"]["cause"]["mro"] == CPU_MRO
+    assert failed["spin"]["rule"] == "apollo11.CpuLimitExceeded"
+    succeeded = [e.step_name for e in events if e.event_type == "STEP_SUCCEEDED"]
+    assert succeeded == ["light"]
