@@ -34,6 +34,7 @@ from apollo11.scheduler.dispatch import WorkersService
 from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.errors import (
     ApolloError,
+    WorkflowDefinitionError,
 )
 from apollo11.scheduler.log import DataDir
 from apollo11.scheduler.node import join, options
@@ -79,7 +80,7 @@ class Node:
         self.store: Store | None = None
         self.engine: Engine | None = None
         # Remote execution: the workers' side of the engine (scheduler/dispatch/).
-        self.dispatch, self.executor = options.executors(settings)
+        self.dispatch, self.executor = options.executors(settings, self.registry)
         self.api: ApiServer | None = None
         self.http: Any = None
         self.http_port = 0
@@ -217,6 +218,9 @@ class Node:
             log.warning("%s", describe_protection(s))
         self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
         options.load_workflows(self.registry, s)
+        refused = options.limits_refusal(self.registry, s)
+        if refused:
+            raise WorkflowDefinitionError(refused)
         self.store = await self.keeper.open_or_set_aside()
         if self._lease is None:
             self._lease = options.lease(s)
