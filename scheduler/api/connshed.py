@@ -46,8 +46,8 @@ from apollo11.scheduler import metrics
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-DROP_MAX = 0.9
-DROP_EASE = 0.05  # a tick, once under half the budget: from DROP_MAX to 0 in 9 s
+DROP_MAX = 0.75
+DROP_EASE = 0.05  # a tick, once under half the budget: from DROP_MAX to 0 in 7.5 s
 DROP_STEP = 0.05  # what `drop` is rounded to: fewer filters attached
 LOG_EVERY_S = 10.0
 GRPC_POOL_THREAD = "event_engine"  # gRPC core's thread pool (work_stealing_thread_pool.cc)
@@ -131,6 +131,12 @@ def listening_fds(ports: Iterable[int]) -> list[int]:
     return found
 
 
+def _identity(fd: int) -> tuple[int, int]:
+    """Which file `fd` is: its device and inode."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
 class PoolCpu:
     """CPU seconds gRPC core's pool threads have used, counted across threads that
     come and go (the pool starts them when busy and ends them after 20 s idle)."""
@@ -167,9 +173,16 @@ class ConnectionShedder:
     clock: Callable[[], float] = time.monotonic
     drop: float = 0.0
     _logged_at: float = -LOG_EVERY_S
+    _told: bool = False  # an episode's start was logged, its end not yet
 
     async def run(self) -> None:
-        fds = listening_fds(self.ports)
+        try:
+            await self._run()
+        except Exception as e:  # no /proc, an unreadable stat: the node goes on unshed
+            log.warning("gRPC ports: cannot watch gRPC core's threads (%r): nothing shed", e)
+
+    async def _run(self) -> None:
+        fds = {fd: _identity(fd) for fd in listening_fds(self.ports)}
         if not fds:
             log.warning("gRPC ports %s: no listening socket found, nothing shed", self.ports)
             return
@@ -188,34 +201,39 @@ class ConnectionShedder:
             if self.drop > 0:
                 self._set(fds, 0.0, 0.0)
 
-    def _set(self, fds: list[int], drop: float, used: float) -> bool:
+    def _set(self, fds: dict[int, tuple[int, int]], drop: float, used: float) -> bool:
         """Drop `drop` of the SYNs from now on; False: a filter could not be attached
         (none is left attached)."""
         try:
-            for fd in fds:
+            for fd, identity in fds.items():
+                if _identity(fd) != identity:  # closed, its number another file's now
+                    raise OSError(f"descriptor {fd} is no longer the gRPC port's socket")
                 attach(fd, drop)
         except OSError as e:
             log.warning("gRPC ports: cannot attach a socket filter (%s): nothing shed", e)
-            for fd in fds:
+            for fd, identity in fds.items():
                 with contextlib.suppress(OSError):
-                    attach(fd, 0.0)
+                    if _identity(fd) == identity:
+                        attach(fd, 0.0)
             self.drop = 0.0
             metrics.GRPC_SYN_DROP.set(0.0)
             return False
         now = self.clock()
-        if (self.drop == 0 or drop == 0) and now - self._logged_at >= LOG_EVERY_S:
+        # an episode's start at most once per LOG_EVERY_S; its end whenever its start was told
+        if self.drop == 0 and drop > 0 and now - self._logged_at >= LOG_EVERY_S:
             self._logged_at = now
-            if drop > 0:
-                log.warning(
-                    "gRPC ports: gRPC core's threads used %.0f %% of a core (budget %.0f %%, "
-                    "grpc_threads_cpu_budget), mostly TLS handshakes: dropping %.0f %% of "
-                    "new connections (their clients retry); connections open go on",
-                    used * 100,
-                    self.budget * 100,
-                    drop * 100,
-                )
-            else:
-                log.warning("gRPC ports: no longer dropping new connections")
+            self._told = True
+            log.warning(
+                "gRPC ports: gRPC core's threads used %.0f %% of a core (budget %.0f %%, "
+                "grpc_threads_cpu_budget), mostly TLS handshakes: dropping %.0f %% of "
+                "new connections (their clients retry); connections open go on",
+                used * 100,
+                self.budget * 100,
+                drop * 100,
+            )
+        elif drop == 0 and self._told:
+            self._told = False
+            log.warning("gRPC ports: no longer dropping new connections")
         self.drop = drop
         metrics.GRPC_SYN_DROP.set(drop)
         return True

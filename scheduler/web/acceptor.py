@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import socket
 import time
@@ -38,6 +39,21 @@ log = logging.getLogger(__name__)
 ACCEPT_BATCH = 32
 # Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): what asyncio waits.
 ACCEPT_RETRY_S = 1.0
+# What accept(2) may report of the connection it was taking (its man page: "Linux
+# accept() passes already-pending network errors on the new socket as an error code").
+PENDING_NETWORK_ERRORS = frozenset(
+    {
+        errno.ENETDOWN,
+        errno.EPROTO,
+        errno.ENOPROTOOPT,
+        errno.EHOSTDOWN,
+        errno.ENONET,
+        errno.EHOSTUNREACH,
+        errno.EOPNOTSUPP,
+        errno.ENETUNREACH,
+        errno.EPERM,
+    }
+)
 
 
 class Acceptor:
@@ -79,7 +95,10 @@ class Acceptor:
         sockets: list[socket.socket] = []
         try:
             for family, kind, proto, _, address in dict.fromkeys(infos):
-                sock = socket.socket(family, kind, proto)
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError:  # e.g. ::1 on a host without IPv6: skipped, as asyncio does
+                    continue
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
@@ -91,6 +110,8 @@ class Acceptor:
             for sock in sockets:
                 sock.close()
             raise
+        if not sockets:
+            raise OSError(f"no address of {host!r} can be listened on here")
         acceptor = cls(sockets, conns, protocol)
         acceptor.start()
         return acceptor
@@ -103,7 +124,7 @@ class Acceptor:
         for _ in range(ACCEPT_BATCH):
             wait = self._conns.wait_s()
             if wait > 0:
-                self._pause(wait, "accepts over their rate")
+                self._pause(wait, f"over {self._conns.limits.accepts_per_s:g} accepts a second")
                 return
             try:
                 sock, peer = listening.accept()
@@ -112,6 +133,8 @@ class Acceptor:
             except ConnectionAbortedError:
                 continue
             except OSError as e:
+                if e.errno in PENDING_NETWORK_ERRORS:  # that connection's, not the port's
+                    continue
                 if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     raise
                 self._pause(ACCEPT_RETRY_S, f"accept failed: {e}")
@@ -120,13 +143,27 @@ class Acceptor:
             if ticket is None:
                 sock.close()
                 continue
-            task = self._loop.create_task(self._hand_over(sock, ticket))
+            made: list[asyncio.Protocol] = []
+            task = self._loop.create_task(self._hand_over(sock, ticket, made))
             self._handing.add(task)
-            task.add_done_callback(self._handing.discard)
+            task.add_done_callback(functools.partial(self._handed, sock, ticket, made))
 
-    async def _hand_over(self, sock: socket.socket, ticket: Ticket) -> None:
-        made: list[asyncio.Protocol] = []
+    def _handed(
+        self,
+        sock: socket.socket,
+        ticket: Ticket,
+        made: list[asyncio.Protocol],
+        task: asyncio.Task[None],
+    ) -> None:
+        self._handing.discard(task)
+        if task.cancelled() and not made:
+            # cancelled (by close) before it began: its except clause never ran
+            sock.close()
+            ticket.release()
 
+    async def _hand_over(
+        self, sock: socket.socket, ticket: Ticket, made: list[asyncio.Protocol]
+    ) -> None:
         def protocol() -> asyncio.Protocol:
             made.append(self._protocol(ticket))
             return made[0]
@@ -152,12 +189,10 @@ class Acceptor:
         if self._paused_at - self._logged_at >= LOG_EVERY_S:
             self._logged_at = self._paused_at
             log.warning(
-                "HTTP port: stopped accepting for %.0f ms (%s; %d pauses so far; limit: "
-                "%g accepts a second)",
+                "HTTP port: stopped accepting for %.0f ms (%s; %d pauses so far)",
                 seconds * 1000,
                 why,
                 self._pauses,
-                self._conns.limits.accepts_per_s,
             )
 
     def _go_on(self) -> None:

@@ -23,8 +23,10 @@ import httpx
 import pytest
 
 from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.api import connshed
 from apollo11.scheduler.api.connshed import (
     DROP_MAX,
+    ConnectionShedder,
     PoolCpu,
     attach,
     listening_fds,
@@ -102,6 +104,31 @@ def test_the_listening_sockets_are_found_by_port_and_nothing_is_left_open() -> N
         assert len(os.listdir("/proc/self/fd")) == files, "every descriptor looked at closed"
 
 
+def test_a_shedder_that_cannot_watch_says_so_and_the_node_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: with no /proc, the task died and nothing said so until the node stopped
+    def no_proc(ports: object) -> list[int]:
+        raise FileNotFoundError("/proc/self/fd")
+
+    monkeypatch.setattr(connshed, "listening_fds", no_proc)
+    asyncio.run(asyncio.wait_for(ConnectionShedder(ports=(1,), budget=0.1).run(), 10))
+    assert "cannot watch gRPC core's threads" in caplog.text
+
+
+def test_a_descriptor_no_longer_the_ports_gets_no_filter(caplog: pytest.LogCaptureFixture) -> None:
+    with _listening() as server:
+        fd = server.fileno()
+        seen = {fd: connshed._identity(fd)}
+    with _listening() as other:  # most likely given the same number
+        shedder = ConnectionShedder(ports=(1,), budget=0.1)
+        mine = {other.fileno(): seen.get(other.fileno(), (0, 0))}
+        assert not shedder._set(mine, 0.5, 1.0)
+        assert shedder.drop == 0.0
+        assert "no longer the gRPC port's socket" in caplog.text
+        assert _connects_within(other.getsockname()[1], 0.5), "nothing attached to it"
+
+
 def test_pool_cpu_counts_threads_that_come_and_go(tmp_path: Path) -> None:
     def thread(tid: int, name: str, ticks: int) -> None:
         d = tmp_path / str(tid)
@@ -171,14 +198,24 @@ def test_a_churn_on_the_client_port_is_shed_and_a_client_connected_goes_on(
     sources = [f"127.0.6.{i}" for i in range(1, 21)]
 
     async def churn_until_shed() -> None:
+        async def churn() -> None:
+            while True:
+                await asyncio.gather(
+                    *(
+                        flood.churn(
+                            "127.0.0.1", node.proc.port, 20, "churn", source=s, concurrency=2
+                        )
+                        for s in sources
+                    )
+                )
+
+        # stopped as soon as shedding is logged: connects then wait on dropped SYNs
+        flooding = asyncio.create_task(churn())
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not node.shedding():
-            await asyncio.gather(
-                *(
-                    flood.churn("127.0.0.1", node.proc.port, 20, "churn", source=s, concurrency=2)
-                    for s in sources
-                )
-            )
+            await asyncio.sleep(0.2)
+        flooding.cancel()
+        await asyncio.gather(flooding, return_exceptions=True)
 
     with node.client() as c:
         c.submit("etl")  # its connection is open before the flood

@@ -93,3 +93,23 @@ async def test_close_stops_listening() -> None:
     await door.wait_closed()
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+async def test_a_connection_taken_but_not_yet_handed_over_gives_its_ticket_back_on_close() -> None:
+    # Before: close() cancelled the hand-over before it began; its ticket stayed
+    # counted and its socket was left to the garbage collector.
+    conns = Connections(ConnectionLimits())
+    door = await Acceptor.listen("127.0.0.1", 0, backlog=8, conns=conns, protocol=Echo)
+    port = door.sockets[0].getsockname()[1]
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        for _ in range(100):  # what the reader callback does, once the kernel has it
+            door._accept(door.sockets[0])
+            if conns.total:
+                break
+            await asyncio.sleep(0.01)
+        assert conns.total == 1
+        door.close()  # the same turn of the loop: the hand-over has not run
+        await door.wait_closed()
+        assert conns.total == 0
+        client.settimeout(10)
+        assert client.recv(1) == b"", "the node's end is closed"

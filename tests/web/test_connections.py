@@ -188,7 +188,9 @@ def test_a_churn_from_many_sources_begins_handshakes_at_the_rate_in_all(tmp_path
     try:
         dropped, took = asyncio.run(flood_and_look())
         # every admitted connection was cut mid-handshake: a "handshake" drop
-        began_at_most = rate + rate * took + 5
+        # two buckets of `rate` a second, bursts of `rate` (server.py): all sources,
+        # and the lane of sources quiet until then
+        began_at_most = 2 * (rate + rate * took) + 5
         assert dropped.get("handshake", 0) <= began_at_most, (dropped, took)
         assert web.healthz() == 200
     finally:

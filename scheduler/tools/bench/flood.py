@@ -181,10 +181,15 @@ async def churn_open(
     loop = asyncio.get_running_loop()
     flying: set[asyncio.Task[bool]] = set()
     started = 0
-    next_at = loop.time()
-    end = next_at + seconds
-    while next_at < end:
-        await asyncio.sleep(max(0.0, next_at - loop.time()))
+    # each start's time from its index, not from sums of 1/rate (whose rounding
+    # depends on the size of loop.time(): the count did too)
+    begin = loop.time()
+    end = begin + seconds
+    planned = round(rate * seconds)
+    shift = 0.0  # of the schedule given up after stalls
+    i = 0
+    while i < planned and (at := begin + shift + i / rate) < end:
+        await asyncio.sleep(max(0.0, at - loop.time()))
         if len(flying) >= in_flight_max:
             timeout = max(0.0, end - loop.time())
             await asyncio.wait(flying, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -194,8 +199,11 @@ async def churn_open(
         flying.add(task)
         task.add_done_callback(flying.discard)
         started += 1
+        i += 1
         # behind (a stall, a stop): catch up at most CATCH_UP_S, not with a burst
-        next_at = max(next_at + 1.0 / rate, loop.time() - CATCH_UP_S)
+        behind = loop.time() - (begin + shift + i / rate)
+        if behind > CATCH_UP_S:
+            shift += behind - CATCH_UP_S
     for task in list(flying):
         task.cancel()
     await asyncio.gather(*flying, return_exceptions=True)

@@ -19,7 +19,9 @@ async def test_an_open_loop_churn_keeps_its_rate_when_connects_stall() -> None:
         started = await flood.churn_open(
             "127.0.0.1", port, "churn", source="127.0.7.1", rate=40, seconds=0.5
         )
-    assert started == 20, "40 a second for half a second, on schedule"
+    # 40 a second for half a second on schedule: 20 (fewer only if this process
+    # stalled past CATCH_UP_S); a closed loop would have started 2 and waited
+    assert 15 <= started <= 20, started
 
 
 async def test_an_open_loop_churn_has_at_most_so_many_in_flight() -> None:
