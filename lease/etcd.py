@@ -125,6 +125,9 @@ class EtcdLease(Lease):
         # a watch on the cluster's keys: wait_change() returns at its first event
         self._changed = asyncio.Event()
         self._watching: asyncio.Task[None] | None = None
+        # the revision of the last world() read: a watch starts after it, so that a
+        # change between that read and the watch is not missed
+        self._read_revision = 0
 
     # ---------------------------------------------------------- plumbing
 
@@ -316,7 +319,8 @@ class EtcdLease(Lease):
         while True:
             try:
                 client = await self._conn()
-                async for _ in await client.watch(prefix, range_end=end):
+                since = self._read_revision + 1 if self._read_revision else None
+                async for _ in await client.watch(prefix, range_end=end, start_revision=since):
                     self._changed.set()
                     pause = 0.2
             except asyncio.CancelledError:
@@ -481,6 +485,7 @@ class EtcdLease(Lease):
                     continue
                 members[m.node_id] = m
                 revisions[m.node_id] = kv.mod_revision
+        self._read_revision = got.header.revision
         return World(
             leader,
             members,

@@ -161,3 +161,9 @@ class WorkflowDefinitionError(ApolloError, ValueError):
 
 class ReplayError(ApolloError):
     """An event cannot be applied at all (for example an unknown event type)."""
+
+
+class StalledError(FailedPreconditionError):
+    """The testing kit (apollo11.testing): a task awaited can never finish as things
+    stand: it waits for something no timer brings (an event nobody sent), and every
+    other task waits too. The message says what it waits for and what to do."""

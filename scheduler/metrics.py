@@ -129,6 +129,13 @@ STEP_SECONDS = Histogram(
     ["workflow", "step"],
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
 )
+STEP_FAILURE_CAUSES = Counter(
+    "apollo11_step_failures_by_cause_total",
+    "Step failures by the retry rule that judged them: the rule's class name (TimeoutError), "
+    "default (no rule of the step names the cause), or lost (the node died mid-attempt); "
+    "never the message",
+    ["workflow", "step", "cause"],
+)
 STEP_RETRIES = Counter(
     "apollo11_step_retries_total", "Step failures that will be retried", ["workflow", "step"]
 )

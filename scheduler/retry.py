@@ -25,15 +25,30 @@ The rules:
   result was refused, the task was cancelled). Replay keeps `final` on the step
   until a new STARTED or an operator's action clears it. A final failure never
   runs again on its own.
+* A failure has a cause (scheduler/cause.py: its classes' names, most specific
+  first) and is judged by the rule of the first of them the policy's `on` names,
+  else by the policy's own numbers, the default rule (`rule_for`). Each rule has
+  its own budget: own failures matched to it since the last operator retry
+  (`counts`: `StepState.causes`, folded from each FAILED's `rule`, and the rest
+  of its own failures for the default rule), so five timeouts do not
+  spend the validation budget. `FINAL`: the first failure is the last. A FAILED
+  written before rules were recorded counts as the default rule's, which is what
+  every failure was then.
+* `judge` decides once, when the failure is recorded, and the FAILED records the
+  verdict: `rule`, `final` and, when it will run again, `retry_in_s`. That is
+  `max(rule.delay_s(failures of that cause), the failure's retry_after_s)`: a
+  StepError's `retry_after` is a floor, never a shortcut past the backoff.
 * A failed (or compensated) step that is not final runs again once its
-  backoff is over: `Retry.delay_s(failures so far)` after the failure was
-  recorded. The time is the log's (`finished_ms`) and the jitter is seeded by
-  task and step, so a standby that takes over arms the same retry time.
+  backoff is over: `retry_in_s` after the failure was recorded (for a loss, or
+  a FAILED written before verdicts were, `Retry.delay_s(failures so far)`). The
+  time is the log's (`finished_ms`) and the jitter is seeded by task and step,
+  so a standby that takes over, or a replay, arms the same retry time.
 * A failed compensation is retried without end (its node's operators see the
   error on the step), `compensation_retry.delay_s(n)` apart.
 * A durable `ctx.step`'s tries follow the same rule within one attempt of the
-  main (`next_try_in`): final when the failure says so or `attempts` are
-  spent, else the next try after `delay_s(tries)`, seeded by task and position.
+  main (`judge`, over the call's own counts by cause): final when the failure
+  says so or its rule's budget is spent, else the next try after `retry_in_s`,
+  seeded by task and position.
   Its tries are not in the log (only its outcome is), and it has no losses of
   its own: a main cut off mid-call is lost as a whole, and the call's budget
   starts afresh when it is re-run.
@@ -47,8 +62,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from apollo11.scheduler.cause import Cause, short
+from apollo11.scheduler.retrypolicy import DEFAULT_RULE, Never, Retry
 from apollo11.scheduler.taskstatus import StepStatus
-from apollo11.scheduler.workflow import Retry
 
 if TYPE_CHECKING:  # read, never built: the worker that asks about tries loads no state
     from apollo11.scheduler.state.model import StepState
@@ -94,9 +110,9 @@ def spent(policy: Retry, failed: int) -> bool:
 
 
 def final_after_failure(step: StepState, policy: Retry) -> bool:
-    """The running attempt failed on its own: was it the last one? (`step` is the
-    state with that attempt STARTED.)"""
-    return spent(policy, budget(step).failed)
+    """The running attempt failed on its own, of no cause a rule names: was it the last
+    one? (`step` is the state with that attempt STARTED; `judge` answers for a cause.)"""
+    return judge(policy, counts(step), None, "").final
 
 
 def final_after_loss(step: StepState, policy: Retry) -> bool:
@@ -104,12 +120,93 @@ def final_after_loss(step: StepState, policy: Retry) -> bool:
     return budget(step).lost + 1 >= policy.max_lost
 
 
+def counts(step: StepState) -> dict[str, int]:
+    """The running attempt's step: its own failures before that attempt, by rule (each
+    rule's budget spent). The default rule's are those no `on` rule judged."""
+    named = step.causes or {}
+    return {**named, DEFAULT_RULE: budget(step).failed - 1 - sum(named.values())}
+
+
 def due_at(task_id: str, step: StepState, policy: Retry) -> float | None:
     """When the next attempt may begin (seconds, on the log's clock); None: now."""
     if step.status is _PENDING or step.finished_ms is None:
         return None
-    delay = policy.delay_s(budget(step).failed, f"{task_id}:{step.name}")
+    delay = step.retry_in_s
+    if delay is None:  # a loss, or a FAILED older than verdicts
+        delay = policy.delay_s(budget(step).failed, f"{task_id}:{step.name}")
     return step.finished_ms / 1000 + delay
+
+
+Rule = Retry | Never
+
+
+def rule_for(policy: Retry, cause: Cause | None) -> tuple[str, Rule]:
+    """The rule a failure is judged by, and its name: the first of the cause's classes
+    (most specific first) that `policy.on` names; else the default rule, the policy
+    itself. A cause known by its short type name alone (an older worker's) matches a
+    rule whose class has that name."""
+    if cause is None or not policy.on:
+        return DEFAULT_RULE, policy
+    rules = policy.rules()
+    if cause.legacy:
+        by_short = {name.rpartition(".")[2]: name for name in rules}
+        found = by_short.get(cause.type.rpartition(".")[2])
+        return (found, rules[found]) if found is not None else (DEFAULT_RULE, policy)
+    for name in cause.names:
+        rule = rules.get(name)
+        if rule is not None:
+            return name, rule
+    return DEFAULT_RULE, policy
+
+
+class Verdict(NamedTuple):
+    """A failure judged: what its FAILED records (`record`)."""
+
+    rule: str  # the rule's name: a class's qualified name, or DEFAULT_RULE
+    failures: int  # own failures matched to that rule, this one included
+    attempts: int  # the rule's budget (1 for FINAL)
+    final: bool
+    retry_in_s: float | None  # when it is not final: how long after the failure
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rule": self.rule,
+            "final": self.final,
+            "decision": {"failures": self.failures, "attempts": self.attempts},
+        }
+        if self.retry_in_s is not None:
+            out["retry_in_s"] = self.retry_in_s
+        return out
+
+
+def judge(
+    policy: Retry,
+    before: Mapping[str, int] | None,
+    cause: Cause | None,
+    seed: str,
+    *,
+    final: bool = False,
+) -> Verdict:
+    """Judge a failure by its rule. `before`: own failures by rule before this one
+    (`counts(step)`, or a ctx.step's own); `seed`: the jitter's (task and step, or
+    task and position); `final`: the failure says it is the last (`says_final`)."""
+    name, rule = rule_for(policy, cause)
+    failures = (before or {}).get(name, 0) + 1
+    if isinstance(rule, Never):
+        return Verdict(name, failures, 1, True, None)
+    if final or spent(rule, failures):
+        return Verdict(name, failures, rule.attempts, True, None)
+    delay = rule.delay_s(failures, seed)
+    after = cause.retry_after_s if cause is not None else None
+    if after is not None and after > delay:
+        delay = after
+    return Verdict(name, failures, rule.attempts, False, delay)
+
+
+def rule_label(rule: str) -> str:
+    """A rule's name as a metric label: its class's short name (`TimeoutError`,
+    `ReadTimeout`), or `default`. Bounded: rules are declared, never a message."""
+    return short(rule) if rule != DEFAULT_RULE else DEFAULT_RULE
 
 
 def compensation_delay(policy: Retry, failures: int, task_id: str, step: str) -> float:
@@ -117,12 +214,26 @@ def compensation_delay(policy: Retry, failures: int, task_id: str, step: str) ->
     return policy.delay_s(failures, f"{task_id}:{step}:c")
 
 
+def next_try(
+    policy: Retry,
+    before: Mapping[str, int],
+    cause: Cause | None,
+    task_id: str,
+    seq: int,
+    *,
+    final: bool,
+) -> Verdict:
+    """A durable `ctx.step`'s try failed with `cause`: judged as a step's failure is,
+    over the call's own failed tries by rule (`before`), seeded by task and position.
+    `final`: the failure said so."""
+    return judge(policy, before, cause, f"{task_id}:{seq}", final=final)
+
+
 def next_try_in(policy: Retry, tries: int, task_id: str, seq: int, *, final: bool) -> float | None:
-    """A durable `ctx.step`'s `tries`-th try (within this call, from 1) failed: how long
-    until the next one, or None when that was its last. `final`: the failure said so."""
-    if final or spent(policy, tries):
-        return None
-    return policy.delay_s(tries, f"{task_id}:{seq}")
+    """A durable `ctx.step`'s `tries`-th try (within this call, from 1) failed of no
+    cause in particular (the default rule): how long until the next one, or None when
+    that was its last. `final`: the failure said so."""
+    return next_try(policy, {DEFAULT_RULE: tries - 1}, None, task_id, seq, final=final).retry_in_s
 
 
 def next_undo_in(policy: Retry, tries: int, task_id: str, seq: int) -> float | None:

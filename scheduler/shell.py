@@ -139,8 +139,9 @@ def shell_workflow(doc: Any) -> Workflow:
             retry = Retry(**retry_doc)
         except TypeError as e:
             raise InvalidArgumentError(f"steps[{i}].retry: {e}") from e
-        except WorkflowDefinitionError as e:
-            raise InvalidArgumentError(f"steps[{i}].retry: {e}") from e
+        wrong = retry.problems()
+        if wrong:
+            raise InvalidArgumentError(f"steps[{i}].retry: " + "; ".join(wrong))
         wf.add_step(
             Step(
                 name=step_name,

@@ -42,7 +42,6 @@ import asyncio
 import dataclasses
 import enum
 import functools
-import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +54,8 @@ from apollo11.scheduler.flow import Concurrency as Concurrency
 from apollo11.scheduler.flow import Debounce as Debounce
 from apollo11.scheduler.flow import FlowSpec, Key, RegisteredLimits, declare
 from apollo11.scheduler.flow import Rate as Rate
+from apollo11.scheduler.retrypolicy import FINAL as FINAL
+from apollo11.scheduler.retrypolicy import Retry as Retry
 from apollo11.scheduler.schedules import Schedule
 
 
@@ -98,47 +99,6 @@ class NotIdempotent:
 
 
 Idempotency = Idempotent | DedupeKey | Checkpoint | NotIdempotent
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Attempts and exponential backoff with jitter, capped.
-
-    An attempt interrupted because its node died (or lost the lease) does not
-    use up `attempts`: that is not the step's fault. But a step that keeps
-    killing its node (out of memory, say) must stop somewhere: after
-    `max_lost` interruptions it fails for good.
-    """
-
-    attempts: int = 3
-    backoff_s: float = 1.0
-    multiplier: float = 2.0
-    max_backoff_s: float = 60.0
-    jitter: float = 0.2  # +/- this fraction of the delay
-    max_lost: int = 10
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise WorkflowDefinitionError(f"retry attempts must be at least 1, got {self.attempts}")
-        if self.backoff_s < 0 or self.max_backoff_s < 0 or self.multiplier < 1:
-            raise WorkflowDefinitionError(
-                "retry backoff_s and max_backoff_s must be >= 0 and multiplier >= 1"
-            )
-        if self.max_lost < 1:
-            raise WorkflowDefinitionError(f"retry max_lost must be at least 1, got {self.max_lost}")
-        if not 0 <= self.jitter < 1:
-            raise WorkflowDefinitionError(f"retry jitter must be in [0, 1), got {self.jitter}")
-
-    def delay_s(self, attempt: int, seed: str) -> float:
-        """Delay before attempt `attempt + 1`, after `attempt` failed.
-
-        Jitter is derived from `seed` (task, step, attempt), not from a random
-        source: a standby that takes over computes the same retry time.
-        """
-        base = min(self.max_backoff_s, self.backoff_s * self.multiplier ** max(0, attempt - 1))
-        digest = hashlib.blake2b(f"{seed}:{attempt}".encode(), digest_size=4).digest()
-        unit = int.from_bytes(digest, "little") / 0xFFFFFFFF  # [0, 1]
-        return max(0.0, base * (1 + self.jitter * (2 * unit - 1)))
 
 
 AUTO: Literal["auto"] = "auto"
@@ -224,7 +184,9 @@ class StepContext:
     step: str
     attempt: int
     input: Any
-    results: Mapping[str, Any]  # results of the steps this one depends on
+    # The results of the steps in this one's `after=` and of no other (ParentResults:
+    # reading another is a final ResultNotVisible, not a KeyError retried).
+    results: Mapping[str, Any]
     node_id: str
     workflow: str
     version: int
@@ -242,6 +204,11 @@ class StepContext:
     # A durable main's checkpoints and waits (set for `journaled` steps: by the engine
     # when it runs embedded, by the worker's stream on a worker).
     journal: Journal | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.results, ParentResults):
+            # frozen: set once here, whoever built the context (engine, worker, a test)
+            object.__setattr__(self, "results", ParentResults(self.step, self.results))
 
     def heartbeat(self, details: Any = None) -> None:
         """Report progress (`details`: JSON-serializable, small). The latest details
@@ -322,11 +289,51 @@ async def call_step(fn: StepFn, ctx: StepContext) -> Any:
 
 
 class StepError(Exception):
-    """Raise from a step to fail it with structured details in the FAILED event."""
+    """Raise from a step to fail it with structured details in the FAILED event.
 
-    def __init__(self, message: str, **details: Any) -> None:
+    `final=True`: no retry follows, whatever the policy. `retry_after`: seconds; the
+    next attempt begins no earlier than that long after the failure (the log's time),
+    as a server's `Retry-After` asks, and no earlier than the rule's backoff either.
+    Both travel in `details`, which a worker sends as they are."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **details: Any) -> None:
         super().__init__(message)
+        if retry_after is not None:
+            details["retry_after"] = retry_after
         self.details = details
+
+
+class ResultNotVisible(StepError, KeyError):
+    """A step read `ctx.results[name]` of a step not in its `after=`. Final: no
+    attempt would see it (a KeyError still catches it)."""
+
+    def __init__(self, step: str, name: str, after: Sequence[str]) -> None:
+        super().__init__(
+            f"step {step!r} read ctx.results[{name!r}], but ctx.results holds only the "
+            f"results of the steps in its after={sorted(after)!r}: add {name!r} to the "
+            f"step's after= to read its result",
+            final=True,
+        )
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0])
+
+
+class ParentResults(dict[str, Any]):
+    """`ctx.results`: the results of a step's direct parents (its `after=`), a plain
+    dict (JSON, pickle) whose missing keys raise ResultNotVisible."""
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: str, results: Mapping[str, Any]) -> None:
+        super().__init__(results)
+        self._step = step
+
+    def __missing__(self, name: str) -> Any:
+        raise ResultNotVisible(self._step, name, list(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ParentResults, (self._step, dict(self)))
 
 
 @dataclass
@@ -532,6 +539,7 @@ class Workflow:
                 problems.append(f"step {s.name!r} timeout must be seconds > 0 or 'auto'")
             if not callable(s.fn):
                 problems.append(f"step {s.name!r} is not callable")
+            problems += _retry_problems(s)
         flow, wrong = self._declare_flow()
         problems += wrong
         if not problems:
@@ -545,6 +553,17 @@ class Workflow:
 
     def topo_order(self) -> list[str]:
         return topo_order(self.deps)
+
+
+def _retry_problems(s: Step) -> list[str]:
+    """What is wrong with a step's retry policies, each naming the step."""
+    out: list[str] = []
+    for what, policy in (("retry", s.retry), ("compensation_retry", s.compensation_retry)):
+        if not isinstance(policy, Retry):
+            out.append(f"step {s.name!r} {what} must be a Retry, got {policy!r}")
+        else:
+            out += [f"step {s.name!r} {what}: {p}" for p in policy.problems()]
+    return out
 
 
 def flow_record(wf: Workflow, input: Any, *, priority: int, now_ms: int) -> dict[str, Any] | None:

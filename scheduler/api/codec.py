@@ -76,6 +76,7 @@ def step_to_pb(s: StepState, after: list[str]) -> pb.Step:
         after=after,
         final=s.final,
         lost=s.lost,
+        losses=s.losses,
         compensations=s.compensations,
         compensation_error=s.compensation_error or "",
         owed=s.owed,

@@ -25,6 +25,7 @@ from apollo11.scheduler.cli import (
     _tools,
     _worker,
 )
+from apollo11.scheduler.cli import _exitcodes as exitcodes
 from apollo11.scheduler.cli._nodeflags import NodeCommand
 from apollo11.scheduler.cli._shared import (
     CaOption,
@@ -39,6 +40,7 @@ from apollo11.scheduler.cli._shared import (
 app = typer.Typer(
     name="apollo11",
     help="Apollo-11: a durable task orchestrator on an append-only event log.",
+    epilog=exitcodes.HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from apollo11.scheduler.cli._exitcodes import ExitCode, status_code
 from apollo11.scheduler.cli._shared import (
     AsJson,
     Grid,
@@ -41,9 +42,10 @@ def health(server: Server = None) -> None:
                 health_pb2.HealthCheckRequest(service=""), timeout=2
             )
     except grpc.RpcError as e:
-        raise fail(f"{endpoint}: {e.code().name}") from e
+        raise fail(f"{endpoint}: {e.code().name}", status_code(e.code().name)) from e
     if reply.status != health_pb2.HealthCheckResponse.SERVING:
-        raise fail(f"{endpoint}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}")
+        said = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        raise fail(f"{endpoint}: {said}", ExitCode.UNAVAILABLE)
     out.print(f"{endpoint}: SERVING")
 
 
@@ -167,7 +169,7 @@ def switchover(
         return
     out.print(f"{done['from']} resigned: {done['sentence']}", markup=False)
     if not leader:
-        raise fail(f"no new primary within {wait_s:g}s: see apollo11 status", 1)
+        raise fail(f"no new primary within {wait_s:g}s: see apollo11 status", ExitCode.UNAVAILABLE)
     out.print(
         f"{leader.get('node_id')} leads now (term {leader.get('term')}); it holds every "
         f"event through {done['last_event_id']}",

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from apollo11.scheduler.cli._exitcodes import ExitCode
 from apollo11.scheduler.cli._shared import err, fail
 
 
@@ -83,5 +84,5 @@ def token_revoke(
     except OSError as e:
         raise fail(f"{tokens_file}: {e.strerror}", 2) from e
     if not n:
-        raise fail(f"no entry for {name!r} in {tokens_file}")
+        raise fail(f"no entry for {name!r} in {tokens_file}", ExitCode.NOT_FOUND)
     err.print(f"removed {n} entr{'y' if n == 1 else 'ies'} of {name}; send SIGHUP to the nodes")

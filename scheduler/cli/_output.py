@@ -68,10 +68,12 @@ class Output:
             self._rich = Console(stderr=self._stderr, soft_wrap=self._stderr)
         return self._rich
 
-    def print(self, *objects: Any, markup: bool = True, **options: Any) -> None:
+    def print(
+        self, *objects: Any, markup: bool = True, sep: str = " ", end: str = "\n", **options: Any
+    ) -> None:
         if self.is_terminal or not all(isinstance(o, str) for o in objects):
-            self.console().print(*objects, markup=markup, **options)
+            self.console().print(*objects, markup=markup, sep=sep, end=end, **options)
             return
-        text = " ".join(objects)
-        self._stream.write((plain(text) if markup else text) + "\n")
+        text = sep.join(objects)
+        self._stream.write((plain(text) if markup else text) + end)
         self._stream.flush()

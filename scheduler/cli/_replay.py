@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from apollo11.scheduler.cli._exitcodes import ExitCode
 from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import AsJson, Grid, fail, out, print_json
 from apollo11.scheduler.errors import (
@@ -42,7 +43,7 @@ def replay(
     if task is not None:
         t = state.peek(task)
         if t is None:
-            raise fail(f"no task {task!r} as of event {state.last_event_id}")
+            raise fail(f"no task {task!r} as of event {state.last_event_id}", ExitCode.NOT_FOUND)
         if as_json:
             print_json(t.to_dict())
         else:

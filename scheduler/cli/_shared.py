@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
+from apollo11.scheduler.cli._exitcodes import ExitCode, code_for
 from apollo11.scheduler.cli._output import Output, escape
 from apollo11.scheduler.errors import ApolloError
 
@@ -89,7 +90,7 @@ def print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
+def fail(message: str, code: int = ExitCode.FAILED) -> typer.Exit:
     # escaped: a path or a reason may hold "[...]", which rich would read as markup
     err.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(code)
@@ -109,13 +110,14 @@ def client(server: str | None) -> Any:
 
 
 def run(coro: Any) -> Any:
-    """A client call to its end; the project's errors end the command in one line."""
+    """A client call to its end; the project's errors end the command in one line,
+    with the exit code of what went wrong (cli/_exitcodes.py)."""
     import asyncio
 
     try:
         return asyncio.run(coro)
     except ApolloError as e:
-        raise fail(str(e)) from e
+        raise fail(str(e), code_for(e)) from e
 
 
 def read_json(value: str | None, flag: str = "--input") -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -10,9 +11,12 @@ from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import Grid, clock, out
 
 DEFAULT_PRIORITY = 3  # a submission's (docs/flow-control.md)
+MAIN = "main"  # a durable task's one step (scheduler/durable: MAIN)
 
 
-def progress_line(ev: Any) -> None:
+def progress_line(ev: Any, prefix: str = "", *, woken: bool = False) -> None:
+    """One event on one line, in any output (`prefix`: plain text before it; `woken`:
+    a durable main's STARTED after its WAIT, a wake-up rather than a retry)."""
     what = ev.event_type.removeprefix("STEP_").removeprefix("TASK_")
     who = f"{ev.step_name} " if ev.step_name else ""
     extra = ""
@@ -23,9 +27,67 @@ def progress_line(ev: Any) -> None:
         shown = f" (as {ev.payload['as']})" if ev.payload.get("as") else ""
         extra += f" — by {ev.payload['operator']}{shown}: {ev.payload.get('reason', '')}"
     attempt = f" (attempt {ev.attempt})" if ev.attempt else ""
+    if woken:
+        attempt = f" (woken: run {ev.attempt})"
     # markup=False: step names, errors and reasons are whoever submitted's text
-    line = f"{clock(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
+    line = f"{prefix}{clock(ev.timestamp_ms)}  #{ev.event_id:<6} {who}{what}{attempt}{extra}"
     out.print(line, markup=False, highlight=False)
+
+
+class EventLines:
+    """Events printed as they come, one line each. A durable main runs again on every
+    wake-up (a timer, an event, a child) as a new attempt of its step: a STARTED
+    right after that step's WAIT says "woken", not "attempt N", which reads as a retry."""
+
+    def __init__(self, prefix: Callable[[Any], str] | None = None) -> None:
+        self._prefix = prefix
+        self._waiting: set[tuple[str, str]] = set()
+
+    def show(self, ev: Any) -> None:
+        key = (ev.task_id, ev.step_name)
+        woken = ev.event_type == "STEP_STARTED" and key in self._waiting
+        if ev.event_type == "WAIT":
+            self._waiting.add(key)
+        elif ev.event_type.startswith("STEP_"):
+            self._waiting.discard(key)
+        progress_line(ev, self._prefix(ev) if self._prefix else "", woken=woken)
+
+
+def _state(t: Any, s: Any) -> str:
+    # a cancel ends a durable main's wait with its task: no event of the step says so
+    return "CANCELLED" if t.state == "CANCELLED" and s.state == "WAITING" else str(s.state)
+
+
+def _attempt(t: Any, s: Any) -> str:
+    # a durable main's attempts are its runs: one more on every wake-up, not a retry
+    return f"run {s.attempt}" if t.durable is not None and s.name == MAIN else str(s.attempt)
+
+
+def _error(s: Any) -> str:
+    if s.error:
+        return str(s.error)
+    # a lost attempt's FAILED is followed at once by the next STARTED, which clears it
+    n = s.losses
+    return f"{n} earlier attempt{'s' if n > 1 else ''} lost" if n else ""
+
+
+def show_failures(events: Iterable[Any]) -> None:
+    """Each failed attempt's cause and what the retry rule decided, from the task's
+    FAILED events (`TimeoutError → retry 3/10 in 0.5 s`); nothing when none says."""
+    from apollo11.scheduler.cause import verdict_line  # light: no engine, no state
+
+    table = Grid("step", "attempt", "cause → decision")
+    shown = 0
+    for ev in events:
+        if ev.event_type != "STEP_FAILED" or not isinstance(ev.payload, dict):
+            continue
+        line = verdict_line(ev.payload)
+        if line is not None:
+            table.add_row(ev.step_name, str(ev.attempt), line)
+            shown += 1
+    if shown:
+        out.print("failed attempts:")
+        table.show()
 
 
 def show_task_view(t: Any) -> None:
@@ -41,7 +103,7 @@ def show_task_view(t: Any) -> None:
     for s in t.steps:
         dur = s.duration_ms
         table.add_row(
-            s.name, s.state, str(s.attempt), "" if dur is None else str(dur), s.error or ""
+            s.name, _state(t, s), _attempt(t, s), "" if dur is None else str(dur), _error(s)
         )
     table.show()
     if t.cancelled:
@@ -73,10 +135,10 @@ def show_task_view(t: Any) -> None:
             markup=False,
         )
     if t.durable:
-        _show_durable(t.durable)
+        _show_durable(t.durable, cancelled=t.state == "CANCELLED")
 
 
-def _show_durable(d: dict[str, Any]) -> None:
+def _show_durable(d: dict[str, Any], *, cancelled: bool = False) -> None:
     """A durable task's checkpoints, and what it waits for until when."""
     checkpoints = d.get("checkpoints") or []
     if checkpoints:
@@ -98,7 +160,11 @@ def _show_durable(d: dict[str, Any]) -> None:
         out.print(f"children: {', '.join(f'{c} ({close})' for c, close in kids)}", markup=False)
     w = d.get("wait")
     if w:
-        out.print(f"waiting for {waits.describe(w)} (checkpoint {w.get('seq')})", markup=False)
+        said = f"{waits.describe(w)} (checkpoint {w.get('seq')})"
+        if cancelled:
+            out.print(f"was waiting for {said} when the task was cancelled", markup=False)
+        else:
+            out.print(f"waiting for {said}", markup=False)
     n = d.get("nondeterminism")
     if n:
         out.print(f"[red]non-determinism[/red] at checkpoint {n.get('seq')}", markup=True)

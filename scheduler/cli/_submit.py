@@ -19,7 +19,7 @@ from apollo11.scheduler.cli._shared import (
     read_json,
     run,
 )
-from apollo11.scheduler.cli._show import progress_line, show_task_view
+from apollo11.scheduler.cli._show import EventLines, show_task_view
 
 SUBMIT_BATCH = 1000  # the server's limit per SubmitTasks call
 PRIORITIES = range(1, 6)  # 1 first; none given: the node's default, 3
@@ -76,9 +76,10 @@ def submit(
                 out.print(f"{verb}: task [bold]{sub.task_id}[/bold]")
             if not wait:
                 return 0
+            lines = EventLines()
             async for ev in c.watch(sub.task_id):
                 if not as_json:
-                    progress_line(ev)
+                    lines.show(ev)
             task = await c.task(sub.task_id)
             if as_json:
                 print_json(task.to_json())

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import (
     AsJson,
     Grid,
@@ -21,7 +20,7 @@ from apollo11.scheduler.cli._shared import (
     print_json,
     run,
 )
-from apollo11.scheduler.cli._show import progress_line, show_task_view
+from apollo11.scheduler.cli._show import EventLines, show_failures, show_task_view
 from apollo11.scheduler.taskstatus import TaskStatus
 
 TASK_STATES = tuple(s.value for s in TaskStatus)
@@ -90,13 +89,31 @@ def task(
 
     async def go() -> Any:
         async with client(server) as c:
-            return await c.task(task_id, as_of=as_of)
+            t = await c.task(task_id, as_of=as_of)
+            return t, [] if as_json else await _task_events(c, task_id, as_of)
 
-    t = run(go())
+    t, evs = run(go())
     if as_json:
         print_json(t.to_json())
     else:
         show_task_view(t)
+        show_failures(evs)
+
+
+FAILURES_SCAN = 5_000  # a task's events read for its failed attempts, at most
+
+
+async def _task_events(c: Any, task_id: str, as_of: int) -> list[Any]:
+    """The task's events up to `as_of` (0: all), the first FAILURES_SCAN of them."""
+    found: list[Any] = []
+    nxt = 0
+    while len(found) < FAILURES_SCAN:
+        page, after = await c.events(task_id=task_id, from_id=nxt, to_id=as_of, limit=1000)
+        found += page
+        if not after:
+            break
+        nxt = after
+    return found
 
 
 def events(
@@ -112,14 +129,19 @@ def events(
     """The event log: one task's, or a range; --follow tails it."""
     import asyncio
 
+    def prefix(ev: Any) -> str:
+        # one print, one line: grep and awk see the node and term beside the event
+        task = f"{ev.task_id} " if ev.task_id and not task_id else ""
+        return f"{ev.instance_id} t{ev.term} {task}"
+
+    lines = EventLines(prefix)
+
     def show(ev: Any) -> None:
         if as_json:
             sys.stdout.write(orjson.dumps(ev.to_json()).decode() + "\n")
             sys.stdout.flush()
         else:
-            task = f"{ev.task_id} " if ev.task_id and not task_id else ""
-            out.print(f"[dim]{escape(ev.instance_id)} t{ev.term}[/dim] {escape(task)}", end="")
-            progress_line(ev)
+            lines.show(ev)
 
     async def go() -> None:
         async with client(server) as c:

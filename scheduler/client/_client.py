@@ -117,6 +117,7 @@ class Client:
         self._primary: str | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, str], Any] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # the channels' loop
 
     async def __aenter__(self) -> Client:
         return self
@@ -125,12 +126,32 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        if self._loop is not asyncio.get_running_loop():
+            self._forget_channels()  # another loop's: not closable from this one
+            return
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
         self._stubs.clear()
 
+    def _forget_channels(self) -> None:
+        """Drop channels made on another loop. A grpc.aio channel is bound to the loop
+        it was made on: used from the next `asyncio.run` it raises "Event loop is
+        closed" (and grpc warns of a coroutine never awaited). Those of a loop still
+        running are closed on it; a closed loop's are gone with it."""
+        old, channels = self._loop, list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        self._loop = None
+        if old is not None and not old.is_closed() and old.is_running():
+            for ch in channels:
+                asyncio.run_coroutine_threadsafe(ch.close(), old)
+
     def _channel(self, ep: str) -> grpc.aio.Channel:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._forget_channels()
+            self._loop = loop
         ch = self._channels.get(ep)
         if ch is None:
             if self._credentials is None:
@@ -142,7 +163,7 @@ class Client:
 
     def _stub(self, service: str, ep: str) -> Any:
         stub = self._stubs.get((service, ep))
-        if stub is None:
+        if stub is None or self._loop is not asyncio.get_running_loop():
             make = pbg.SchedulerStub if service == "scheduler" else pbg.ClusterStub
             stub = self._stubs[(service, ep)] = make(self._channel(ep))
         return stub

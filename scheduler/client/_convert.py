@@ -75,6 +75,7 @@ def task_from_pb(m: pb.Task) -> TaskView:
                 after=tuple(s.after),
                 final=s.final,
                 lost=s.lost,
+                losses=s.losses,
                 compensations=s.compensations,
                 compensation_error=s.compensation_error or None,
                 owed=s.owed,

@@ -26,6 +26,7 @@ class StepView:
     compensation_error: str | None
     owed: bool
     override: dict[str, Any] | None
+    losses: int = 0  # attempts interrupted by a dying node or worker (0: an older server)
 
     @property
     def duration_ms(self) -> int | None:
@@ -43,6 +44,7 @@ class StepView:
             "result": self.result,
             "compensations": self.compensations,
             "override": self.override,
+            "losses": self.losses,
         }
 
 

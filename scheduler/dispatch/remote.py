@@ -764,5 +764,8 @@ def _outcome(r: wpb.StepResult, kind: str | None) -> Outcome:
                 details = loaded if isinstance(loaded, dict) else {"details": loaded}
             except orjson.JSONDecodeError:
                 details = {}
-        return Failed(f.error_type or "Error", f.message, details, declared=f.declared)
+        # mro: empty from a worker older than it (its cause is then its short name)
+        return Failed(
+            f.error_type or "Error", f.message, details, declared=f.declared, mro=tuple(f.mro)
+        )
     return Failed("InvalidResult", "the worker sent a result without an outcome", {})

@@ -32,9 +32,10 @@ from apollo11.scheduler.durable._context import (
     input_hash,
 )
 from apollo11.scheduler.durable._workflow import MAIN, DurableWorkflow
-from apollo11.scheduler.workflow import Checkpoint, DedupeKey, Idempotent, Retry, StepError
+from apollo11.scheduler.workflow import FINAL, Checkpoint, DedupeKey, Idempotent, Retry, StepError
 
 __all__ = [
+    "FINAL",
     "MAIN",
     "Checkpoint",
     "ChildFailed",

@@ -27,7 +27,8 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from apollo11.scheduler import jsondepth, waits
-from apollo11.scheduler.retry import next_try_in, next_undo_in, says_final
+from apollo11.scheduler.cause import of_exception
+from apollo11.scheduler.retry import next_try, next_undo_in, says_final
 from apollo11.scheduler.workflow import (
     Idempotency,
     Journal,
@@ -375,7 +376,11 @@ class DurableContext:
             else:
                 await self._record({**base, "seq": seq_i, "kind": INTENT, "output": None})
         policy = retry or Retry()
+        wrong = policy.problems()
+        if wrong:  # no registration sees a ctx.step's policy: refused at its first call
+            raise StepError(f"ctx.step {name!r}: retry " + "; ".join(wrong), final=True)
         tries = 0
+        failures: dict[str, int] = {}  # this call's failed tries, by the rule that judged them
         while True:
             tries += 1
             token = _CURRENT.set(StepInfo(self.task_id, name, seq, tries))
@@ -386,13 +391,21 @@ class DurableContext:
                 if undo is not None:
                     await self._undo(name, seq, undo, None, args)
                 final = isinstance(e, StepError) and says_final(e.details)
-                delay = next_try_in(policy, tries, self.task_id, seq, final=final)
-                if delay is not None:
-                    await self._journal.sleep(delay)
+                cause = of_exception(e)
+                verdict = next_try(policy, failures, cause, self.task_id, seq, final=final)
+                failures[verdict.rule] = verdict.failures
+                if verdict.retry_in_s is not None:
+                    await self._journal.sleep(verdict.retry_in_s)
                     continue
                 details = dict(e.details) if isinstance(e, StepError) else {}
                 kind, message = type(e).__name__, str(e)
-                err = {"type": kind, "message": message, "details": details}
+                err = {
+                    "type": kind,
+                    "message": message,
+                    "details": details,
+                    "mro": list(cause.mro),
+                    "rule": verdict.rule,
+                }
                 await self._record({**base, "error": err, "attempts": tries})
                 raise DurableStepError(kind, message, details) from e
             _CURRENT.reset(token)

@@ -461,6 +461,7 @@ class Engine:
                         f"lost {(task_id, a.step)}",
                     )
                     metrics.STEP_OUTCOMES.labels(task.workflow, a.step, "lost").inc()
+                    metrics.STEP_FAILURE_CAUSES.labels(task.workflow, a.step, "lost").inc()
                 case Compensate():
                     assert isinstance(wf, Workflow)
                     key = (task_id, a.step)
@@ -732,6 +733,25 @@ class Engine:
 
     def running(self) -> int:
         return self._slots_used
+
+    def in_flight(self) -> int:
+        """How many things run here for tasks now: attempts, compensations, lost steps
+        being recorded. The testing kit skips time only when each of them waits on the
+        clock (scheduler/testing/environment.py)."""
+        return sum(len(steps) for steps in self._busy.values())
+
+    def settled(self) -> bool:
+        """Nothing left to decide or to write now: no task to decide again, no pass
+        pending, no STARTED or child's cancel being written. With `in_flight()`, what
+        says that every task waits (for an event, a timer, a slot)."""
+        return not (
+            self._dirty
+            or self._ready
+            or self._wake.is_set()
+            or self._starting
+            or self._start_gate is not None
+            or self._flushes
+        )
 
     # ---------------------------------------------------------- requests
 

@@ -7,8 +7,10 @@ immediately before the code begins. It gets back an `Outcome`, as data:
 
 * `Succeeded(result)`: the code returned `result` (the engine records it; a
   result too big for an event fails the step, by the engine's rule);
-* `Failed(...)`: the code raised; the exception's type name, its message and,
-  for a `StepError`, the details the step chose to report;
+* `Failed(...)`: the code raised; the exception's type name, its message, the
+  qualified names of its classes (its MRO, which the retry rule matches: a
+  worker sends them, scheduler/cause.py) and, for a `StepError`, the details the
+  step chose to report;
 * `NotBegun()`: `may_begin` said no, so the code never began (this node is no
   longer sure it holds the lease);
 * `Lost(reason)`: where it ran is gone (a worker died or fell silent), and
@@ -39,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from apollo11.scheduler.cause import Cause, legacy, mro_names, retry_after
 from apollo11.scheduler.errors import LeaseLostError
 from apollo11.scheduler.workflow import StepContext, StepError, StepFn
 
@@ -88,6 +91,16 @@ class Failed:
     message: str
     details: dict[str, Any]
     declared: bool = False
+    mro: tuple[str, ...] = ()  # qualified class names, most specific first; (): unknown
+
+    @property
+    def cause(self) -> Cause:
+        """What the retry rule matches (scheduler/cause.py)."""
+        if not self.mro:  # an older worker's, or a failure of no class (InvalidResult)
+            return legacy(self.error_type, self.message, self.details)
+        return Cause(
+            self.mro[0], self.mro, self.message, retry_after(self.details.get("retry_after"))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +122,10 @@ EMBEDDED = ""  # `place`'s answer for "here, in this process"
 
 def failure(e: BaseException) -> Failed:
     """An exception as the data that crosses the seam."""
+    mro = mro_names(type(e))
     if isinstance(e, StepError):
-        return Failed(type(e).__name__, str(e), e.details, declared=True)
-    return Failed(type(e).__name__, str(e), {})
+        return Failed(type(e).__name__, str(e), e.details, declared=True, mro=mro)
+    return Failed(type(e).__name__, str(e), {}, mro=mro)
 
 
 class Executor(Protocol):
@@ -230,6 +244,11 @@ class InProcessExecutor:
             return NOT_BEGUN
         except Exception as e:
             return failure(e)
+
+    def close(self) -> None:
+        """Let the pool's threads end once their steps do (an engine that is done here:
+        the testing kit's, after a failover or at the end of a test)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def settle(self, task_id: str, step: str) -> Awaitable[None] | None:
         cf = self._lingering.pop((task_id, step), None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 
 from apollo11.scheduler import jsondepth, logfmt, metrics, tracing
+from apollo11.scheduler.cause import Cause, of_class
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.decide import FailLost
 from apollo11.scheduler.engine.executor import (
@@ -38,8 +40,10 @@ from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.retry import (
     compensation_delay,
-    final_after_failure,
+    counts,
     final_after_loss,
+    judge,
+    rule_label,
     says_final,
 )
 from apollo11.scheduler.state import Store, TaskState
@@ -50,7 +54,11 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (task_id, step)
 ERROR_TEXT_MAX = 1024  # our own error strings are cut (visibly) to stay under the payload cap
 AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this many
-SLIM_KEYS = ("error", "final", "lost", "timeout", "compensate")  # kept when details are too big
+# kept when details are too big (the cause and the verdict: the next decision reads them)
+SLIM_KEYS = (
+    *("error", "final", "lost", "timeout", "compensate"),
+    *("cause", "rule", "decision", "retry_in_s"),
+)
 _NO_BEAT = object()
 
 
@@ -74,12 +82,14 @@ def cut(text: str) -> str:
 
 def failure_payload(outcome: Failed) -> dict[str, Any]:
     """The FAILED payload of an attempt whose code raised."""
+    cause = outcome.cause
+    cause = dataclasses.replace(cause, message=cut(cause.message))
     if outcome.declared:  # a StepError: its message, and the details it chose
         # but not `lost`: replay would count the failure as a loss, which uses no
         # attempts and was never final (retry.py: only the engine says an attempt was lost)
         details = {k: v for k, v in outcome.details.items() if k != "lost"}
-        return {"error": cut(outcome.message) or "failed", **details}
-    return {"error": cut(f"{outcome.error_type}: {outcome.message}")}
+        return {"error": cut(outcome.message) or "failed", **details, "cause": cause.record()}
+    return {"error": cut(f"{outcome.error_type}: {outcome.message}"), "cause": cause.record()}
 
 
 def lost_payload(action: FailLost) -> dict[str, Any]:
@@ -329,10 +339,21 @@ class StepRunner:
         assert error is not None
         if span is not None:
             tracing.failed(span, str(error.get("error", "failed")))
-        final = says_final(error) or (
-            not error.get("lost") and final_after_failure(state, spec.retry)
-        )
+        if error.get("lost"):  # no cause: it spends max_lost, judged above
+            final = says_final(error)
+            label = "lost"
+        else:  # judged by its cause's rule, and the verdict recorded (retry.py)
+            verdict = judge(
+                spec.retry,
+                counts(state),
+                Cause.from_record(error),
+                f"{task_id}:{name}",
+                final=says_final(error),
+            )
+            error.update(verdict.record())
+            final, label = verdict.final, rule_label(verdict.rule)
         error["final"] = bool(final)
+        metrics.STEP_FAILURE_CAUSES.labels(task.workflow, name, label).inc()
         if spec.needs_compensation:
             error["compensate"] = True
         beat = self._beats.pop(key, _NO_BEAT)
@@ -367,7 +388,11 @@ class StepRunner:
             run.cancel()
 
     def _time_out(self, key: Key, timeout: float, run: asyncio.Task[Any] | None) -> None:
-        self.cancel(key, {"error": f"timed out after {timeout:g}s", "timeout": True}, run)
+        said = f"timed out after {timeout:g}s"
+        # a TimeoutError as the rules see it: on={TimeoutError: ...} covers both the
+        # step's own timeouts and the engine's
+        why = {"error": said, "timeout": True, "cause": of_class(TimeoutError, said).record()}
+        self.cancel(key, why, run)
 
     async def fail(self, task_id: str, name: str, attempt: int, payload: dict[str, Any]) -> None:
         """Append the FAILED of an attempt (a lost one too)."""

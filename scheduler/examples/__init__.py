@@ -37,16 +37,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from apollo11.scheduler.durable import ChildFailed, DurableContext, DurableWorkflow, current_step
-from apollo11.scheduler.workflow import (
+from apollo11 import (
     Checkpoint,
+    ChildFailed,
     Concurrency,
     DedupeKey,
+    DurableContext,
+    DurableWorkflow,
     Idempotent,
     Retry,
     StepContext,
     StepError,
     Workflow,
+    current_step,
 )
 
 etl = Workflow("etl", version=1, description="collect → clean → feature → infer → persist")

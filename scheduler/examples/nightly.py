@@ -10,8 +10,8 @@ log with no schedule in it, and none of them runs an etl at 03:00.
 
 from __future__ import annotations
 
+from apollo11 import Schedule
 from apollo11.scheduler.examples import etl
-from apollo11.scheduler.schedules import Schedule
 
 nightly_etl = Schedule(
     "nightly-etl",

@@ -195,6 +195,7 @@ class Views:
         listed = members(
             me,
             r.world.members.values() if r.world is not None else (),
+            roster=r.world.roster if r.world is not None else (),
             standbys=views,
             live={v.node_id for v in r.hub.connected()} if primary else set(),
             synchronous=r.cluster_config.sync_replicas > 0,

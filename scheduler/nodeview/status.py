@@ -87,10 +87,14 @@ class TermRecord:
     previous: str = ""  # the previous term's leader
 
 
+DOWN = "down"  # a roster member with no record in etcd: not running, or cut off
+
+
 def members(
     me: MemberStatus,
     records: Iterable[MemberInfo],
     *,
+    roster: Iterable[str] = (),
     standbys: Iterable[StandbyView] = (),
     live: set[str] | frozenset[str] = frozenset(),
     synchronous: bool = False,
@@ -98,7 +102,9 @@ def members(
     durable: int,
 ) -> tuple[MemberStatus, ...]:
     """Every member, sorted by node id: etcd's records, this node as it knows itself,
-    and (on the primary) each standby stream's acknowledgements."""
+    (on the primary) each standby stream's acknowledgements, and the roster's members
+    none of those know of, as "down": a member's record goes with its etcd lease, but
+    an election still counts it until `apollo11 roster remove`."""
     by_id = {
         r.node_id: MemberStatus(
             r.node_id,
@@ -111,6 +117,8 @@ def members(
         for r in records
     }
     by_id[me.node_id] = me
+    for node_id in roster:
+        by_id.setdefault(node_id, MemberStatus(node_id, DOWN, "", 0, 0))
     now = time.monotonic()
     for v in standbys:
         m = by_id.get(v.node_id) or MemberStatus(v.node_id, "standby", v.address, 0, 0)
@@ -125,6 +133,7 @@ def members(
             lag_ms=0.0 if v.acked_id >= durable else round((now - caught) * 1000, 1),
         )
     return tuple(
-        dataclasses.replace(m, lag_events=max(0, head - m.last_event_id))
+        # a down member's position is unknown: no lag, rather than the whole log
+        dataclasses.replace(m, lag_events=0 if m.role == DOWN else max(0, head - m.last_event_id))
         for _, m in sorted(by_id.items())
     )

@@ -25,6 +25,7 @@ from typing import Any
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log import Event, EventType
+from apollo11.scheduler.retrypolicy import DEFAULT_RULE
 from apollo11.scheduler.state.index import State, index_wait, unindex_wait
 from apollo11.scheduler.state.model import (
     BUSY,
@@ -367,6 +368,17 @@ def _on_failed(state: State, event: Event) -> None:
     step.lost = bool(p.get("lost", False))
     if step.lost:
         step.losses += 1
+    else:
+        # an own failure spends its rule's budget (retry.py); the default rule's is what
+        # the others leave of the step's own failures, so a FAILED without a rule (an
+        # old log) needs no count, and leaves the state as it always did
+        rule = p.get("rule")
+        if isinstance(rule, str) and rule != DEFAULT_RULE:
+            # a new dict, never changed in place: a snapshot being written may hold the old
+            causes = step.causes = dict(step.causes) if step.causes else {}
+            causes[rule] = causes.get(rule, 0) + 1
+    after = p.get("retry_in_s")
+    step.retry_in_s = float(after) if isinstance(after, int | float) else None
     if "heartbeat" in p:
         step.heartbeat = p["heartbeat"]
     if p.get("final", False) and not step.final:
@@ -444,6 +456,8 @@ def _on_override(state: State, event: Event) -> None:
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} retried while {step.status.value}")
         step.error = None
+        step.causes = None  # a fresh budget for every cause
+        step.retry_in_s = None
         _move(task, step, StepStatus.PENDING)
     else:
         _flag(task, step, event, f"unknown manual override {action!r}")

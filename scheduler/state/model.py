@@ -61,6 +61,13 @@ class StepState:
     started_event: int = 0
     heartbeat: Any = None  # the last heartbeat details a lost attempt reported
     waits: int = 0  # attempts that ended in a WAIT (a durable main): they use no retries
+    # Own failures by the `on` rule that judged them (scheduler/retry.py), since the
+    # last operator retry: each rule's budget; the default rule's are the rest of the
+    # step's own failures. None: none yet.
+    causes: dict[str, int] | None = None
+    # The last failure's verdict: how long after it the next attempt begins (None: a
+    # loss, a final failure, or a FAILED older than verdicts; retry.py computes it).
+    retry_in_s: float | None = None
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -241,6 +248,8 @@ _STEP_FIELDS = frozenset(
         "started_event",
         "heartbeat",
         "waits",
+        "causes",
+        "retry_in_s",
     }
 )
 # Kept in a task's dict (a snapshot, an archive record) only when set: the embedded
@@ -271,6 +280,10 @@ def _step_dict(s: StepState) -> dict[str, Any]:
             d[key] = getattr(s, key)
     if s.waits:
         d["waits"] = s.waits
+    if s.causes is not None:  # only when set, as above
+        d["causes"] = s.causes
+    if s.retry_in_s is not None:
+        d["retry_in_s"] = s.retry_in_s
     return d
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apollo11.scheduler.cause import verdict_line
 from apollo11.scheduler.log import Event, EventType
 
 TAIL = 2_000  # characters kept of an attempt's output or error: its end, where the cause is
@@ -48,6 +49,9 @@ class AttemptRow:
     ended_ms: int | None
     error: Tail  # a failure's own line ("RuntimeError: ...", "command exited with code 1")
     output: Tail  # a shell command's output, or a success's result as JSON
+    # a failure's cause and the retry rule's verdict ("TimeoutError → retry 3/10 in
+    # 0.5 s", scheduler/cause.py); "" when its FAILED records none
+    decision: str = ""
 
     @property
     def duration_ms(self) -> int | None:
@@ -92,6 +96,7 @@ def _ended(open_: AttemptRow, e: Event) -> AttemptRow:
         ended_ms=e.timestamp,
         error=tail(str(p.get("error", ""))),
         output=tail(_shell_output(p) or ""),
+        decision=verdict_line(p) or "",
     )
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from apollo11.scheduler.cause import mro_names
 from apollo11.scheduler.worker._outcome import context, encode_details, failed, not_found
 from apollo11.scheduler.worker._outcome import succeeded as succeeded_outcome
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome
@@ -94,7 +95,9 @@ def main(job: Job, conn: Connection) -> None:
         fn = _find(job.modules, job.assignment)
         outcome: Outcome = not_found(job.assignment) if fn is None else _run(fn, job, send)
     except BaseException as e:  # an import that fails, a SystemExit in the step
-        outcome = Failed(type(e).__name__, f"in the attempt's child process: {e}")
+        outcome = Failed(
+            type(e).__name__, f"in the attempt's child process: {e}", mro=mro_names(type(e))
+        )
     send((DONE, outcome))
     conn.close()
     sys.stdout.flush()

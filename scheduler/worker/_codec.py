@@ -105,6 +105,7 @@ def _fill(m: pb.StepResult, r: Result) -> None:
             m.failure.message = f.message
             m.failure.details_json = f.details_json
             m.failure.declared = f.declared
+            m.failure.mro.extend(f.mro)
         case Cancelled():
             m.cancelled = True
 

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from apollo11.scheduler import jsondepth
+from apollo11.scheduler.cause import mro_names
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome, Succeeded
 from apollo11.scheduler.workflow import FencingToken, Journal, StepContext, StepError
 
@@ -116,8 +117,8 @@ def failed(e: BaseException) -> Failed:
         except TypeError:
             # the failure must still be reported: details it cannot encode become text
             details = orjson.dumps({k: repr(v) for k, v in e.details.items()})
-        return Failed(type(e).__name__, str(e), details, declared=True)
-    return Failed(type(e).__name__, str(e))
+        return Failed(type(e).__name__, str(e), details, declared=True, mro=mro_names(type(e)))
+    return Failed(type(e).__name__, str(e), mro=mro_names(type(e)))
 
 
 def not_found(a: Assignment) -> Failed:

@@ -70,6 +70,9 @@ class Failed:
     message: str
     details_json: bytes = b""
     declared: bool = False
+    # the qualified names of the exception's classes, most specific first: the
+    # primary's retry rules match them (scheduler/cause.py); (): a failure of no class
+    mro: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from typing import Any, cast
 import grpc
 
 from apollo11.scheduler import logfmt, tracing
+from apollo11.scheduler.cause import mro_names
 from apollo11.scheduler.client._connection import (
     CLIENT_OPTIONS,
     channel_credentials_for,
@@ -586,6 +587,7 @@ class Worker:
                 "TimeoutError",
                 f"the attempt ran past its timeout of {attempt.assignment.timeout_s:g} s "
                 f"(+{self.timeout_grace_s:g} s) on worker {self.name} and was stopped there",
+                mro=mro_names(TimeoutError),  # what on={TimeoutError: ...} matches
             )
         log.info("attempt %s cancelled (%s)", label, attempt.stopped)
         return CANCELLED

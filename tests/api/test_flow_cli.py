@@ -109,10 +109,10 @@ def test_a_queued_task_says_why_and_an_operator_raises_the_limit(
 
 def test_refusals_are_one_line_naming_the_field(node: NodeProc) -> None:
     res = cli("limits", "set", "gated/host", "--max", "0", server=node.address)
-    assert (res.returncode, res.stderr) == (1, "error: max must be at least 1, got 0\n")
+    assert (res.returncode, res.stderr) == (2, "error: max must be at least 1, got 0\n")
     res = cli("limits", "set", "nope", "--max", "2", server=node.address)
-    assert res.returncode == 1 and res.stderr.startswith("error: no limit 'nope'"), res.stderr
+    assert res.returncode == 3 and res.stderr.startswith("error: no limit 'nope'"), res.stderr
     res = cli("limits", "set", "gated/starts", "--rate", "5/1x", server=node.address)
-    assert res.returncode == 1 and res.stderr.startswith("error: per '1x' is not a duration")
+    assert res.returncode == 2 and res.stderr.startswith("error: per '1x' is not a duration")
     res = cli("submit", "gated", "--priority", "7", server=node.address)
     assert res.returncode == 2 and "--priority must be 1 to 5" in res.stderr

@@ -49,7 +49,7 @@ def test_create_describe_next_list_delete(node: NodeProc) -> None:
     assert res.returncode == 0 and res.stdout == "deleted schedule nightly\n"
     res = cli("schedule", "describe", "nightly", server=node.address)
     assert (res.returncode, res.stderr) == (
-        1,
+        3,
         "error: no schedule 'nightly' (apollo11 schedule list)\n",
     )
 
@@ -59,10 +59,10 @@ def test_a_bad_spec_is_one_line_naming_the_field(node: NodeProc) -> None:
         "schedule", "create", "x", "--workflow", "etl", "--cron", "61 * * * *",
         server=node.address,
     )  # fmt: skip
-    assert res.returncode == 1
+    assert res.returncode == 2  # invalid input
     assert res.stderr == 'error: cron "61 * * * *": minute 61 is outside 0-59\n'
     res = cli("schedule", "create", "x", "--workflow", "nope", "--every", "1h", server=node.address)
-    assert res.returncode == 1 and "unknown workflow 'nope'" in res.stderr
+    assert res.returncode == 3 and "unknown workflow 'nope'" in res.stderr  # not found
 
 
 def test_a_backfill_from_the_cli_and_its_tasks_by_schedule(node: NodeProc) -> None:
@@ -102,8 +102,8 @@ def test_a_backfill_from_the_cli_and_its_tasks_by_schedule(node: NodeProc) -> No
         server=node.address,
     )  # fmt: skip
     assert (res.returncode, res.stderr) == (
-        1,
+        2,
         'error: from_time "2026-01-01": needs a UTC offset (like Z or +02:00)\n',
     )
     res = cli("tasks", "--schedule", "nope", server=node.address)
-    assert res.returncode == 1 and "no schedule 'nope'" in res.stderr
+    assert res.returncode == 3 and "no schedule 'nope'" in res.stderr

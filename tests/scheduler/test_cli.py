@@ -54,7 +54,7 @@ def test_replay_errors_are_clear(tmp_path: Path) -> None:
     assert res.exit_code == 2, "damage exits 2"
     assert "checksum" in res.stderr and "00000000000000000001.seg" in res.stderr
     res = runner.invoke(app, ["replay", "--data-dir", str(GOLDEN / "etl-happy"), "--task", "nope"])
-    assert res.exit_code == 1 and "no task 'nope'" in res.stderr
+    assert res.exit_code == 3 and "no task 'nope'" in res.stderr  # not found
 
 
 def test_version() -> None:
@@ -90,7 +90,7 @@ def test_an_input_too_deep_to_send_is_an_error_not_a_traceback() -> None:
     deep = "[" * 900 + "]" * 900
     for args in (("submit", "etl", "--input", deep), ("event", "send", "k", "--payload", deep)):
         res = cli(*args, "--server", "127.0.0.1:1")  # refused before a node is asked
-        assert res.returncode == 1, res.stdout
+        assert res.returncode == 2, res.stdout
         assert "Traceback" not in res.stderr, res.stderr
         assert " nests deeper than 254 levels" in " ".join(res.stderr.split()), res.stderr
 

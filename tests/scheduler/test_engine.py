@@ -599,6 +599,18 @@ async def test_shell_steps(rig_factory: Any, tmp_path: Path) -> None:
             "exit_code": 3,
             "output_tail": "oops\n",
             "final": True,
+            # the cause and the retry rule's verdict (issue 32)
+            "cause": {
+                "type": "apollo11.scheduler.workflow.StepError",
+                "mro": [
+                    "apollo11.scheduler.workflow.StepError",
+                    "builtins.Exception",
+                    "builtins.BaseException",
+                ],
+                "message": "command exited with code 3",
+            },
+            "rule": "default",
+            "decision": {"failures": 1, "attempts": 1},
         }
     ]
 

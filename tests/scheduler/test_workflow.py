@@ -104,8 +104,8 @@ def test_backoff_is_exponential_capped_and_deterministic() -> None:
         base = min(5, 2 ** (n - 1))
         assert 0.8 * base <= d <= 1.2 * base
     assert r.delay_s(1, "t:s") != r.delay_s(1, "u:s"), "jitter spreads tasks apart"
-    with pytest.raises(WorkflowDefinitionError):
-        Retry(attempts=0)
+    # refused at registration, naming the workflow and step (tests/scheduler/test_retry_rules.py)
+    assert Retry(attempts=0).problems() == ["attempts must be a whole number, at least 1, got 0"]
 
 
 def test_auto_timeout_is_twice_p99_of_history() -> None:
@@ -140,6 +140,27 @@ def test_auto_timeout_is_twice_p99_of_history() -> None:
                 ]
             },
             r"steps\[0\].retry",
+        ),
+        (
+            {
+                "steps": [
+                    {"name": "a", "run": "x", "idempotency": "idempotent", "retry": {"attempts": 0}}
+                ]
+            },
+            r"steps\[0\].retry: attempts must be a whole number, at least 1, got 0",
+        ),
+        (
+            {
+                "steps": [
+                    {
+                        "name": "a",
+                        "run": "x",
+                        "idempotency": "idempotent",
+                        "retry": {"on": {"E": {}}},
+                    }
+                ]
+            },
+            r"steps\[0\].retry: on key 'E' is not an exception class",
         ),
         (
             {"steps": [{"name": "a", "run": "x", "idempotency": "idempotent", "after": ["zz"]}]},

@@ -157,3 +157,28 @@ def test_a_wait_of_an_earlier_attempt_leaves_the_running_one_running() -> None:
         ]
     )
     assert [(a.attempt, a.outcome) for a in found] == [(1, "timed out"), (2, "running")]
+
+
+def test_a_failed_attempt_shows_its_cause_and_the_verdict() -> None:
+    """Issue 32: the task page says why each attempt failed and what was decided."""
+    cause = {"type": "builtins.TimeoutError", "mro": ["builtins.TimeoutError"], "message": ""}
+    first, old = attempts.attempts(
+        [
+            _e(1, EventType.STEP_STARTED, "a"),
+            _e(
+                2,
+                EventType.STEP_FAILED,
+                "a",
+                error="TimeoutError: ",
+                cause=cause,
+                rule="builtins.TimeoutError",
+                final=False,
+                decision={"failures": 3, "attempts": 10},
+                retry_in_s=0.5,
+            ),
+            _e(3, EventType.STEP_STARTED, "a", 2),
+            _e(4, EventType.STEP_FAILED, "a", 2, error="broke", final=False),  # an old FAILED
+        ]
+    )
+    assert first.decision == "TimeoutError → retry 3/10 in 0.5 s"
+    assert old.decision == ""

@@ -569,7 +569,7 @@ class Override(_message.Message):
     def __init__(self, action: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., shown_as: _Optional[str] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("name", "state", "attempt", "error", "result_json", "started_ms", "finished_ms", "after", "final", "lost", "compensations", "compensation_error", "owed", "override", "anomaly")
+    __slots__ = ("name", "state", "attempt", "error", "result_json", "started_ms", "finished_ms", "after", "final", "lost", "compensations", "compensation_error", "owed", "override", "anomaly", "losses")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -585,6 +585,7 @@ class Step(_message.Message):
     OWED_FIELD_NUMBER: _ClassVar[int]
     OVERRIDE_FIELD_NUMBER: _ClassVar[int]
     ANOMALY_FIELD_NUMBER: _ClassVar[int]
+    LOSSES_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: StepState
     attempt: int
@@ -600,7 +601,8 @@ class Step(_message.Message):
     owed: bool
     override: Override
     anomaly: str
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ...) -> None: ...
+    losses: int
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ..., losses: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json", "waiting", "priority")

@@ -74,16 +74,18 @@ class WorkerHeartbeat(_message.Message):
     def __init__(self, running: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ...) -> None: ...
 
 class StepFailure(_message.Message):
-    __slots__ = ("error_type", "message", "details_json", "declared")
+    __slots__ = ("error_type", "message", "details_json", "declared", "mro")
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
     DECLARED_FIELD_NUMBER: _ClassVar[int]
+    MRO_FIELD_NUMBER: _ClassVar[int]
     error_type: str
     message: str
     details_json: bytes
     declared: bool
-    def __init__(self, error_type: _Optional[str] = ..., message: _Optional[str] = ..., details_json: _Optional[bytes] = ..., declared: _Optional[bool] = ...) -> None: ...
+    mro: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error_type: _Optional[str] = ..., message: _Optional[str] = ..., details_json: _Optional[bytes] = ..., declared: _Optional[bool] = ..., mro: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StepResult(_message.Message):
     __slots__ = ("token", "task_id", "step", "attempt", "result_json", "failure", "cancelled", "seconds")

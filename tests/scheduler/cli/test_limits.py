@@ -93,6 +93,8 @@ class FakeClient:
                 return LimitChange(41, limit, {"acme": 3.0})
             if name == "submit":
                 return Submission("t-1", True, 7)
+            if name == "events":  # `task` reads the task's failed attempts
+                return [], 0
             return TASK
 
         return call
@@ -214,16 +216,16 @@ def test_set_usage_errors_exit_2_before_asking(
     assert fake.calls == []
 
 
-def test_the_nodes_refusal_is_one_line_exit_1(fake: FakeClient) -> None:
+def test_the_nodes_refusal_is_one_line_with_its_exit_code(fake: FakeClient) -> None:
     fake.refuse = NotFoundError("no limit 'nope' is declared by a loaded workflow (known: a/b)")
     res = _run("limits", "set", "nope", "--max", "2")
     assert (res.exit_code, res.stderr) == (
-        1,
+        3,  # not found
         "error: no limit 'nope' is declared by a loaded workflow (known: a/b)\n",
     )
     fake.refuse = InvalidArgumentError("max must be at least 1, got 0")
     res = _run("limits", "set", "runbook/host", "--max", "0")
-    assert (res.exit_code, res.stderr) == (1, "error: max must be at least 1, got 0\n")
+    assert (res.exit_code, res.stderr) == (2, "error: max must be at least 1, got 0\n")
 
 
 def test_submit_priority(fake: FakeClient) -> None:

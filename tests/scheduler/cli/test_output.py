@@ -38,3 +38,45 @@ def test_a_pipe_gets_plain_lines_and_no_rich(capsys: pytest.CaptureFixture[str])
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout == "x\n" and done.stderr == "False"
+
+
+class _OnePage:
+    """A client whose log holds two events (what `events` reads, no server)."""
+
+    def __init__(self, server: str | None) -> None:
+        from apollo11.scheduler.client import EventView
+
+        self.page = [
+            EventView(7, 3, "n1", "t-1", "", "TASK_SUBMITTED", {}, 1_700_000_000_000, 0),
+            EventView(8, 3, "n1", "t-1", "fetch", "STEP_FAILED", {"error": "x"}, 0, 1),
+        ]
+
+    async def __aenter__(self) -> _OnePage:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def events(self, **kw: object) -> tuple[list[object], int]:
+        return list(self.page), 0
+
+
+def test_events_in_a_pipe_one_line_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 33: node and term were on one line and the event on the next
+    from apollo11.scheduler.cli import _tasks
+
+    monkeypatch.setattr(_tasks, "client", _OnePage)
+    _tasks.events(task_id="", from_id=0, follow=False, limit=100, server=None, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("n1 t3 t-1 ") and "#7" in lines[0] and "SUBMITTED" in lines[0]
+    assert lines[1].startswith("n1 t3 t-1 ") and "fetch FAILED (attempt 1) — x" in lines[1]
+
+
+def test_a_pipe_keeps_print_s_end(capsys: pytest.CaptureFixture[str]) -> None:
+    out = Output()
+    out.print("[dim]a[/dim] ", end="")
+    out.print("b", markup=False)
+    assert capsys.readouterr().out == "a b\n"

@@ -140,14 +140,14 @@ def test_create_needs_exactly_one_when(fake: FakeClient) -> None:
     assert fake.calls == [], "refused before the node is asked"
 
 
-def test_a_refusal_of_the_node_is_one_line_exit_1(fake: FakeClient) -> None:
+def test_a_refusal_of_the_node_is_one_line_exit_2_invalid_input(fake: FakeClient) -> None:
     fake.refuse = InvalidArgumentError('cron "61 * * * *": minute 61 is outside 0-59')
     res = _run("create", "x", "--workflow", "etl", "--cron", "61 * * * *")
-    assert res.exit_code == 1
+    assert res.exit_code == 2
     assert res.stderr == 'error: cron "61 * * * *": minute 61 is outside 0-59\n'
     fake.refuse = NotFoundError("no schedule 'x' (apollo11 schedule list)")
     res = _run("describe", "x")
-    assert (res.exit_code, res.stderr) == (1, "error: no schedule 'x' (apollo11 schedule list)\n")
+    assert (res.exit_code, res.stderr) == (3, "error: no schedule 'x' (apollo11 schedule list)\n")
 
 
 def test_update_sends_what_changes(fake: FakeClient) -> None:

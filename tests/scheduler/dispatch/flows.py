@@ -3,7 +3,10 @@
 from apollo11.scheduler.workflow import Idempotent, Retry, Workflow
 
 pair = Workflow("pair", version=1)
-_QUICK = Retry(attempts=3, backoff_s=0.01, max_lost=5)
+# a rule for connections, which a worker's failure is matched to by its MRO names
+_QUICK = Retry(
+    attempts=3, backoff_s=0.01, max_lost=5, on={ConnectionError: Retry(attempts=5, backoff_s=0.01)}
+)
 
 
 @pair.step(idempotency=Idempotent(), retry=_QUICK)

@@ -598,3 +598,40 @@ async def test_a_workers_heartbeat_details_past_json_max_depth_are_not_kept(
     assert failed[0].payload["heartbeat"] == {"rows": 500}
     await w.close()
     await w2.close()
+
+
+async def test_a_workers_failure_is_judged_by_the_mro_it_sent(start: Any) -> None:
+    """The worker sends the exception's qualified name and its classes' names; the
+    primary matches the step's rules against them (a ConnectionError's subclass of the
+    worker's own, which the node never imported), and one from an older worker, with
+    no names, by its short type name."""
+    node, w, task_id, a = await _one_assigned(start)
+    mro = [
+        "flows.on.the.worker.Throttled",
+        "builtins.ConnectionError",
+        "builtins.OSError",
+        "builtins.Exception",
+        "builtins.BaseException",
+    ]
+    failure = wpb.StepFailure(error_type="Throttled", message="429", mro=mro)
+    await w.result(a, failure=failure)
+    b = (await w.next("assign")).assignments[0]
+    old = wpb.StepFailure(error_type="ConnectionError", message="reset")  # no mro: older
+    await w.result(b, failure=old)
+    c = (await w.next("assign")).assignments[0]
+    await w.result(c, {"n": 1})
+    d = (await w.next("assign")).assignments[0]
+    await w.result(d, {"n": 2})
+    task = await _wait(node, task_id)
+    assert task.status is TaskStatus.SUCCEEDED
+    failed = [e.payload for e in _events(node, task_id, EventType.STEP_FAILED)]
+    assert failed[0]["cause"] == {"type": mro[0], "mro": mro, "message": "429"}
+    assert failed[0]["error"] == "Throttled: 429"
+    assert failed[1]["cause"] == {"type": "ConnectionError", "mro": [], "message": "reset"}
+    assert [f["rule"] for f in failed] == ["builtins.ConnectionError"] * 2
+    assert [f["decision"] for f in failed] == [
+        {"failures": 1, "attempts": 5},
+        {"failures": 2, "attempts": 5},
+    ]
+    assert task.steps["first"].causes == {"builtins.ConnectionError": 2}
+    await w.close()

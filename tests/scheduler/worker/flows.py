@@ -79,6 +79,16 @@ async def crash(ctx: StepContext) -> None:
     raise KeyError("missing")
 
 
+class Throttled(StepError, ConnectionError):
+    """A step's own error class: a StepError (its details travel) and a ConnectionError
+    (the primary's rules for connections match it by its MRO)."""
+
+
+@wf.step(idempotency=ONCE)
+def throttled(ctx: StepContext) -> None:
+    raise Throttled("429 too many requests", retry_after=2.5)
+
+
 @wf.step(idempotency=ONCE)
 async def unencodable(ctx: StepContext) -> object:
     return object()

@@ -155,6 +155,40 @@ async def test_failures_become_failure_results(primary: FakePrimary) -> None:
             assert r.failure.error_type == "WorkflowNotFound"
 
 
+THROTTLED_MRO = [
+    f"{FLOWS}.Throttled",
+    "apollo11.scheduler.workflow.StepError",
+    "builtins.ConnectionError",
+    "builtins.OSError",
+    "builtins.Exception",
+    "builtins.BaseException",
+]
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+async def test_a_failure_carries_its_classes_names_over_the_wire(
+    primary: FakePrimary, isolation: str
+) -> None:
+    """The primary's retry rules match the exception's MRO: the worker sends the names,
+    from the step's own process too."""
+    worker = Worker(primary.address, registry(), name="w1", isolation=isolation)
+    async with running(worker):
+        conn = await primary.next_conn()
+        a, b = assignment("throttled", 31), assignment("crash", 32)
+        await conn.assign(a, b)
+        r = await conn.result(a.token)
+        assert list(r.failure.mro) == THROTTLED_MRO
+        assert r.failure.error_type == "Throttled" and r.failure.declared
+        assert orjson.loads(r.failure.details_json) == {"retry_after": 2.5}
+        r = await conn.result(b.token)
+        assert list(r.failure.mro) == [
+            "builtins.KeyError",
+            "builtins.LookupError",
+            "builtins.Exception",
+            "builtins.BaseException",
+        ]
+
+
 async def test_a_result_is_resent_after_a_reconnect_until_acknowledged(
     primary: FakePrimary,
 ) -> None:
@@ -364,6 +398,7 @@ async def test_the_timeout_is_enforced_here_when_the_primary_does_not(
         await conn.assign(a)
         r = await conn.result(a.token)
         assert r.failure.error_type == "TimeoutError"
+        assert r.failure.mro[0] == "builtins.TimeoutError", "the rules' TimeoutError"
         assert "timeout of 0.2 s" in r.failure.message
         assert marker.exists()
 
