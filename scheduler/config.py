@@ -88,6 +88,23 @@ class NodeSettings(BaseSettings):
         le=100_000,
         description="Connections the HTTP port holds at once from one address.",
     )
+    # Cores gRPC core's own threads (mostly TLS handshakes) may use before new
+    # connections to the gRPC ports are shed in the kernel (scheduler/api/connshed.py).
+    grpc_threads_cpu_budget: float = Field(
+        default=0.1,
+        ge=0,
+        le=1024,
+        description="Cores gRPC core's threads may use before new connections are shed (0: never).",
+    )
+    # New connections the HTTP port admits a second from all sources together, in
+    # bursts of as many; past it one is closed at once unless its source has been
+    # quiet (scheduler/web/listener.py).
+    http_new_connections_per_s: float = Field(
+        default=100.0,
+        gt=0,
+        le=100_000,
+        description="New connections the HTTP port admits a second, from all sources.",
+    )
     # Host names the pages answer to besides localhost, IP literals, the --http and
     # --advertise hosts and the node id (the DNS-rebinding guard, scheduler/web/guard.py).
     # NoDecode: from the environment these lists are "a,b" (split below), not JSON.

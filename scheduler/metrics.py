@@ -287,9 +287,19 @@ HTTP_CONNECTIONS = Gauge(
 HTTP_CONNECTIONS_DROPPED = Counter(
     "apollo11_http_connections_dropped_total",
     "HTTP port connections refused or dropped: total or per_source (over the limit), "
-    "rate (too many new ones from one source), "
+    "rate (too many new ones from one source), busy (too many new ones from all sources), "
     "handshake (TLS failed or too slow), no_request (no request's headers in time)",
     ["reason"],
+)
+GRPC_SYN_DROP = Gauge(
+    "apollo11_grpc_new_connections_dropped_ratio",
+    "Fraction of new connections to the gRPC ports dropped in the kernel (their clients "
+    "retry): gRPC core's threads over grpc_threads_cpu_budget (scheduler/api/connshed.py)",
+)
+HTTP_ACCEPT_PAUSED = Counter(
+    "apollo11_http_accept_paused_seconds_total",
+    "Seconds the HTTP port left new connections in the kernel's queue: accepts over "
+    "their rate, or accept() out of descriptors (scheduler/web/acceptor.py)",
 )
 ACTIVE_TASKS = Gauge("apollo11_active_tasks", "Tasks not finished yet")
 RUNNING_STEPS = Gauge("apollo11_running_steps", "Steps executing on this node")

@@ -27,7 +27,7 @@ from apollo11.lease import (
     NodeIdTaken,
 )
 from apollo11.scheduler import gctune, metrics
-from apollo11.scheduler.api import ApiServer
+from apollo11.scheduler.api import ApiServer, ConnectionShedder
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import WorkersService
@@ -240,6 +240,10 @@ class Node:
             extra.append((worker_pb2.DESCRIPTOR.services_by_name["Workers"], service))
         self.api = ApiServer(self.views, self.principals, extra=extra, clock=self.clock)
         self.port = await self.api.start(s.listen)
+        if s.grpc_threads_cpu_budget > 0:
+            ports = (self.port, self.api.peer_port) if self.api.peer else (self.port,)
+            shedder = ConnectionShedder(ports=ports, budget=s.grpc_threads_cpu_budget)
+            self._spawn(shedder.run(), "apollo11-grpc-shed")
         if s.http:
             from apollo11.scheduler.web import HttpServer
 
