@@ -1,0 +1,67 @@
+"""The archive from the command line (docs/archive.md): `restore` builds a node's data
+directory from the bucket; `archive verify` reads every object back and checks it.
+Both read the bucket directly, no node needed: the endpoint and credentials come
+from the AWS_* variables or files, as the node's do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from apollo11.scheduler.cli._shared import fail, out
+from apollo11.scheduler.errors import ApolloError, BucketConfigError
+
+ArchiveUrl = Annotated[
+    str,
+    typer.Option(
+        "--archive-url",
+        envvar="APOLLO11_ARCHIVE_URL",
+        help="s3://BUCKET/PREFIX, as the nodes' --archive-url.",
+    ),
+]
+
+
+def restore(
+    archive_url: ArchiveUrl,
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="The data directory to build (absent or empty).")
+    ],
+    all_segments: Annotated[
+        bool,
+        typer.Option(
+            "--all-segments", help="Every segment in the bucket, not only those after the snapshot."
+        ),
+    ] = False,
+) -> None:
+    """Build a node's data directory from the archive: the newest snapshot and the
+    segments after it, each checked. Start the node on it: it follows its primary,
+    or leads a new cluster when the whole cluster was lost."""
+    from apollo11.scheduler.bucket import open_bucket
+    from apollo11.scheduler.bucket import restore as build
+
+    try:
+        said = build(open_bucket(archive_url), data_dir, all_segments=all_segments, say=out.print)
+    except BucketConfigError as e:
+        raise fail(str(e), 2) from e
+    except ApolloError as e:
+        raise fail(str(e)) from e
+    out.print(said)
+
+
+def verify(archive_url: ArchiveUrl) -> None:
+    """Read back every object the archive's catalog names and check it (checksums, every
+    record's CRC, the chain); exit 1 naming each one that is wrong."""
+    from apollo11.scheduler.bucket import open_bucket
+    from apollo11.scheduler.bucket import verify as check
+
+    try:
+        report = check(open_bucket(archive_url))
+    except BucketConfigError as e:
+        raise fail(str(e), 2) from e
+    except ApolloError as e:
+        raise fail(str(e)) from e
+    if not report.ok:
+        raise fail(str(report))
+    out.print(str(report))
