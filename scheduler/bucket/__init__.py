@@ -19,7 +19,7 @@ from apollo11.scheduler.bucket.objects import MemoryObjects, ObjectStore, S3Obje
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.restore import restore
 from apollo11.scheduler.bucket.shipper import Shipper
-from apollo11.scheduler.bucket.verify import Report, load_catalog, verify
+from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify
 
 __all__ = [
     "Catalog",
@@ -39,6 +39,7 @@ __all__ = [
     "load_catalog",
     "open_bucket",
     "parse_url",
+    "repair",
     "restore",
     "verify",
 ]

@@ -10,6 +10,7 @@ Nothing is ever skipped silently.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,9 @@ class Report:
     raw_bytes: int
     stored_bytes: int
     problems: tuple[str, ...]
+    # what failed, as (key, where a node keeps it: "log/<name>" or "snapshots/<name>",
+    # its raw SHA-256): what `repair` can put back from a data directory
+    corrupt: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -96,9 +100,10 @@ def verify(objects: ObjectStore, say: Callable[[str], None] = lambda _: None) ->
     """Check the catalog and every object it names; report all that is wrong."""
     catalog = load_catalog(objects)
     problems = [f"catalog: {p}" for p in catalog.problems()]
+    corrupt: list[tuple[str, str, str]] = []
     n = raw_bytes = stored = 0
 
-    def check(what: Callable[[], bytes], size: int, stored_size: int) -> None:
+    def check(what: Callable[[], bytes], size: int, stored_size: int, local: str) -> None:
         nonlocal n, raw_bytes, stored
         n += 1
         try:
@@ -106,18 +111,54 @@ def verify(objects: ObjectStore, say: Callable[[str], None] = lambda _: None) ->
         except CorruptObjectError as e:
             metrics.ARCHIVE_CORRUPT.inc()
             problems.append(str(e))
+            corrupt.append((e.key, local, _sha_of(catalog, e.key)))
             say(f"corrupt: {e}")
             return
         raw_bytes += size
         stored += stored_size
 
     for s in catalog.segments:
-        check(lambda s=s: fetch_segment(objects, s), s.size, s.stored)  # type: ignore[misc]
+        local = f"log/{s.first:020d}.seg"
+        check(lambda s=s: fetch_segment(objects, s), s.size, s.stored, local)  # type: ignore[misc]
     seen: set[str] = set()
     for snap in catalog.snapshots:
         for ref in (*snap.chunks, snap.file):
             if ref.key in seen:
                 continue
             seen.add(ref.key)
-            check(lambda ref=ref: fetch(objects, ref), ref.size, ref.stored)  # type: ignore[misc]
-    return Report(catalog, n, raw_bytes, stored, tuple(problems))
+            local = f"snapshots/{ref.name}"
+            check(lambda ref=ref: fetch(objects, ref), ref.size, ref.stored, local)  # type: ignore[misc]
+    return Report(catalog, n, raw_bytes, stored, tuple(problems), tuple(corrupt))
+
+
+def _sha_of(catalog: Catalog, key: str) -> str:
+    for s in catalog.segments:
+        if s.key == key:
+            return s.sha256
+    for snap in catalog.snapshots:
+        for ref in (*snap.chunks, snap.file):
+            if ref.key == key:
+                return ref.sha256
+    return ""
+
+
+def repair(objects: ObjectStore, report: Report, data_dir: str | os.PathLike[str]) -> list[str]:
+    """Put back each corrupt object from a node's data directory that holds the same
+    bytes (its SHA-256 is the catalog's): a sentence for each, repaired or not. The
+    catalog is unchanged: the key is the content's, so the repaired object is the one
+    it always named."""
+    said = []
+    for key, local, sha in report.corrupt:
+        path = os.path.join(os.fspath(data_dir), local)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            said.append(f"{key}: not repaired: {path}: {e.strerror}")
+            continue
+        if not sha or packing.digest(raw) != sha:
+            said.append(f"{key}: not repaired: {path} holds other bytes than the catalog names")
+            continue
+        objects.put(key, packing.pack(raw))
+        said.append(f"{key}: repaired from {path}")
+    return said

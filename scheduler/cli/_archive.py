@@ -50,14 +50,28 @@ def restore(
     out.print(said)
 
 
-def verify(archive_url: ArchiveUrl) -> None:
+def verify(
+    archive_url: ArchiveUrl,
+    repair_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--repair-from",
+            help="A node's data directory: put back each corrupt object it holds the bytes of.",
+        ),
+    ] = None,
+) -> None:
     """Read back every object the archive's catalog names and check it (checksums, every
-    record's CRC, the chain); exit 1 naming each one that is wrong."""
-    from apollo11.scheduler.bucket import open_bucket
+    record's CRC, the chain); exit 1 naming each one that is wrong (and not repaired)."""
+    from apollo11.scheduler.bucket import open_bucket, repair
     from apollo11.scheduler.bucket import verify as check
 
     try:
-        report = check(open_bucket(archive_url))
+        objects = open_bucket(archive_url)
+        report = check(objects)
+        if not report.ok and repair_from is not None:
+            for line in repair(objects, report, repair_from):
+                out.print(line)
+            report = check(objects)
     except BucketConfigError as e:
         raise fail(str(e), 2) from e
     except ApolloError as e:

@@ -16,6 +16,7 @@ from apollo11.scheduler.bucket import (
     ObjectStore,
     load_catalog,
     open_bucket,
+    repair,
     restore,
     verify,
 )
@@ -209,6 +210,11 @@ async def test_a_corrupt_object_is_reported_by_verify_and_refused_by_restore(
         await asyncio.to_thread(restore, objects, tmp_path / "restored")
     assert not (tmp_path / "restored").exists(), "no half-built directory is left"
     assert not (tmp_path / "restored.restoring").exists()
+    # a node still holds that segment: the object is put back from its bytes
+    assert repair(objects, report, tmp_path / "n1") == [
+        f"{victim}: repaired from {tmp_path / 'n1' / 'log' / catalog.segments[1].key[9:29]}.seg"
+    ]
+    assert verify(objects).ok
 
 
 async def test_a_wiped_node_is_restored_from_the_bucket_with_its_history(
