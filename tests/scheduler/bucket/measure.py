@@ -87,7 +87,9 @@ async def _run(root: Path, seconds: float, rate: int, segment_kb: int) -> None:
     said = await asyncio.to_thread(restore, objects, root / "restored")
     restore_s = time.perf_counter() - t1
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"events written: {n} in {seconds:.0f} s ({n / seconds:.0f}/s), segments of {segment_kb} KB")
+    print(
+        f"events written: {n} in {seconds:.0f} s ({n / seconds:.0f}/s), segments of {segment_kb} KB"
+    )
     print(
         f"segments uploaded: {len(catalog.segments)}, snapshots: {len(catalog.snapshots)}; "
         f"upload lag (sealed -> in the catalog) p50 {_pct(lags, 0.5) * 1000:.0f} ms, "

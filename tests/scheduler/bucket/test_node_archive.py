@@ -121,7 +121,9 @@ def test_kill_9_mid_upload_then_wiped_and_restored(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "restored" in done.stdout
     checked = cli("archive", "verify", "--archive-url", archive_url)
-    assert checked.returncode == 0 and "all sound" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "all sound" in checked.stdout, (
+        checked.stdout + checked.stderr
+    )
     node = _start(data, archive_url, env)
     try:
         with SyncClient(node.address) as c:
