@@ -114,9 +114,15 @@ wheelhouse: setup
 secrets: setup
 	deploy/secrets.sh
 
+# The workflows the nodes and the worker load when APOLLO11_WORKFLOWS is unset or empty:
+# deploy/docker-compose.yml's own default (tests/deploy/test_compose.py: the same).
+COMPOSE_WORKFLOWS := apollo11.scheduler.examples
+
 up: wheelhouse secrets
 	$(IMAGES) $$COMPOSE -f $(COMPOSE_FILE) build && $$COMPOSE -f $(COMPOSE_FILE) up -d
 	@echo "up: three nodes on $${APOLLO11_PUBLISH_ADDR:-127.0.0.1}:7411, :7421, :7431 (make status, make failover-demo)"
+	@echo "up: workflows (nodes and worker): $${APOLLO11_WORKFLOWS:-$(COMPOSE_WORKFLOWS)} (set APOLLO11_WORKFLOWS to change)"
+	@echo "up: the operator's token is in $(SECRETS)/operator.token, the cluster CA in $(SECRETS)/ca.pem"
 	@echo "up: the CLI needs APOLLO11_CA=$(SECRETS)/ca.pem APOLLO11_TOKEN_FILE=$(SECRETS)/operator.token"
 
 down:

@@ -115,10 +115,23 @@ def _seconds(s: float) -> str:
 def verdict_line(p: Mapping[str, Any]) -> str | None:
     """A FAILED payload's cause and the retry rule's verdict, in a line for people:
     `TimeoutError → retry 3/10 in 0.5 s`, `ReadTimeout (as TimeoutError) → …`,
-    `KeyError → final, 5/5 spent`. None for what records no verdict (a failed
-    compensation, a FAILED written before verdicts were)."""
+    `KeyError → final, 5/5 spent`, `… → final, 5/5 spent; task paused` (its
+    `on_exhausted`). None for what records no verdict (a failed compensation, a
+    FAILED written before verdicts were)."""
     if p.get("compensation"):
         return None
+    line = _verdict_line(p)
+    then = p.get("exhausted")
+    if line is not None and isinstance(then, str) and then in _THEN:
+        line += f"; {_THEN[then]}"
+    return line
+
+
+# what a final failure's `exhausted` did to the task, as the line ends
+_THEN = {"pause": "task paused", "compensate": "task compensated"}
+
+
+def _verdict_line(p: Mapping[str, Any]) -> str | None:
     final = bool(p.get("final"))
     if p.get("lost"):
         return "lost (its node died) → " + ("final, max_lost reached" if final else "retry")

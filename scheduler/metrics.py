@@ -139,6 +139,16 @@ STEP_FAILURE_CAUSES = Counter(
 STEP_RETRIES = Counter(
     "apollo11_step_retries_total", "Step failures that will be retried", ["workflow", "step"]
 )
+TASKS_PAUSED = Counter(
+    "apollo11_tasks_paused_total",
+    "Tasks paused because a step's retries ran out (on_exhausted='pause'), by workflow",
+    ["workflow"],
+)
+PAUSED_TASKS = Gauge(
+    "apollo11_paused_tasks",
+    "Tasks PAUSED now, waiting for an operator's `apollo11 retry TASK`, by workflow",
+    ["workflow"],
+)
 COMPENSATIONS = Counter(
     "apollo11_compensations_started_total", "Compensations started", ["workflow", "step"]
 )

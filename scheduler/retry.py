@@ -43,6 +43,12 @@ The rules:
   a FAILED written before verdicts were, `Retry.delay_s(failures so far)`). The
   time is the log's (`finished_ms`) and the jitter is seeded by task and step,
   so a standby that takes over, or a replay, arms the same retry time.
+* A final failure says what follows for the task (`Verdict.then`, the rule's
+  `on_exhausted`, inherited from its policy and its workflow): "fail", "pause" or
+  "compensate", recorded in the FAILED as `exhausted` when it is not "fail" (a
+  loss that spends `max_lost` follows the policy's own, `then_after_loss`). The
+  engine acts on it once (engine/decide.py: a TASK_PAUSED or a TASK_COMPENSATING),
+  so a FAILED without it (an old log) fails the task as it always did.
 * A failed compensation is retried without end (its node's operators see the
   error on the step), `compensation_retry.delay_s(n)` apart.
 * A durable `ctx.step`'s tries follow the same rule within one attempt of the
@@ -63,7 +69,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from apollo11.scheduler.cause import Cause, short
-from apollo11.scheduler.retrypolicy import DEFAULT_RULE, Never, Retry
+from apollo11.scheduler.retrypolicy import DEFAULT_RULE, Exhausted, Never, Retry
 from apollo11.scheduler.taskstatus import StepStatus
 
 if TYPE_CHECKING:  # read, never built: the worker that asks about tries loads no state
@@ -120,6 +126,11 @@ def final_after_loss(step: StepState, policy: Retry) -> bool:
     return budget(step).lost + 1 >= policy.max_lost
 
 
+def then_after_loss(policy: Retry) -> Exhausted:
+    """What a loss that spent `max_lost` does to the task: the policy's own mode."""
+    return policy.exhausted_by(policy)
+
+
 def counts(step: StepState) -> dict[str, int]:
     """The running attempt's step: its own failures before that attempt, by rule (each
     rule's budget spent). The default rule's are those no `on` rule judged."""
@@ -167,6 +178,8 @@ class Verdict(NamedTuple):
     attempts: int  # the rule's budget (1 for FINAL)
     final: bool
     retry_in_s: float | None  # when it is not final: how long after the failure
+    # when it is final: what follows for the task (the rule's on_exhausted)
+    then: Exhausted = "fail"
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -176,6 +189,8 @@ class Verdict(NamedTuple):
         }
         if self.retry_in_s is not None:
             out["retry_in_s"] = self.retry_in_s
+        if self.final and self.then != "fail":  # "fail": the FAILED as it always was
+            out["exhausted"] = self.then
         return out
 
 
@@ -193,9 +208,9 @@ def judge(
     name, rule = rule_for(policy, cause)
     failures = (before or {}).get(name, 0) + 1
     if isinstance(rule, Never):
-        return Verdict(name, failures, 1, True, None)
+        return Verdict(name, failures, 1, True, None, policy.exhausted_by(rule))
     if final or spent(rule, failures):
-        return Verdict(name, failures, rule.attempts, True, None)
+        return Verdict(name, failures, rule.attempts, True, None, policy.exhausted_by(rule))
     delay = rule.delay_s(failures, seed)
     after = cause.retry_after_s if cause is not None else None
     if after is not None and after > delay:

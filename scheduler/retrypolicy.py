@@ -12,6 +12,12 @@ each rule has its own budget (scheduler/retry.py decides, from the log). `FINAL`
 cause is never retried. Only the policy's own `max_lost` counts losses (a node dying
 mid-attempt has no cause); a rule's own `max_lost` is not read.
 
+`on_exhausted` says what a failure that is final does to the task: "fail" (the task
+FAILED), "pause" (PAUSED until an operator retries it) or "compensate" (the steps that
+succeeded are compensated, dependents first, and the task ends COMPENSATED). None:
+inherited, a rule's from its policy, a policy's from its workflow
+(`Workflow(on_exhausted=...)`), else "fail" (`exhausted_by`).
+
 Nothing here raises when declared: `problems()` says what is wrong, and registration
 (Workflow.validate) refuses the workflow naming it and the step, so a definition's
 every fault is reported at once, in a sentence that says where.
@@ -31,9 +37,6 @@ from apollo11.scheduler.cause import qualified
 DEFAULT_RULE: Final = "default"  # the name of a policy's own numbers, as a FAILED records it
 Exhausted = Literal["fail", "pause", "compensate"]
 EXHAUSTED: tuple[Exhausted, ...] = ("fail", "pause", "compensate")
-# What registration refuses until issue 32 part 2 lands: declared now, so that a
-# workflow written for them is valid the day they work.
-NOT_YET: frozenset[str] = frozenset({"pause", "compensate"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +60,8 @@ class Retry:
     `max_lost` interruptions it fails for good.
 
     `on`: exception class -> its own `Retry` (its own budget and backoff) or `FINAL`.
-    `on_exhausted`: what happens when a budget is spent: "fail" (the step fails for
-    good). "pause" and "compensate" are declared but refused at registration until
-    they are built (issue 32).
+    `on_exhausted`: what a final failure does to the task: "fail", "pause" or
+    "compensate"; None (the default) inherits it (the module's docstring).
     """
 
     attempts: int = 3
@@ -72,7 +74,7 @@ class Retry:
     on: Mapping[type[BaseException], Retry | Never] = field(
         default_factory=lambda: types.MappingProxyType({}), hash=False
     )
-    on_exhausted: Exhausted = "fail"
+    on_exhausted: Exhausted | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.on, Mapping) and not isinstance(self.on, types.MappingProxyType):
@@ -90,6 +92,13 @@ class Retry:
         unit = int.from_bytes(digest, "little") / 0xFFFFFFFF  # [0, 1]
         return max(0.0, base * (1 + self.jitter * (2 * unit - 1)))
 
+    def exhausted_by(self, rule: Retry | Never) -> Exhausted:
+        """What a final failure judged by `rule` (one of `on`'s, or the policy itself)
+        does to the task: the rule's own `on_exhausted`, else the policy's, else "fail"."""
+        if isinstance(rule, Retry) and rule.on_exhausted is not None:
+            return rule.on_exhausted
+        return self.on_exhausted or "fail"
+
     def rules(self) -> dict[str, Retry | Never]:
         """`on` by the qualified names a FAILED records (`builtins.TimeoutError`)."""
         return {qualified(cls): rule for cls, rule in self.on.items() if isinstance(cls, type)}
@@ -97,13 +106,8 @@ class Retry:
     def problems(self) -> list[str]:
         """What is wrong with it, each a sentence (empty: nothing)."""
         out = _numbers(self)
-        if self.on_exhausted not in EXHAUSTED:
-            out.append(
-                f"on_exhausted must be one of {', '.join(map(repr, EXHAUSTED))}, "
-                f"got {self.on_exhausted!r}"
-            )
-        elif self.on_exhausted in NOT_YET:
-            out.append(_not_yet(self.on_exhausted))
+        if self.on_exhausted is not None and self.on_exhausted not in EXHAUSTED:
+            out.append(_unknown_mode(self.on_exhausted))
         if not isinstance(self.on, Mapping):
             out.append(f"on must be a dict of exception class -> Retry or FINAL, got {self.on!r}")
             return out
@@ -120,15 +124,13 @@ class Retry:
             if rule.on:
                 out.append(f"on[{name}] has rules of its own (on=): one level only")
             out += [f"on[{name}]: {p}" for p in _numbers(rule)]
-            if rule.on_exhausted not in EXHAUSTED:
-                out.append(f"on[{name}]: on_exhausted {rule.on_exhausted!r} is unknown")
-            elif rule.on_exhausted in NOT_YET:
-                out.append(f"on[{name}]: {_not_yet(rule.on_exhausted)}")
+            if rule.on_exhausted is not None and rule.on_exhausted not in EXHAUSTED:
+                out.append(f"on[{name}]: {_unknown_mode(rule.on_exhausted)}")
         return out
 
 
-def _not_yet(mode: str) -> str:
-    return f"on_exhausted={mode!r} is not yet supported (issue 32): use 'fail'"
+def _unknown_mode(mode: Any) -> str:
+    return f"on_exhausted must be one of {', '.join(map(repr, EXHAUSTED))} or None, got {mode!r}"
 
 
 def _numbers(r: Retry) -> list[str]:

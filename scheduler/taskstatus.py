@@ -17,6 +17,13 @@ class TaskStatus(enum.StrEnum):
     # asked for something other than its log holds (stopped for an operator, like FAILED).
     WAITING = "WAITING"
     NONDETERMINISTIC = "NONDETERMINISTIC"
+    # A step failed for good under `on_exhausted="pause"` (its TASK_PAUSED): nothing new
+    # starts until an operator retries it (`apollo11 retry TASK`); not finished.
+    PAUSED = "PAUSED"
+    # ...under `on_exhausted="compensate"` (its TASK_COMPENSATING): the steps that
+    # succeeded are being compensated, dependents first; then COMPENSATED, finished.
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
 
 
 class StepStatus(enum.StrEnum):

@@ -45,7 +45,9 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
+
+import typing_extensions
 
 from apollo11.scheduler import typed
 from apollo11.scheduler.childguard import guarded
@@ -54,6 +56,7 @@ from apollo11.scheduler.flow import Concurrency as Concurrency
 from apollo11.scheduler.flow import Debounce as Debounce
 from apollo11.scheduler.flow import FlowSpec, Key, RegisteredLimits, declare
 from apollo11.scheduler.flow import Rate as Rate
+from apollo11.scheduler.retrypolicy import EXHAUSTED, Exhausted
 from apollo11.scheduler.retrypolicy import FINAL as FINAL
 from apollo11.scheduler.retrypolicy import Retry as Retry
 from apollo11.scheduler.schedules import Schedule
@@ -336,9 +339,21 @@ class ParentResults(dict[str, Any]):
         return (ParentResults, (self._step, dict(self)))
 
 
+# A workflow's input and result types: its `input=` and `result=` models, Any when it
+# declares none (the defaults, PEP 696: `Workflow("etl")` is a Workflow[Any, Any]).
+# What a client's submit(workflow, input) takes and what its handle's result() gives.
+InputT = typing_extensions.TypeVar("InputT", default=Any)
+ResultT = typing_extensions.TypeVar("ResultT", default=Any)
+
+
 @dataclass
-class Workflow:
+class Workflow(Generic[InputT, ResultT]):
     """A named, versioned DAG of steps.
+
+    Typed by its models: `Workflow("invoice", input=InvoiceInput,
+    result=InvoiceResult)` is a `Workflow[InvoiceInput, InvoiceResult]`, and a
+    client's `submit(invoice, InvoiceInput(...))` returns a handle whose `result()`
+    is an `InvoiceResult`.
 
     `compensate_on_cancel`: when the task is cancelled, the steps that
     declared a compensation action and had succeeded are compensated,
@@ -353,17 +368,20 @@ class Workflow:
     _errors: list[str] = field(default_factory=list)
     # A pydantic model the input must fit (scheduler/typed.py): checked at submit,
     # and each step's ctx.input is an instance of it. None: any JSON.
-    input: Any = None
+    input: type[InputT] | None = None
     # A pydantic model the task's result must fit (scheduler/typed.py): the one final
     # step's, checked before it can succeed and recorded as the model's JSON. None:
     # any JSON.
-    result: Any = None
+    result: type[ResultT] | None = None
     # Flow control (scheduler/flow/): one declaration or a list; checked at registration.
     concurrency: Concurrency | Sequence[Concurrency] | None = None
     rate: Rate | Sequence[Rate] | None = None
     debounce: Debounce | None = None
     # The key whose values take turns for slots (a tenant): a path or a function.
     fairness: Key | None = None
+    # What a step failing for good does to the task when its Retry says nothing
+    # (on_exhausted=None): "fail", "pause" or "compensate" (scheduler/retrypolicy.py).
+    on_exhausted: Exhausted | None = None
 
     def step(
         self,
@@ -514,9 +532,14 @@ class Workflow:
                 f"{len(finals)} do ({', '.join(map(repr, finals))}): add a step after them "
                 f"that returns the task's result"
             )
+        if self.on_exhausted is not None and self.on_exhausted not in EXHAUSTED:
+            problems.append(
+                f"on_exhausted must be one of {', '.join(map(repr, EXHAUSTED))} or None, "
+                f"got {self.on_exhausted!r}"
+            )
         # a model set after some steps were added: those are typed here, at registration
         for name, step in list(self.steps.items()):
-            self.steps[name] = self._typed(step)
+            self.steps[name] = self._typed(self._exhausting(step))
         for s in self.steps.values():
             if not s.name:
                 problems.append("a step has no name")
@@ -553,6 +576,15 @@ class Workflow:
 
     def topo_order(self) -> list[str]:
         return topo_order(self.deps)
+
+    def _exhausting(self, step: Step) -> Step:
+        """`step` with the workflow's `on_exhausted` where its retry says none: what its
+        failures are judged by on every node (a rule in `on` inherits its policy's)."""
+        default = self.on_exhausted
+        policy = step.retry
+        if default not in EXHAUSTED or not isinstance(policy, Retry) or policy.on_exhausted:
+            return step
+        return dataclasses.replace(step, retry=dataclasses.replace(policy, on_exhausted=default))
 
 
 def _retry_problems(s: Step) -> list[str]:

@@ -8,7 +8,7 @@
     def fetch(ctx: StepContext) -> dict: ...
 
     with Client("127.0.0.1:7411") as c:             # AsyncClient: the same API, awaited
-        print(c.result(c.submit("hello", {}).task_id))
+        print(c.submit(hello, {}).result())        # a TaskHandle, typed by hello's result=
 
 Definitions (`Workflow`, `DurableWorkflow`, the idempotency declarations, `Retry`,
 `Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the contexts a step and
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from apollo11.scheduler.client import ApiError, TaskCancelled, TaskFailed, UnavailableError
     from apollo11.scheduler.client import Client as AsyncClient
     from apollo11.scheduler.client import SyncClient as Client
+    from apollo11.scheduler.client import SyncTaskHandle as TaskHandle
+    from apollo11.scheduler.client import TaskHandle as AsyncTaskHandle
     from apollo11.scheduler.durable import (
         ChildFailed,
         DurableContext,
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
 
 # name -> (module, its name there). Client is the blocking client and AsyncClient the
 # asyncio one, as in httpx; inside apollo11.scheduler.client they are SyncClient and
-# Client.
+# Client (and their handles TaskHandle and AsyncTaskHandle, SyncTaskHandle and
+# TaskHandle there).
 _WHERE: dict[str, tuple[str, str]] = {
     # definitions
     "Workflow": ("apollo11.scheduler.workflow", "Workflow"),
@@ -89,6 +92,8 @@ _WHERE: dict[str, tuple[str, str]] = {
     # clients and what they raise
     "Client": ("apollo11.scheduler.client", "SyncClient"),
     "AsyncClient": ("apollo11.scheduler.client", "Client"),
+    "TaskHandle": ("apollo11.scheduler.client", "SyncTaskHandle"),
+    "AsyncTaskHandle": ("apollo11.scheduler.client", "TaskHandle"),
     "ApiError": ("apollo11.scheduler.client", "ApiError"),
     "TaskFailed": ("apollo11.scheduler.client", "TaskFailed"),
     "TaskCancelled": ("apollo11.scheduler.client", "TaskCancelled"),
@@ -105,6 +110,7 @@ __all__ = [
     "ApiError",
     "ApolloError",
     "AsyncClient",
+    "AsyncTaskHandle",
     "Checkpoint",
     "ChildFailed",
     "Client",
@@ -127,6 +133,7 @@ __all__ = [
     "StepError",
     "TaskCancelled",
     "TaskFailed",
+    "TaskHandle",
     "UnavailableError",
     "Workflow",
     "WorkflowDefinitionError",

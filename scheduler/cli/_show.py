@@ -7,11 +7,11 @@ from typing import Any
 
 import orjson
 
+from apollo11.scheduler import stepwords
 from apollo11.scheduler.cli._output import escape
 from apollo11.scheduler.cli._shared import Grid, clock, out
 
 DEFAULT_PRIORITY = 3  # a submission's (docs/flow-control.md)
-MAIN = "main"  # a durable task's one step (scheduler/durable: MAIN)
 
 
 def progress_line(ev: Any, prefix: str = "", *, woken: bool = False) -> None:
@@ -54,21 +54,15 @@ class EventLines:
 
 
 def _state(t: Any, s: Any) -> str:
-    # a cancel ends a durable main's wait with its task: no event of the step says so
-    return "CANCELLED" if t.state == "CANCELLED" and s.state == "WAITING" else str(s.state)
+    return stepwords.state(str(t.state), str(s.state))
 
 
 def _attempt(t: Any, s: Any) -> str:
-    # a durable main's attempts are its runs: one more on every wake-up, not a retry
-    return f"run {s.attempt}" if t.durable is not None and s.name == MAIN else str(s.attempt)
+    return stepwords.attempt(t.durable is not None, s.name, s.attempt)
 
 
 def _error(s: Any) -> str:
-    if s.error:
-        return str(s.error)
-    # a lost attempt's FAILED is followed at once by the next STARTED, which clears it
-    n = s.losses
-    return f"{n} earlier attempt{'s' if n > 1 else ''} lost" if n else ""
+    return stepwords.error(s.error, s.losses)
 
 
 def show_failures(events: Iterable[Any]) -> None:
@@ -111,6 +105,12 @@ def show_task_view(t: Any) -> None:
         out.print(
             f"cancelled by {t.cancelled['operator']}{shown}: {t.cancelled['reason']}",
             markup=False,
+        )
+    if t.state == "PAUSED":
+        out.print(
+            f"[yellow]paused:[/yellow] a step failed for good and its retries say "
+            f"on_exhausted='pause'; `apollo11 retry {escape(t.task_id)} --reason WHY` "
+            f"runs it again with fresh budgets"
         )
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
@@ -161,10 +161,7 @@ def _show_durable(d: dict[str, Any], *, cancelled: bool = False) -> None:
     w = d.get("wait")
     if w:
         said = f"{waits.describe(w)} (checkpoint {w.get('seq')})"
-        if cancelled:
-            out.print(f"was waiting for {said} when the task was cancelled", markup=False)
-        else:
-            out.print(f"waiting for {said}", markup=False)
+        out.print(stepwords.waiting(said, cancelled=cancelled), markup=False)
     n = d.get("nondeterminism")
     if n:
         out.print(f"[red]non-determinism[/red] at checkpoint {n.get('seq')}", markup=True)

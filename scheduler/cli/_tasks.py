@@ -199,12 +199,16 @@ def _act(action: str, server: str | None, **kw: Any) -> None:
 
 def retry(
     task_id: Annotated[str, typer.Argument()],
-    step: Annotated[str, typer.Argument()],
     reason: Reason,
+    step: Annotated[
+        str,
+        typer.Argument(help="The step; none: every step failed for good (resumes a PAUSED task)."),
+    ] = "",
     operator: Operator = None,
     server: Server = None,
 ) -> None:
-    """Run a failed step again (an audited event)."""
+    """Run a failed step again, with fresh retry budgets (an audited event). Without a
+    step: every step failed for good, which resumes a PAUSED task."""
     _act("retry", server, task_id=task_id, step=step, operator=_operator(operator), reason=reason)
 
 

@@ -1,8 +1,8 @@
 """The Python client: typed, async (`Client`) and sync (`SyncClient`).
 
     async with Client(["node-1:7411", "node-2:7411", "node-3:7411"]) as c:
-        sub = await c.submit("etl", {"step_seconds": 1})
-        async for event in c.watch(sub.task_id):
+        handle = await c.submit("etl", {"step_seconds": 1})
+        async for event in handle.watch():
             print(event.event_type, event.step_name)
 
 It follows the primary: a write that lands on a standby comes back
@@ -15,6 +15,7 @@ It imports no server module (`apollo11.scheduler.wire` holds what both sides sha
 and registers no metric: tests/scheduler/client/test_imports.py checks both.
 
 _client.py      Client, SyncClient: follow the primary, retry what is safe
+_handle.py      TaskHandle, SyncTaskHandle: a submitted task, typed by its workflow's result
 _connection.py  endpoints, TLS, token and channel options, from arguments or APOLLO11_*
 _errors.py      a gRPC status -> one of the project's errors
 _convert.py     protobuf messages -> views
@@ -34,6 +35,7 @@ from apollo11.scheduler.client._errors import (
     TaskFailed,
     UnavailableError,
 )
+from apollo11.scheduler.client._handle import SyncTaskHandle, TaskHandle, task_result
 from apollo11.scheduler.client._views import (
     BackfillStarted,
     BackfillView,
@@ -98,8 +100,10 @@ __all__ = [
     "StepView",
     "Submission",
     "SyncClient",
+    "SyncTaskHandle",
     "TaskCancelled",
     "TaskFailed",
+    "TaskHandle",
     "TaskSummaryView",
     "TaskView",
     "TermView",
@@ -107,4 +111,5 @@ __all__ = [
     "WorkerView",
     "channel_credentials_for",
     "endpoints_from",
+    "task_result",
 ]

@@ -31,6 +31,7 @@ from apollo11.scheduler.client._errors import (
     UnavailableError,
     translate,
 )
+from apollo11.scheduler.client._handle import SyncTaskHandle, TaskHandle, task_result
 from apollo11.scheduler.client._views import (
     BackfillStarted,
     EventView,
@@ -46,12 +47,15 @@ from apollo11.scheduler.client._views import (
     TaskView,
     TermView,
 )
-from apollo11.scheduler.errors import ApolloError, FailedPreconditionError, NotLeaderError
+from apollo11.scheduler.errors import ApolloError, NotLeaderError
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
 
 if TYPE_CHECKING:  # the client never imports pydantic: the application that passes a model has
     from pydantic import BaseModel
+
+    # nor a definition: a Workflow is read for its name, version and result model
+    from apollo11.scheduler.workflow import InputT, ResultT, Workflow
 
 T = TypeVar("T")
 M = TypeVar("M", bound="BaseModel")
@@ -349,6 +353,18 @@ class Client:
 
     # -------------------------------------------------------------- writes
 
+    @overload
+    async def submit(
+        self,
+        workflow: Workflow[InputT, ResultT],
+        input: InputT | None = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int = 0,
+        priority: int | None = None,
+    ) -> TaskHandle[ResultT]: ...
+
+    @overload
     async def submit(
         self,
         workflow: str,
@@ -357,16 +373,31 @@ class Client:
         idempotency_key: str | None = None,
         version: int = 0,
         priority: int | None = None,
-    ) -> Submission:
-        """Submit a task of `workflow` (its newest version unless `version`). `priority`:
-        1 (first) to 5 among tasks waiting for a slot of a limit, 3 by default
-        (docs/flow-control.md)."""
+    ) -> TaskHandle[Any]: ...
+
+    async def submit(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int = 0,
+        priority: int | None = None,
+    ) -> TaskHandle[Any]:
+        """Submit a task of `workflow`: a Workflow (its own version unless `version`;
+        the handle is typed by its `result=` model) or a workflow's name (its newest
+        version unless `version`; the handle is untyped). `input`: JSON, or an instance
+        of the workflow's `input=` model. `priority`: 1 (first) to 5 among tasks waiting
+        for a slot of a limit, 3 by default (docs/flow-control.md). Returns a TaskHandle
+        (its `task_id`, `created`, `event_id`, and `await handle.result()`)."""
+        name, version, model = _target(workflow, version)
         key = idempotency_key or f"client-{uuid.uuid4()}"  # makes the retry below safe
         text = build.json_text(input, "input")
         rank = build.priority_value(priority)
-        req = build.submit_request(workflow, text, key, version, rank)
+        req = build.submit_request(name, text, key, version, rank)
         resp = await self._call("scheduler", "SubmitTask", req, write=True, retry=True)
-        return convert.submission_from_pb(resp)
+        sub = convert.submission_from_pb(resp)
+        return TaskHandle(sub.task_id, sub.created, sub.event_id, name, model, self)
 
     async def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Submission]:
         """Submit many tasks in one call (at most 1000): one write, one fsync and one
@@ -393,6 +424,8 @@ class Client:
     # `operator` is a display name kept beside the authenticated principal (the node
     # records who the credential proves; it never takes a typed name instead).
     async def retry_step(self, task_id: str, step: str, *, reason: str, operator: str = "") -> int:
+        """Run a failed step again with fresh retry budgets; `step=""`: every step failed
+        for good, which resumes a PAUSED task. The audit event's id."""
         req = build.step_action_request(task_id, step, operator, reason)
         resp = await self._call("scheduler", "RetryStep", req, write=True, retry=False)
         return int(resp.event_id)
@@ -754,9 +787,10 @@ class Client:
         timeout: float | None = None,  # noqa: ASYNC109
         check: bool = True,
     ) -> TaskView:
-        """Wait for a task to finish and return it. Raises TaskFailed (FAILED or
-        NONDETERMINISTIC) or TaskCancelled, each carrying the task, unless `check` is
-        False; TimeoutError after `timeout` seconds (None: no limit)."""
+        """Wait for a task to finish and return it. Raises TaskFailed (FAILED,
+        NONDETERMINISTIC or COMPENSATED) or TaskCancelled, each carrying the task, unless
+        `check` is False; TimeoutError after `timeout` seconds (None: no limit). A PAUSED
+        task has not finished: it waits for an operator's retry."""
         async with asyncio.timeout(timeout):
             async for _ in self.watch(task_id):
                 pass
@@ -764,7 +798,7 @@ class Client:
         if check:
             if task.state == "CANCELLED":
                 raise TaskCancelled(task)
-            if task.state in ("FAILED", "NONDETERMINISTIC"):
+            if task.state in ("FAILED", "NONDETERMINISTIC", "COMPENSATED"):
                 raise TaskFailed(task)
         return task
 
@@ -792,39 +826,7 @@ class Client:
         result as an instance of it, the durable main's or the DAG's one final step's
         (FailedPreconditionError when the DAG ends in several steps or an operator
         skipped its final one). Raises as `wait` does."""
-        task = await self.wait(task_id, timeout=timeout)
-        if model is not None:
-            from apollo11.scheduler import typed  # imports no pydantic of its own
-
-            fitted, wrong = typed.fit(model, _final_result(task), what="result", declared=False)
-            if wrong is not None:
-                # recorded before the model was declared, or under another version of it
-                raise FailedPreconditionError(
-                    f"task {task.task_id} ({task.workflow}): its recorded result does not "
-                    f"fit {model.__name__}: {wrong}"
-                )
-            return fitted
-        if [s.name for s in task.steps] == ["main"]:
-            return task.steps[0].result
-        return {s.name: s.result for s in task.steps}
-
-
-def _final_result(task: TaskView) -> Any:
-    """The result a workflow's `result=` model describes: its one step that no other
-    depends on (a durable task's `main`)."""
-    finals = [s for s in task.steps if not any(s.name in o.after for o in task.steps)]
-    where = f"task {task.task_id} ({task.workflow})"
-    if len(finals) != 1:
-        names = ", ".join(s.name for s in finals)
-        raise FailedPreconditionError(
-            f"{where} ends in {len(finals)} steps ({names}), so no one result: call "
-            f"result() without model= for each step's by name"
-        )
-    if finals[0].state == "SKIPPED":
-        raise FailedPreconditionError(
-            f"{where} has no result: an operator skipped its final step {finals[0].name!r}"
-        )
-    return finals[0].result
+        return task_result(await self.wait(task_id, timeout=timeout), model)
 
 
 _shared: asyncio.AbstractEventLoop | None = None
@@ -835,6 +837,21 @@ log = logging.getLogger("apollo11.client")
 
 _READY, _FAILED, _SILENT = "ready", "failed", "silent"  # Client._connects
 FAILOVER_POLL_S = 0.1  # how often a call no node takes is asked again (a failover)
+
+
+def _target(workflow: Any, version: int) -> tuple[str, int, Any]:
+    """What to submit: (the workflow's name, its version, its result model or None).
+    A Workflow is read, not imported: the client loads no definition of its own."""
+    if isinstance(workflow, str):
+        return workflow, version, None
+    name, own = getattr(workflow, "name", None), getattr(workflow, "version", None)
+    if not isinstance(name, str) or not isinstance(own, int):
+        hint = " (the function under @main: pass its DurableWorkflow)" if callable(workflow) else ""
+        raise TypeError(
+            f"submit takes a Workflow or a workflow's name, got {type(workflow).__name__} "
+            f"{getattr(workflow, '__name__', workflow)!r}{hint}"
+        )
+    return name, version or own, getattr(workflow, "result", None)
 
 
 def _jitter() -> float:
@@ -940,6 +957,18 @@ class SyncClient:
     def close(self) -> None:
         self._run(self._client.close())
 
+    @overload
+    def submit(
+        self,
+        workflow: Workflow[InputT, ResultT],
+        input: InputT | None = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int = 0,
+        priority: int | None = None,
+    ) -> SyncTaskHandle[ResultT]: ...
+
+    @overload
     def submit(
         self,
         workflow: str,
@@ -948,9 +977,19 @@ class SyncClient:
         idempotency_key: str | None = None,
         version: int = 0,
         priority: int | None = None,
-    ) -> Submission:
-        """As Client.submit."""
-        return self._run(
+    ) -> SyncTaskHandle[Any]: ...
+
+    def submit(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        version: int = 0,
+        priority: int | None = None,
+    ) -> SyncTaskHandle[Any]:
+        """As Client.submit; the handle's calls block."""
+        h = self._run(
             self._client.submit(
                 workflow,
                 input,
@@ -959,6 +998,7 @@ class SyncClient:
                 priority=priority,
             )
         )
+        return SyncTaskHandle(h.task_id, h.created, h.event_id, h.workflow, h.model, self)
 
     def submit_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[Submission]:
         return self._run(self._client.submit_many(tasks))

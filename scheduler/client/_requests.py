@@ -25,7 +25,7 @@ def json_text(value: Any, name: str) -> str:
     """`value` as the JSON text of argument `name`; InvalidArgumentError (as a node's
     refusal is) when it cannot be encoded, rather than orjson's bare TypeError."""
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value, default=_model_json).decode()
     except orjson.JSONEncodeError as e:
         if "Recursion" in str(e):  # orjson's only depth error: "Recursion limit reached"
             raise InvalidArgumentError(
@@ -33,6 +33,14 @@ def json_text(value: Any, name: str) -> str:
                 f"here (and far past what a node takes: json_max_depth, 64 by default)"
             ) from e
         raise InvalidArgumentError(f"{name} cannot be sent as JSON: {e}") from e
+
+
+def _model_json(value: Any) -> Any:
+    """A pydantic model (a typed workflow's input) as the JSON its model_validate reads
+    back: by alias, as the log keeps a result (scheduler/typed.py)."""
+    if hasattr(value, "model_dump") and not isinstance(value, type):
+        return value.model_dump(mode="json", by_alias=True)
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
 PRIORITIES = range(1, 6)  # 1 first; what the node takes (0 on the wire: the default, 3)

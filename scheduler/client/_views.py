@@ -80,7 +80,7 @@ class TaskView:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("SUCCEEDED", "FAILED", "CANCELLED") and not any(
+        return self.state in ("SUCCEEDED", "FAILED", "CANCELLED", "COMPENSATED") and not any(
             s.state in ("STARTED", "COMPENSATING") or s.owed for s in self.steps
         )
 

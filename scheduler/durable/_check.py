@@ -115,10 +115,11 @@ def check_run(
         return Run(task_id, wf.name, wf.version, outcome, len(checkpoints), detail, report or {})
 
     async def go() -> Run:
+        model: Any = wf.input
         try:
-            given = input if wf.input is None else wf.input.model_validate(input)
+            given = input if model is None else model.model_validate(input)
         except Exception as e:  # the model changed under a recorded input
-            return run("error", f"its input no longer fits {wf.input.__name__}: {e}")
+            return run("error", f"its input no longer fits {model.__name__}: {e}")
         try:
             await main(ctx, given)
             ctx.finished()

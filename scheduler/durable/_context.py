@@ -376,7 +376,7 @@ class DurableContext:
             else:
                 await self._record({**base, "seq": seq_i, "kind": INTENT, "output": None})
         policy = retry or Retry()
-        wrong = policy.problems()
+        wrong = policy.problems() + _exhausted_problems(policy)
         if wrong:  # no registration sees a ctx.step's policy: refused at its first call
             raise StepError(f"ctx.step {name!r}: retry " + "; ".join(wrong), final=True)
         tries = 0
@@ -720,3 +720,19 @@ class ChildHandle(Wait[Any]):
     @property
     def task_id(self) -> str:
         return str(self._spawn["child"])
+
+
+def _exhausted_problems(policy: Retry) -> list[str]:
+    """A ctx.step's final failure is recorded and raised in the main as DurableStepError
+    (at every replay too): it cannot pause or compensate the task by itself, which is
+    the main's to say (DurableWorkflow(on_exhausted=...))."""
+    modes = {policy.on_exhausted} | {
+        r.on_exhausted for r in policy.on.values() if isinstance(r, Retry)
+    }
+    if modes & {"pause", "compensate"}:
+        return [
+            "on_exhausted must be 'fail' (or unset) for a ctx.step: its final failure is "
+            "raised in the main as DurableStepError; to pause or compensate the task when "
+            "the main fails for good, pass on_exhausted= to DurableWorkflow"
+        ]
+    return []

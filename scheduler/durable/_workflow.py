@@ -33,12 +33,15 @@ from apollo11.scheduler.durable._context import (
     Suspended,
 )
 from apollo11.scheduler.errors import WorkflowDefinitionError
+from apollo11.scheduler.retrypolicy import Exhausted
 from apollo11.scheduler.workflow import (
     Checkpoint,
     Concurrency,
     Debounce,
+    InputT,
     Journal,
     Rate,
+    ResultT,
     Retry,
     Step,
     StepContext,
@@ -53,12 +56,15 @@ MainFn = Callable[[DurableContext, Any], Awaitable[Any]]
 M = TypeVar("M", bound=MainFn)
 
 
-class DurableWorkflow(Workflow):
+class DurableWorkflow(Workflow[InputT, ResultT]):
     """`DurableWorkflow("approvals", version=1)`, then `@approvals.main` on
     `async def run(ctx: DurableContext, input) -> result`.
 
     `timeout_s` bounds one attempt of the main (replay plus the `ctx.step`s it runs
-    before it waits or returns); `retry` is the main's own policy."""
+    before it waits or returns); `retry` is the main's own policy. `on_exhausted`:
+    what the main failing for good does to the task (as a Workflow's): "pause" (an
+    operator's retry replays the main from its checkpoints) or "compensate" (its
+    NotIdempotent ctx.steps that succeeded are undone, last first)."""
 
     def __init__(
         self,
@@ -68,8 +74,9 @@ class DurableWorkflow(Workflow):
         description: str = "",
         timeout_s: float = DEFAULT_MAIN_TIMEOUT_S,
         retry: Retry | None = None,
-        input: Any = None,
-        result: Any = None,
+        on_exhausted: Exhausted | None = None,
+        input: type[InputT] | None = None,
+        result: type[ResultT] | None = None,
         concurrency: Concurrency | Sequence[Concurrency] | None = None,
         rate: Rate | Sequence[Rate] | None = None,
         debounce: Debounce | None = None,
@@ -89,6 +96,7 @@ class DurableWorkflow(Workflow):
             rate=rate,
             debounce=debounce,
             fairness=fairness,
+            on_exhausted=on_exhausted,
         )
         # cancelled: the NotIdempotent ctx.steps that succeeded are undone, last first
         self.compensate_on_cancel = True
@@ -152,10 +160,14 @@ class DurableWorkflow(Workflow):
         dctx.compensations = []
         try:
             await main(dctx, ctx.input)
-        except (Frontier, Suspended, DurableStepError):
-            pass  # the end of the log, or a failure it recorded: what it did is found
         except NonDeterminism as n:
             raise StepError(f"cannot find what to undo: {n.describe()}", final=True) from None
+        except (Frontier, Suspended, DurableStepError):
+            pass  # the end of the log, or a failure it recorded: what it did is found
+        except Exception:
+            # a main that failed for good under on_exhausted="compensate" raises again
+            # where it did: what it did before is found
+            pass
         for seq, name, undo, output, args in reversed(dctx.compensations):
             await dctx.run_undo(name, seq, undo, output, args)
 

@@ -4,6 +4,7 @@
   when a step runs again is `scheduler/retry.py`'s, which durable mains ask too);
 * `engine.py`: the `Engine`: which tasks to decide, when, and acting on the actions;
 * `steps.py`: one attempt under its timeout, its outcome recorded; compensation;
+* `exhaustion.py`: a step's retries ran out: its TASK_PAUSED or TASK_COMPENSATING;
 * `intake.py`: what clients and operators ask (submissions with their idempotency
   keys, events, retry, skip, cancel), checked, written and answered once committed;
 * `executor.py`: the seam where step code runs (`Executor`; in process today).
@@ -15,8 +16,10 @@ from apollo11.scheduler.engine.decide import (
     Action,
     CancelAttempt,
     Compensate,
+    CompensateTask,
     FailLost,
     NoWorkflow,
+    PauseTask,
     StartAttempt,
     Stuck,
     WakeAt,
@@ -57,6 +60,7 @@ __all__ = [
     "AttemptToken",
     "CancelAttempt",
     "Compensate",
+    "CompensateTask",
     "Engine",
     "EventSent",
     "Executor",
@@ -71,6 +75,7 @@ __all__ = [
     "NoWorkflow",
     "NotBegun",
     "Outcome",
+    "PauseTask",
     "StartAttempt",
     "StoreJournal",
     "Stuck",

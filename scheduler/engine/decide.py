@@ -23,6 +23,12 @@ The rules, step by step in declaration order:
   step runs, is about to, owes one or is compensating (dependents first:
   reverse topological order);
 * nothing new starts in a task that is cancelled or failed for good;
+* a step failed for good whose rule says `on_exhausted="pause"` pauses the task
+  (`PauseTask`: its TASK_PAUSED; an operator's retry resumes it); one that says
+  "compensate" stops the task's running attempts as a cancel does and, once
+  none runs, names the steps that succeeded and declared a compensation
+  (`CompensateTask`: its TASK_COMPENSATING), which are then compensated by the
+  rule above, dependents first: the task ends COMPENSATED;
 * a spawned task whose parent was cancelled or has returned is cancelled too,
   unless it was spawned with the parent-close policy "abandon";
 * a durable main that is WAITING runs again (its code replays, docs/durable.md)
@@ -45,7 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apollo11.scheduler import waits
-from apollo11.scheduler.retry import due_at, final_after_loss, may_run_again
+from apollo11.scheduler.retry import due_at, final_after_loss, may_run_again, then_after_loss
+from apollo11.scheduler.retrypolicy import Exhausted
 from apollo11.scheduler.state.model import DONE, StepStatus, TaskState, TaskStatus, outcome
 from apollo11.scheduler.workflow import Workflow
 
@@ -56,6 +63,7 @@ _FAILED = StepStatus.FAILED
 _WAITING = StepStatus.WAITING
 
 CANCELLED_BY_OPERATOR = "cancelled by operator"
+_SUCCEEDED = StepStatus.SUCCEEDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,7 @@ class FailLost:
     attempt: int
     final: bool  # no automatic retry follows
     compensate: bool  # the step is not idempotent: its compensation is owed
+    then: Exhausted = "fail"  # final because max_lost is spent: what follows for the task
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +135,35 @@ class CancelTask:
     reason: str
 
 
-Action = StartAttempt | WakeAt | CancelAttempt | FailLost | Adopt | Compensate | Stuck | CancelTask
+@dataclass(frozen=True, slots=True)
+class PauseTask:
+    """`step` failed for good under on_exhausted="pause": record the task PAUSED."""
+
+    step: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompensateTask:
+    """`step` failed for good under on_exhausted="compensate" and nothing of the task
+    runs any more: record that `compensate` (the steps that succeeded and declared a
+    compensation) owe theirs."""
+
+    step: str
+    compensate: tuple[str, ...]
+
+
+Action = (
+    StartAttempt
+    | WakeAt
+    | CancelAttempt
+    | FailLost
+    | Adopt
+    | Compensate
+    | Stuck
+    | CancelTask
+    | PauseTask
+    | CompensateTask
+)
 
 
 class StateView(Protocol):
@@ -184,6 +221,11 @@ def _decide(
     actions: list[Action] = []
     cancelled = task.cancelled is not None
     failed = task.failed_final > 0
+    # a step's retries ran out and the engine has yet to record what follows
+    ending = task.exhausted if not cancelled else None
+    undoing = ending is not None and ending.get("then") == "compensate"
+    stopping = cancelled or undoing  # running attempts are given up on
+    why = CANCELLED_BY_OPERATOR if cancelled else _stopped(ending)
     comp = owed_compensations(task, workflow)
     steps = task.steps
     deps = task.deps
@@ -194,8 +236,8 @@ def _decide(
         if status in DONE and name not in comp:
             continue  # finished (checked against the workflow when it started)
         if name in busy:
-            if cancelled and status is _STARTED:
-                actions.append(CancelAttempt(name, CANCELLED_BY_OPERATOR))
+            if stopping and status is _STARTED:
+                actions.append(CancelAttempt(name, why))
             continue
         spec = specs.get(name)
         if spec is None:
@@ -207,8 +249,13 @@ def _decide(
             if step.worker is not None:
                 actions.append(Adopt(name, step.attempt))
                 continue
-            final = cancelled or final_after_loss(step, spec.retry)
-            actions.append(FailLost(name, step.attempt, final, spec.needs_compensation))
+            if stopping:
+                actions.append(FailLost(name, step.attempt, True, spec.needs_compensation))
+            elif final_after_loss(step, spec.retry):
+                then = then_after_loss(spec.retry) if not failed else "fail"
+                actions.append(FailLost(name, step.attempt, True, spec.needs_compensation, then))
+            else:
+                actions.append(FailLost(name, step.attempt, False, spec.needs_compensation))
         elif status is _COMPENSATING or name in comp:
             if status is not _COMPENSATING and _blocked(task, workflow, name, comp, busy, starting):
                 continue  # dependents that must be compensated go first
@@ -246,7 +293,38 @@ def _decide(
                     starting.add(name)
                 else:
                     actions.append(WakeAt(name, due))
+    if ending is not None:
+        if not undoing:
+            actions.append(PauseTask(str(ending.get("step"))))
+        elif not any(s.status is _STARTED for s in steps.values()):
+            # every attempt has its outcome: the steps that succeeded are all known
+            owed = tuple(compensable(task, workflow))
+            actions.append(CompensateTask(str(ending.get("step")), owed))
     return actions
+
+
+def _stopped(ending: Mapping[str, Any] | None) -> str:
+    step = ending.get("step") if ending is not None else None
+    return f"stopped: step {step} failed for good and the task is compensated"
+
+
+def compensable(task: TaskState, workflow: Workflow) -> list[str]:
+    """The steps whose compensation a task's end owes (a cancel's, an exhaustion's
+    under on_exhausted="compensate"): those that succeeded and declared one. A durable
+    task's main, when one of its NotIdempotent ctx.steps succeeded or was begun and
+    has no outcome (its compensation undoes them, last first)."""
+    d = task.durable
+    if d is not None:
+        last = d.checkpoints[-1] if d.checkpoints else {}
+        undo = last.get("kind") == "intent" or any(c.get("compensate") for c in d.checkpoints)
+        main = [n for n, st in task.steps.items() if st.status is not _COMPENSATED]
+        return main if undo else []
+    specs = workflow.steps
+    return [
+        n
+        for n, st in task.steps.items()
+        if st.status is _SUCCEEDED and n in specs and specs[n].needs_compensation
+    ]
 
 
 def _wake(

@@ -27,14 +27,17 @@ from typing import Any, assert_never
 
 from apollo11.scheduler import defaults, metrics, tracing, waits
 from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine import exhaustion
 from apollo11.scheduler.engine.decide import (
     Action,
     Adopt,
     CancelAttempt,
     CancelTask,
     Compensate,
+    CompensateTask,
     FailLost,
     NoWorkflow,
+    PauseTask,
     StartAttempt,
     Stuck,
     WakeAt,
@@ -84,6 +87,7 @@ _CLOSING = frozenset(
         EventType.STEP_COMPENSATED,
         EventType.MANUAL_OVERRIDE,
         EventType.TASK_CANCELLED,
+        EventType.TASK_COMPENSATING,  # may end the task at once: nothing owed
     }
 )
 _NOTHING: frozenset[str] = frozenset()
@@ -153,6 +157,7 @@ class Engine:
         self._start_gate: _StartGate | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._closing: set[str] = set()  # spawned tasks whose cancel is being written
+        self._ending: set[str] = set()  # tasks whose TASK_PAUSED/_COMPENSATING is being written
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -233,6 +238,7 @@ class Engine:
                 await t
         self._busy.clear()
         self._closing.clear()
+        self._ending.clear()
         self._slots_used = 0
         self._queued = FairQueue()
         self._unplaced.clear()
@@ -445,7 +451,7 @@ class Engine:
                         self.steps.adopt(task_id, a.step, wf.steps[a.step], a.attempt),
                         f"step {key}",
                     )
-                    if task.cancelled is not None:
+                    if task.cancelled is not None or task.exhausted is not None:
                         # decided again once it is followed: the cancel reaches the worker
                         self._dirty.add(task_id)
                         self._wake.set()
@@ -476,6 +482,12 @@ class Engine:
                         closing = asyncio.ensure_future(self._close(task_id, a))
                         self._flushes.add(closing)
                         closing.add_done_callback(self._flushes.discard)
+                case PauseTask() | CompensateTask():
+                    if task_id not in self._ending:
+                        self._ending.add(task_id)
+                        ending = asyncio.ensure_future(self._record_end(task.workflow, task_id, a))
+                        self._flushes.add(ending)
+                        ending.add_done_callback(self._flushes.discard)
                 case Stuck():
                     stuck = True
                     self._problem(task_id, a.reason)
@@ -498,6 +510,32 @@ class Engine:
             log.warning("task %s: cannot cancel it with its parent: %s", task_id, e)
         finally:
             self._closing.discard(task_id)
+
+    async def _record_end(self, workflow: str, task_id: str, a: PauseTask | CompensateTask) -> None:
+        """Record what a step's retries running out leads to (engine/exhaustion.py)."""
+        try:
+            event = await exhaustion.record(self.store, task_id, a)
+            if event is not None and await self._committed(event.event_id):
+                if isinstance(a, PauseTask):
+                    metrics.TASKS_PAUSED.labels(workflow).inc()
+                    log.warning(
+                        "task %s paused: step %s failed for good (on_exhausted='pause'); "
+                        "`apollo11 retry %s` resumes it",
+                        task_id,
+                        a.step,
+                        task_id,
+                    )
+                else:
+                    log.info(
+                        "task %s: step %s failed for good, compensating %s",
+                        task_id,
+                        a.step,
+                        ", ".join(a.compensate) or "nothing",
+                    )
+        except ApolloError as e:
+            log.warning("task %s: cannot record what follows its failure: %s", task_id, e)
+        finally:
+            self._ending.discard(task_id)
 
     def _child_workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
         return self._intake.workflow(workflow, input, version)
@@ -742,8 +780,9 @@ class Engine:
 
     def settled(self) -> bool:
         """Nothing left to decide or to write now: no task to decide again, no pass
-        pending, no STARTED or child's cancel being written. With `in_flight()`, what
-        says that every task waits (for an event, a timer, a slot)."""
+        pending, no STARTED or child's cancel being written, no schedule's firing.
+        With `in_flight()`, what says that every task waits (for an event, a timer, a
+        slot)."""
         return not (
             self._dirty
             or self._ready
@@ -751,6 +790,7 @@ class Engine:
             or self._starting
             or self._start_gate is not None
             or self._flushes
+            or not self.schedules.settled()
         )
 
     # ---------------------------------------------------------- requests
@@ -832,7 +872,7 @@ class Engine:
 
 def _trace_ended(task: TaskState) -> None:
     """The finished task's span (tracing.py): from its submission to its last event."""
-    failed = task.status.value in ("FAILED", "NONDETERMINISTIC", "CANCELLED")
+    failed = task.status.value in ("FAILED", "NONDETERMINISTIC", "CANCELLED", "COMPENSATED")
     tracing.task_ended(
         task.trace,
         name=f"task {task.workflow}",

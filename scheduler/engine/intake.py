@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from apollo11.scheduler import defaults, metrics
 from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.decide import compensable
 from apollo11.scheduler.engine.flowsubmit import FlowSubmit
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
@@ -352,12 +353,40 @@ class Intake:
     async def retry_step(
         self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
     ) -> Event:
+        """Retry `step`; "" retries every step failed for good (a PAUSED task's: what
+        resumes it), all or none, one MANUAL_OVERRIDE each; the last is returned."""
         p = self._p
         p.check_leading()
+        if not step:
+            return await self._resume(task_id, operator=operator, reason=reason, display=display)
         task, s = self._task_and_step(task_id, step)
         require_reason(operator, reason)
         refuse_retry(task, s, p.workflow_for(task), busy=p.is_busy(task_id, step))
         return await self._override(task_id, step, "retry", operator, reason, display)
+
+    async def _resume(
+        self, task_id: str, *, operator: str, reason: str, display: str | None
+    ) -> Event:
+        p = self._p
+        task = p.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        require_reason(operator, reason)
+        names = failed_for_good(task)
+        if not names:
+            raise FailedPreconditionError(
+                f"task {task_id} is {task.status.value} and no step of it failed for good: "
+                f"name the step to retry (apollo11 retry TASK STEP)"
+            )
+        wf = p.workflow_for(task)
+        for name in names:
+            refuse_retry(task, task.steps[name], wf, busy=p.is_busy(task_id, name))
+        payload = shown_as({"action": "retry", "operator": operator, "reason": reason}, display)
+        events = await p.store.log.append_many(
+            [Draft(EventType.MANUAL_OVERRIDE, task_id, name, payload) for name in names]
+        )
+        await p.wait_commit(events[-1].event_id)
+        return events[-1]
 
     async def skip_step(
         self, task_id: str, step: str, *, operator: str, reason: str, display: str | None = None
@@ -474,10 +503,29 @@ def require_reason(operator: str, reason: str) -> None:
         raise InvalidArgumentError("reason must say why (it is kept in the audit log)")
 
 
+def failed_for_good(task: TaskState) -> list[str]:
+    """The steps no automatic retry follows (a PAUSED task's), in declaration order."""
+    return [
+        n
+        for n, st in task.steps.items()
+        if st.final and st.status in (StepStatus.FAILED, StepStatus.COMPENSATED)
+    ]
+
+
+def _refuse_compensated(task: TaskState) -> None:
+    if task.compensating is not None:
+        raise FailedPreconditionError(
+            f"task {task.task_id} is {task.status.value}: step "
+            f"{task.compensating.get('step')} failed for good and the task is compensated "
+            f"(on_exhausted='compensate'); submit it again to run it anew"
+        )
+
+
 def refuse_retry(task: TaskState, s: StepState, wf: Workflow | None, *, busy: bool) -> None:
     """Raise unless an operator may run this step again, with a fresh retry budget."""
     if task.cancelled is not None:
         raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    _refuse_compensated(task)
     if s.status not in (StepStatus.FAILED, StepStatus.COMPENSATED) or busy:
         raise FailedPreconditionError(
             f"step {s.name} is {s.status.value}; only a FAILED or COMPENSATED step that is "
@@ -503,6 +551,7 @@ def refuse_skip(task: TaskState, s: StepState, *, busy: bool) -> None:
     """Raise unless an operator may mark this step done without running it."""
     if task.cancelled is not None:
         raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    _refuse_compensated(task)
     if s.status in _UNSKIPPABLE or busy:
         raise FailedPreconditionError(f"step {s.name} is {s.status.value} and cannot be skipped")
 
@@ -510,26 +559,15 @@ def refuse_skip(task: TaskState, s: StepState, *, busy: bool) -> None:
 def refuse_cancel(task: TaskState) -> None:
     if task.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
         raise FailedPreconditionError(f"task {task.task_id} is already {task.status.value}")
+    _refuse_compensated(task)  # its end is under way: a cancel would owe nothing more
 
 
 def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:
     """What a cancel owes, recorded in its event: the succeeded steps that declared a
-    compensation (when the workflow compensates on cancel)."""
+    compensation (when the workflow compensates on cancel; decide.compensable)."""
     if wf is None or not wf.compensate_on_cancel:
         return []
-    d = task.durable
-    if d is not None:
-        # a durable main owes one when a NotIdempotent ctx.step succeeded, or was begun
-        # and has no outcome (its intent is the last checkpoint)
-        last = d.checkpoints[-1] if d.checkpoints else {}
-        undo = last.get("kind") == "intent" or any(c.get("compensate") for c in d.checkpoints)
-        main = [n for n, st in task.steps.items() if st.status is not StepStatus.COMPENSATED]
-        return main if undo else []
-    return [
-        n
-        for n, st in task.steps.items()
-        if st.status is StepStatus.SUCCEEDED and n in wf.steps and wf.steps[n].needs_compensation
-    ]
+    return compensable(task, wf)
 
 
 def shown_as(payload: dict[str, Any], display: str | None) -> dict[str, Any]:

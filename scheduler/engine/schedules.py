@@ -343,6 +343,13 @@ class Schedules:
         if self.host.registry.schedules:
             self._reconciling = asyncio.create_task(self._reconcile(), name="apollo11-reconcile")
 
+    def settled(self) -> bool:
+        """No decision of a schedule that came due, and no reconciliation of the ones
+        declared in code, still to write (a backfill's pacing sleeps on the clock, and
+        is not waited for). Part of Engine.settled: the testing kit's "at rest"."""
+        reconciling = self._reconciling is not None and not self._reconciling.done()
+        return not (self._deciding or reconciling)
+
     async def _reconcile(self) -> None:
         known = self.host.store.state.schedules
         # no token asked for these changes: the record names the primary that made them

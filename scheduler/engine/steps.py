@@ -45,6 +45,7 @@ from apollo11.scheduler.retry import (
     judge,
     rule_label,
     says_final,
+    then_after_loss,
 )
 from apollo11.scheduler.state import Store, TaskState
 from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
@@ -57,7 +58,7 @@ AUTO_REFRESH_SAMPLES = 10  # an `auto` timeout follows new durations within this
 # kept when details are too big (the cause and the verdict: the next decision reads them)
 SLIM_KEYS = (
     *("error", "final", "lost", "timeout", "compensate"),
-    *("cause", "rule", "decision", "retry_in_s"),
+    *("cause", "rule", "decision", "retry_in_s", "exhausted"),
 )
 _NO_BEAT = object()
 
@@ -101,6 +102,8 @@ def lost_payload(action: FailLost) -> dict[str, Any]:
     }
     if action.compensate:
         payload["compensate"] = True
+    if action.final and action.then != "fail":
+        payload["exhausted"] = action.then
     return payload
 
 
@@ -339,9 +342,16 @@ class StepRunner:
         assert error is not None
         if span is not None:
             tracing.failed(span, str(error.get("error", "failed")))
+        # a task cancelled, or already ending by another step's exhaustion: what this
+        # failure's rule says of exhaustion no longer applies
+        now = self.store.state.tasks[task_id]
+        ending = now.cancelled is not None or now.exhausted is not None
+        ending = ending or now.compensating is not None
         if error.get("lost"):  # no cause: it spends max_lost, judged above
             final = says_final(error)
             label = "lost"
+            if final and not ending and (then := then_after_loss(spec.retry)) != "fail":
+                error["exhausted"] = then
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
             verdict = judge(
                 spec.retry,
@@ -350,6 +360,8 @@ class StepRunner:
                 f"{task_id}:{name}",
                 final=says_final(error),
             )
+            if ending:
+                verdict = verdict._replace(then="fail")
             error.update(verdict.record())
             final, label = verdict.final, rule_label(verdict.rule)
         error["final"] = bool(final)

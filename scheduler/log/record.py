@@ -79,6 +79,11 @@ class EventType(enum.IntEnum):
     # operator's runtime change of a limit or a fairness weight.
     DEBOUNCED = 15
     LIMIT = 16
+    # A step's retries ran out (scheduler/retry.py) under `on_exhausted="pause"`: the
+    # task waits for an operator; under "compensate": the steps named owe their
+    # compensation and the task ends COMPENSATED (the engine's decision, recorded once).
+    TASK_PAUSED = 17
+    TASK_COMPENSATING = 18
 
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}

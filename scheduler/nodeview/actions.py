@@ -37,11 +37,13 @@ class OperatorAction:
     kind: ActionKind
     task_id: str
     reason: str
-    step: str = ""  # "" for a cancel, which is of the whole task
+    step: str = ""  # "" for a cancel, and a retry of the steps failed for good (a resume)
     display: str | None = None  # the name typed beside the principal, if any
 
     def describe(self) -> str:
-        """ "retry of infer", "cancel": what the web's notice says was recorded."""
+        """ "retry of infer", "cancel", "resume": what the web's notice says was recorded."""
+        if self.kind == "retry" and not self.step:
+            return "resume"
         return f"{self.kind} of {self.step}" if self.step else self.kind
 
 
@@ -50,7 +52,7 @@ def operator_action(
 ) -> OperatorAction:
     """The action, its fields checked (InvalidArgumentError names the field)."""
     task_id = required(task_id, "task_id")
-    if kind != "cancel":
+    if kind == "skip":  # a retry without one retries every step failed for good (resume)
         step = required(step, "step")
     shown = optional(display, "operator")
     return OperatorAction(kind, task_id, required(reason, "reason", MAX_REASON), step, shown)

@@ -64,6 +64,11 @@ _T_RUNNING = TaskStatus.RUNNING
 _T_PENDING = TaskStatus.PENDING
 _T_WAITING = TaskStatus.WAITING
 _T_NONDETERMINISTIC = TaskStatus.NONDETERMINISTIC
+_T_PAUSED = TaskStatus.PAUSED
+_T_COMPENSATING = TaskStatus.COMPENSATING
+_T_COMPENSATED = TaskStatus.COMPENSATED
+# what a final FAILED's `exhausted` may ask of the engine (retry.py); "fail" is never written
+_THEN = frozenset({"pause", "compensate"})
 _E_STARTED = EventType.STEP_STARTED
 
 
@@ -168,7 +173,7 @@ def _move(task: TaskState, step: StepState, to: StepStatus) -> None:
     if task.cancelled is not None:
         task.status = _T_CANCELLED
     elif task.failed_final:
-        task.status = _T_FAILED if task.durable is None else _failed_status(task)
+        task.status = _failed_status(task)
     elif task.done == len(task.steps):
         task.status = _T_SUCCEEDED
     elif task.durable is not None and task.durable.wait is not None and not task.busy:
@@ -178,6 +183,15 @@ def _move(task: TaskState, step: StepState, to: StepStatus) -> None:
 
 
 def _failed_status(task: TaskState) -> TaskStatus:
+    """A task with a step failed for good: what its retries running out led to."""
+    if task.compensating is not None:
+        return _T_COMPENSATING if task.owed or task.busy else _T_COMPENSATED
+    if task.paused is not None:
+        return _T_PAUSED
+    if task.exhausted is not None:
+        # the engine has yet to record its pause or compensation: not finished, so it
+        # is decided (and never archived) until it has
+        return _T_RUNNING
     d = task.durable
     return _T_NONDETERMINISTIC if d is not None and d.nondeterminism is not None else _T_FAILED
 
@@ -381,9 +395,19 @@ def _on_failed(state: State, event: Event) -> None:
     step.retry_in_s = float(after) if isinstance(after, int | float) else None
     if "heartbeat" in p:
         step.heartbeat = p["heartbeat"]
-    if p.get("final", False) and not step.final:
-        step.final = True
-        task.failed_final += 1
+    if p.get("final", False):
+        if not step.final:
+            step.final = True
+            task.failed_final += 1
+        then = p.get("exhausted")
+        if (
+            then in _THEN
+            and task.exhausted is None
+            and task.paused is None
+            and task.compensating is None
+            and task.cancelled is None
+        ):
+            task.exhausted = {"step": step.name, "then": then}
     if p.get("compensate", False):
         _owe(task, step)
     if "nondeterminism" in p:
@@ -444,6 +468,10 @@ def _on_override(state: State, event: Event) -> None:
     if "as" in p:  # the display name typed beside the authenticated operator
         step.override["as"] = p["as"]
     _clear_final(task, step)
+    if not task.failed_final and task.compensating is None:
+        # no step is failed for good any more: a paused task runs on
+        task.paused = None
+        task.exhausted = None
     if action == "skip":
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
@@ -483,6 +511,51 @@ def _on_cancelled(state: State, event: Event) -> None:
             _owe(task, step)
     if task.durable is not None and task.durable.wait is not None:
         unindex_wait(state, task)  # the wait stays on the task (shown), matches nothing more
+    _derive(task)
+
+
+def _ends_here(task: TaskState) -> bool:
+    """May a TASK_PAUSED or TASK_COMPENSATING change the task? Not once an operator's
+    cancel, retry or skip overtook the decision (the engine checks right before it
+    writes one, but a log read back may hold either order): it changes nothing then,
+    and is no anomaly (a decision overtaken, not a broken transition)."""
+    return bool(task.failed_final) and task.cancelled is None and task.compensating is None
+
+
+def _on_paused(state: State, event: Event) -> None:
+    """The engine's record that a step's retries ran out under on_exhausted="pause"."""
+    task = _task_for(state, event)
+    if task is None:
+        return
+    if not _ends_here(task):
+        return
+    p = event.payload
+    task.paused = {"step": p.get("step"), "event_id": event.event_id}
+    if "error" in p:
+        task.paused["error"] = p["error"]
+    task.exhausted = None
+    _derive(task)
+
+
+def _on_task_compensating(state: State, event: Event) -> None:
+    """The engine's record that a step's retries ran out under on_exhausted="compensate":
+    the steps it names owe their compensation (dependents go first: decide.py)."""
+    task = _task_for(state, event)
+    if task is None:
+        return
+    if not _ends_here(task):
+        return
+    p = event.payload
+    names = list(p.get("compensate", ()))
+    task.compensating = {"step": p.get("step"), "compensate": names, "event_id": event.event_id}
+    for name in names:
+        step = task.steps.get(name)
+        if step is None:
+            _flag(task, None, event, f"TASK_COMPENSATING owes unknown step {name!r}")
+        elif step.status is not StepStatus.COMPENSATED:
+            _owe(task, step)
+    task.exhausted = None
+    task.paused = None
     _derive(task)
 
 
@@ -732,6 +805,8 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.OCCURRENCE: _on_occurrence,
     EventType.DEBOUNCED: _on_debounced,
     EventType.LIMIT: _on_limit,
+    EventType.TASK_PAUSED: _on_paused,
+    EventType.TASK_COMPENSATING: _on_task_compensating,
 }
 
 # Exhaustive dispatch, checked at import: a new event type without a handler

@@ -26,6 +26,7 @@ TERMINAL = frozenset(
         TaskStatus.FAILED,
         TaskStatus.CANCELLED,
         TaskStatus.NONDETERMINISTIC,
+        TaskStatus.COMPENSATED,
     }
 )
 
@@ -178,6 +179,14 @@ class TaskState:
     # Flow control (state/occupancy.py): its TASK_SUBMITTED's "flow" (priority, fairness
     # value, the limits' key values, a debounce window); None: no limit applies.
     flow: dict[str, Any] | None = None
+    # A step's retries ran out with on_exhausted "pause" or "compensate" (its FAILED's
+    # `exhausted`), and the engine has not recorded what follows yet: {"step", "then"}.
+    exhausted: dict[str, Any] | None = None
+    # Its TASK_PAUSED ({"step", "event_id", ...}) until an operator's retry (or skip)
+    # leaves no step failed for good; its TASK_COMPENSATING ({"step", "compensate",
+    # "event_id"}), kept: COMPENSATING, then COMPENSATED, is the task's end.
+    paused: dict[str, Any] | None = None
+    compensating: dict[str, Any] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -212,6 +221,9 @@ class TaskState:
             **({"trace": self.trace} if self.trace is not None else {}),
             **({"schedule": self.schedule} if self.schedule is not None else {}),
             **({"flow": self.flow} if self.flow is not None else {}),
+            **({"exhausted": self.exhausted} if self.exhausted is not None else {}),
+            **({"paused": self.paused} if self.paused is not None else {}),
+            **({"compensating": self.compensating} if self.compensating is not None else {}),
         }
 
     @classmethod

@@ -37,10 +37,17 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from apollo11.scheduler import waits
-from apollo11.scheduler.client import EventView, SentEvent, TaskCancelled, TaskFailed, TaskView
+from apollo11.scheduler.client import (
+    EventView,
+    SentEvent,
+    TaskCancelled,
+    TaskFailed,
+    TaskView,
+    task_result,
+)
 from apollo11.scheduler.engine import Engine, InProcessExecutor
 from apollo11.scheduler.errors import FailedPreconditionError, NotFoundError, StalledError
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
@@ -48,7 +55,7 @@ from apollo11.scheduler.state import Store, StoreConfig, TaskState, TaskStatus
 from apollo11.scheduler.testing.replaycheck import replay_check
 from apollo11.scheduler.testing.views import event_view, task_view
 from apollo11.scheduler.testing.virtualclock import START, VirtualClock
-from apollo11.scheduler.workflow import Registry, Workflow
+from apollo11.scheduler.workflow import InputT, Registry, ResultT, Workflow
 
 R = TypeVar("R")
 
@@ -56,37 +63,43 @@ DEFAULT_TIMEOUT_S = 30.0  # real seconds a call may wait for the engine to be at
 # No fsync: a test is about its workflow's logic, not the disk (tests/conftest.py's too).
 STORE = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
 _CALM_TURNS = 3  # loop turns in a row at rest, the log unmoved, before it counts
-_FAILED = (TaskStatus.FAILED, TaskStatus.NONDETERMINISTIC)
+_FAILED = (TaskStatus.FAILED, TaskStatus.NONDETERMINISTIC, TaskStatus.COMPENSATED)
 
 
 class TaskHandle(Generic[R]):
     """A task submitted in a `WorkflowEnvironment`: its result, its view, its history.
-    It outlives failovers (it names the task, not an engine)."""
+    It outlives failovers (it names the task, not an engine). Typed as the client's
+    handle is: by the workflow's `result=` model when submitted as a Workflow that
+    declares one (its `result()` is then an instance of it), Any otherwise."""
 
-    def __init__(self, env: WorkflowEnvironment, task_id: str, workflow: str) -> None:
+    def __init__(
+        self,
+        env: WorkflowEnvironment,
+        task_id: str,
+        workflow: str,
+        model: type[R] | None = None,
+    ) -> None:
         self._env = env
         self.task_id = task_id
         self.workflow = workflow
+        self.model = model
 
     def __repr__(self) -> str:
         return f"TaskHandle({self.task_id!r}, workflow={self.workflow!r})"
 
     async def result(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> R:  # noqa: ASYNC109
         """Run the environment until the task finishes, skipping time whenever every
-        task waits; its result as the client's `result()` gives it (a durable task's
-        main's, or each step's by name). Raises TaskFailed or TaskCancelled as the client
-        does; StalledError when nothing due can ever finish it (it waits for an event
-        nobody sent); TimeoutError after `timeout` real seconds."""
+        task waits; its result as the client's handle gives it (an instance of the
+        workflow's `result=` model, or a durable task's main's, or each step's by
+        name). Raises TaskFailed or TaskCancelled as the client does; StalledError when
+        nothing due can ever finish it (it waits for an event nobody sent);
+        TimeoutError after `timeout` real seconds."""
         view = await self._env._finished(self.task_id, within_s=timeout)
         if view.state == "CANCELLED":
             raise TaskCancelled(view)
-        if view.state in ("FAILED", "NONDETERMINISTIC"):
+        if view.state in ("FAILED", "NONDETERMINISTIC", "COMPENSATED"):
             raise TaskFailed(view)
-        if [s.name for s in view.steps] == ["main"]:
-            out: Any = view.steps[0].result
-        else:
-            out = {s.name: s.result for s in view.steps}
-        return out  # type: ignore[no-any-return]
+        return task_result(view, self.model)  # type: ignore[no-any-return]
 
     async def task(self) -> TaskView:
         """The task now, as the client's `task()` shows it."""
@@ -228,19 +241,35 @@ class WorkflowEnvironment:
 
     # ----------------------------------------------------------- the verbs
 
+    @overload
     async def submit(
         self,
-        workflow: Workflow | str,
+        workflow: Workflow[InputT, ResultT],
+        input: InputT | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> TaskHandle[ResultT]: ...
+
+    @overload
+    async def submit(
+        self, workflow: str, input: Any = None, *, idempotency_key: str | None = None
+    ) -> TaskHandle[Any]: ...
+
+    async def submit(
+        self,
+        workflow: Workflow[Any, Any] | str,
         input: Any = None,
         *,
         idempotency_key: str | None = None,
     ) -> TaskHandle[Any]:
-        """Submit a task of `workflow` (a Workflow, loaded here if it is not yet, or the
-        name of a loaded one); returns once it is recorded."""
+        """Submit a task of `workflow` (a Workflow, loaded here if it is not yet: the
+        handle is typed by its `result=` model; or the name of a loaded one: untyped);
+        `input` is JSON or an instance of its `input=` model. Returns once recorded."""
+        model: Any = None
         if isinstance(workflow, Workflow):
             if self.registry.get(workflow.name, workflow.version) is not workflow:
                 self.registry.register(workflow)
-            name, version = workflow.name, workflow.version
+            name, version, model = workflow.name, workflow.version, workflow.result
         elif isinstance(workflow, str):
             name, version = workflow, None
             if self.registry.get(name) is None:
@@ -256,10 +285,12 @@ class WorkflowEnvironment:
                 f"{type(workflow).__name__} {getattr(workflow, '__name__', workflow)!r}"
                 + (hint if callable(workflow) else "")
             )
+        if hasattr(input, "model_dump") and not isinstance(input, type):
+            input = input.model_dump(mode="json", by_alias=True)  # as the client sends it
         sub = await self.engine.submit(
             name, input, idempotency_key=idempotency_key, version=version
         )
-        return TaskHandle(self, sub.task_id, name)
+        return TaskHandle(self, sub.task_id, name, model)
 
     async def send_event(
         self, key: str, payload: Any = None, *, idempotency_key: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,7 +80,9 @@ def render() -> str:
             if doc and not doc.startswith(f"{name}("):  # not a dataclass's made-up one
                 out += [doc, ""]
             if kind == "class" and hasattr(obj, "__dataclass_fields__"):
-                fields = ", ".join(f"`{f}`" for f in obj.__dataclass_fields__)
+                fields = ", ".join(
+                    f"`{f}`" for f in obj.__dataclass_fields__ if not f.startswith("_")
+                )
                 out += [f"Fields: {fields}.", ""]
             for mname, member in _members(obj):
                 if isinstance(member, property):
@@ -90,7 +93,10 @@ def render() -> str:
                     fn = member.__func__ if wrapped else member
                     prefix = "async " if inspect.iscoroutinefunction(fn) else ""
                     shown = name if mname == "__init__" else f"{name}.{mname}"
-                    out += [f"### `{prefix}{shown}{_signature(fn)}`", ""]
+                    # overloaded: each variant as a caller (and mypy) sees it
+                    variants = typing.get_overloads(fn) or [fn]
+                    out += [f"### `{prefix}{shown}{_signature(v)}`" for v in variants]
+                    out += [""]
                     doc = _doc(fn)
                 if doc:
                     out += [doc, ""]

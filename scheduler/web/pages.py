@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from apollo11.scheduler import waits
+from apollo11.scheduler import stepwords, waits
 from apollo11.scheduler.errors import ApolloError, NotFoundError
 from apollo11.scheduler.flow import DEFAULT_PRIORITY
 from apollo11.scheduler.nodeview import (
@@ -76,6 +76,7 @@ def make_env() -> Environment:
     env.filters["who"] = timeline.who
     env.filters["wait_words"] = waits.describe
     env.globals["spawned"] = waits.spawned
+    env.globals["words"] = stepwords  # a step as `apollo11 task` says it
     env.globals["task_name"] = task_name
     return env
 

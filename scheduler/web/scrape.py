@@ -38,6 +38,7 @@ def refresh(node: NodeView) -> None:
     metrics.ACTIVE_TASKS.set(active)
     for priority, n in waiting.items():
         metrics.TASK_PRIORITY_WAITING.labels(str(priority)).set(n)
+    paused(tasks)
     owed = sum(t.owed for t in tasks)
     workers = node.workers()
     metrics.WORKERS_CONNECTED.set(len(workers))
@@ -64,3 +65,22 @@ def unfinished(tasks: Iterable[TaskState]) -> tuple[int, dict[int, int]]:
             if priority in waiting:
                 waiting[priority] += 1
     return active, waiting
+
+
+_paused_shown: set[str] = set()  # workflows with a series: set to 0, not left at their last
+
+
+def paused(tasks: Iterable[TaskState]) -> dict[str, int]:
+    """Set `apollo11_paused_tasks` by workflow: the tasks PAUSED now (on every node:
+    standbys fold the same log; the alert takes the max). Returns the counts."""
+    counts: dict[str, int] = {}
+    status = TaskStatus.PAUSED
+    for t in tasks:
+        if t.status is status:
+            counts[t.workflow] = counts.get(t.workflow, 0) + 1
+    for wf in _paused_shown - counts.keys():
+        metrics.PAUSED_TASKS.labels(wf).set(0)
+    for wf, n in counts.items():
+        metrics.PAUSED_TASKS.labels(wf).set(n)
+    _paused_shown.update(counts)
+    return counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from collections.abc import Iterator
@@ -360,6 +361,34 @@ def test_a_typed_result_is_described_and_read_as_the_model(node: NodeProc) -> No
     assert listed["invoice"]["result_schema"]["title"] == "InvoiceResult"
     assert listed["invoice"]["input_schema"]["title"] == "InvoiceInput"
     assert listed["etl"]["result_schema"] is None and listed["etl"]["input_schema"] is None
+
+
+def test_a_workflow_submitted_as_itself_gives_a_typed_handle(node: NodeProc) -> None:
+    """Issue 33, part 3: the handle's result() is the workflow's result model (its
+    types: tests/scheduler/client/test_typed_handles.py); by name, as before."""
+    from apollo11.scheduler.examples import Customer, InvoiceInput, InvoiceResult, invoice
+
+    order = InvoiceInput(customer=Customer(id="h1"), amount_cents=70, currency="USD")
+    with SyncClient(node.address) as c:
+        h = c.submit(invoice, order, idempotency_key="typed-h1")
+        assert h.created and h.workflow == "invoice" and h.event_id > 0
+        assert h.result(timeout=30) == InvoiceResult(
+            invoice="inv-h1", total_cents=70, currency="USD"
+        )
+        assert h.wait().state == "SUCCEEDED" and h.task().task_id == h.task_id
+        again = c.submit(invoice, order, idempotency_key="typed-h1")
+        assert (again.task_id, again.created) == (h.task_id, False)
+        by_name = c.submit("invoice", {"customer": {"id": "h2"}, "amount_cents": 5})
+        assert by_name.result(timeout=30)["issue"]["invoice"] == "inv-h2"
+        with pytest.raises(TypeError, match=r"submit takes a Workflow or a workflow.s name"):
+            c.submit(invoice.steps["price"].fn)  # type: ignore[call-overload]
+
+    async def go() -> InvoiceResult:
+        async with Client(node.address) as ac:
+            h = await ac.submit(invoice, order.model_copy(update={"amount_cents": 9}))
+            return await h.result(timeout=30)
+
+    assert asyncio.run(go()).total_cents == 9
 
 
 def test_a_shell_dag_keeps_its_name(node: NodeProc) -> None:

@@ -222,8 +222,10 @@ def _register(policy: Any) -> None:
             Retry(on_exhausted="explode"),
             "on_exhausted must be one of 'fail', 'pause', 'compensate'",
         ),  # type: ignore[arg-type]
-        (Retry(on_exhausted="pause"), "on_exhausted='pause' is not yet supported"),
-        (Retry(on_exhausted="compensate"), "on_exhausted='compensate' is not yet supported"),
+        (
+            Retry(on={KeyError: Retry(on_exhausted="later")}),  # type: ignore[arg-type]
+            "on[KeyError]: on_exhausted must be one of 'fail', 'pause', 'compensate'",
+        ),
         (Retry(on={KeyError: Retry(on={OSError: FINAL})}), "on[KeyError] has rules of its own"),
         (Retry(on=[TimeoutError]), "on must be a dict"),  # type: ignore[arg-type]
         (Retry(attempts=0), "attempts must be a whole number, at least 1"),

@@ -381,7 +381,7 @@ def test_the_result_schema_is_described_beside_the_inputs() -> None:
 
 def test_the_client_reads_the_task_result_from_its_one_final_step() -> None:
     from apollo11.scheduler.client import StepView, TaskView
-    from apollo11.scheduler.client._client import _final_result
+    from apollo11.scheduler.client._handle import _final_result
     from apollo11.scheduler.errors import FailedPreconditionError
 
     def step(name: str, after: tuple[str, ...], state: str = "SUCCEEDED") -> StepView:

@@ -17,6 +17,9 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_CANCELLED: _ClassVar[TaskState]
     TASK_STATE_WAITING: _ClassVar[TaskState]
     TASK_STATE_NONDETERMINISTIC: _ClassVar[TaskState]
+    TASK_STATE_PAUSED: _ClassVar[TaskState]
+    TASK_STATE_COMPENSATING: _ClassVar[TaskState]
+    TASK_STATE_COMPENSATED: _ClassVar[TaskState]
 
 class StepState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -49,6 +52,8 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_OCCURRENCE: _ClassVar[EventType]
     EVENT_TYPE_DEBOUNCED: _ClassVar[EventType]
     EVENT_TYPE_LIMIT: _ClassVar[EventType]
+    EVENT_TYPE_TASK_PAUSED: _ClassVar[EventType]
+    EVENT_TYPE_TASK_COMPENSATING: _ClassVar[EventType]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_RUNNING: TaskState
@@ -57,6 +62,9 @@ TASK_STATE_FAILED: TaskState
 TASK_STATE_CANCELLED: TaskState
 TASK_STATE_WAITING: TaskState
 TASK_STATE_NONDETERMINISTIC: TaskState
+TASK_STATE_PAUSED: TaskState
+TASK_STATE_COMPENSATING: TaskState
+TASK_STATE_COMPENSATED: TaskState
 STEP_STATE_UNSPECIFIED: StepState
 STEP_STATE_PENDING: StepState
 STEP_STATE_STARTED: StepState
@@ -83,6 +91,8 @@ EVENT_TYPE_SCHEDULE: EventType
 EVENT_TYPE_OCCURRENCE: EventType
 EVENT_TYPE_DEBOUNCED: EventType
 EVENT_TYPE_LIMIT: EventType
+EVENT_TYPE_TASK_PAUSED: EventType
+EVENT_TYPE_TASK_COMPENSATING: EventType
 
 class SetLimitRequest(_message.Message):
     __slots__ = ("limit_id", "max", "rate", "per", "burst", "weights", "reset", "reason")

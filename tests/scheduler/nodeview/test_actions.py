@@ -48,7 +48,7 @@ class FakeClient(FakeEngine):
     ("kind", "fields", "message"),
     [
         ("retry", {"task_id": "", "step": "s", "reason": "r"}, "task_id is required"),
-        ("retry", {"task_id": "t", "step": "", "reason": "r"}, "step is required"),
+        ("skip", {"task_id": "t", "step": "", "reason": "r"}, "step is required"),
         ("skip", {"task_id": "t", "step": "s", "reason": ""}, "reason is required"),
         ("cancel", {"task_id": "t", "reason": "r" * 1025}, "reason is 1025 characters"),
         ("cancel", {"task_id": "t", "reason": "r", "display": "d" * 257}, "operator is 257"),
@@ -128,3 +128,8 @@ def test_leading_engine_or_where_to_go() -> None:
         actions.leading_engine(_node("primary", engine))
     with pytest.raises(NotLeaderError):
         actions.leading_engine(_node("standby", None))
+
+
+def test_a_retry_without_a_step_is_a_resume_of_the_steps_failed_for_good() -> None:
+    act = actions.operator_action("retry", "t", reason="fixed")
+    assert act.step == "" and act.describe() == "resume"

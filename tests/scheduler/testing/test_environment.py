@@ -234,3 +234,16 @@ async def test_the_fixture_gives_a_running_environment(apollo_env: WorkflowEnvir
     h = await apollo_env.submit(monthly, 1)  # loaded as it is submitted
     assert await h.result() == ["2023-12-14"]
     assert apollo_env.node_id == "node-1"
+
+
+async def test_advance_returns_once_a_schedule_that_came_due_has_fired() -> None:
+    # the schedules decide in a task of their own: `advance` returned before it wrote
+    # the firing, so a test saw no occurrence and no task (issue 33, part 5)
+    from tests.scheduler.examples import nightly_fast
+
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    async with WorkflowEnvironment(workflows=[nightly_fast], start=start) as env:
+        for day in range(3):
+            await env.advance(timedelta(days=1))
+            fired = env.store.state.schedules["nightly-etl"].occurrences
+            assert len(fired) == day + 1, fired
