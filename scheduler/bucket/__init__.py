@@ -17,9 +17,9 @@ from apollo11.scheduler.archiveurl import Target, parse_url
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry, SnapshotEntry
 from apollo11.scheduler.bucket.objects import MemoryObjects, ObjectStore, S3Objects, open_bucket
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
-from apollo11.scheduler.bucket.restore import restore
+from apollo11.scheduler.bucket.restore import build_data_dir
 from apollo11.scheduler.bucket.shipper import Shipper
-from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify
+from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify_archive
 
 __all__ = [
     "Catalog",
@@ -35,11 +35,11 @@ __all__ = [
     "Step",
     "Target",
     "View",
+    "build_data_dir",
     "decide",
     "load_catalog",
     "open_bucket",
     "parse_url",
     "repair",
-    "restore",
-    "verify",
+    "verify_archive",
 ]

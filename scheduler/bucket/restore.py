@@ -39,7 +39,7 @@ from apollo11.scheduler.state import Store
 STAGING_SUFFIX = ".restoring"
 
 
-def restore(
+def build_data_dir(
     objects: ObjectStore,
     data_dir: str | os.PathLike[str],
     *,

@@ -96,7 +96,7 @@ class Report:
         return f"{head}; {len(self.problems)} problems:\n  " + "\n  ".join(self.problems)
 
 
-def verify(objects: ObjectStore, say: Callable[[str], None] = lambda _: None) -> Report:
+def verify_archive(objects: ObjectStore, say: Callable[[str], None] = lambda _: None) -> Report:
     """Check the catalog and every object it names; report all that is wrong."""
     catalog = load_catalog(objects)
     problems = [f"catalog: {p}" for p in catalog.problems()]

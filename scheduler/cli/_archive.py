@@ -38,8 +38,8 @@ def restore(
     """Build a node's data directory from the archive: the newest snapshot and the
     segments after it, each checked. Start the node on it: it follows its primary,
     or leads a new cluster when the whole cluster was lost."""
+    from apollo11.scheduler.bucket import build_data_dir as build
     from apollo11.scheduler.bucket import open_bucket
-    from apollo11.scheduler.bucket import restore as build
 
     try:
         said = build(open_bucket(archive_url), data_dir, all_segments=all_segments, say=out.print)
@@ -63,7 +63,7 @@ def verify(
     """Read back every object the archive's catalog names and check it (checksums, every
     record's CRC, the chain); exit 1 naming each one that is wrong (and not repaired)."""
     from apollo11.scheduler.bucket import open_bucket, repair
-    from apollo11.scheduler.bucket import verify as check
+    from apollo11.scheduler.bucket import verify_archive as check
 
     try:
         objects = open_bucket(archive_url)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.bucket import load_catalog, open_bucket, restore, verify
+from apollo11.scheduler.bucket import build_data_dir, load_catalog, open_bucket, verify_archive
 from apollo11.scheduler.log import FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
@@ -81,10 +81,10 @@ async def _run(root: Path, seconds: float, rate: int, segment_kb: int) -> None:
     ship.cancel()
     watcher.cancel()
     await store.close()
-    report = await asyncio.to_thread(verify, objects)
+    report = await asyncio.to_thread(verify_archive, objects)
     catalog = load_catalog(objects)
     t1 = time.perf_counter()
-    said = await asyncio.to_thread(restore, objects, root / "restored")
+    said = await asyncio.to_thread(build_data_dir, objects, root / "restored")
     restore_s = time.perf_counter() - t1
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     print(

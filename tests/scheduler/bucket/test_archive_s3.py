@@ -14,11 +14,11 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import (
     MemoryObjects,
     ObjectStore,
+    build_data_dir,
     load_catalog,
     open_bucket,
     repair,
-    restore,
-    verify,
+    verify_archive,
 )
 from apollo11.scheduler.errors import BucketConfigError, BucketError, CorruptObjectError
 from apollo11.scheduler.state import state_at
@@ -64,7 +64,7 @@ async def test_segments_and_snapshots_land_compressed_under_the_catalog(
     assert catalog.snapshots, "a snapshot went up"
     snap = catalog.snapshots[-1]
     assert listed[snap.file.key] == snap.file.stored
-    report = verify(objects)
+    report = verify_archive(objects)
     assert report.ok, report
     ratio = report.raw_bytes / report.stored_bytes
     assert ratio > 2, f"compression ratio {ratio:.2f}"
@@ -150,7 +150,7 @@ async def test_the_bucket_down_under_load_then_back_loses_nothing(
         assert [(e.first, e.last) for e in catalog.segments] == [
             (seg.first_id, seg.last_id) for seg in store.log.segments[:-1]
         ]
-        assert verify(objects).ok
+        assert verify_archive(objects).ok
         await store.close()
     finally:
         server.stop()
@@ -203,18 +203,18 @@ async def test_a_corrupt_object_is_reported_by_verify_and_refused_by_restore(
     bad[len(bad) // 2] ^= 0xFF
     client.put_object(Bucket=BUCKET, Key=key, Body=bytes(bad))
 
-    report = verify(objects)
+    report = verify_archive(objects)
     assert not report.ok
     assert len(report.problems) == 1 and victim in report.problems[0], report
     with pytest.raises(CorruptObjectError, match=victim):
-        await asyncio.to_thread(restore, objects, tmp_path / "restored")
+        await asyncio.to_thread(build_data_dir, objects, tmp_path / "restored")
     assert not (tmp_path / "restored").exists(), "no half-built directory is left"
     assert not (tmp_path / "restored.restoring").exists()
     # a node still holds that segment: the object is put back from its bytes
     assert repair(objects, report, tmp_path / "n1") == [
         f"{victim}: repaired from {tmp_path / 'n1' / 'log' / catalog.segments[1].key[9:29]}.seg"
     ]
-    assert verify(objects).ok
+    assert verify_archive(objects).ok
 
 
 async def test_a_wiped_node_is_restored_from_the_bucket_with_its_history(
@@ -233,7 +233,7 @@ async def test_a_wiped_node_is_restored_from_the_bucket_with_its_history(
     catalog = load_catalog(objects)
     assert catalog.restorable() is not None
 
-    said = await asyncio.to_thread(restore, objects, tmp_path / "restored")
+    said = await asyncio.to_thread(build_data_dir, objects, tmp_path / "restored")
     assert f"through event {catalog.through}" in said
     expected = state_at(tmp_path / "n1", until=catalog.through).to_dict()
     restored = open_store(tmp_path / "restored")

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from apollo11.scheduler.bucket import load_catalog, open_bucket, verify
+from apollo11.scheduler.bucket import load_catalog, open_bucket, verify_archive
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.log import parse_segment_name
 from tests.nodes import NodeProc, cli, start_node
@@ -109,7 +109,7 @@ def test_kill_9_mid_upload_then_wiped_and_restored(
         listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/segments/")
         keys = sorted(o["Key"][len(prefix) + 1 :] for o in listed.get("Contents", ()))
         assert keys == sorted(e.key for e in catalog.segments), "no duplicate, no stray object"
-        assert verify(objects).ok
+        assert verify_archive(objects).ok
         assert node.stop() == 0
     finally:
         if node.alive():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.bucket import MemoryObjects, load_catalog, restore
+from apollo11.scheduler.bucket import MemoryObjects, build_data_dir, load_catalog
 from apollo11.scheduler.errors import ApolloError, BucketError
 from apollo11.scheduler.state import Store, state_at
 from tests.scheduler.bucket.helpers import CONFIG, Host, open_store, ship_all, shipper, write
@@ -63,14 +63,14 @@ async def test_restore_from_memory_matches_the_node_and_refuses_a_full_directory
     await ship_all(s)
     await store.close()
     catalog = load_catalog(objects)
-    said = await asyncio.to_thread(restore, objects, tmp_path / "r")
+    said = await asyncio.to_thread(build_data_dir, objects, tmp_path / "r")
     assert said.startswith(f"restored {tmp_path / 'r'} from memory://: snapshot ")
     expected = state_at(tmp_path / "n1", until=catalog.through).to_dict()
     assert state_at(tmp_path / "r").to_dict() == expected
     with pytest.raises(ApolloError, match="is not empty: restore builds a new data directory"):
-        await asyncio.to_thread(restore, objects, tmp_path / "r")
+        await asyncio.to_thread(build_data_dir, objects, tmp_path / "r")
 
 
 async def test_an_empty_bucket_has_nothing_to_restore(tmp_path: Path) -> None:
     with pytest.raises(BucketError, match="no catalog at memory://"):
-        await asyncio.to_thread(restore, MemoryObjects(), tmp_path / "r")
+        await asyncio.to_thread(build_data_dir, MemoryObjects(), tmp_path / "r")
