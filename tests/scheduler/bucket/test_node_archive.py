@@ -5,6 +5,7 @@ restored with `apollo11 restore`, and started again with every acknowledged task
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import signal
 import threading
@@ -133,3 +134,29 @@ def test_kill_9_mid_upload_then_wiped_and_restored(
             assert c.wait(c.submit("etl", {"step_seconds": 0}).task_id).state == "SUCCEEDED"
     finally:
         assert node.stop() == 0
+
+
+def test_a_node_refuses_to_start_on_a_wrong_url_or_without_credentials(
+    tmp_path: Path, s3_server: LocalSeaweed
+) -> None:
+    import subprocess
+
+    from tests.nodes import APOLLO11, ROOT
+
+    def node(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        cmd = [*APOLLO11, "node", "--data-dir", str(tmp_path / "d"), "--archive-url", url]
+        cmd += ["--listen", "127.0.0.1:0"]
+        return subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    wrong = node("https://apollo-archive/x", {**base, **s3_server.env()})
+    assert wrong.returncode == 2
+    assert "--archive-url must start with s3://" in wrong.stderr
+    no_creds = {k: v for k, v in s3_server.env().items() if "ACCESS_KEY" not in k}
+    missing = node(f"s3://{BUCKET}/x", {**base, **no_creds})
+    assert missing.returncode != 0
+    assert "no S3 credentials" in missing.stderr and "AWS_ACCESS_KEY_ID" in missing.stderr
+    nobucket = node("s3://no-such-bucket/x", {**base, **s3_server.env()})
+    assert nobucket.returncode != 0 and "'no-such-bucket' does not exist" in nobucket.stderr
