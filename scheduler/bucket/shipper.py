@@ -26,9 +26,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from apollo11.scheduler import metrics
@@ -94,7 +94,7 @@ class Shipper:
         self._logged_error_at = -1e9
         self._terms: dict[tuple[int, int], int] = {}  # (first id, size) -> last term
         self._hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-archive")
+        self._was_primary = False
 
     # ------------------------------------------------------------ for the node
 
@@ -105,19 +105,16 @@ class Shipper:
 
     async def run(self) -> None:
         """Cycle until cancelled; a failed cycle waits and starts over from the bucket."""
-        try:
-            while True:
-                try:
-                    step = await self.cycle()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:  # the bucket, a file, anything: never the node
-                    await asyncio.sleep(self._failed(e))
-                    continue
-                if step.kind in ("idle", "blocked"):
-                    await asyncio.sleep(self.poll_s)
-        finally:
-            self._io.shutdown(wait=False)
+        while True:
+            try:
+                step = await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the bucket, a file, anything: never the node
+                await asyncio.sleep(self._failed(e))
+                continue
+            if step.kind in ("idle", "blocked"):
+                await asyncio.sleep(self.poll_s)
 
     async def cycle(self) -> Step:
         """Read, decide, act: one step (tests call this directly)."""
@@ -126,8 +123,10 @@ class Shipper:
         if store is None or h.reshaping:
             return Step("idle", "waiting for the store to open")
         primary = h.role == "primary"
+        # a standby's copy is up to watch_s old: read afresh when it is promoted
+        promoted, self._was_primary = primary and not self._was_primary, primary
         stale = not primary and self._clock() - self._read_at >= self.watch_s
-        if self.catalog is None or stale:
+        if self.catalog is None or stale or promoted:
             self.catalog = await self._call(self._read_catalog)
         view = await self._view(store, primary, self.catalog)
         step = decide(view)
@@ -224,7 +223,31 @@ class Shipper:
         return float(min(self.backoff_max_s, 0.25 * 2 ** min(self.failures, 8)))
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+        """`fn(*args)` on a daemon thread of its own. Not an executor: its threads are
+        joined at exit, and a PUT hanging on a black-holed bucket would hold the
+        node's stop for the client's timeouts. A thread cut off at exit is a kill -9
+        mid-upload, which the catalog makes harmless."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: T | None, error: BaseException | None) -> None:
+            if fut.done():
+                return  # cancelled meanwhile
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]
+
+        def work() -> None:
+            try:
+                result, error = fn(*args), None
+            except BaseException as e:
+                result, error = None, e
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=work, name="apollo11-archive", daemon=True).start()
+        return await fut
 
     # ------------------------------------------------- on the shipper's thread
 
@@ -343,7 +366,3 @@ class Shipper:
         if sha is None:
             sha = self._hashes[key] = packing.digest(raw)
         return raw, sha
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(self._io.shutdown, True)

@@ -18,6 +18,7 @@ from tests.scheduler.bucket.helpers import CONFIG, Host, open_store, ship_all, s
 async def test_a_second_pass_and_a_new_primary_upload_nothing_twice(tmp_path: Path) -> None:
     store = open_store(tmp_path / "n1")
     await write(store, 40)
+    await store.wait_snapshot()  # else one landing meanwhile is new, and goes up
     objects = MemoryObjects()
     await ship_all(shipper(Host(store), objects))
     puts = objects.puts
