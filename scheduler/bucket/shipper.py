@@ -95,6 +95,7 @@ class Shipper:
         self._terms: dict[tuple[int, int], int] = {}  # (first id, size) -> last term
         self._hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256
         self._was_primary = False
+        self._known_through = 0  # the bucket's end as last read: the lag while it fails
 
     # ------------------------------------------------------------ for the node
 
@@ -182,15 +183,26 @@ class Shipper:
             self._terms[(seg.first_id, seg.size)] = info.term
 
     def _gauges(self, v: View, step: Step) -> None:
+        self._known_through = v.catalog.through
         metrics.ARCHIVE_THROUGH.set(v.catalog.through)
         metrics.ARCHIVE_BLOCKED.set(1 if step.kind == "blocked" else 0)
-        if v.primary:
-            metrics.ARCHIVE_LAG_EVENTS.set(max(0, v.durable_id - v.catalog.through))
-            pending = sum(1 for s in v.sealed if s.first > v.catalog.through)
-            metrics.ARCHIVE_PENDING_SEGMENTS.set(pending)
+        self._lag(v.primary, v.durable_id, [s.first for s in v.sealed])
+
+    def _lag(self, primary: bool, durable_id: int, sealed_firsts: list[int]) -> None:
+        through = self._known_through
+        if primary:
+            metrics.ARCHIVE_LAG_EVENTS.set(max(0, durable_id - through))
+            metrics.ARCHIVE_PENDING_SEGMENTS.set(sum(1 for f in sealed_firsts if f > through))
         else:
             metrics.ARCHIVE_LAG_EVENTS.set(0)
             metrics.ARCHIVE_PENDING_SEGMENTS.set(0)
+
+    def _lag_meanwhile(self) -> None:
+        """While the bucket fails, the lag still grows: from what it last held."""
+        store = self.host.store
+        if store is not None and not self.host.reshaping:
+            firsts = [s.first_id for s in store.log.segments[:-1] if not s.empty]
+            self._lag(self.host.role == "primary", store.log.durable_id, firsts)
 
     def _say(self, step: Step) -> None:
         if step.sentence == self.sentence:
@@ -207,6 +219,7 @@ class Shipper:
         """Reset on error: the catalog is read again; how long to wait."""
         self.catalog = None
         self.failures += 1
+        self._lag_meanwhile()
         metrics.ARCHIVE_FAILURES.inc()
         if isinstance(e, CorruptObjectError):
             metrics.ARCHIVE_CORRUPT.inc()

@@ -139,8 +139,11 @@ async def test_the_bucket_down_under_load_then_back_loses_nothing(
         assert end > before
         await _until(lambda: metrics.ARCHIVE_FAILURES._value.get() > failures)
         assert store.log.writable
-        pending = [seg for seg in store.log.segments[:-1] if seg.first_id > s.retention_floor()]
+        known = int(metrics.ARCHIVE_THROUGH._value.get())  # the bucket's end, last read
+        pending = [seg for seg in store.log.segments[:-1] if seg.first_id > known]
         assert pending, "segments sealed while the bucket was down wait on disk"
+        await _until(lambda: metrics.ARCHIVE_PENDING_SEGMENTS._value.get() == len(pending))
+        assert metrics.ARCHIVE_LAG_EVENTS._value.get() >= store.log.durable_id - known > 0
         server.start()  # back, same ports and data
         sealed_end = store.log.segments[-2].last_id
         await _until(lambda: s.catalog is not None and s.catalog.through >= sealed_end, 60)
