@@ -198,6 +198,7 @@ class MemoryObjects:
         self.objects: dict[str, bytes] = {}
         self.down = False  # True: every call fails as an unreachable bucket would
         self.puts = 0
+        self.put_names: list[str] = []  # every put, in order
 
     @property
     def describe(self) -> str:
@@ -210,6 +211,7 @@ class MemoryObjects:
     def put(self, name: str, data: bytes) -> None:
         self._check()
         self.puts += 1
+        self.put_names.append(name)
         self.objects[name] = bytes(data)
 
     def get(self, name: str) -> bytes | None:

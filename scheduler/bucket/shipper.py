@@ -346,13 +346,15 @@ class Shipper:
             chunks = []
             for chunk in info.chunks:
                 path = os.path.join(snaps.directory, chunk)
-                raw, sha = self._read_hashed(path)
-                known = view.catalog.chunk(chunk, sha)
+                # a chunk is immutable and goes up once: the catalog's entry is reused
+                # without reading the file again (merged chunks hold all of history)
+                known = self._known_chunk(view.catalog, path, chunk)
                 if known is None:
+                    raw, sha = self._read_hashed(path)
                     name = packing.chunk_object(chunk, sha)
                     known = ObjectRef(chunk, name, sha, len(raw), self._put(name, raw, "chunk"))
+                    del raw
                 chunks.append(known)
-                del raw
             raw, sha = self._read_hashed(info.path)
             name = packing.snapshot_object(info.watermark, sha)
             file = ObjectRef(
@@ -369,6 +371,11 @@ class Shipper:
             return self._write_catalog(view.catalog, new, view.term)
         finally:
             snaps.unpin(info.watermark)
+
+    def _known_chunk(self, catalog: Catalog, path: str, name: str) -> ObjectRef | None:
+        st = os.stat(path)
+        sha = self._hashes.get((path, st.st_size, st.st_mtime_ns))
+        return None if sha is None else catalog.chunk(name, sha)
 
     def _read_hashed(self, path: str) -> tuple[bytes, str]:
         with open(path, "rb") as f:

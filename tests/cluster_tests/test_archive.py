@@ -1,6 +1,6 @@
-"""The whole cluster lost (three disks and etcd's keys), rebuilt from the bucket: every
-acknowledged task is there, and the new cluster goes on archiving where the old one
-stopped."""
+"""A standby's disk lost, restored from the bucket, follows its primary; then the whole
+cluster lost (three disks and etcd's keys), rebuilt from the bucket: every acknowledged
+task is there, and the new cluster goes on archiving where the old one stopped."""
 
 from __future__ import annotations
 
@@ -61,6 +61,19 @@ def test_three_nodes_wiped_are_restored_from_the_bucket(
         while _sealed_end(primary.data_dir) < need:  # the RPO: sealed segments only
             submit_and_wait(c, 3)
         _until(lambda: _through(objects) >= need, 60, "the acknowledged events in the bucket")
+
+        # one standby's disk lost: restored from the bucket, it follows its primary
+        standby = next(m for m in c.members if m is not primary)
+        standby.signal(signal.SIGKILL)
+        shutil.rmtree(standby.data_dir)
+        done = cli("restore", "--archive-url", archive_url, "--data-dir", str(standby.data_dir))
+        assert done.returncode == 0, done.stdout + done.stderr
+        standby.start()
+        acked += submit_and_wait(c, 5)
+        assert c.wait_formed() is primary
+        c.wait_converged()
+        status = c.status(standby) or {}
+        assert status.get("role") == "standby", status
     finally:
         for m in c.members:  # every machine at once
             if m.alive():

@@ -64,6 +64,9 @@ async def test_restore_from_memory_matches_the_node_and_refuses_a_full_directory
     await ship_all(s)
     await store.close()
     catalog = load_catalog(objects)
+    assert len(catalog.snapshots) >= 2
+    chunk_puts = [n for n in objects.put_names if n.startswith("chunks/")]
+    assert len(chunk_puts) == len(set(chunk_puts)), "a chunk goes up once, whatever refers to it"
     said = await asyncio.to_thread(build_data_dir, objects, tmp_path / "r")
     assert said.startswith(f"restored {tmp_path / 'r'} from memory://: snapshot ")
     expected = state_at(tmp_path / "n1", until=catalog.through).to_dict()
