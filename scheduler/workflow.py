@@ -60,6 +60,10 @@ from apollo11.scheduler.retrypolicy import EXHAUSTED, Exhausted
 from apollo11.scheduler.retrypolicy import FINAL as FINAL
 from apollo11.scheduler.retrypolicy import Retry as Retry
 from apollo11.scheduler.schedules import Schedule
+from apollo11.scheduler.steplimits import CpuLimitExceeded as CpuLimitExceeded
+from apollo11.scheduler.steplimits import Limits as Limits
+from apollo11.scheduler.steplimits import MemoryLimitExceeded as MemoryLimitExceeded
+from apollo11.scheduler.steplimits import StepLimitExceeded as StepLimitExceeded
 
 
 class Strategy(enum.StrEnum):
@@ -257,6 +261,9 @@ class Step:
     compensation: StepFn | None = None
     # At most `max` of its attempts run at once per key value (scheduler/flow/).
     concurrency: tuple[Concurrency, ...] = ()
+    # Memory and CPU seconds of each attempt, enforced on a worker, in a child process
+    # of the attempt's own (scheduler/steplimits.py); a node refuses to run it itself.
+    limits: Limits | None = None
 
     @property
     def compensate(self) -> StepFn | None:
@@ -394,15 +401,16 @@ class Workflow(Generic[InputT, ResultT]):
         compensation_retry: Retry | None = None,
         labels: Mapping[str, str] | None = None,
         concurrency: Concurrency | Sequence[Concurrency] | None = None,
+        limits: Limits | None = None,
     ) -> Callable[[F], F]:
         """Decorator adding a step. Validation happens at registration."""
         # one or a list, kept as given: what is not a Concurrency is refused at
         # registration, naming the step (a decorator's error would name no workflow)
-        limits: tuple[Any, ...] = ()
+        held: tuple[Any, ...] = ()
         if isinstance(concurrency, list | tuple):
-            limits = tuple(concurrency)
+            held = tuple(concurrency)
         elif concurrency is not None:
-            limits = (concurrency,)
+            held = (concurrency,)
 
         def add(f: F) -> F:
             self.add_step(
@@ -416,7 +424,8 @@ class Workflow(Generic[InputT, ResultT]):
                     compensation_retry=compensation_retry
                     or Retry(attempts=1_000_000, max_backoff_s=300),
                     labels=dict(labels or {}),
-                    concurrency=limits,
+                    concurrency=held,
+                    limits=limits,
                 )
             )
             return f
@@ -563,6 +572,7 @@ class Workflow(Generic[InputT, ResultT]):
             if not callable(s.fn):
                 problems.append(f"step {s.name!r} is not callable")
             problems += _retry_problems(s)
+            problems += _limits_problems(s)
         flow, wrong = self._declare_flow()
         problems += wrong
         if not problems:
@@ -595,6 +605,18 @@ def _retry_problems(s: Step) -> list[str]:
             out.append(f"step {s.name!r} {what} must be a Retry, got {policy!r}")
         else:
             out += [f"step {s.name!r} {what}: {p}" for p in policy.problems()]
+    return out
+
+
+def _limits_problems(s: Step) -> list[str]:
+    """What is wrong with a step's limits, each naming the step."""
+    if s.limits is None:
+        return []
+    if not isinstance(s.limits, Limits):
+        return [f"step {s.name!r} limits must be a Limits(memory=..., cpu_s=...), got {s.limits!r}"]
+    out = [f"step {s.name!r} {p}" for p in s.limits.problems()]
+    if s.journaled:
+        out.append(f"step {s.name!r} is a durable main, which runs on its worker's loop: no limits")
     return out
 
 
@@ -707,6 +729,21 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._latest)
+
+    def needs_worker(self, name: str, version: int, step: str) -> bool:
+        """Does the step declare limits, which only a worker enforces?"""
+        wf = self._by_key.get((name, version))
+        found = None if wf is None else wf.steps.get(step)
+        return found is not None and found.limits is not None
+
+    def limited_steps(self) -> list[str]:
+        """Every step that declares limits, as `workflow 'x' v1 step 'y'`."""
+        return [
+            f"workflow {wf.name!r} v{wf.version} step {s.name!r}"
+            for wf in self.all()
+            for s in wf.steps.values()
+            if s.limits is not None
+        ]
 
     def all(self) -> list[Workflow]:
         """Every registered workflow, each of its versions, by name then version (what a

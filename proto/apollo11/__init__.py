@@ -11,9 +11,10 @@
         print(c.submit(hello, {}).result())        # a TaskHandle, typed by hello's result=
 
 Definitions (`Workflow`, `DurableWorkflow`, the idempotency declarations, `Retry`,
-`Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the contexts a step and
-a durable main receive, the errors a step raises and a caller catches, and the
-clients. `apollo11.scheduler.*` is the engine's own layout: internal, free to move.
+a step's `Limits`, `Schedule`, flow control's `Concurrency`, `Rate`, `Debounce`), the
+contexts a step and a durable main receive, the errors a step raises (and those it
+fails with at its limits) and a caller catches, and the clients.
+`apollo11.scheduler.*` is the engine's own layout: internal, free to move.
 
 The names load on first use (PEP 562): `apollo11.scheduler.*` imports this package
 first, and `import apollo11` alone must cost an application nothing, load no server
@@ -50,15 +51,19 @@ if TYPE_CHECKING:
         FINAL,
         Checkpoint,
         Concurrency,
+        CpuLimitExceeded,
         Debounce,
         DedupeKey,
         Idempotent,
+        Limits,
+        MemoryLimitExceeded,
         NotIdempotent,
         Rate,
         ResultNotVisible,
         Retry,
         StepContext,
         StepError,
+        StepLimitExceeded,
         Workflow,
     )
 
@@ -81,6 +86,10 @@ _WHERE: dict[str, tuple[str, str]] = {
     "Concurrency": ("apollo11.scheduler.workflow", "Concurrency"),
     "Rate": ("apollo11.scheduler.workflow", "Rate"),
     "Debounce": ("apollo11.scheduler.workflow", "Debounce"),
+    "Limits": ("apollo11.scheduler.workflow", "Limits"),
+    "StepLimitExceeded": ("apollo11.scheduler.workflow", "StepLimitExceeded"),
+    "MemoryLimitExceeded": ("apollo11.scheduler.workflow", "MemoryLimitExceeded"),
+    "CpuLimitExceeded": ("apollo11.scheduler.workflow", "CpuLimitExceeded"),
     "Schedule": ("apollo11.scheduler.schedules", "Schedule"),
     # durable tasks
     "DurableWorkflow": ("apollo11.scheduler.durable", "DurableWorkflow"),
@@ -115,6 +124,7 @@ __all__ = [
     "ChildFailed",
     "Client",
     "Concurrency",
+    "CpuLimitExceeded",
     "Debounce",
     "DedupeKey",
     "DurableContext",
@@ -122,6 +132,8 @@ __all__ = [
     "DurableWorkflow",
     "Idempotent",
     "InvalidArgumentError",
+    "Limits",
+    "MemoryLimitExceeded",
     "NonDeterminism",
     "NotFoundError",
     "NotIdempotent",
@@ -131,6 +143,7 @@ __all__ = [
     "Schedule",
     "StepContext",
     "StepError",
+    "StepLimitExceeded",
     "TaskCancelled",
     "TaskFailed",
     "TaskHandle",

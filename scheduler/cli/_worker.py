@@ -84,6 +84,17 @@ def worker(
             help="thread: in this process; process: each attempt in a child process.",
         ),
     ] = "thread",
+    step_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--step-memory",
+            envvar="APOLLO11_STEP_MEMORY",
+            help=(
+                "Memory limit of every step that declares none (512MiB, 2GiB): each "
+                "attempt then runs in a child process held to it (docs/workers.md)."
+            ),
+        ),
+    ] = None,
     stop_grace: Annotated[
         float,
         typer.Option("--stop-grace", help="Seconds running attempts get on SIGTERM."),
@@ -119,6 +130,14 @@ def worker(
         raise fail(f"--isolation must be thread or process, got {isolation!r}", 2)
     if stop_grace < 0:
         raise fail("--stop-grace must be 0 or more seconds", 2)
+    memory = None
+    if step_memory is not None:
+        from apollo11.scheduler.steplimits import parse_size
+
+        try:
+            memory = parse_size(step_memory)
+        except ValueError as e:
+            raise fail(f"--step-memory {e}", 2) from e
     modules = [m.strip() for m in (workflows or "").split(",") if m.strip()]
     if not modules:
         raise fail("--workflows: name the modules that define the workflows to run", 2)
@@ -145,6 +164,7 @@ def worker(
             slots=slots,
             labels=parsed,
             isolation="process" if isolation == "process" else "thread",
+            step_memory=memory,
             modules=modules,
             ca=ca or connection.get("ca"),
             cert=cert or connection.get("cert"),

@@ -1,9 +1,10 @@
 """`--execution both`: this node's own slots first, then its workers'.
 
 An attempt placed here runs in process (the in-process executor); one placed on a
-worker goes through the remote executor. Which one holds a step's attempt is
-remembered from `place` to `release`, and every other call follows it. An
-adopted attempt (STARTED on a worker by an earlier primary) is always the
+worker goes through the remote executor. A step with labels, or with limits (which
+only a worker enforces: `needs_worker`), always goes to a worker. Which one holds a
+step's attempt is remembered from `place` to `release`, and every other call follows
+it. An adopted attempt (STARTED on a worker by an earlier primary) is always the
 workers'.
 """
 
@@ -15,9 +16,21 @@ from apollo11.scheduler.dispatch.remote import RemoteExecutor
 from apollo11.scheduler.engine import EMBEDDED, Attempt, InProcessExecutor, Key, Outcome
 
 
+def _anywhere(workflow: str, version: int, step: str) -> bool:
+    return False
+
+
 class LocalFirstExecutor:
-    def __init__(self, local: InProcessExecutor, remote: RemoteExecutor, slots: int) -> None:
+    def __init__(
+        self,
+        local: InProcessExecutor,
+        remote: RemoteExecutor,
+        slots: int,
+        *,
+        needs_worker: Callable[[str, int, str], bool] = _anywhere,
+    ) -> None:
         self.local = local
+        self._needs_worker = needs_worker
         self.remote = remote
         self.slots = slots
         self._here: set[Key] = set()  # steps whose attempt holds one of this node's slots
@@ -25,7 +38,11 @@ class LocalFirstExecutor:
     def place(
         self, task_id: str, step: str, workflow: str, version: int, labels: Mapping[str, str]
     ) -> str | None:
-        if len(self._here) < self.slots and not labels:
+        if (
+            len(self._here) < self.slots
+            and not labels
+            and not self._needs_worker(workflow, version, step)
+        ):
             self._here.add((task_id, step))
             return EMBEDDED
         return self.remote.place(task_id, step, workflow, version, labels)

@@ -37,6 +37,7 @@ from apollo11.scheduler.errors import (
     ApolloError,
     BucketConfigError,
     BucketError,
+    WorkflowDefinitionError,
 )
 from apollo11.scheduler.log import DataDir
 from apollo11.scheduler.node import join, options
@@ -82,7 +83,7 @@ class Node:
         self.store: Store | None = None
         self.engine: Engine | None = None
         # Remote execution: the workers' side of the engine (scheduler/dispatch/).
-        self.dispatch, self.executor = options.executors(settings)
+        self.dispatch, self.executor = options.executors(settings, self.registry)
         self.api: ApiServer | None = None
         self.shipper: Shipper | None = None  # with --archive-url (scheduler/bucket/)
         self.http: Any = None
@@ -226,6 +227,9 @@ class Node:
             # before anything opens: a wrong URL or missing credentials refuse the start
             self.shipper = await self._archive(s.archive_url)
         options.load_workflows(self.registry, s)
+        refused = options.limits_refusal(self.registry, s)
+        if refused:
+            raise WorkflowDefinitionError(refused)
         self.store = await self.keeper.open_or_set_aside()
         if self._lease is None:
             self._lease = options.lease(s)

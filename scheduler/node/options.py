@@ -54,9 +54,10 @@ def engine_options(s: NodeSettings) -> EngineOptions:
     }
 
 
-def executors(s: NodeSettings) -> tuple[RemoteExecutor | None, Executor | None]:
+def executors(s: NodeSettings, registry: Registry) -> tuple[RemoteExecutor | None, Executor | None]:
     """(the workers' side of the engine, the engine's executor): (None, None) when
-    steps run in process only (the engine's own executor)."""
+    steps run in process only (the engine's own executor). With `both`, a step that
+    declares limits goes to a worker, which enforces them."""
     if s.execution == "embedded":
         return None, None
     dispatch = RemoteExecutor(
@@ -66,7 +67,9 @@ def executors(s: NodeSettings) -> tuple[RemoteExecutor | None, Executor | None]:
     )
     if s.execution == "both":
         local = InProcessExecutor(threads=s.concurrency)
-        return dispatch, LocalFirstExecutor(local, dispatch, s.concurrency)
+        return dispatch, LocalFirstExecutor(
+            local, dispatch, s.concurrency, needs_worker=registry.needs_worker
+        )
     return dispatch, dispatch
 
 
@@ -77,6 +80,23 @@ def load_workflows(registry: Registry, s: NodeSettings) -> None:
         from apollo11.scheduler import examples
 
         examples.configure(s.examples_dir)  # the one directory its `ledger` may write in
+
+
+def limits_refusal(registry: Registry, s: NodeSettings) -> str | None:
+    """Why this node must not start: it runs every step itself (`--execution
+    embedded`), and steps declare limits, which only a worker enforces (a step's own
+    child process, held by cgroup or rlimits: docs/workers.md). None: nothing wrong."""
+    if s.execution != "embedded":
+        return None
+    limited = registry.limited_steps()
+    if not limited:
+        return None
+    return (
+        f"{'; '.join(limited)} {'declares' if len(limited) == 1 else 'declare'} limits=, "
+        f"which are enforced on workers only (each attempt in a child process under its "
+        f"limits), and this node runs every step itself: start it with --execution remote "
+        f"(or both) and run `apollo11 worker`, or drop limits="
+    )
 
 
 def lease(s: NodeSettings) -> Lease:

@@ -19,6 +19,8 @@ _worker.py     Worker: the session (handshake, stream, end) and the attempts it 
 _reconnect.py  after a stream ends: where to connect next, and when (one sentence)
 _attempt.py    one running attempt: coroutine, thread or child process, and its stop
 _child.py      the child process of a process-isolated attempt
+_fence.py      a step held to its limits in its child: rlimits or a cgroup, and its end read
+_cgroup.py     cgroup v2 groups for steps' memory, where the worker's group is delegated
 _outcome.py    the StepContext a step is told, and what its end becomes
 _outbox.py     results kept until acknowledged, resent after a reconnect
 _records.py    the frozen records the worker deals in

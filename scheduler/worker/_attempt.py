@@ -5,8 +5,8 @@ An attempt runs one of three ways, and is stopped the way that fits:
 * a coroutine function on the worker's loop: cancelled;
 * a plain function on the pool's threads: a thread cannot be interrupted, so a
   stopped one is waited for and its outcome dropped;
-* in a child process (`isolation="process"`, any function): its process group is
-  killed with SIGKILL.
+* in a child process (`isolation="process"`, or a step with limits: _fence.py; any
+  function): its process group is killed with SIGKILL.
 
 `run()` says how the code ended and never raises for the step's fault; `stop(why)`
 asks it to end early. What a stopped attempt reports (a cancel, a timeout, nothing)
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -29,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.context import ForkServerContext
 from typing import Any, Literal
 
-from apollo11.scheduler.worker import _child
+from apollo11.scheduler.steplimits import Limits
+from apollo11.scheduler.worker import _child, _fence
 from apollo11.scheduler.worker._outcome import context, encode_details, failed, succeeded
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome, Running
 from apollo11.scheduler.workflow import Journal, StepFn
@@ -42,13 +44,15 @@ Isolation = Literal["thread", "process"]
 CHILD_EXIT_GRACE_S = 5.0
 
 
-def child_died(exitcode: int | None) -> Failed:
+def child_died(exitcode: int | None, fence: _fence.Fence | None = None) -> Failed:
     if exitcode is not None and exitcode < 0:
         how = (
             f"killed by signal {-exitcode} ({signal.Signals(-exitcode).name}), exit code {exitcode}"
         )
     else:
         how = f"exit code {exitcode}"
+    if fence is not None:
+        how += _fence.note(fence)
     return Failed("ChildProcessDied", f"the attempt's child process died before it finished: {how}")
 
 
@@ -64,9 +68,14 @@ class RunningAttempt:
         processes: ForkServerContext,
         modules: tuple[str, ...],
         journal: Journal | None = None,
+        limits: Limits | None = None,
+        enforcement: _fence.Enforcement | None = None,
     ) -> None:
         self.assignment = assignment
         self._journal = journal  # a durable main's: it runs on the loop, never in a child
+        # a step with limits runs in a child of its own, fenced in, whatever the isolation
+        self._limits = limits if journal is None and enforcement is not None else None
+        self._enforcement = enforcement
         self._fn = fn
         self._worker = worker
         self._isolation = isolation
@@ -107,7 +116,7 @@ class RunningAttempt:
     async def run(self) -> Outcome:
         if self.stopped:
             return failed(asyncio.CancelledError("stopped before it began"))
-        if self._isolation == "process" and self._journal is None:
+        if self._in_a_child:
             return await self._in_child()
         ctx = context(self.assignment, self._worker, self.beat, self._journal)
         if inspect.iscoroutinefunction(self._fn):
@@ -139,10 +148,14 @@ class RunningAttempt:
         """End the attempt early (idempotent): cancel, kill, or (a thread) wait."""
         if self.stopped is None:
             self.stopped = why
-        if self._isolation == "process" and self._journal is None:
+        if self._in_a_child:
             self._kill()
         elif self._inner is not None and inspect.iscoroutinefunction(self._fn):
             self._inner.cancel()
+
+    @property
+    def _in_a_child(self) -> bool:
+        return self._journal is None and (self._isolation == "process" or self._limits is not None)
 
     # ----------------------------------------------------------- child process
 
@@ -184,6 +197,24 @@ class RunningAttempt:
             loop.call_soon_threadsafe(resolve)
 
     def _child_outcome(self, job: _child.Job) -> Outcome:
+        enforcement = self._enforcement
+        if self._limits is None or enforcement is None:
+            outcome, code = self._run_child(job)
+            return outcome if outcome is not None else child_died(code)
+        a = self.assignment
+        fence = enforcement.fence(self._limits, f"{a.token.term}-{a.token.event_id}")
+        try:
+            outcome, code = self._run_child(dataclasses.replace(job, fence=fence))
+            oom = enforcement.oom_killed(fence)  # read before its group is removed
+        finally:
+            enforcement.release(fence)
+        if outcome is not None:
+            return outcome
+        return _fence.died(fence, code, oom) or child_died(code, fence)
+
+    def _run_child(self, job: _child.Job) -> tuple[Outcome | None, int | None]:
+        """Start the child and read its pipe to the end: its outcome (None: it died
+        first) and exit code."""
         reader, writer = self._processes.Pipe(duplex=False)
         proc = self._processes.Process(
             target=_child.main, args=(job, writer), name=f"apollo11-step {job.assignment.label}"
@@ -192,7 +223,7 @@ class RunningAttempt:
             if self.stopped:
                 reader.close()
                 writer.close()
-                return failed(asyncio.CancelledError("stopped before it began"))
+                return failed(asyncio.CancelledError("stopped before it began")), None
             proc.start()
             self._pid = proc.pid
         writer.close()  # else the pipe never ends when the child dies
@@ -216,7 +247,7 @@ class RunningAttempt:
             self._pid = None  # reaped: the pid may be someone else's from now on
         code = proc.exitcode
         proc.close()
-        return outcome if outcome is not None else child_died(code)
+        return outcome, code
 
     def _kill(self) -> None:
         with self._lock:

@@ -13,6 +13,9 @@ sends through the pipe, as plain tuples:
     ("done", outcome)        once, at the end (an Outcome record)
 
 A child that dies before "done" is seen by the worker as the pipe's end.
+
+A step with limits is fenced in (_fence.py) before the workflow's module is imported:
+everything the step's process does counts against them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from apollo11.scheduler.cause import mro_names
+from apollo11.scheduler.worker import _fence
 from apollo11.scheduler.worker._outcome import context, encode_details, failed, not_found
 from apollo11.scheduler.worker._outcome import succeeded as succeeded_outcome
 from apollo11.scheduler.worker._records import Assignment, Failed, Outcome
@@ -43,6 +47,7 @@ class Job:
     modules: tuple[str, ...]
     assignment: Assignment
     worker: str
+    fence: _fence.Fence | None = None  # the step's limits, applied here first
 
 
 def _find(modules: tuple[str, ...], a: Assignment) -> StepFn | None:
@@ -75,7 +80,7 @@ def _run(fn: StepFn, job: Job, send: Any) -> Outcome:
 
                 result = asyncio.run(wait())
     except Exception as e:
-        return failed(e)
+        return _fence.failure_in_child(job.fence, e) or failed(e)
     return succeeded_outcome(result)
 
 
@@ -92,10 +97,12 @@ def main(job: Job, conn: Connection) -> None:
             conn.send(message)
 
     try:
+        if job.fence is not None:
+            _fence.apply(job.fence)
         fn = _find(job.modules, job.assignment)
         outcome: Outcome = not_found(job.assignment) if fn is None else _run(fn, job, send)
     except BaseException as e:  # an import that fails, a SystemExit in the step
-        outcome = Failed(
+        outcome = _fence.failure_in_child(job.fence, e) or Failed(
             type(e).__name__, f"in the attempt's child process: {e}", mro=mro_names(type(e))
         )
     send((DONE, outcome))

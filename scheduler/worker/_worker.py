@@ -46,9 +46,11 @@ from apollo11.scheduler.client._connection import (
     token_from_env,
 )
 from apollo11.scheduler.errors import ApolloError, InvalidArgumentError
+from apollo11.scheduler.steplimits import MIN_MEMORY, effective, format_size
 from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.scheduler.worker import _codec as codec
 from apollo11.scheduler.worker._attempt import Isolation, RunningAttempt
+from apollo11.scheduler.worker._fence import Enforcement
 from apollo11.scheduler.worker._journal import RemoteJournal
 from apollo11.scheduler.worker._outbox import Outbox
 from apollo11.scheduler.worker._outcome import not_found
@@ -152,6 +154,7 @@ class Worker:
         slots: int = 1,
         labels: Mapping[str, str] | None = None,
         isolation: Isolation = "thread",
+        step_memory: int | None = None,
         modules: Sequence[str] | None = None,
         ca: str | Path | None = None,
         cert: str | Path | None = None,
@@ -164,7 +167,10 @@ class Worker:
         """`endpoints`: any nodes of the cluster (`a:1,b:2`, a list, or APOLLO11_SERVER);
         the worker finds the primary. `registry`: what it can run, every version of it.
         `isolation="process"` runs each attempt in a child process that imports
-        `modules` (default: the modules the registry's steps are defined in).
+        `modules` (default: the modules the registry's steps are defined in), and so
+        does every step with `limits=` (each in a child of its own, fenced in:
+        _fence.py), whatever the isolation. `step_memory`: bytes, the memory limit of
+        every step that declares none (each then runs in a child too).
         `ca`, `cert`, `key`, `tls`, `token` as for `Client` (each defaults to its
         APOLLO11_* variable). `name`: unique among the workers (default HOST-PID); on
         a node with authentication it is the credential's name or one beneath it
@@ -176,6 +182,11 @@ class Worker:
             raise InvalidArgumentError(f"isolation must be thread or process, got {isolation!r}")
         if not registry.all():
             raise InvalidArgumentError("the registry holds no workflow: nothing to run")
+        if step_memory is not None and step_memory < MIN_MEMORY:
+            raise InvalidArgumentError(
+                f"step memory {format_size(step_memory)} is less than the "
+                f"{format_size(MIN_MEMORY)} a step's process needs to start"
+            )
         self.endpoints = endpoints_from(endpoints)
         self.registry = registry
         # What it asks to be called; `name` becomes what the primary registered it as
@@ -187,12 +198,20 @@ class Worker:
         self.slots = slots
         self.labels = dict(labels or {})
         self.isolation: Isolation = isolation
+        self.step_memory = step_memory
         self.modules = tuple(modules) if modules is not None else self._step_modules()
-        if isolation == "process" and "__main__" in self.modules:
+        children = isolation == "process" or step_memory is not None or self._limited()
+        if children and "__main__" in self.modules:
             raise InvalidArgumentError(
-                "process isolation imports the workflow modules in a child process: define "
-                "the workflows in an importable module, not in the script that is run"
+                "process isolation (and a step's limits) imports the workflow modules in a "
+                "child process: define the workflows in an importable module, not in the "
+                "script that is run"
             )
+        # Chosen before the forkserver starts: a worker fenced by cgroups moves itself
+        # into a leaf group first, and the forkserver and the steps' children follow it.
+        self._enforcement: Enforcement | None = None
+        if step_memory is not None or self._limited():
+            self._enforcement = Enforcement.choose()
         self.connect_timeout_s = connect_timeout_s
         self.timeout_grace_s = timeout_grace_s
         self._credentials = channel_credentials_for(ca, cert, key, tls)
@@ -202,7 +221,7 @@ class Worker:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="apollo11-step")
         self._processes: ForkServerContext = multiprocessing.get_context("forkserver")
-        if isolation == "process":
+        if children:
             # the forkserver imports only this (not the __main__ it would by default):
             # each child then forks with the worker's modules half loaded already
             self._processes.set_forkserver_preload(["apollo11.scheduler.worker._child"])
@@ -221,6 +240,10 @@ class Worker:
         self._ask_ids = itertools.count(1)
         self._up = asyncio.Event()  # a stream is registered: journal requests may go
         self._last_log: tuple[str, float] = ("", 0.0)
+
+    def _limited(self) -> bool:
+        """Does a step the registry holds declare limits?"""
+        return any(s.limits is not None for wf in self.registry.all() for s in wf.steps.values())
 
     def _step_modules(self) -> tuple[str, ...]:
         found = {
@@ -245,6 +268,8 @@ class Worker:
         """Connect, run what is assigned, reconnect, until `stop()` (or cancelled).
 
         Raises WorkerRefusedError when the primary refuses the configuration."""
+        if self._enforcement is not None:  # how, and why not the other way
+            log.info("%s", self._enforcement.sentence)
         reconnect = Reconnect(self.endpoints, name=self.name)
         endpoint = reconnect.first()
         try:
@@ -530,6 +555,8 @@ class Worker:
             processes=self._processes,
             modules=self.modules,
             journal=journal,
+            limits=effective(step.limits, self.step_memory),
+            enforcement=self._enforcement,
         )
         self._attempts[a.token] = attempt
         self._tasks[a.token] = asyncio.create_task(

@@ -29,6 +29,8 @@ runner = CliRunner()
         (["--labels", "zone"], "--labels: 'zone' is not KEY=VALUE"),
         (["--labels", "a=1,a=2"], "--labels: 'a' is given twice"),
         (["--isolation", "vm"], "--isolation must be thread or process"),
+        (["--step-memory", "100M"], "--step-memory '100M': unknown unit 'M'"),
+        (["--step-memory", "1MiB"], "step memory 1 MiB is less than the 64 MiB"),
         (["--workflows", "no.such.module"], "--workflows: cannot import workflow module"),
     ],
 )
