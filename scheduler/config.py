@@ -207,6 +207,13 @@ class NodeSettings(BaseSettings):
         description="all: keep every segment (audits, time travel); snapshots: delete what "
         "the oldest kept snapshot covers.",
     )
+    # The archive (scheduler/bucket/, docs/archive.md): the endpoint, region and
+    # credentials come from the AWS_* variables or files, as for any S3 tool.
+    archive_url: str | None = Field(
+        default=None,
+        description="s3://BUCKET/PREFIX: the primary uploads sealed segments and snapshots "
+        "there, compressed (endpoint, credentials: AWS_* env or files).",
+    )
     # The background scrub (scheduler/state/scrub.py): reads sealed segments and archive
     # chunks at most this fast (0: off), a full pass at most every scrub_interval s.
     scrub_mb_per_s: float = Field(
@@ -357,6 +364,15 @@ class NodeSettings(BaseSettings):
         if isinstance(v, str):
             return [p.strip() for p in v.split(",") if p.strip()]
         return v
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from apollo11.scheduler.archiveurl import parse_url
+
+        return parse_url(v.strip()).url  # BucketConfigError is a ValueError's message here
 
     @field_validator("listen")
     @classmethod
