@@ -228,6 +228,7 @@ class WorkflowEnvironment:
     async def _lead(self) -> None:
         assert self._root is not None
         previous = self._root / self.node_id if self._nodes else None
+        leader = self.node_id if self._nodes else ""  # the last term's, as a node records it
         self._nodes += 1
         here = self._root / self.node_id
         if previous is not None:  # what log shipping gave the standby: the same bytes
@@ -235,8 +236,11 @@ class WorkflowEnvironment:
         store = Store.open(here, config=STORE, instance_id=self.node_id, clock=self.clock.now_ms)
         store.log.term = store.log.last_term + 1
         began = "failover" if previous is not None else "bootstrap"
+        # a node's payload (node/leading.py); no client address: nothing listens here
         await store.log.append(
-            EventType.TERM_STARTED, "", payload={"node_id": self.node_id, "began": began}
+            EventType.TERM_STARTED,
+            "",
+            payload={"node_id": self.node_id, "address": "", "began": began, "previous": leader},
         )
         executor = InProcessExecutor(threads=self._concurrency)
         remote = None if self._workers is None else self._workers.executor(self.node_id)
