@@ -99,7 +99,7 @@ def _until(what: str, ok: Callable[[], bool], timeout: float = 60) -> None:
 
 
 def _kill_primary_and_read(
-    cluster: Cluster, c: SyncClient, task_id: str, after_kill: Callable[[], None]
+    cluster: Cluster, c: SyncClient, task_id: str, after_kill: Callable[[], object]
 ) -> list[Row]:
     cluster.wait_converged()  # the standbys hold what the primary wrote
     old = cluster.primary()
