@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import math
 import os
 import shutil
@@ -144,13 +145,26 @@ def errors_ms(pairs: Sequence[tuple[int, int, float]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- workflows
 
-_gate: asyncio.Event | None = None  # section 1: what the herd waits on
+
+class _Herd:
+    """Section 1's: the steps in, and the gate they wait on."""
+
+    def __init__(self) -> None:
+        self.arrived = 0
+        self.all_in = asyncio.Event()
+        self.gate = asyncio.Event()
+
+
+_herd_now: _Herd | None = None
 
 
 async def _herd_step(ctx: StepContext) -> None:
     if ctx.attempt == 1:
-        assert _gate is not None
-        await _gate.wait()
+        assert _herd_now is not None
+        _herd_now.arrived += 1
+        if _herd_now.arrived == HERD:
+            _herd_now.all_in.set()
+        await _herd_now.gate.wait()
         raise RuntimeError("the herd fails together")
 
 
@@ -237,7 +251,7 @@ def _retries(events: Sequence[Any]) -> list[tuple[Any, Any]]:
     """(FAILED, the next STARTED) pairs of one task's one step."""
     return [
         (a, b)
-        for a, b in zip(events, events[1:], strict=False)
+        for a, b in itertools.pairwise(events)
         if a.event_type is EventType.STEP_FAILED and b.event_type is EventType.STEP_STARTED
     ]
 
@@ -250,15 +264,14 @@ def _section_herd(root: str, workflow: str) -> dict[str, Any]:
 
 
 async def _herd(root: Path, workflow: str) -> dict[str, Any]:
-    global _gate
-    _gate = asyncio.Event()
+    global _herd_now
+    herd = _herd_now = _Herd()
     async with _Rig(root, HERD + 24) as rig:
         engine = rig.engine
         ids = await _submit_many(engine, [SubmitItem(workflow, {"n": i}) for i in range(HERD)])
         async with asyncio.timeout(60):
-            while engine.running() < HERD:
-                await asyncio.sleep(0.01)
-        _gate.set()
+            await herd.all_in.wait()
+        herd.gate.set()
         async with asyncio.timeout(300):
             await asyncio.gather(*(engine.wait(t) for t in ids))
         attempts = rig.attempts(set(ids))
