@@ -136,7 +136,7 @@ def errors_ms(pairs: Sequence[tuple[int, int, float]]) -> dict[str, Any]:
         return {"steps": 0, "min_ms": None, "p50_ms": None, "p99_ms": None, "max_ms": None}
     return {
         "steps": len(errs),
-        "min_ms": round(errs[0], 1),
+        "min_ms": round(errs[0], 1) + 0.0,  # never "-0.0"
         "p50_ms": round(statistics.median(errs), 1),
         "p99_ms": round(errs[max(0, math.ceil(0.99 * len(errs)) - 1)], 1),
         "max_ms": round(errs[-1], 1),
