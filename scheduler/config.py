@@ -88,6 +88,23 @@ class NodeSettings(BaseSettings):
         le=100_000,
         description="Connections the HTTP port holds at once from one address.",
     )
+    # Cores gRPC core's own threads (mostly TLS handshakes) may use before new
+    # connections to the gRPC ports are shed in the kernel (scheduler/api/connshed.py).
+    grpc_threads_cpu_budget: float = Field(
+        default=0.1,
+        ge=0,
+        le=1024,
+        description="Cores gRPC core's threads may use before new connections are shed (0: never).",
+    )
+    # New connections the HTTP port admits a second from all sources together, in
+    # bursts of as many; past it one is closed at once unless its source has been
+    # quiet (scheduler/web/listener.py).
+    http_new_connections_per_s: float = Field(
+        default=100.0,
+        gt=0,
+        le=100_000,
+        description="New connections the HTTP port admits a second, from all sources.",
+    )
     # Host names the pages answer to besides localhost, IP literals, the --http and
     # --advertise hosts and the node id (the DNS-rebinding guard, scheduler/web/guard.py).
     # NoDecode: from the environment these lists are "a,b" (split below), not JSON.
@@ -189,6 +206,13 @@ class NodeSettings(BaseSettings):
         default="all",
         description="all: keep every segment (audits, time travel); snapshots: delete what "
         "the oldest kept snapshot covers.",
+    )
+    # The archive (scheduler/bucket/, docs/archive.md): the endpoint, region and
+    # credentials come from the AWS_* variables or files, as for any S3 tool.
+    archive_url: str | None = Field(
+        default=None,
+        description="s3://BUCKET/PREFIX: the primary uploads sealed segments and snapshots "
+        "there, compressed (endpoint, credentials: AWS_* env or files).",
     )
     # The background scrub (scheduler/state/scrub.py): reads sealed segments and archive
     # chunks at most this fast (0: off), a full pass at most every scrub_interval s.
@@ -340,6 +364,15 @@ class NodeSettings(BaseSettings):
         if isinstance(v, str):
             return [p.strip() for p in v.split(",") if p.strip()]
         return v
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from apollo11.scheduler.archiveurl import parse_url
+
+        return parse_url(v.strip()).url  # BucketConfigError is a ValueError's message here
 
     @field_validator("listen")
     @classmethod

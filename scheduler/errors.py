@@ -167,3 +167,22 @@ class StalledError(FailedPreconditionError):
     """The testing kit (apollo11.testing): a task awaited can never finish as things
     stand: it waits for something no timer brings (an event nobody sent), and every
     other task waits too. The message says what it waits for and what to do."""
+
+
+class BucketError(ApolloError):
+    """The archive's bucket (scheduler/bucket/) cannot do what was asked: unreachable,
+    refused, or misconfigured. Uploads wait and retry; a command says what to fix."""
+
+
+class BucketConfigError(BucketError, ValueError):
+    """--archive-url, the endpoint or the credentials are wrong or missing: refused at
+    start, naming what is missing."""
+
+
+class CorruptObjectError(BucketError):
+    """An object in the bucket does not match its checksum (or the manifest does not
+    match its own): reported with its key, never skipped."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(f"{message} (object {key})")
+        self.key = key

@@ -287,9 +287,19 @@ HTTP_CONNECTIONS = Gauge(
 HTTP_CONNECTIONS_DROPPED = Counter(
     "apollo11_http_connections_dropped_total",
     "HTTP port connections refused or dropped: total or per_source (over the limit), "
-    "rate (too many new ones from one source), "
+    "rate (too many new ones from one source), busy (too many new ones from all sources), "
     "handshake (TLS failed or too slow), no_request (no request's headers in time)",
     ["reason"],
+)
+GRPC_SYN_DROP = Gauge(
+    "apollo11_grpc_new_connections_dropped_ratio",
+    "Fraction of new connections to the gRPC ports dropped in the kernel (their clients "
+    "retry): gRPC core's threads over grpc_threads_cpu_budget (scheduler/api/connshed.py)",
+)
+HTTP_ACCEPT_PAUSED = Counter(
+    "apollo11_http_accept_paused_seconds_total",
+    "Seconds the HTTP port left new connections in the kernel's queue: accepts over "
+    "their rate, or accept() out of descriptors (scheduler/web/acceptor.py)",
 )
 ACTIVE_TASKS = Gauge("apollo11_active_tasks", "Tasks not finished yet")
 RUNNING_STEPS = Gauge("apollo11_running_steps", "Steps executing on this node")
@@ -379,3 +389,50 @@ TASK_PRIORITY_WAITING = Gauge(
     "Tasks submitted and not started yet, by priority (1 first)",
     ["priority"],
 )
+
+# The archive (scheduler/bucket/, docs/archive.md): set by the primary's shipper.
+ARCHIVE_LAG_EVENTS = Gauge(
+    "apollo11_archive_lag_events",
+    "Durable events not yet in the archive's bucket (the open segment's count: they go up "
+    "when it is sealed), on the primary",
+)
+ARCHIVE_PENDING_SEGMENTS = Gauge(
+    "apollo11_archive_pending_segments",
+    "Sealed log segments not yet in the archive's bucket, on the primary",
+)
+ARCHIVE_THROUGH = Gauge(
+    "apollo11_archive_through_event_id", "The last event id the archive's bucket holds"
+)
+ARCHIVE_BLOCKED = Gauge(
+    "apollo11_archive_blocked",
+    "1 while the primary's shipper refuses to upload (a catalog of another cluster or a "
+    "newer term, a hole, damage): its log says why",
+)
+ARCHIVE_UPLOADS = Counter(
+    "apollo11_archive_uploads_total",
+    "Objects put in the archive's bucket, by kind: segment, snapshot, chunk, catalog",
+    ["kind"],
+)
+ARCHIVE_BYTES = Counter(
+    "apollo11_archive_bytes_total",
+    "Bytes of segments, snapshots and chunks uploaded: raw (as on disk) and stored "
+    "(compressed, as in the bucket)",
+    ["form"],
+)
+ARCHIVE_FAILURES = Counter(
+    "apollo11_archive_failures_total",
+    "Shipper cycles that failed (an unreachable or read-only bucket, a file gone): it "
+    "waits and tries again",
+)
+ARCHIVE_CORRUPT = Counter(
+    "apollo11_archive_corrupt_objects_total",
+    "Objects in the bucket found not to match their checksum (verify, restore, the shipper)",
+)
+ARCHIVE_LAST_UPLOAD = Gauge(
+    "apollo11_archive_last_upload_timestamp_seconds",
+    "When the shipper last put the catalog (wall clock, seconds)",
+)
+for _kind in ("segment", "snapshot", "chunk", "catalog"):
+    ARCHIVE_UPLOADS.labels(_kind)
+for _form in ("raw", "stored"):
+    ARCHIVE_BYTES.labels(_form)

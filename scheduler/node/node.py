@@ -27,13 +27,16 @@ from apollo11.lease import (
     NodeIdTaken,
 )
 from apollo11.scheduler import gctune, metrics
-from apollo11.scheduler.api import ApiServer
+from apollo11.scheduler.api import ApiServer, ConnectionShedder
+from apollo11.scheduler.bucket import Shipper, open_bucket
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import WorkersService
 from apollo11.scheduler.engine import Engine
 from apollo11.scheduler.errors import (
     ApolloError,
+    BucketConfigError,
+    BucketError,
     WorkflowDefinitionError,
 )
 from apollo11.scheduler.log import DataDir
@@ -82,6 +85,7 @@ class Node:
         # Remote execution: the workers' side of the engine (scheduler/dispatch/).
         self.dispatch, self.executor = options.executors(settings, self.registry)
         self.api: ApiServer | None = None
+        self.shipper: Shipper | None = None  # with --archive-url (scheduler/bucket/)
         self.http: Any = None
         self.http_port = 0
         self.notice_text = ""  # what this node found wrong (etcd's state, its log): status says it
@@ -205,6 +209,8 @@ class Node:
         )
         if self.api is not None:
             store.add_observer(self.api.watchers)
+        if self.shipper is not None:
+            store.retention_floor = self.shipper.retention_floor
         self.roles.store_reopened()
         self.saw_term(store.log.last_term)
         return store
@@ -217,6 +223,9 @@ class Node:
         if protection_missing(s):
             log.warning("%s", describe_protection(s))
         self.principals = None if s.tokens_file is None else Principals(s.tokens_file)
+        if s.archive_url:
+            # before anything opens: a wrong URL or missing credentials refuse the start
+            self.shipper = await self._archive(s.archive_url)
         options.load_workflows(self.registry, s)
         refused = options.limits_refusal(self.registry, s)
         if refused:
@@ -240,6 +249,10 @@ class Node:
             extra.append((worker_pb2.DESCRIPTOR.services_by_name["Workers"], service))
         self.api = ApiServer(self.views, self.principals, extra=extra, clock=self.clock)
         self.port = await self.api.start(s.listen)
+        if s.grpc_threads_cpu_budget > 0:
+            ports = (self.port, self.api.peer_port) if self.api.peer else (self.port,)
+            shedder = ConnectionShedder(ports=ports, budget=s.grpc_threads_cpu_budget)
+            self._spawn(shedder.run(), "apollo11-grpc-shed")
         if s.http:
             from apollo11.scheduler.web import HttpServer
 
@@ -247,6 +260,8 @@ class Node:
             self.http_port = await self.http.start()
         self._spawn(watch_loop_lag(self._tick), "apollo11-loop-lag")
         self._spawn(self.logwatch.run(), "apollo11-log-watch")
+        if self.shipper is not None:
+            self._spawn(self.shipper.run(), "apollo11-archive")
         self._loop = asyncio.get_running_loop()
         self.upkeep.scrubber.start()
         # What exists now (modules, the recovered state) lives as long as the node;
@@ -265,6 +280,20 @@ class Node:
         # taken back to primary after it stepped down (a pause past its TTL, a failed log).
         self._spawn(self.roles.run(), "apollo11-role")
         return f"{begun}, serving on port {self.port}{self._peers()}"
+
+    async def _archive(self, url: str) -> Shipper:
+        """The archive's shipper; refused (BucketConfigError) when the URL, the
+        credentials or the bucket are wrong. An unreachable bucket is no reason not to
+        start: the node works, and uploads wait for it."""
+        objects = open_bucket(url)
+        try:
+            log.info("%s", await asyncio.to_thread(objects.probe))
+        except BucketConfigError:
+            raise
+        except BucketError as e:
+            log.warning("archive: %s; the node starts, uploads wait for the bucket", e)
+        s = self.settings
+        return Shipper(self, objects, node_id=s.node_id, cluster=s.cluster)
 
     async def _join(self) -> str:
         self.cluster_id, sentence = await join.join(

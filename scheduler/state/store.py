@@ -126,6 +126,9 @@ class Store:
         self._repairs: dict[str, asyncio.Future[str]] = {}
         self._observers: list[Callable[[Sequence[Event]], None]] = []
         self.last_snapshot_stall_s = 0.0
+        # The first event local retention must keep whatever the snapshots cover: with
+        # an archive, the first one its bucket does not hold yet (scheduler/bucket/).
+        self.retention_floor: Callable[[], int] | None = None
         log_.add_listener(self._on_durable)
 
     @classmethod
@@ -413,7 +416,10 @@ class Store:
         if not self.config.keep_all_segments:
             marks = self.snapshots.watermarks()
             if len(marks) >= self.config.snapshots_keep:
-                self.log.drop_before(marks[-1] + 1)
+                keep_from = marks[-1] + 1
+                if self.retention_floor is not None:
+                    keep_from = min(keep_from, self.retention_floor())
+                self.log.drop_before(keep_from)
         # Evicted a slice at a time, EVICT_PAUSE_S apart: all at once, in one callback
         # or one slice per turn back to back, every batch in that window waited (the
         # replication p99; docs/benchmarks.md, "Figures behind the knobs").

@@ -16,13 +16,16 @@ credential against a secure node:
 * time: no deadline for a request's headers (a client sending one byte a
   second held its connection forever).
 
-So uvicorn serves plain TCP here and this protocol wraps each of its
-connections: it admits the connection or drops it at once (`refusal`: per
-source address, new ones a second per source, and in total), runs the TLS handshake itself through
-`loop.start_tls` with a deadline and drops the failed handshake's traceback,
-and gives the connection `first_request_s` to send a complete request's headers
-(each later one too: uvicorn's keep-alive timeout closes a quiet connection
-before that). After a burst, freed memory goes back to the system (memtrim.py).
+So uvicorn serves plain TCP here. A connection comes in through the accept
+loop (acceptor.py), which asks `Connections.admit` before asyncio builds anything
+for it (`refusal`: in all and per source address, new ones a second per source
+and in all) and leaves the kernel's queue alone while the accepts of the second
+are spent (`Connections.wait_s`). An admitted connection gets this protocol, which
+runs the TLS handshake itself through `loop.start_tls` with a deadline and drops
+the failed handshake's traceback, and gives the connection `first_request_s` to
+send a complete request's headers (each later one too: uvicorn's keep-alive
+timeout closes a quiet connection before that). After a burst, freed memory goes
+back to the system (memtrim.py).
 
 Every refusal or drop is counted in apollo11_http_connections_dropped_total
 {reason} and logged, at most once per LOG_EVERY_S per reason.
@@ -34,6 +37,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import ssl
 import time
 from collections import Counter
@@ -47,7 +51,7 @@ from apollo11.scheduler import metrics
 
 log = logging.getLogger(__name__)
 
-Reason = Literal["total", "per_source", "rate", "handshake", "no_request"]
+Reason = Literal["total", "per_source", "rate", "busy", "handshake", "no_request"]
 
 LOG_EVERY_S = 10.0
 # What a client may send before its TLS handshake is done: a ClientHello is a
@@ -66,6 +70,19 @@ class ConnectionLimits:
     # churn of 2,273 a second took 83 % of the node's CPU (docs/benchmarks.md).
     per_source_rate: float = 20.0
     per_source_burst: int = 40
+    # New connections admitted from all sources together (setting
+    # http_new_connections_per_s): a flood from many addresses, each under its own
+    # rate (40 sources at 20 a second), began 800 TLS handshakes a second on the
+    # event loop, ~0.5 ms each, which the gRPC calls it serves waited behind
+    # (docs/bench-history/overload.md, Dec 6). Past it a connection is refused
+    # ("busy") unless its source tried none for QUIET_S (a scrape, a browser's
+    # first), which has a lane of as many again.
+    rate_in_all: float = 100.0
+    burst_in_all: int = 100
+    # Connections taken from the kernel a second, refused ones too (an accept and a
+    # close, ~35 us each); past it the kernel's queue holds them, and once that is
+    # full the kernel drops new ones, whose clients retry a second later.
+    accepts_per_s: float = 1000.0
     # From accept to the end of the TLS handshake.
     handshake_s: float = 5.0
     # From the end of the handshake (or the last request) to a complete request's headers.
@@ -73,16 +90,23 @@ class ConnectionLimits:
 
 
 def refusal(
-    limits: ConnectionLimits, *, total: int, from_source: int, tokens: float = 1.0
+    limits: ConnectionLimits,
+    *,
+    total: int,
+    from_source: int,
+    tokens: float = 1.0,
+    in_all: float = 1.0,
 ) -> Reason | None:
     """Why a new connection is turned away, given what is open now and the tokens left
-    in its source's bucket; None: admitted."""
+    in its source's bucket and in the bucket of all sources; None: admitted."""
     if total >= limits.total:
         return "total"
     if from_source >= limits.per_source:
         return "per_source"
     if tokens < 1.0:
         return "rate"
+    if in_all < 1.0:
+        return "busy"
     return None
 
 
@@ -92,20 +116,73 @@ def refill(tokens: float, elapsed: float, limits: ConnectionLimits) -> float:
     return min(float(limits.per_source_burst), tokens + elapsed * limits.per_source_rate)
 
 
+class Bucket:
+    """`rate` a second, at most `burst` at once."""
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._tokens = burst
+        self._at = now
+
+    def tokens(self, now: float) -> float:
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        return self._tokens
+
+    def take(self) -> None:
+        self._tokens -= 1.0
+
+    def wait_s(self, now: float, want: float) -> float:
+        """Seconds until it holds `want` tokens (0: it does)."""
+        return max(0.0, (min(want, self.burst) - self.tokens(now)) / self.rate)
+
+
+# Once the accepts of the second are spent, accepting stops for at least this long:
+# fewer wake-ups, and the kernel's queue, not the loop, holds what comes meanwhile.
+PAUSE_MIN_S = 0.02
+
+
+class Ticket:
+    """One admitted connection's place in the counts, given back once."""
+
+    __slots__ = ("_conns", "source", "transport")
+
+    def __init__(self, conns: Connections, source: str) -> None:
+        self._conns: Connections | None = conns
+        self.source = source
+        self.transport: asyncio.BaseTransport | None = None  # once asyncio made one
+
+    def release(self) -> None:
+        if self._conns is not None:
+            self._conns._release(self)
+            self._conns = None
+
+
 BUCKETS_MAX = 10_000  # past it, full buckets (sources quiet a while) are forgotten
+# A source that tried no connection for this long is quiet: past the rate in all, it
+# still has a lane (a scrape every 15 s, a browser's first connection; a flood's
+# sources come back sooner).
+QUIET_S = 1.0
 
 
 class Connections:
-    """The connections open on the HTTP port, by source address."""
+    """The connections on the HTTP port: those open, by source address, and the
+    budgets for new ones."""
 
     def __init__(
         self, limits: ConnectionLimits, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.limits = limits
         self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # source -> (tokens, at)
+        now = clock()
+        # source -> (tokens, at, when it last tried a connection)
+        self._buckets: dict[str, tuple[float, float, float]] = {}
+        self._in_all = Bucket(limits.rate_in_all, limits.burst_in_all, now)
+        self._quiet = Bucket(limits.rate_in_all, limits.burst_in_all, now)
+        self._accepts = Bucket(limits.accepts_per_s, limits.accepts_per_s * PAUSE_MIN_S * 5, now)
         self._by_source: Counter[str] = Counter()
-        self._open: set[asyncio.Transport] = set()
+        self._open: set[Ticket] = set()
         self._dropped: Counter[str] = Counter()
         self._logged_at: dict[str, float] = {}
 
@@ -113,37 +190,57 @@ class Connections:
     def total(self) -> int:
         return len(self._open)
 
-    def admit(self, source: str, transport: asyncio.Transport) -> bool:
+    def wait_s(self) -> float:
+        """How long to leave new connections in the kernel's queue before taking the
+        next (0: take it now): while the accepts of all sources are over their rate."""
         now = self._clock()
-        tokens, at = self._buckets.get(source, (float(self.limits.per_source_burst), now))
-        tokens = refill(tokens, now - at, self.limits)
-        reason = refusal(
-            self.limits, total=self.total, from_source=self._by_source[source], tokens=tokens
-        )
-        if reason is not None:  # the bucket stands: refill is the same from either point
-            self.dropped(reason, source)
-            return False
-        self._buckets[source] = (tokens - 1.0, now)
+        if self._accepts.tokens(now) >= 1.0:
+            return 0.0
+        return max(PAUSE_MIN_S, self._accepts.wait_s(now, self.limits.accepts_per_s * PAUSE_MIN_S))
+
+    def admit(self, source: str) -> Ticket | None:
+        """A connection the kernel gave us: its ticket, or None (refused, counted)."""
+        now = self._clock()
+        self._accepts.tokens(now)
+        self._accepts.take()
+        full = float(self.limits.per_source_burst)
+        tokens, at, seen = self._buckets.get(source, (full, now, -math.inf))
+        lane = self._in_all
+        if lane.tokens(now) < 1.0 and now - seen >= QUIET_S:
+            lane = self._quiet  # a flood's sources are never quiet for long
+        self._buckets[source] = (tokens, at, now)
         if len(self._buckets) > BUCKETS_MAX:
             self._forget_full(now)
+        tokens = refill(tokens, now - at, self.limits)
+        reason = refusal(
+            self.limits,
+            total=self.total,
+            from_source=self._by_source[source],
+            tokens=tokens,
+            in_all=lane.tokens(now),
+        )
+        if reason is not None:  # the buckets stand: refill is the same from either point
+            self.dropped(reason, source)
+            return None
+        self._buckets[source] = (tokens - 1.0, now, now)
+        lane.take()
         self._by_source[source] += 1
-        self._open.add(transport)
+        ticket = Ticket(self, source)
+        self._open.add(ticket)
         metrics.HTTP_CONNECTIONS.set(len(self._open))
-        return True
+        return ticket
 
     def _forget_full(self, now: float) -> None:
         full = float(self.limits.per_source_burst)
-        for source, (tokens, at) in list(self._buckets.items()):
-            if refill(tokens, now - at, self.limits) >= full:
+        for source, (tokens, at, seen) in list(self._buckets.items()):
+            if refill(tokens, now - at, self.limits) >= full and now - seen >= QUIET_S:
                 del self._buckets[source]
 
-    def release(self, source: str, transport: asyncio.Transport) -> None:
-        if transport not in self._open:
-            return
-        self._open.discard(transport)
-        self._by_source[source] -= 1
-        if self._by_source[source] <= 0:
-            del self._by_source[source]
+    def _release(self, ticket: Ticket) -> None:
+        self._open.discard(ticket)
+        self._by_source[ticket.source] -= 1
+        if self._by_source[ticket.source] <= 0:
+            del self._by_source[ticket.source]
         metrics.HTTP_CONNECTIONS.set(len(self._open))
 
     def dropped(self, reason: Reason, source: str) -> None:
@@ -155,40 +252,45 @@ class Connections:
             log.warning(
                 "HTTP port: dropped a connection from %s (%s; %d so far for this reason, "
                 "limits: %d in all, %d per source, %g new a second per source, "
-                "%.0f s handshake, %.0f s to a request)",
+                "%g in all, %.0f s handshake, %.0f s to a request)",
                 source,
                 reason,
                 self._dropped[reason],
                 self.limits.total,
                 self.limits.per_source,
                 self.limits.per_source_rate,
+                self.limits.rate_in_all,
                 self.limits.handshake_s,
                 self.limits.first_request_s,
             )
 
     def close_all(self) -> None:
-        for transport in list(self._open):
-            transport.abort()
+        for ticket in list(self._open):
+            if isinstance(ticket.transport, asyncio.Transport):
+                ticket.transport.abort()
 
 
 class GuardedHttp(asyncio.Protocol):
-    """One connection of the HTTP port: admission, TLS, the request deadline;
-    uvicorn's H11Protocol inside, once the connection may speak HTTP."""
+    """One admitted connection of the HTTP port (its `ticket`, from the accept loop):
+    TLS, the request deadline; uvicorn's H11Protocol inside, once the connection may
+    speak HTTP."""
 
     def __init__(
         self,
         conns: Connections,
         tls: ssl.SSLContext | None,
+        *,
+        ticket: Ticket,
         **uvicorn_args: Any,
     ) -> None:
         self._conns = conns
         self._tls = tls
-        self._uvicorn_args = uvicorn_args
-        self._inner: H11Protocol  # made once admitted: a refusal costs no more than it must
+        self._ticket = ticket
+        self._inner = H11Protocol(**uvicorn_args)
         self._loop = asyncio.get_running_loop()
         self._raw: asyncio.Transport | None = None
         self._transport: asyncio.Transport | None = None  # what HTTP is spoken on
-        self._source = "?"
+        self._source = ticket.source
         self._early: list[bytes] = []
         self._early_bytes = 0
         self._handshake: asyncio.Task[None] | None = None
@@ -197,19 +299,15 @@ class GuardedHttp(asyncio.Protocol):
 
     @classmethod
     def bind(cls, conns: Connections, tls: ssl.SSLContext | None) -> type[asyncio.Protocol]:
-        """What uvicorn's Config takes as `http`: it calls it with its own arguments."""
+        """What uvicorn's Config takes as `http`: called with a ticket and uvicorn's
+        own arguments (web/server.py)."""
         return functools.partial(cls, conns, tls)  # type: ignore[return-value]
 
     # -- asyncio.Protocol: events of the raw transport (and, after start_tls, of the TLS one)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        peer = transport.get_extra_info("peername")
-        self._source = str(peer[0]) if peer else "?"
-        if not self._conns.admit(self._source, transport):
-            transport.abort()
-            return
-        self._inner = H11Protocol(**self._uvicorn_args)
+        self._ticket.transport = transport
         self._raw = transport
         if self._tls is None:
             self._speak_http(transport)
@@ -318,5 +416,4 @@ class GuardedHttp(asyncio.Protocol):
                     transport.abort()
 
     def _release(self) -> None:
-        if self._raw is not None:
-            self._conns.release(self._source, self._raw)
+        self._ticket.release()

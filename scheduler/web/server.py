@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -20,8 +21,9 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apollo11.scheduler.web import scrape
+from apollo11.scheduler.web.acceptor import Acceptor
 from apollo11.scheduler.web.guard import Gate, PageRefused, allowed_hosts
-from apollo11.scheduler.web.listener import ConnectionLimits, Connections, GuardedHttp
+from apollo11.scheduler.web.listener import ConnectionLimits, Connections, GuardedHttp, Ticket
 from apollo11.scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
@@ -37,16 +39,46 @@ SECURITY_HEADERS = {
 }
 
 
-# asyncio reports EMFILE from accept() up to `backlog` times per wake-up (uvicorn's
-# default is 2048); a smaller queue also holds fewer connections nobody serves.
+# The kernel's queue of connections not yet accepted (uvicorn's default is 2048):
+# what waits while the accept loop pauses (web/acceptor.py), each a descriptor once
+# taken; a flood beyond it is dropped by the kernel.
 BACKLOG = 256
 KEEP_ALIVE_S = 5
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, connections: Connections) -> None:
+        super().__init__(config)
+        self.connections = connections
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield  # the node handles SIGTERM/SIGINT itself
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's, but new connections come in through our accept loop, which
+        refuses them before asyncio builds anything (web/acceptor.py); a bind error
+        is raised, not an exit."""
+        await self.lifespan.startup()
+        config = self.config
+
+        def protocol(ticket: Ticket) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                ticket=ticket,
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+            )
+
+        acceptor = await Acceptor.listen(
+            config.host,
+            config.port,
+            backlog=config.backlog,
+            conns=self.connections,
+            protocol=protocol,
+        )
+        self.servers = [acceptor]  # type: ignore[list-item]  # close() and wait_closed()
+        self.started = True
 
 
 def make_app(node: NodeView) -> FastAPI:
@@ -109,7 +141,10 @@ class HttpServer:
         self.scheme = "https" if s.tls_cert is not None else "http"
         self.connections = Connections(
             ConnectionLimits(
-                total=s.http_max_connections, per_source=s.http_max_connections_per_source
+                total=s.http_max_connections,
+                per_source=s.http_max_connections_per_source,
+                rate_in_all=s.http_new_connections_per_s,
+                burst_in_all=max(1, round(s.http_new_connections_per_s)),
             )
         )
         tls = None if s.tls_cert is None else _tls_context(s.tls_cert, s.tls_key)
@@ -121,13 +156,15 @@ class HttpServer:
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
-                # Plain TCP for uvicorn: the connection's door and its TLS are
-                # GuardedHttp's (web/listener.py), which bounds how many, how
-                # long without a request, and what a cut handshake leaves behind.
+                # Plain TCP for uvicorn: the connection's door is the Acceptor's
+                # (web/acceptor.py: how many, how fast) and its TLS GuardedHttp's
+                # (web/listener.py: how long without a request, and what a cut
+                # handshake leaves behind).
                 http=GuardedHttp.bind(self.connections, tls),
                 backlog=BACKLOG,
                 timeout_keep_alive=KEEP_ALIVE_S,
-            )
+            ),
+            self.connections,
         )
         self._task: asyncio.Task[None] | None = None
 

@@ -54,6 +54,9 @@ def node(tmp_path: Path) -> Iterator[Node]:
         "APOLLO11_MAX_CONNECTIONS": str(CLIENT_CAP),
         "APOLLO11_PEER_MAX_CONNECTIONS": str(PEER_CAP),
         "GRPC_VERBOSITY": "",  # the node's default, not the tests' (conftest.py)
+        # the floods here must reach gRPC core: what they leave behind is the subject
+        # (shedding them in the kernel is tests/api/test_connshed.py's)
+        "APOLLO11_GRPC_THREADS_CPU_BUDGET": "0",
     }
     proc = start_secure_node(tmp_path, pki, env=env)
     yield Node(proc, pki)

@@ -62,6 +62,22 @@ def _settled_rss(pid: int, *, below: float, within: float) -> float:
         time.sleep(0.5)
 
 
+def _dropped(web: Web) -> dict[str, float]:
+    """apollo11_http_connections_dropped_total, by reason."""
+    trust = ssl.create_default_context(cafile=str(web.pki.dir / "ca.pem"))
+    metrics = httpx.get(
+        f"https://127.0.0.1:{web.port}/metrics",
+        headers={"Authorization": f"Bearer {web.pki.tokens['reader']}"},
+        verify=trust,
+        timeout=30,
+    ).text
+    return {
+        x.split('reason="')[1].split('"')[0]: float(x.split()[-1])
+        for x in metrics.splitlines()
+        if x.startswith("apollo11_http_connections_dropped_total{")
+    }
+
+
 def test_refusal_counts_in_all_then_per_source() -> None:
     limits = ConnectionLimits(total=3, per_source=2)
     assert refusal(limits, total=0, from_source=0) is None
@@ -73,21 +89,51 @@ def test_refusal_counts_in_all_then_per_source() -> None:
 def test_new_connections_from_one_source_are_paced() -> None:
     now = [0.0]
     conns = Connections(ConnectionLimits(per_source_rate=10, per_source_burst=5), lambda: now[0])
-
-    class Transport:  # what Connections keeps of one: a key
-        pass
-
     admitted = []
     for _ in range(8):
-        t = Transport()
-        if conns.admit("10.0.0.1", t):  # type: ignore[arg-type]
-            admitted.append(t)
-            conns.release("10.0.0.1", t)  # type: ignore[arg-type]
+        ticket = conns.admit("10.0.0.1")
+        if ticket is not None:
+            admitted.append(ticket)
+            ticket.release()
     assert len(admitted) == 5, "the burst, then refused"
-    assert conns.admit("10.0.0.2", Transport()), "another source has its own bucket"  # type: ignore[arg-type]
+    assert conns.admit("10.0.0.2"), "another source has its own bucket"
     now[0] = 0.3
-    got = sum(conns.admit("10.0.0.1", Transport()) for _ in range(5))  # type: ignore[arg-type]
+    got = sum(conns.admit("10.0.0.1") is not None for _ in range(5))
     assert got == 3, "10 a second: 3 more after 0.3 s"
+
+
+def test_new_connections_from_all_sources_are_paced_together() -> None:
+    # Before: 40 sources, each under its own 20 a second, began 800 TLS handshakes a
+    # second on the event loop.
+    now = [0.0]
+    limits = ConnectionLimits(rate_in_all=10, burst_in_all=5, accepts_per_s=1000)
+    conns = Connections(limits, lambda: now[0])
+    flood = [f"10.0.1.{i}" for i in range(1, 21)]
+    for s in flood:  # each source has come before: none is quiet
+        ticket = conns.admit(s)
+        if ticket is not None:
+            ticket.release()
+    now[0] = 0.9  # the bucket in all is full again; the sources were seen 0.9 s ago
+    got = [conns.admit(s) for s in flood]
+    assert sum(t is not None for t in got) == 5, "the burst in all, then refused"
+    assert refusal(limits, total=0, from_source=0, in_all=0.5) == "busy"
+    assert conns.admit("10.0.9.9") is not None, "a quiet source has a lane of its own"
+    now[0] = 1.1
+    assert sum(conns.admit(s) is not None for s in flood) == 2, "10 a second: 2 in 0.2 s"
+
+
+def test_accepts_over_their_rate_leave_connections_in_the_kernel() -> None:
+    now = [0.0]
+    conns = Connections(ConnectionLimits(accepts_per_s=100), lambda: now[0])
+    taken = 0
+    while conns.wait_s() == 0.0 and taken < 1000:
+        conns.admit("10.0.0.1")  # refused after the burst: an accept all the same
+        taken += 1
+    assert taken < 100, "refusals count against the accepts of the second too"
+    pause = conns.wait_s()
+    assert 0 < pause <= 1.0
+    now[0] += pause
+    assert conns.wait_s() == 0.0
 
 
 def test_a_churn_from_one_source_is_refused_before_its_handshakes(web: Web) -> None:
@@ -96,18 +142,8 @@ def test_a_churn_from_one_source_is_refused_before_its_handshakes(web: Web) -> N
 
     began = time.monotonic()
     failed = asyncio.run(churn())
-    took = time.monotonic() - began
-    trust = ssl.create_default_context(cafile=str(web.pki.dir / "ca.pem"))
-    metrics = httpx.get(
-        f"https://127.0.0.1:{web.port}/metrics",
-        headers={"Authorization": f"Bearer {web.pki.tokens['reader']}"},
-        verify=trust,
-    ).text
-    dropped = {
-        x.split('reason="')[1].split('"')[0]: float(x.split()[-1])
-        for x in metrics.splitlines()
-        if x.startswith("apollo11_http_connections_dropped_total{")
-    }
+    dropped = _dropped(web)
+    took = time.monotonic() - began  # the node has seen them all (below) within it
     # a handshake began only for the burst and what per_source_rate added meanwhile
     # (each of those cut by the churn: a "handshake" drop)
     began_at_most = LIMITS.per_source_burst + LIMITS.per_source_rate * took + 1
@@ -118,6 +154,47 @@ def test_a_churn_from_one_source_is_refused_before_its_handshakes(web: Web) -> N
     assert refused >= 300 - failed - began_at_most, dropped
     assert sum(dropped.values()) >= 300 - failed - 1, dropped
     assert web.healthz() == 200, "127.0.0.1 is another source"
+
+
+def test_a_churn_from_many_sources_begins_handshakes_at_the_rate_in_all(tmp_path: Path) -> None:
+    # Before: each of 60 sources could begin its burst of 40 at once (and 20 a second
+    # after), and their TLS handshakes (~0.5 ms each) ran on the event loop that
+    # serves the gRPC calls: 226 began in the first second here.
+    pki = make_pki(tmp_path)
+    port = free_port()
+    rate = 10
+    node = start_secure_node(
+        tmp_path, pki, "--http", f"127.0.0.1:{port}", "--http-new-connections-per-s", str(rate)
+    )
+    web = Web(node, port, pki)
+    sources = [f"127.0.5.{i}" for i in range(1, 61)]
+
+    async def flood_and_look() -> tuple[dict[str, float], float]:
+        churns = [
+            asyncio.create_task(
+                flood.churn("127.0.0.1", port, 40, "churn", source=s, concurrency=2)
+            )
+            for s in sources
+        ]
+        began = time.monotonic()
+        await asyncio.sleep(1.0)
+        dropped = await asyncio.to_thread(_dropped, web)  # waits its turn at the door too
+        took = time.monotonic() - began
+        for c in churns:
+            c.cancel()
+        await asyncio.gather(*churns, return_exceptions=True)
+        return dropped, took
+
+    try:
+        dropped, took = asyncio.run(flood_and_look())
+        # every admitted connection was cut mid-handshake: a "handshake" drop
+        # two buckets of `rate` a second, bursts of `rate` (server.py): all sources,
+        # and the lane of sources quiet until then
+        began_at_most = 2 * (rate + rate * took) + 5
+        assert dropped.get("handshake", 0) <= began_at_most, (dropped, took)
+        assert web.healthz() == 200
+    finally:
+        assert node.stop() == 0
 
 
 @pytest.mark.parametrize("pattern", ["churn", "halfclose"])

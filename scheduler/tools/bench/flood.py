@@ -116,27 +116,7 @@ async def churn(
 
     async def one() -> None:
         nonlocal failed
-        try:
-            r, w = await _connect(host, port, source)
-        except OSError:
-            failed += 1
-            return
-        try:
-            w.write(hello)
-            if pattern == "halfclose":
-                with contextlib.suppress(Exception):  # the server may have closed first
-                    w.write_eof()
-                    await asyncio.wait_for(r.read(), 30)
-            else:
-                await asyncio.sleep(0)
-                # RST, not FIN: the server is cut off mid-handshake
-                sock = w.get_extra_info("socket")
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        linger = struct.pack("ii", 1, 0)
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-        finally:
-            w.transport.abort()
+        failed += not await _one(host, port, pattern, source, hello)
 
     loop = asyncio.get_running_loop()
     gap = concurrency / rate if rate else 0.0  # each lane's share of the rate
@@ -151,6 +131,105 @@ async def churn(
 
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     return failed
+
+
+async def _one(host: str, port: int, pattern: Pattern, source: str, hello: bytes) -> bool:
+    """One connection in the `churn` or `halfclose` pattern; False: it could not even
+    connect."""
+    try:
+        r, w = await _connect(host, port, source)
+    except OSError:
+        return False
+    try:
+        w.write(hello)
+        if pattern == "halfclose":
+            with contextlib.suppress(Exception):  # the server may have closed first
+                w.write_eof()
+                await asyncio.wait_for(r.read(), 30)
+        else:
+            await asyncio.sleep(0)
+            # RST, not FIN: the server is cut off mid-handshake
+            sock = w.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    linger = struct.pack("ii", 1, 0)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+    finally:
+        w.transport.abort()
+    return True
+
+
+CATCH_UP_S = 0.25
+
+
+async def churn_open(
+    host: str,
+    port: int,
+    pattern: Pattern,
+    *,
+    source: str,
+    rate: float,
+    seconds: float,
+    in_flight_max: int = 64,
+) -> int:
+    """`rate` connections a second for `seconds` in the `churn` or `halfclose`
+    pattern, open loop: each starts on time whether or not those before it have
+    ended (a connect whose SYN the server dropped waits a second or more), up to
+    `in_flight_max` at once; after a stall it makes up at most CATCH_UP_S of the
+    schedule. Returns how many were started."""
+    hello = client_hello()
+    loop = asyncio.get_running_loop()
+    flying: set[asyncio.Task[bool]] = set()
+    started = 0
+    # each start's time from its index, not from sums of 1/rate (whose rounding
+    # depends on the size of loop.time(): the count did too)
+    begin = loop.time()
+    end = begin + seconds
+    planned = round(rate * seconds)
+    shift = 0.0  # of the schedule given up after stalls
+    i = 0
+    while i < planned and (at := begin + shift + i / rate) < end:
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        if len(flying) >= in_flight_max:
+            timeout = max(0.0, end - loop.time())
+            await asyncio.wait(flying, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if len(flying) >= in_flight_max:
+                break
+        task = loop.create_task(_one(host, port, pattern, source, hello))
+        flying.add(task)
+        task.add_done_callback(flying.discard)
+        started += 1
+        i += 1
+        # behind (a stall, a stop): catch up at most CATCH_UP_S, not with a burst
+        behind = loop.time() - (begin + shift + i / rate)
+        if behind > CATCH_UP_S:
+            shift += behind - CATCH_UP_S
+    for task in list(flying):
+        task.cancel()
+    await asyncio.gather(*flying, return_exceptions=True)
+    return started
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds `pid`'s threads have used so far, by thread name (the main thread:
+    "main"); threads that ended are not counted."""
+    used: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return used
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        end = stat.rindex(")")
+        name = "main" if int(tid) == pid else stat[stat.index("(") + 1 : end]
+        fields = stat[end + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        used[name] = used.get(name, 0.0) + cpu
+    return used
 
 
 def cpu_seconds(pid: int) -> float:

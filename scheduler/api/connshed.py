@@ -1,0 +1,239 @@
+"""New connections to the gRPC ports, shed in the kernel while gRPC core's threads
+spend more than their CPU budget (setting grpc_threads_cpu_budget).
+
+gRPC core accepts on the gRPC ports itself and runs each TLS handshake on its
+EventEngine thread pool (threads named "event_engine"): ~0.2 ms of CPU for a
+connection cut mid-handshake, with nothing in Python to refuse it before. The pool
+starts another thread every second while all of its threads are busy, and each is
+a thread like the event loop's to the kernel's scheduler: a churn of 3,000 such
+connections a second from 40 addresses took the pool to half of the machine's
+two cores, the loop that serves the calls waited for a core, and a client on a
+connection already open kept a third of its rate (docs/bench-history/overload.md,
+Dec 6). Giving the pool's threads a lower priority made it worse: the node's own
+calls need the pool too.
+
+So the node watches the CPU time of the pool's threads (/proc/self/task), and while
+it is over budget it attaches a classic BPF filter to the gRPC listening sockets
+that drops a fraction `drop` of new connections' SYNs, raised until the pool is
+within budget, lowered again by DROP_EASE a tick once it is well under. A dropped
+SYN costs the node nothing; its client sends it again a second later (then 3 s, 7 s
+later), so a legitimate client that connects during a flood may wait some seconds;
+a flood of ordinary connect() calls slows down the same way. Connections already
+open are never touched: the filter drops only SYNs without ACK, and it is detached
+when `drop` is back to 0. No per-source limit is possible here (a filter keeps no
+state); `drop` is at most DROP_MAX, so some new connections always get through.
+
+A filter on a socket needs no privilege. If attaching fails, the node logs it once
+and sheds nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import math
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from apollo11.scheduler import metrics
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5
+DROP_MAX = 0.75
+DROP_EASE = 0.05  # a tick, once under half the budget: from DROP_MAX to 0 in 7.5 s
+DROP_STEP = 0.05  # what `drop` is rounded to: fewer filters attached
+LOG_EVERY_S = 10.0
+GRPC_POOL_THREAD = "event_engine"  # gRPC core's thread pool (work_stealing_thread_pool.cc)
+
+SO_ATTACH_FILTER = 26
+SO_DETACH_FILTER = 27
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def next_drop(drop: float, used: float, budget: float) -> float:
+    """The fraction of new connections to drop next, given the fraction dropped over
+    the last tick and the cores gRPC's pool used in it."""
+    if used > budget:
+        # the pool's work scales with the connections let through: let through
+        # budget/used of what passed
+        want = max(drop + DROP_STEP, 1.0 - (1.0 - drop) * budget / used)
+    elif used < budget / 2:
+        want = drop - DROP_EASE
+    else:
+        want = drop
+    want = min(DROP_MAX, max(0.0, want))
+    return round(round(want / DROP_STEP) * DROP_STEP, 2)
+
+
+def syn_filter(drop: float) -> list[tuple[int, int, int, int]]:
+    """A classic BPF program for a TCP socket: drop a fraction `drop` of SYNs (SYN
+    set, ACK not), at random; keep every other packet. A TCP socket's filter sees
+    the packet from its TCP header on, for IPv4 and IPv6 alike."""
+    threshold = min(0xFFFFFFFF, math.floor(drop * 2**32))
+    return [
+        (0x30, 0, 0, 13),  # ldb [13]: the TCP flags
+        (0x54, 0, 0, 0x12),  # and #(SYN|ACK)
+        (0x15, 0, 3, 0x02),  # jeq #SYN: a new connection; else keep
+        (0x20, 0, 0, 0xFFFFF038),  # ld #rand (SKF_AD_OFF + SKF_AD_RANDOM)
+        (0x25, 1, 0, threshold),  # jgt #threshold: keep; else drop
+        (0x06, 0, 0, 0),  # ret #0: drop
+        (0x06, 0, 0, 0xFFFFFFFF),  # ret #-1: keep all of it
+    ]
+
+
+def attach(fd: int, drop: float) -> None:
+    """Drop a fraction `drop` of the SYNs to the listening socket `fd` (0: none)."""
+    with socket.socket(fileno=os.dup(fd)) as sock:  # the same socket, its own fd
+        if drop <= 0:
+            with contextlib.suppress(OSError):  # none attached: ENOENT
+                sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
+            return
+        program = syn_filter(drop)
+        code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in program))
+        # struct sock_fprog {unsigned short len; struct sock_filter *filter;}; the
+        # kernel copies the program before setsockopt returns
+        fprog = struct.pack("HL", len(program), ctypes.addressof(code))
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+def listening_fds(ports: Iterable[int]) -> list[int]:
+    """This process's listening TCP sockets on `ports` (gRPC core opened them)."""
+    wanted = set(ports)
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            dup = os.dup(int(name))
+        except OSError:  # gone (the directory's own fd among them)
+            continue
+        try:
+            sock = socket.socket(fileno=dup)
+        except OSError:  # not a socket
+            os.close(dup)
+            continue
+        with sock:
+            try:
+                if (
+                    sock.type == socket.SOCK_STREAM
+                    and sock.family in (socket.AF_INET, socket.AF_INET6)
+                    and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                    and sock.getsockname()[1] in wanted
+                ):
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    """Which file `fd` is: its device and inode."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+class PoolCpu:
+    """CPU seconds gRPC core's pool threads have used, counted across threads that
+    come and go (the pool starts them when busy and ends them after 20 s idle)."""
+
+    def __init__(self, task_dir: str = "/proc/self/task") -> None:
+        self._dir = task_dir
+        self._seen: dict[str, float] = {}
+        self.total = 0.0
+
+    def sample(self) -> float:
+        now: dict[str, float] = {}
+        for tid in os.listdir(self._dir):
+            try:
+                with open(f"{self._dir}/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name_end = stat.rindex(")")
+            if stat[stat.index("(") + 1 : name_end] != GRPC_POOL_THREAD:
+                continue
+            fields = stat[name_end + 2 :].split()
+            now[tid] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        self.total += sum(max(0.0, cpu - self._seen.get(tid, 0.0)) for tid, cpu in now.items())
+        self._seen = now
+        return self.total
+
+
+@dataclass
+class ConnectionShedder:
+    """Sheds new connections to `ports` while gRPC's pool is over `budget` cores."""
+
+    ports: tuple[int, ...]
+    budget: float
+    clock: Callable[[], float] = time.monotonic
+    drop: float = 0.0
+    _logged_at: float = -LOG_EVERY_S
+    _told: bool = False  # an episode's start was logged, its end not yet
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        except Exception as e:  # no /proc, an unreadable stat: the node goes on unshed
+            log.warning("gRPC ports: cannot watch gRPC core's threads (%r): nothing shed", e)
+
+    async def _run(self) -> None:
+        fds = {fd: _identity(fd) for fd in listening_fds(self.ports)}
+        if not fds:
+            log.warning("gRPC ports %s: no listening socket found, nothing shed", self.ports)
+            return
+        cpu = PoolCpu()
+        used_before, at = cpu.sample(), self.clock()
+        try:
+            while True:
+                await asyncio.sleep(TICK_S)
+                used_now, now = cpu.sample(), self.clock()
+                used = (used_now - used_before) / max(1e-3, now - at)
+                used_before, at = used_now, now
+                drop = next_drop(self.drop, used, self.budget)
+                if drop != self.drop and not self._set(fds, drop, used):
+                    return
+        finally:
+            if self.drop > 0:
+                self._set(fds, 0.0, 0.0)
+
+    def _set(self, fds: dict[int, tuple[int, int]], drop: float, used: float) -> bool:
+        """Drop `drop` of the SYNs from now on; False: a filter could not be attached
+        (none is left attached)."""
+        try:
+            for fd, identity in fds.items():
+                if _identity(fd) != identity:  # closed, its number another file's now
+                    raise OSError(f"descriptor {fd} is no longer the gRPC port's socket")
+                attach(fd, drop)
+        except OSError as e:
+            log.warning("gRPC ports: cannot attach a socket filter (%s): nothing shed", e)
+            for fd, identity in fds.items():
+                with contextlib.suppress(OSError):
+                    if _identity(fd) == identity:
+                        attach(fd, 0.0)
+            self.drop = 0.0
+            metrics.GRPC_SYN_DROP.set(0.0)
+            return False
+        now = self.clock()
+        # an episode's start at most once per LOG_EVERY_S; its end whenever its start was told
+        if self.drop == 0 and drop > 0 and now - self._logged_at >= LOG_EVERY_S:
+            self._logged_at = now
+            self._told = True
+            log.warning(
+                "gRPC ports: gRPC core's threads used %.0f %% of a core (budget %.0f %%, "
+                "grpc_threads_cpu_budget), mostly TLS handshakes: dropping %.0f %% of "
+                "new connections (their clients retry); connections open go on",
+                used * 100,
+                self.budget * 100,
+                drop * 100,
+            )
+        elif drop == 0 and self._told:
+            self._told = False
+            log.warning("gRPC ports: no longer dropping new connections")
+        self.drop = drop
+        metrics.GRPC_SYN_DROP.set(drop)
+        return True

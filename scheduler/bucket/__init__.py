@@ -1,0 +1,45 @@
+"""The archive: the cluster's history in an S3-compatible bucket (docs/archive.md).
+
+objects.py  the object store as a port of blocking calls; S3 through boto3
+packing.py  zstd, content-addressed names, checksums
+span.py     a segment's event range and terms, every record checked
+catalog.py  the bucket's manifest: segments, snapshots, terms, the checksum chain
+plan.py     the shipper's pure decision: what to upload next, in a sentence
+shipper.py  the primary's background task (a thread for every blocking call)
+verify.py   reading the bucket back, every byte checked
+restore.py  a node's data directory built from the bucket
+
+The URL's syntax is checked by scheduler/archiveurl.py (the settings read it too).
+Import from here, not from the modules inside.
+"""
+
+from apollo11.scheduler.archiveurl import Target, parse_url
+from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry, SnapshotEntry
+from apollo11.scheduler.bucket.objects import MemoryObjects, ObjectStore, S3Objects, open_bucket
+from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
+from apollo11.scheduler.bucket.restore import build_data_dir
+from apollo11.scheduler.bucket.shipper import Shipper
+from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify_archive
+
+__all__ = [
+    "Catalog",
+    "MemoryObjects",
+    "ObjectRef",
+    "ObjectStore",
+    "Report",
+    "S3Objects",
+    "Sealed",
+    "SegmentEntry",
+    "Shipper",
+    "SnapshotEntry",
+    "Step",
+    "Target",
+    "View",
+    "build_data_dir",
+    "decide",
+    "load_catalog",
+    "open_bucket",
+    "parse_url",
+    "repair",
+    "verify_archive",
+]

@@ -1,0 +1,388 @@
+"""The shipper: the primary's background task that puts its history in the bucket.
+
+One cycle: read the world (the catalog, once, then as written; this node's
+sealed segments and newest snapshot) into a `plan.View`, decide (plan.py),
+carry the step out, say its sentence. Every call to the bucket, every read of a
+file, every compression and checksum runs on the shipper's own thread: the
+event loop only copies the segment list, and the append path never knows the
+bucket exists. Nothing here is per event.
+
+Reset on error (Litestream's `Replica.syncOnce`): any failure drops the cached
+catalog, waits (capped backoff, errors logged at most every
+`ERROR_LOG_EVERY_S`), and reads the bucket again. An unreachable or read-only
+bucket therefore costs the node nothing but a log line and the lag metric:
+uploads resume where the catalog ends when it answers again, and what was not
+uploaded is kept on disk meanwhile (`retention_floor`: local retention never
+deletes a segment the bucket does not hold).
+
+Standbys run the same task and upload nothing: they read the catalog every
+`watch_s`, for their retention floor and for the moment one of them is
+promoted (its first cycle reads the catalog afresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from apollo11.scheduler import metrics
+from apollo11.scheduler.bucket import packing
+from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SnapshotEntry, decode
+from apollo11.scheduler.bucket.objects import ObjectStore
+from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
+from apollo11.scheduler.bucket.span import span_of
+from apollo11.scheduler.errors import BucketError, CorruptLogError, CorruptObjectError
+from apollo11.scheduler.log import Segment, check_record
+from apollo11.scheduler.state import Store
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # between cycles with nothing to do: a sealed segment waits this long at most
+WATCH_S = 30.0  # a standby reads the catalog this often
+BACKOFF_MAX_S = 10.0
+ERROR_LOG_EVERY_S = 30.0
+
+T = TypeVar("T")
+
+
+class Host(Protocol):
+    """What the shipper reads of its node (scheduler/node/node.py)."""
+
+    @property
+    def store(self) -> Store | None: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def reshaping(self) -> bool: ...
+
+    def notice(self, text: str) -> None: ...
+
+
+class Shipper:
+    def __init__(
+        self,
+        host: Host,
+        objects: ObjectStore,
+        *,
+        node_id: str,
+        cluster: str,
+        poll_s: float = POLL_S,
+        watch_s: float = WATCH_S,
+        backoff_max_s: float = BACKOFF_MAX_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.host = host
+        self.objects = objects
+        self.node_id = node_id
+        self.cluster = cluster
+        self.poll_s = poll_s
+        self.watch_s = watch_s
+        self.backoff_max_s = backoff_max_s
+        self._clock = clock
+        self.catalog: Catalog | None = None  # as last read or written; None: read it
+        self._read_at = 0.0
+        self.sentence = ""  # the last step's, for status and tests
+        self.failures = 0  # in a row
+        self._logged_error_at = -1e9
+        self._terms: dict[tuple[int, int], int] = {}  # (first id, size) -> last term
+        self._hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256
+        self._was_primary = False
+        self._known_through = 0  # the bucket's end as last read: the lag while it fails
+
+    # ------------------------------------------------------------ for the node
+
+    def retention_floor(self) -> int:
+        """The first event id local retention must keep: the bucket does not hold it
+        (1, everything, until the catalog has been read)."""
+        return 1 if self.catalog is None else self.catalog.through + 1
+
+    async def run(self) -> None:
+        """Cycle until cancelled; a failed cycle waits and starts over from the bucket."""
+        while True:
+            try:
+                step = await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the bucket, a file, anything: never the node
+                await asyncio.sleep(self._failed(e))
+                continue
+            if step.kind in ("idle", "blocked"):
+                await asyncio.sleep(self.poll_s)
+
+    async def cycle(self) -> Step:
+        """Read, decide, act: one step (tests call this directly)."""
+        h = self.host
+        store = h.store
+        if store is None or h.reshaping:
+            return Step("idle", "waiting for the store to open")
+        primary = h.role == "primary"
+        # a standby's copy is up to watch_s old: read afresh when it is promoted
+        promoted, self._was_primary = primary and not self._was_primary, primary
+        stale = not primary and self._clock() - self._read_at >= self.watch_s
+        if self.catalog is None or stale or promoted:
+            self.catalog = await self._call(self._read_catalog)
+        view = await self._view(store, primary, self.catalog)
+        step = decide(view)
+        self._gauges(view, step)
+        self._say(step)
+        if step.kind == "segment":
+            seg = next(s for s in store.log.segments[:-1] if s.first_id == step.first)
+            frozen = Segment(seg.first_id, seg.path, seg.size, seg.last_id)
+            self.catalog = await self._call(self._upload_segment, frozen, view)
+        elif step.kind == "snapshot":
+            self.catalog = await self._call(self._upload_snapshot, store, view)
+        elif step.kind == "rewind":
+            self.catalog = await self._call(
+                self._write_catalog, view.catalog, view.catalog.rewound(step.first), view.term
+            )
+        self.failures = 0
+        return step
+
+    # -------------------------------------------------------------- the world
+
+    async def _view(self, store: Store, primary: bool, catalog: Catalog) -> View:
+        segments = store.log.segments
+        sealed = [s for s in segments[:-1] if not s.empty]
+        missing = [s for s in sealed if (s.first_id, s.size) not in self._terms]
+        if missing:
+            frozen = [Segment(s.first_id, s.path, s.size, s.last_id) for s in missing]
+            await self._call(self._learn_terms, frozen)
+        marks = store.snapshots.watermarks()
+        return View(
+            primary=primary,
+            node_id=self.node_id,
+            cluster_id=self.host.cluster_id,
+            term=store.log.last_term,
+            sealed=tuple(
+                Sealed(s.first_id, s.last_id, self._terms[(s.first_id, s.size)]) for s in sealed
+            ),
+            open_first=segments[-1].first_id,
+            durable_id=store.log.durable_id,
+            newest_snapshot=marks[0] if marks else None,
+            catalog=catalog,
+        )
+
+    def _learn_terms(self, segments: list[Segment]) -> None:
+        """The last record's term of each sealed segment (CRC-checked), once each."""
+        for seg in segments:
+            off = seg.locate(seg.last_id)
+            data = seg.read(off, seg.size - off)
+            info = check_record(data, 0, seg.path, base=off)
+            if info is None or info.event_id != seg.last_id:
+                raise CorruptLogError(
+                    f"the last record is not event {seg.last_id}", path=seg.path, offset=off
+                )
+            self._terms[(seg.first_id, seg.size)] = info.term
+
+    def _gauges(self, v: View, step: Step) -> None:
+        self._known_through = v.catalog.through
+        metrics.ARCHIVE_THROUGH.set(v.catalog.through)
+        metrics.ARCHIVE_BLOCKED.set(1 if step.kind == "blocked" else 0)
+        self._lag(v.primary, v.durable_id, [s.first for s in v.sealed])
+
+    def _lag(self, primary: bool, durable_id: int, sealed_firsts: list[int]) -> None:
+        through = self._known_through
+        if primary:
+            metrics.ARCHIVE_LAG_EVENTS.set(max(0, durable_id - through))
+            metrics.ARCHIVE_PENDING_SEGMENTS.set(sum(1 for f in sealed_firsts if f > through))
+        else:
+            metrics.ARCHIVE_LAG_EVENTS.set(0)
+            metrics.ARCHIVE_PENDING_SEGMENTS.set(0)
+
+    def _lag_meanwhile(self) -> None:
+        """While the bucket fails, the lag still grows: from what it last held."""
+        store = self.host.store
+        if store is not None and not self.host.reshaping:
+            firsts = [s.first_id for s in store.log.segments[:-1] if not s.empty]
+            self._lag(self.host.role == "primary", store.log.durable_id, firsts)
+
+    def _say(self, step: Step) -> None:
+        if step.sentence == self.sentence:
+            return
+        self.sentence = step.sentence
+        if step.kind == "blocked":
+            self.host.notice(f"archive: {step.sentence}")
+        elif step.kind in ("rewind", "segment", "snapshot"):
+            log.info("archive: %s", step.sentence)
+        else:
+            log.debug("archive: %s", step.sentence)
+
+    def _failed(self, e: Exception) -> float:
+        """Reset on error: the catalog is read again; how long to wait."""
+        self.catalog = None
+        self.failures += 1
+        self._lag_meanwhile()
+        metrics.ARCHIVE_FAILURES.inc()
+        if isinstance(e, CorruptObjectError):
+            metrics.ARCHIVE_CORRUPT.inc()
+        now = time.monotonic()
+        if now - self._logged_error_at >= ERROR_LOG_EVERY_S:
+            self._logged_error_at = now
+            what = str(e) if isinstance(e, BucketError | CorruptLogError) else repr(e)
+            log.error(
+                "archive: %s (%d failed in a row; the node goes on, uploads wait and resume)",
+                what,
+                self.failures,
+            )
+            self.sentence = f"failing: {what}"
+        return float(min(self.backoff_max_s, 0.25 * 2 ** min(self.failures, 8)))
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on a daemon thread of its own. Not an executor: its threads are
+        joined at exit, and a PUT hanging on a black-holed bucket would hold the
+        node's stop for the client's timeouts. A thread cut off at exit is a kill -9
+        mid-upload, which the catalog makes harmless."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: T | None, error: BaseException | None) -> None:
+            if fut.done():
+                return  # cancelled meanwhile
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]
+
+        def work() -> None:
+            try:
+                result, error = fn(*args), None
+            except BaseException as e:
+                result, error = None, e
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=work, name="apollo11-archive", daemon=True).start()
+        return await fut
+
+    # ------------------------------------------------- on the shipper's thread
+
+    def _read_catalog(self) -> Catalog:
+        raw = self.objects.get(packing.CATALOG)
+        self._read_at = self._clock()
+        if raw is None:
+            return Catalog.empty(self.host.cluster_id, self.cluster)
+        return decode(raw, name=packing.CATALOG)
+
+    def _write_catalog(self, old: Catalog, new: Catalog, term: int) -> Catalog:
+        """Put `new`, if the bucket still holds `old`: a second writer (a deposed
+        primary still finishing an upload) is noticed, not overwritten blindly."""
+        now = self.objects.get(packing.CATALOG)
+        current = None if now is None else decode(now, name=packing.CATALOG)
+        if current is not None and current != old:
+            raise BucketError(
+                f"the catalog changed under this node (written by {current.writer} in term "
+                f"{current.term}): reading it again"
+            )
+        signed = new.signed(term=term, writer=self.node_id, now_ms=int(self._clock() * 1000))
+        if not signed.cluster_id and self.host.cluster_id:
+            signed = Catalog(
+                self.host.cluster_id,
+                self.cluster,
+                signed.term,
+                signed.writer,
+                signed.written_ms,
+                signed.chain_base,
+                signed.segments,
+                signed.snapshots,
+            )
+        self.objects.put(packing.CATALOG, signed.encode())
+        metrics.ARCHIVE_UPLOADS.labels("catalog").inc()
+        metrics.ARCHIVE_LAST_UPLOAD.set(self._clock())
+        self._read_at = self._clock()
+        return signed
+
+    def _put(self, name: str, raw: bytes, kind: str) -> int:
+        """Put `raw`, compressed, at `name` unless the same is there; its stored size.
+
+        Same key, same content (packing.py): an object already there of the size
+        this build compresses to is a finished upload whose catalog entry was cut
+        off (a kill -9, a lost connection), reused as is."""
+        packed = packing.pack(raw)
+        if self.objects.size(name) == len(packed):
+            return len(packed)
+        self.objects.put(name, packed)
+        metrics.ARCHIVE_UPLOADS.labels(kind).inc()
+        metrics.ARCHIVE_BYTES.labels("raw").inc(len(raw))
+        metrics.ARCHIVE_BYTES.labels("stored").inc(len(packed))
+        return len(packed)
+
+    def _upload_segment(self, seg: Segment, view: View) -> Catalog:
+        raw = seg.read(0, seg.size)
+        # checked before it leaves: a disk's damage is not archived as history
+        span = span_of(raw, first_id=seg.first_id, where=seg.path)
+        if span.last != seg.last_id:
+            raise CorruptLogError(
+                f"the segment holds events through {span.last}, the log says {seg.last_id}",
+                path=seg.path,
+                offset=len(raw),
+            )
+        sha = packing.digest(raw)
+        name = packing.segment_object(seg.first_id, sha)
+        stored = self._put(name, raw, "segment")
+        ref = ObjectRef(os.path.basename(seg.path), name, sha, len(raw), stored)
+        new = view.catalog.with_segment(
+            first=span.first,
+            last=span.last,
+            first_term=span.first_term,
+            last_term=span.last_term,
+            ref=ref,
+        )
+        return self._write_catalog(view.catalog, new, view.term)
+
+    def _upload_snapshot(self, store: Store, view: View) -> Catalog:
+        snaps = store.snapshots
+        info = snaps.newest_pinned()  # retention keeps it and its chunks until unpinned
+        if info is None:
+            return view.catalog
+        try:
+            chunks = []
+            for chunk in info.chunks:
+                path = os.path.join(snaps.directory, chunk)
+                # a chunk is immutable and goes up once: the catalog's entry is reused
+                # without reading the file again (merged chunks hold all of history)
+                known = self._known_chunk(view.catalog, path, chunk)
+                if known is None:
+                    raw, sha = self._read_hashed(path)
+                    name = packing.chunk_object(chunk, sha)
+                    known = ObjectRef(chunk, name, sha, len(raw), self._put(name, raw, "chunk"))
+                    del raw
+                chunks.append(known)
+            raw, sha = self._read_hashed(info.path)
+            name = packing.snapshot_object(info.watermark, sha)
+            file = ObjectRef(
+                os.path.basename(info.path), name, sha, len(raw), self._put(name, raw, "snapshot")
+            )
+            entry = SnapshotEntry(
+                info.watermark,
+                info.term,
+                (info.position.event_id, info.position.segment_id, info.position.offset),
+                file,
+                tuple(chunks),
+            )
+            new = view.catalog.with_snapshot(entry)
+            return self._write_catalog(view.catalog, new, view.term)
+        finally:
+            snaps.unpin(info.watermark)
+
+    def _known_chunk(self, catalog: Catalog, path: str, name: str) -> ObjectRef | None:
+        st = os.stat(path)
+        sha = self._hashes.get((path, st.st_size, st.st_mtime_ns))
+        return None if sha is None else catalog.chunk(name, sha)
+
+    def _read_hashed(self, path: str) -> tuple[bytes, str]:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            raw = f.read()
+        key = (path, st.st_size, st.st_mtime_ns)
+        sha = self._hashes.get(key)
+        if sha is None:
+            sha = self._hashes[key] = packing.digest(raw)
+        return raw, sha

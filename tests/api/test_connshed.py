@@ -1,0 +1,231 @@
+"""New connections to the gRPC ports shed in the kernel while gRPC core's threads are
+over their CPU budget (scheduler/api/connshed.py).
+
+Before: a churn of connections cut mid-handshake took gRPC core's pool to half of
+the machine, and a client on a connection already open kept a third of its rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from apollo11.lease.local_etcd import free_port
+from apollo11.scheduler.api import connshed
+from apollo11.scheduler.api.connshed import (
+    DROP_MAX,
+    ConnectionShedder,
+    PoolCpu,
+    attach,
+    listening_fds,
+    next_drop,
+)
+from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.tools.bench import flood
+from tests.nodes import NodeProc
+from tests.secure import Pki, make_pki, start_secure_node
+
+RATIO = "apollo11_grpc_new_connections_dropped_ratio"
+
+
+def test_drop_follows_the_pool_over_its_budget_and_eases_off() -> None:
+    assert next_drop(0.0, used=0.1, budget=0.25) == 0.0, "under budget: nothing"
+    assert next_drop(0.0, used=1.0, budget=0.25) == 0.75, "let a quarter through"
+    assert next_drop(0.5, used=0.5, budget=0.25) == 0.75, "half of what passed"
+    assert next_drop(0.0, used=0.26, budget=0.25) == 0.05, "over by a little: a step"
+    assert next_drop(0.8, used=5.0, budget=0.25) == DROP_MAX, "never all of them"
+    assert next_drop(0.5, used=0.2, budget=0.25) == 0.5, "near the budget: hold"
+    assert next_drop(0.5, used=0.0, budget=0.25) == 0.45, "well under: ease off"
+    assert next_drop(0.05, used=0.0, budget=0.25) == 0.0
+
+
+def _listening() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    return sock
+
+
+def _connects_within(port: int, seconds: float) -> bool:
+    """Whether a connection to `port` is made within `seconds` (a dropped SYN is sent
+    again only after a second)."""
+    with socket.socket() as c:
+        c.setblocking(False)
+        assert c.connect_ex(("127.0.0.1", port)) in (0, errno.EINPROGRESS)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                try:
+                    c.getpeername()
+                    return True
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        return False
+
+
+def test_the_filter_drops_syns_and_spares_connections_open() -> None:
+    with _listening() as server:
+        port = server.getsockname()[1]
+        open_before = socket.create_connection(("127.0.0.1", port))
+        peer, _ = server.accept()
+        attach(server.fileno(), 1.0)
+        assert not _connects_within(port, 0.5), "every SYN dropped"
+        open_before.sendall(b"still here")
+        assert peer.recv(64) == b"still here", "a connection open before goes on"
+        peer.sendall(b"and back")
+        assert open_before.recv(64) == b"and back"
+        attach(server.fileno(), 0.0)
+        assert _connects_within(port, 5), "detached: connections come in again"
+        attach(server.fileno(), 0.0)  # detaching twice is nothing
+        open_before.close()
+        peer.close()
+
+
+def test_the_listening_sockets_are_found_by_port_and_nothing_is_left_open() -> None:
+    with _listening() as a, _listening() as b, socket.socket() as not_listening:
+        not_listening.bind(("127.0.0.1", 0))
+        ports = {a.getsockname()[1], not_listening.getsockname()[1]}
+        files = len(os.listdir("/proc/self/fd"))
+        assert listening_fds(ports) == [a.fileno()]
+        assert b.fileno() not in listening_fds(ports)
+        assert len(os.listdir("/proc/self/fd")) == files, "every descriptor looked at closed"
+
+
+def test_a_shedder_that_cannot_watch_says_so_and_the_node_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: with no /proc, the task died and nothing said so until the node stopped
+    def no_proc(ports: object) -> list[int]:
+        raise FileNotFoundError("/proc/self/fd")
+
+    monkeypatch.setattr(connshed, "listening_fds", no_proc)
+    asyncio.run(asyncio.wait_for(ConnectionShedder(ports=(1,), budget=0.1).run(), 10))
+    assert "cannot watch gRPC core's threads" in caplog.text
+
+
+def test_a_descriptor_no_longer_the_ports_gets_no_filter(caplog: pytest.LogCaptureFixture) -> None:
+    with _listening() as server:
+        fd = server.fileno()
+        seen = {fd: connshed._identity(fd)}
+    with _listening() as other:  # most likely given the same number
+        shedder = ConnectionShedder(ports=(1,), budget=0.1)
+        mine = {other.fileno(): seen.get(other.fileno(), (0, 0))}
+        assert not shedder._set(mine, 0.5, 1.0)
+        assert shedder.drop == 0.0
+        assert "no longer the gRPC port's socket" in caplog.text
+        assert _connects_within(other.getsockname()[1], 0.5), "nothing attached to it"
+
+
+def test_pool_cpu_counts_threads_that_come_and_go(tmp_path: Path) -> None:
+    def thread(tid: int, name: str, ticks: int) -> None:
+        d = tmp_path / str(tid)
+        d.mkdir(exist_ok=True)
+        fields = ["S"] + ["0"] * 10 + [str(ticks), "0"] + ["0"] * 30
+        (d / "stat").write_text(f"{tid} ({name}) {' '.join(fields)}\n")
+
+    tck = os.sysconf("SC_CLK_TCK")
+    thread(1, "python", 500)
+    thread(2, "event_engine", 100)
+    cpu = PoolCpu(str(tmp_path))
+    assert cpu.sample() == pytest.approx(100 / tck), "what the pool's threads used so far"
+    thread(2, "event_engine", 150)
+    thread(3, "event_engine", 20)  # started since
+    assert cpu.sample() == pytest.approx(170 / tck)
+    (tmp_path / "2" / "stat").unlink()  # ended: what it used stays counted
+    (tmp_path / "2").rmdir()
+    thread(3, "event_engine", 30)
+    assert cpu.sample() == pytest.approx(180 / tck)
+
+
+@dataclass
+class Flooded:
+    proc: NodeProc
+    pki: Pki
+    output: list[str]
+    http: int
+
+    def client(self, **kw: Any) -> SyncClient:
+        ca, token = self.pki.dir / "ca.pem", self.pki.tokens["submitter"]
+        return SyncClient(self.proc.address, ca=ca, token=token, **kw)
+
+    def shedding(self) -> bool:
+        return any("of new connections" in line for line in self.output)
+
+    def dropped_ratio(self) -> float:
+        trust = ssl.create_default_context(cafile=str(self.pki.dir / "ca.pem"))
+        text = httpx.get(
+            f"https://127.0.0.1:{self.http}/metrics",
+            headers={"Authorization": f"Bearer {self.pki.tokens['reader']}"},
+            verify=trust,
+            timeout=30,
+        ).text
+        line = next(x for x in text.splitlines() if x.startswith(RATIO))
+        return float(line.split()[-1])
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Flooded]:
+    pki = make_pki(tmp_path)
+    # a small budget: the flood below is over it on a slow or busy machine too
+    env = {"APOLLO11_GRPC_THREADS_CPU_BUDGET": "0.05", "GRPC_VERBOSITY": ""}
+    http = free_port()
+    proc = start_secure_node(tmp_path, pki, "--http", f"127.0.0.1:{http}", env=env)
+    output: list[str] = []
+    assert proc.proc.stdout is not None
+    out = proc.proc.stdout
+    # read the node's output as it comes: a full pipe would block the node
+    threading.Thread(target=lambda: output.extend(out), daemon=True).start()
+    yield Flooded(proc, pki, output, http)
+    assert proc.stop() == 0
+
+
+def test_a_churn_on_the_client_port_is_shed_and_a_client_connected_goes_on(
+    node: Flooded,
+) -> None:
+    sources = [f"127.0.6.{i}" for i in range(1, 21)]
+
+    async def churn_until_shed() -> None:
+        async def churn() -> None:
+            while True:
+                await asyncio.gather(
+                    *(
+                        flood.churn(
+                            "127.0.0.1", node.proc.port, 20, "churn", source=s, concurrency=2
+                        )
+                        for s in sources
+                    )
+                )
+
+        # stopped as soon as shedding is logged: connects then wait on dropped SYNs
+        flooding = asyncio.create_task(churn())
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not node.shedding():
+            await asyncio.sleep(0.2)
+        flooding.cancel()
+        await asyncio.gather(flooding, return_exceptions=True)
+
+    with node.client() as c:
+        c.submit("etl")  # its connection is open before the flood
+        asyncio.run(churn_until_shed())
+        assert node.shedding(), "".join(node.output[-20:])
+        assert c.submit("etl"), "a connection open before the flood goes on"
+    # the flood is over: the pool goes quiet, and dropping eases off to nothing
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and node.dropped_ratio() > 0:
+        time.sleep(0.5)
+    assert node.dropped_ratio() == 0
+    with node.client(retries=0) as fresh:
+        fresh.status()
