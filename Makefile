@@ -92,6 +92,7 @@ bench: setup
 	$(BIN)/apollo11 bench grpc
 	$(BIN)/apollo11 bench workers
 	$(BIN)/apollo11 bench cli
+	$(BIN)/apollo11 bench retries
 
 bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
@@ -99,6 +100,7 @@ bench-quick: setup
 	$(BIN)/apollo11 bench grpc --quick
 	$(BIN)/apollo11 bench workers --quick
 	$(BIN)/apollo11 bench cli --quick
+	$(BIN)/apollo11 bench retries --quick
 
 # The local cluster, no Docker: bundled etcd + three nodes, kill the primary, narrate.
 # WORKERS=N: the steps run on N worker processes; the nodes only dispatch.

@@ -360,6 +360,26 @@ def bench_flow(
     _measure(flow_bench.run, flow_bench.summary_rows, "flow", quick, as_json, workdir)
 
 
+def bench_retries(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Smaller runs, without the proposed policy's herd.")
+    ] = False,
+    as_json: BenchJson = False,
+    workdir: BenchDir = None,
+) -> None:
+    """Retries by cause: 1,000 steps failing together spread over seconds by their
+    jitter, Retry-After honoured on the log's clock, throughput with 10 % of steps
+    failing once against none. Exits 1 if a target is missed."""
+    from apollo11.scheduler.tools.bench import retries_bench
+
+    result = _measure(
+        retries_bench.run, retries_bench.summary_rows, "retries", quick, as_json, workdir
+    )
+    why = retries_bench.failed(result)
+    if why:
+        raise fail(f"bench retries {why}")
+
+
 def _measure(
     run: Any, rows: Any, name: str, quick: bool, as_json: bool, workdir: Path | None
 ) -> Any:
