@@ -155,8 +155,8 @@ def _verdict_line(p: Mapping[str, Any]) -> str | None:
                 when += " (its retry_after)"
         if isinstance(paced, int | float) and paced > 0:  # the step's retry budget's share
             failing = p.get("failing")
-            of = f": {failing:,} failing" if isinstance(failing, int) else ""
-            when += f" ({_seconds(float(paced))} s paced{of})"
+            among = f": {failing:,} failing" if isinstance(failing, int) else ""
+            when += f" ({_seconds(float(paced))} s paced{among})"
         return f"{name} → retry {n}/{of}{when}"
     if isinstance(n, int) and isinstance(of, int) and n >= of:
         return f"{name} → final, {n}/{of} spent" if of > 1 else f"{name} → final, never retried"
