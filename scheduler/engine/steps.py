@@ -137,7 +137,7 @@ class StepRunner:
     ) -> None:
         self.store = store
         # the steps' retry budgets: outcomes counted here, each retry's slot judged here
-        self.pacer = pacer or RetryPacer(None)
+        self.pacer = pacer if pacer is not None else RetryPacer(None)
         # An adopted attempt is given at least this long (the time a worker has to come
         # back after a failover): its timeout counts from its STARTED, so a failover
         # longer than what was left of it would fail it before its worker could report.
