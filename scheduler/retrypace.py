@@ -9,7 +9,7 @@ decides). Retries of that step may start at up to
     R = max(min_per_s, share x successes a second)
 
 and a GCRA (scheduler/flow/gcra.py, the rates' own) at rate R, with a burst of
-R x burst_s, admits each failure into the retry pipeline: a failure admitted now is not
+max(min_burst, R x burst_s), admits each failure into the retry pipeline: a failure admitted now is not
 paced; one that comes while failures outrun R waits for the key's next free slot, and
 its backoff counts from that slot (`paced_s` on top of the rule's delay). Added, not
 the larger of the two: with `max(backoff, slot)` the herd's first second of slots lies
@@ -34,16 +34,19 @@ from typing import NamedTuple
 
 from apollo11.scheduler.flow.gcra import gcra
 
-# defaults, measured by `apollo11 bench retries` (docs/benchmarks.md "Retries"):
-# 40 a second holds a herd of 1,000 to ~4 % a second; 0.2 of successes keeps 10 % of
-# steps failing once unpaced
-MIN_PER_S = 40.0
+# defaults, measured by `apollo11 bench retries` (docs/benchmarks.md "Retries"): a herd
+# of 1,000 failing together retries at 30 a second after a burst of 10, ~4 % in its
+# fullest second against a 5 % target; 0.2 of successes (and the burst) leaves a
+# closed loop with 10 % of its steps failing once nearly unpaced, its start included
+MIN_PER_S = 30.0
 SHARE = 0.2
 WINDOW_S = 10.0
-BURST_S = 0.1  # a tenth of a second's worth at once: 4 at 40/s
+BURST_S = 0.1  # a tenth of a second's worth may start at once...
+MIN_BURST = 10  # ...and at least this many: a handful failing together is no herd
 # the rate's denominator is the time seen, at least this: a window just started (a new
-# primary) counts its first successes over a short span, not over the whole window
-MIN_SPAN_S = 0.25
+# primary, a step's first traffic) counts its first successes over the time it has
+# seen them, not over the whole window
+MIN_SPAN_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,7 @@ class RetryBudget:
     share: float = SHARE
     window_s: float = WINDOW_S
     burst_s: float = BURST_S
+    min_burst: int = MIN_BURST
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_per_s) and self.min_per_s > 0):
@@ -68,6 +72,8 @@ class RetryBudget:
             raise ValueError(f"window_s must be >= 1, got {self.window_s!r}")
         if not (math.isfinite(self.burst_s) and self.burst_s >= 0):
             raise ValueError(f"burst_s must be >= 0, got {self.burst_s!r}")
+        if self.min_burst < 1:
+            raise ValueError(f"min_burst must be >= 1, got {self.min_burst!r}")
 
 
 class Slot(NamedTuple):
@@ -97,12 +103,22 @@ class Paced(NamedTuple):
     tat_ms: float
 
 
+def rescaled(tat_ms: float | None, now_ms: int, was: float, rate: float) -> float | None:
+    """The TAT kept at rate `was`, at rate `rate` now. The retries queued ahead of now
+    are a count, `(tat - now) x was`: at a new rate they take `count / rate`. Without it
+    a backlog paced at the floor while a step's first successes came in would keep its
+    length after the budget grew."""
+    if tat_ms is None or tat_ms <= now_ms or was == rate:
+        return tat_ms
+    return now_ms + (tat_ms - now_ms) * was / rate
+
+
 def pace(budget: RetryBudget, tat_ms: float | None, now_ms: int, rate: float, failing: int) -> Paced:
     """Admit a failure at `now_ms` (the log's) into its step's retries at `rate` a
     second, against the key's TAT (None: none yet): free when the GCRA admits it now,
     else paced until the first millisecond it would."""
     interval = 1000.0 / rate
-    burst = max(1, int(rate * budget.burst_s))
+    burst = max(budget.min_burst, int(rate * budget.burst_s))
     first = gcra(tat_ms, now_ms, interval, burst)
     if first.admitted:
         return Paced(Slot(0.0, failing), first.tat_ms)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 
-from apollo11.scheduler.retrypace import Paced, RetryBudget, Slot, pace, rate_per_s
+from apollo11.scheduler.retrypace import Paced, RetryBudget, Slot, pace, rate_per_s, rescaled
 
 Key = tuple[str, str]  # (workflow, step)
 
 
 class _Window:
-    __slots__ = ("failures", "seconds", "since_ms", "successes", "tat_ms", "last_ms")
+    __slots__ = ("failures", "last_ms", "rate", "seconds", "since_ms", "successes", "tat_ms")
 
     def __init__(self, size: int, now_ms: int) -> None:
         self.seconds = [-1] * size  # the second each bucket counts, -1: none
@@ -30,6 +30,7 @@ class _Window:
         self.since_ms = now_ms  # the first outcome seen, since the key was last idle
         self.last_ms = now_ms
         self.tat_ms: float | None = None
+        self.rate = 0.0  # the rate tat_ms was kept at
 
     def bucket(self, now_ms: int, window_ms: int) -> int:
         if now_ms - self.last_ms > window_ms:  # idle past the window: seen afresh
@@ -90,8 +91,9 @@ class RetryPacer:
         w = self._window(key, now_ms)
         successes, failing = w.counts(now_ms)
         rate = rate_per_s(budget, successes, (now_ms - w.since_ms) / 1000)
-        paced: Paced = pace(budget, w.tat_ms, now_ms, rate, failing)
-        w.tat_ms = paced.tat_ms
+        tat = rescaled(w.tat_ms, now_ms, w.rate, rate)
+        paced: Paced = pace(budget, tat, now_ms, rate, failing)
+        w.tat_ms, w.rate = paced.tat_ms, rate
         return paced.slot
 
     def forget(self) -> None:

@@ -7,10 +7,17 @@ import pytest
 
 from apollo11.scheduler.cause import of_class, verdict_line
 from apollo11.scheduler.retry import judge
-from apollo11.scheduler.retrypace import FREE, RetryBudget, Slot, pace, rate_per_s
+from apollo11.scheduler.retrypace import (
+    FREE,
+    RetryBudget,
+    Slot,
+    pace,
+    rate_per_s,
+    rescaled,
+)
 from apollo11.scheduler.workflow import Retry
 
-B = RetryBudget()  # 40/s, 0.2 of successes, a 10 s window, a burst of 0.1 s
+B = RetryBudget(min_per_s=40, min_burst=4)  # 0.2 of successes, 10 s, a burst of 0.1 s
 
 
 def test_the_rate_is_the_floor_until_successes_pay_for_more() -> None:
@@ -19,7 +26,7 @@ def test_the_rate_is_the_floor_until_successes_pay_for_more() -> None:
     assert rate_per_s(B, 20_000, 10) == 400  # 2,000/s x 0.2
     # over the time seen, not the whole window (a new primary), but at least 0.25 s
     assert rate_per_s(B, 500, 0.5) == 200
-    assert rate_per_s(B, 500, 0.0) == 400
+    assert rate_per_s(B, 500, 0.0) == 2_000  # over 0.05 s
     assert rate_per_s(B, 50_000, 60) == 1_000  # never more than the window
 
 
@@ -38,7 +45,7 @@ def test_a_herd_is_paced_at_the_rate_after_its_burst() -> None:
         p = pace(B, tat, 5_000, 40, i + 1)
         paced.append(p.slot.paced_s)
         tat = p.tat_ms
-    assert paced[:4] == [0, 0, 0, 0], "the burst: 40/s x 0.1 s"
+    assert paced[:4] == [0, 0, 0, 0], "the burst: 40/s x 0.1 s, and min_burst"
     assert paced[4] == pytest.approx(0.025)
     assert paced[-1] == pytest.approx((1_000 - 4) / 40, abs=0.002)
     per_second: dict[int, int] = {}
@@ -76,8 +83,37 @@ def test_the_verdict_line_shows_the_pacing() -> None:
     assert verdict_line(p) == "TimeoutError → retry 2/3 in 15.5 s (12.9 s paced: 1,000 failing)"
 
 
+def test_the_defaults_hold_a_herd_under_five_percent_a_second() -> None:
+    d = RetryBudget()
+    tat = None
+    paced = []
+    for i in range(1_000):
+        p = pace(d, tat, 0, rate_per_s(d, 0, 0), i + 1)
+        paced.append(p.slot.paced_s)
+        tat = p.tat_ms
+    per_second: dict[int, int] = {}
+    for s in paced:
+        per_second[int(s)] = per_second.get(int(s), 0) + 1
+    assert max(per_second.values()) <= 40  # the burst of 10, and 30 a second
+
+
+def test_a_backlog_shrinks_when_the_rate_grows() -> None:
+    assert rescaled(None, 0, 40, 400) is None
+    assert rescaled(500, 1_000, 40, 400) == 500  # behind now: nothing queued
+    # 1 s of slots at 40/s is 40 retries: at 400/s they take 0.1 s
+    assert rescaled(2_000, 1_000, 40, 400) == pytest.approx(1_100)
+    assert rescaled(2_000, 1_000, 40, 40) == 2_000
+
+
 @pytest.mark.parametrize(
-    "kw", [{"min_per_s": 0}, {"share": -1}, {"window_s": 0.5}, {"burst_s": float("nan")}]
+    "kw",
+    [
+        {"min_per_s": 0},
+        {"share": -1},
+        {"window_s": 0.5},
+        {"burst_s": float("nan")},
+        {"min_burst": 0},
+    ],
 )
 def test_a_malformed_budget_is_refused(kw: dict[str, float]) -> None:
     with pytest.raises(ValueError):

@@ -3,6 +3,8 @@ time, and the slots it gives."""
 
 from __future__ import annotations
 
+import pytest
+
 from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.retrypace import RetryBudget
 
@@ -34,20 +36,20 @@ def test_successes_buy_retries_and_an_idle_key_starts_afresh() -> None:
         slots.append(s.paced_s)
     assert slots[:40] == [0] * 40 and slots[40] == 0.003  # 400/s: one per 2.5 ms
     assert slots[-1] <= 0.06
-    # idle past the window: the floor again (40/s), so the 5th at once is paced
+    # idle past the window: the floor again (30/s, a burst of 10): the 11th is paced
     later = now + 60_000
     got = []
-    for _ in range(5):
+    for _ in range(11):
         p.failed(K, later)
         s = p.slot(K, later)
         assert s is not None
         got.append(s.paced_s)
-    assert got == [0, 0, 0, 0, 0.025]
+    assert got[:10] == [0] * 10 and got[10] == pytest.approx(1 / 30, abs=0.001)
 
 
 def test_keys_are_apart_and_no_budget_means_never_paced() -> None:
     p = RetryPacer(RetryBudget())
-    for _ in range(10):
+    for _ in range(20):
         p.failed(K, T0)
         p.slot(K, T0)
     other = ("wf", "t")
