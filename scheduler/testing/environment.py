@@ -22,6 +22,10 @@ opens the copy (snapshot plus replay), writes its TERM_STARTED and leads: a step
 that succeeded never runs again. It waits first for the old primary to be at
 rest (every task waiting) unless told `at_rest=False`.
 
+`WorkflowEnvironment(workers=N)` runs steps remotely, on N workers of the real
+worker code over the engine's Workers stream (scheduler/testing/workers.py);
+`kill_worker()` kills one mid-step, `start_worker()` starts another.
+
 Calls that let the engine work (`advance`, `fail_over`, `result`) return once it
 is at rest, or raise TimeoutError after `timeout` real seconds naming what still
 runs. `submit` and `send_event` return once recorded, as the client's do.
@@ -55,6 +59,7 @@ from apollo11.scheduler.state import Store, StoreConfig, TaskState, TaskStatus
 from apollo11.scheduler.testing.replaycheck import replay_check
 from apollo11.scheduler.testing.views import event_view, task_view
 from apollo11.scheduler.testing.virtualclock import START, VirtualClock
+from apollo11.scheduler.testing.workers import HEARTBEAT_TIMEOUT_S, Workers
 from apollo11.scheduler.workflow import InputT, Registry, ResultT, Workflow
 
 R = TypeVar("R")
@@ -112,7 +117,10 @@ class WorkflowEnvironment:
     `workflows`: Workflow objects, modules (or their dotted names) whose top-level
     workflows are loaded, as `--workflows` does. `start`: the clock's first time.
     `directory`: where the nodes keep their data (default: a temporary directory,
-    removed at the end). `concurrency`: the engine's slots."""
+    removed at the end). `concurrency`: the engine's slots (each worker's, with
+    `workers`). `workers`: run steps on this many workers (the real worker code, in
+    this process, over the engine's Workers stream) instead of in the engine's own
+    slots; 0 (the default): embedded."""
 
     def __init__(
         self,
@@ -121,8 +129,11 @@ class WorkflowEnvironment:
         start: datetime | float = START,
         directory: str | Path | None = None,
         concurrency: int = 8,
+        workers: int = 0,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
+        if workers < 0:
+            raise ValueError(f"workers= is how many workers run steps (0: none), got {workers}")
         self.registry = Registry()
         for w in workflows:
             self.register(w)
@@ -135,6 +146,9 @@ class WorkflowEnvironment:
         self._store: Store | None = None
         self._engine: Engine | None = None
         self._executor: InProcessExecutor | None = None
+        self._workers = (
+            Workers(self.registry, count=workers, slots=concurrency) if workers else None
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -159,11 +173,18 @@ class WorkflowEnvironment:
             self._root = self._given_dir
         else:
             self._root = Path(tempfile.mkdtemp(prefix="apollo11-env-"))
+        if self._workers is not None:
+            await self._workers.open()
         await self._lead()
+        if self._workers is not None:
+            for _ in range(self._workers.count):
+                await self._workers.start(None, self.timeout)
 
     async def close(self) -> None:
         """Stop the engine, close the store; remove the data unless `directory` was given."""
         await self._step_down()
+        if self._workers is not None:
+            await self._workers.close()
         root, self._root = self._root, None
         if root is not None and self._given_dir is None:
             await asyncio.to_thread(shutil.rmtree, root, True)
@@ -207,6 +228,7 @@ class WorkflowEnvironment:
     async def _lead(self) -> None:
         assert self._root is not None
         previous = self._root / self.node_id if self._nodes else None
+        leader = self.node_id if self._nodes else ""  # the last term's, as a node records it
         self._nodes += 1
         here = self._root / self.node_id
         if previous is not None:  # what log shipping gave the standby: the same bytes
@@ -214,26 +236,36 @@ class WorkflowEnvironment:
         store = Store.open(here, config=STORE, instance_id=self.node_id, clock=self.clock.now_ms)
         store.log.term = store.log.last_term + 1
         began = "failover" if previous is not None else "bootstrap"
+        # a node's payload (node/leading.py); no client address: nothing listens here
         await store.log.append(
-            EventType.TERM_STARTED, "", payload={"node_id": self.node_id, "began": began}
+            EventType.TERM_STARTED,
+            "",
+            payload={"node_id": self.node_id, "address": "", "began": began, "previous": leader},
         )
         executor = InProcessExecutor(threads=self._concurrency)
+        remote = None if self._workers is None else self._workers.executor(self.node_id)
         engine = Engine(
             store,
             self.registry,
             node_id=self.node_id,
-            executor=executor,
+            executor=executor if remote is None else remote,
             clock=self.clock,
             concurrency=self._concurrency,
+            # as a node's: an adopted attempt outlasts its worker's time to report it
+            adopt_grace_s=HEARTBEAT_TIMEOUT_S + 1.0,
         )
         self._store, self._engine, self._executor = store, engine, executor
         await engine.start()
+        if self._workers is not None:
+            await self._workers.lead(store.log.term, store, self.node_id, self.timeout)
 
     async def _step_down(self) -> None:
         engine, store, executor = self._engine, self._store, self._executor
         self._engine = self._store = self._executor = None
         if engine is not None:
-            await engine.stop()
+            await engine.stop()  # first, as a node's: nothing is decided once workers go
+        if self._workers is not None:
+            await self._workers.step_down(f"{self.node_id} stopped being the primary")
         if store is not None:
             await store.close()
         if executor is not None:
@@ -332,6 +364,35 @@ class WorkflowEnvironment:
             f"{rec.replayed} events"
             + (f" after the snapshot at event {rec.snapshot}" if rec.snapshot is not None else "")
         )
+
+    async def kill_worker(self, name: str | None = None) -> str:
+        """Kill a worker as its process dies (`name`, or the one running the most
+        attempts): its stream is cut, and the attempts it ran are failed as lost at
+        once and retried by their declarations (a thread's step runs on to its end
+        here, its result thrown away). Returns what happened, e.g. "killed w1: 1
+        attempt(s) lost"."""
+        workers = self._need_workers("kill_worker")
+        name, lost = await workers.kill(name)
+        return f"killed {name}: {lost} attempt(s) lost"
+
+    async def start_worker(self, name: str | None = None) -> str:
+        """Start a worker (named `name`, or the next free w1, w2, ...); returns its name
+        once the primary has registered it."""
+        return await self._need_workers("start_worker").start(name, self.timeout)
+
+    @property
+    def workers(self) -> list[str]:
+        """The live workers' names ([] when steps run embedded)."""
+        return [] if self._workers is None else self._workers.names
+
+    def _need_workers(self, call: str) -> Workers:
+        self.engine  # noqa: B018  (not running: say so first)
+        if self._workers is None:
+            raise FailedPreconditionError(
+                f"{call}: steps run embedded in this environment; give "
+                f"WorkflowEnvironment(workers=1) (or more) to run them on workers"
+            )
+        return self._workers
 
     def task(self, task_id: str) -> TaskView:
         """A task now, as the client's `task()` shows it."""

@@ -247,3 +247,16 @@ async def test_advance_returns_once_a_schedule_that_came_due_has_fired() -> None
             await env.advance(timedelta(days=1))
             fired = env.store.state.schedules["nightly-etl"].occurrences
             assert len(fired) == day + 1, fired
+
+
+async def test_the_term_starts_are_written_as_a_nodes_are() -> None:
+    """A node's TERM_STARTED names the previous term's leader (`apollo11 history` shows
+    it) and the leader's address; the kit's did neither (found comparing the kit's
+    failover with a real one: tests/cluster_tests/test_kit_failover.py)."""
+    async with WorkflowEnvironment(workflows=[etl]) as env:
+        await env.fail_over()
+        terms = [e.payload for e in env.store.log.read() if e.event_type.name == "TERM_STARTED"]
+    assert terms == [
+        {"node_id": "node-1", "address": "", "began": "bootstrap", "previous": ""},
+        {"node_id": "node-2", "address": "", "began": "failover", "previous": "node-1"},
+    ]
