@@ -117,8 +117,8 @@ def verdict_line(p: Mapping[str, Any]) -> str | None:
     `TimeoutError → retry 3/10 in 0.5 s`, `ReadTimeout (as TimeoutError) → …`,
     `KeyError → final, 5/5 spent`, `… → final, 5/5 spent; task paused` (its
     `on_exhausted`), `TimeoutError → retry 2/3 in 14.2 s (12.9 s paced: 1,000 failing)`
-    (the step's retry budget's share of the delay). None for what records no verdict (a failed compensation, a
-    FAILED written before verdicts were)."""
+    (the step's retry budget's share of the delay). None for what records no verdict
+    (a failed compensation, a FAILED written before verdicts were)."""
     if p.get("compensation"):
         return None
     line = _verdict_line(p)

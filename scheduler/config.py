@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 
 from apollo11.lease import MIN_TTL_S
-from apollo11.scheduler import defaults, retrypace
+from apollo11.scheduler import defaults
 from apollo11.scheduler.log import FsyncPolicy
 
 # a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
@@ -201,14 +201,14 @@ class NodeSettings(BaseSettings):
     # to max(retry_budget_min, retry_budget x the step's successes a second) a second;
     # past it each is paced. retry_budget_min 0 turns the pacing off.
     retry_budget: float = Field(
-        default=retrypace.SHARE,
+        default=defaults.RETRY_BUDGET_SHARE,
         ge=0,
         le=100,
         description="Share of a step's successes a second its retries may add before "
         "they are paced.",
     )
     retry_budget_min: float = Field(
-        default=retrypace.MIN_PER_S,
+        default=defaults.RETRY_BUDGET_MIN_PER_S,
         ge=0,
         le=1_000_000,
         description="Retries a second a step may always start unpaced; 0: never paced.",

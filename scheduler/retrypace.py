@@ -9,9 +9,10 @@ decides). Retries of that step may start at up to
     R = max(min_per_s, share x successes a second)
 
 and a GCRA (scheduler/flow/gcra.py, the rates' own) at rate R, with a burst of
-max(min_burst, R x burst_s), admits each failure into the retry pipeline: a failure admitted now is not
-paced; one that comes while failures outrun R waits for the key's next free slot, and
-its backoff counts from that slot (`paced_s` on top of the rule's delay). Added, not
+max(min_burst, R x burst_s), admits each failure into the retry pipeline: a failure
+admitted now is not paced; one that comes while failures outrun R waits for the key's
+next free slot, and its backoff counts from that slot (`paced_s` on top of the rule's
+delay). Added, not
 the larger of the two: with `max(backoff, slot)` the herd's first second of slots lies
 inside its backoff, and those retries land together with the jittered ones (~7 % of
 1,000 in one second against the 5 % target, docs/bench-history/retries.md). The GCRA
@@ -32,14 +33,14 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from apollo11.scheduler.flow.gcra import gcra
+from apollo11.scheduler import defaults, flow
 
 # defaults, measured by `apollo11 bench retries` (docs/benchmarks.md "Retries"): a herd
 # of 1,000 failing together retries at 30 a second after a burst of 10, ~4 % in its
 # fullest second against a 5 % target; 0.2 of successes (and the burst) leaves a
 # closed loop with 10 % of its steps failing once nearly unpaced, its start included
-MIN_PER_S = 30.0
-SHARE = 0.2
+MIN_PER_S = defaults.RETRY_BUDGET_MIN_PER_S  # 30.0
+SHARE = defaults.RETRY_BUDGET_SHARE  # 0.2
 WINDOW_S = 10.0
 BURST_S = 0.1  # a tenth of a second's worth may start at once...
 MIN_BURST = 10  # ...and at least this many: a handful failing together is no herd
@@ -113,16 +114,18 @@ def rescaled(tat_ms: float | None, now_ms: int, was: float, rate: float) -> floa
     return now_ms + (tat_ms - now_ms) * was / rate
 
 
-def pace(budget: RetryBudget, tat_ms: float | None, now_ms: int, rate: float, failing: int) -> Paced:
+def pace(
+    budget: RetryBudget, tat_ms: float | None, now_ms: int, rate: float, failing: int
+) -> Paced:
     """Admit a failure at `now_ms` (the log's) into its step's retries at `rate` a
     second, against the key's TAT (None: none yet): free when the GCRA admits it now,
     else paced until the first millisecond it would."""
     interval = 1000.0 / rate
     burst = max(budget.min_burst, int(rate * budget.burst_s))
-    first = gcra(tat_ms, now_ms, interval, burst)
+    first = flow.gcra(tat_ms, now_ms, interval, burst)
     if first.admitted:
         return Paced(Slot(0.0, failing), first.tat_ms)
     at = first.until_ms
     assert at is not None
-    then = gcra(tat_ms, at, interval, burst)  # admitted at until_ms, by its definition
+    then = flow.gcra(tat_ms, at, interval, burst)  # admitted at until_ms, by its definition
     return Paced(Slot((at - now_ms) / 1000, failing), then.tat_ms)

@@ -39,7 +39,6 @@ from apollo11.scheduler.engine.journal import Resolve, StoreJournal
 from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
-from apollo11.scheduler.retrypace import Slot
 from apollo11.scheduler.retry import (
     compensation_delay,
     counts,
@@ -49,6 +48,7 @@ from apollo11.scheduler.retry import (
     says_final,
     then_after_loss,
 )
+from apollo11.scheduler.retrypace import Slot
 from apollo11.scheduler.state import Store, TaskState
 from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
 

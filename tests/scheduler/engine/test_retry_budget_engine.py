@@ -12,8 +12,7 @@ import pytest
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.clock import FakeClock
-from apollo11.scheduler.engine import decide
-from apollo11.scheduler.engine import SubmitItem
+from apollo11.scheduler.engine import SubmitItem, decide
 from apollo11.scheduler.engine.decide import WakeAt
 from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.log import Event, EventType
@@ -94,9 +93,7 @@ async def test_a_herd_failing_together_is_spread_and_a_replay_agrees(
         assert primary is not None and standby.tasks[t].to_dict() == primary.to_dict()
 
 
-async def test_a_step_failing_now_and_then_is_not_delayed(
-    rigs: list[Rig], tmp_path: Path
-) -> None:
+async def test_a_step_failing_now_and_then_is_not_delayed(rigs: list[Rig], tmp_path: Path) -> None:
     clock = FakeClock()
     rig = await make_rig(tmp_path / "n1", clock, fails_first("steady", every=10))
     rigs.append(rig)
