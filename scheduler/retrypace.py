@@ -9,8 +9,9 @@ decides). Retries of that step may start at up to
     R = max(min_per_s, share x successes a second)
 
 and a GCRA (scheduler/flow/gcra.py, the rates' own) at rate R, with a burst of
-max(min_burst, R x burst_s), admits each failure into the retry pipeline: a failure
-admitted now is not paced; one that comes while failures outrun R waits for the key's
+max(min_burst, R x burst_s), admits each failure into the retry pipeline, and each
+success gives back `share` of a slot (`credited`, gRPC's tokens): a failure admitted
+now is not paced; one that comes while failures outrun R waits for the key's
 next free slot, and its backoff counts from that slot (`paced_s` on top of the rule's
 delay). Added, not
 the larger of the two: with `max(backoff, slot)` the herd's first second of slots lies
@@ -112,6 +113,17 @@ def rescaled(tat_ms: float | None, now_ms: int, was: float, rate: float) -> floa
     if tat_ms is None or tat_ms <= now_ms or was == rate:
         return tat_ms
     return now_ms + (tat_ms - now_ms) * was / rate
+
+
+def credited(tat_ms: float | None, rate: float, share: float) -> float | None:
+    """The TAT after a success: `share` of a slot given back (gRPC's retry throttle: a
+    success adds a fraction of a token, a failure takes one). So a step whose failures
+    stay within `share` of its successes is not paced, even while its traffic grows
+    faster than the window's average follows; a slot given back past now is lost (the
+    GCRA counts a TAT behind now as now), so credit never banks past the burst."""
+    if tat_ms is None or rate <= 0:
+        return tat_ms
+    return tat_ms - share * 1000.0 / rate
 
 
 def pace(

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import math
 
-from apollo11.scheduler.retrypace import Paced, RetryBudget, Slot, pace, rate_per_s, rescaled
+from apollo11.scheduler.retrypace import (
+    Paced,
+    RetryBudget,
+    Slot,
+    credited,
+    pace,
+    rate_per_s,
+    rescaled,
+)
 
 Key = tuple[str, str]  # (workflow, step)
 
@@ -74,6 +82,8 @@ class RetryPacer:
             return
         w = self._window(key, now_ms)
         w.successes[w.bucket(now_ms, self._window_ms)] += 1
+        if w.tat_ms is not None and w.tat_ms > now_ms:  # a backlog: a slot's share back
+            w.tat_ms = credited(w.tat_ms, w.rate, self.budget.share)
 
     def failed(self, key: Key, now_ms: int) -> None:
         """A failure of the step's own (not a loss), retried or not."""

@@ -11,6 +11,7 @@ from apollo11.scheduler.retrypace import (
     FREE,
     RetryBudget,
     Slot,
+    credited,
     pace,
     rate_per_s,
     rescaled,
@@ -118,3 +119,8 @@ def test_a_backlog_shrinks_when_the_rate_grows() -> None:
 def test_a_malformed_budget_is_refused(kw: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RetryBudget(**kw)
+
+
+def test_a_success_gives_back_a_share_of_a_slot() -> None:
+    assert credited(None, 40, 0.2) is None
+    assert credited(1_000, 40, 0.2) == pytest.approx(995)  # 0.2 x 25 ms

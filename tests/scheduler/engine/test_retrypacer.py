@@ -61,3 +61,19 @@ def test_keys_are_apart_and_no_budget_means_never_paced() -> None:
     assert off.slot(K, T0) is None and len(off) == 0
     p.forget()
     assert len(p) == 0
+
+
+def test_successes_pay_back_a_backlog() -> None:
+    """gRPC's throttle: each success gives back a share of a slot, so failures within
+    that share of the successes stop being paced as soon as successes come."""
+    p = RetryPacer(RetryBudget())
+    for _ in range(20):  # 20 at once, no successes: 10 free, 10 paced at 30/s
+        p.failed(K, T0)
+        p.slot(K, T0)
+    backlog = p._keys[K].tat_ms
+    assert backlog is not None and backlog > T0
+    for _ in range(100):  # 100 successes x 0.2 of a slot: 20 slots back
+        p.succeeded(K, T0 + 1)
+    p.failed(K, T0 + 1)
+    s = p.slot(K, T0 + 1)
+    assert s is not None and s.paced_s == 0
