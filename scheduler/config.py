@@ -197,6 +197,22 @@ class NodeSettings(BaseSettings):
         default=FsyncPolicy.ALWAYS,
         description="always; unsafe-never acknowledges before the disk has it (tests only).",
     )
+    # A step's retry budget (scheduler/retrypace.py, docs/tuning.md): retries start at up
+    # to max(retry_budget_min, retry_budget x the step's successes a second) a second;
+    # past it each is paced. retry_budget_min 0 turns the pacing off.
+    retry_budget: float = Field(
+        default=defaults.RETRY_BUDGET_SHARE,
+        ge=0,
+        le=100,
+        description="Share of a step's successes a second its retries may add before "
+        "they are paced.",
+    )
+    retry_budget_min: float = Field(
+        default=defaults.RETRY_BUDGET_MIN_PER_S,
+        ge=0,
+        le=1_000_000,
+        description="Retries a second a step may always start unpaced; 0: never paced.",
+    )
     idempotency_ttl: float = Field(
         default=defaults.IDEMPOTENCY_TTL_S,
         gt=0,

@@ -14,3 +14,7 @@ SUBMIT_MAX_BYTES = 64 * 1024
 JSON_MAX_DEPTH = 64
 JSON_MAX_DEPTH_MAX = 128
 SNAPSHOT_INTERVAL = 1000  # events between two snapshots
+# A step's retry budget (scheduler/retrypace.py, where the figures behind them are):
+# retries a second always free, and the share of the step's successes a second
+RETRY_BUDGET_MIN_PER_S = 30.0
+RETRY_BUDGET_SHARE = 0.2

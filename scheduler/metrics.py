@@ -139,6 +139,17 @@ STEP_FAILURE_CAUSES = Counter(
 STEP_RETRIES = Counter(
     "apollo11_step_retries_total", "Step failures that will be retried", ["workflow", "step"]
 )
+RETRIES_PACED = Counter(
+    "apollo11_step_retries_paced_total",
+    "Step retries the step's retry budget delayed past their backoff (failures came "
+    "faster than the budget's rate; docs/tuning.md retry_budget)",
+    ["workflow", "step"],
+)
+RETRY_PACED_SECONDS = Counter(
+    "apollo11_step_retry_paced_seconds_total",
+    "Seconds the retry budget added to step retries, summed",
+    ["workflow", "step"],
+)
 TASKS_PAUSED = Counter(
     "apollo11_tasks_paused_total",
     "Tasks paused because a step's retries ran out (on_exhausted='pause'), by workflow",

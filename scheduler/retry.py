@@ -37,7 +37,10 @@ The rules:
 * `judge` decides once, when the failure is recorded, and the FAILED records the
   verdict: `rule`, `final` and, when it will run again, `retry_in_s`. That is
   `max(rule.delay_s(failures of that cause), the failure's retry_after_s)`: a
-  StepError's `retry_after` is a floor, never a shortcut past the backoff.
+  StepError's `retry_after` is a floor, never a shortcut past the backoff. On the
+  primary the step's retry budget (scheduler/retrypace.py) may add its pacing, passed
+  in as the failure's `Slot`: then `retry_in_s` includes it and `paced_s` says how
+  much of it was the budget's. A replay reads the recorded verdict, never the budget.
 * A failed (or compensated) step that is not final runs again once its
   backoff is over: `retry_in_s` after the failure was recorded (for a loss, or
   a FAILED written before verdicts were, `Retry.delay_s(failures so far)`). The
@@ -69,6 +72,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from apollo11.scheduler.cause import Cause, short
+from apollo11.scheduler.retrypace import Slot
 from apollo11.scheduler.retrypolicy import DEFAULT_RULE, Exhausted, Never, Retry
 from apollo11.scheduler.taskstatus import StepStatus
 
@@ -180,6 +184,10 @@ class Verdict(NamedTuple):
     retry_in_s: float | None  # when it is not final: how long after the failure
     # when it is final: what follows for the task (the rule's on_exhausted)
     then: Exhausted = "fail"
+    # of retry_in_s, what the step's retry budget added (retrypace.py), and the step's
+    # failures in the budget's window then
+    paced_s: float = 0.0
+    failing: int = 0
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -189,6 +197,9 @@ class Verdict(NamedTuple):
         }
         if self.retry_in_s is not None:
             out["retry_in_s"] = self.retry_in_s
+            if self.paced_s > 0:
+                out["paced_s"] = self.paced_s
+                out["failing"] = self.failing
         if self.final and self.then != "fail":  # "fail": the FAILED as it always was
             out["exhausted"] = self.then
         return out
@@ -201,10 +212,13 @@ def judge(
     seed: str,
     *,
     final: bool = False,
+    slot: Slot | None = None,
 ) -> Verdict:
     """Judge a failure by its rule. `before`: own failures by rule before this one
     (`counts(step)`, or a ctx.step's own); `seed`: the jitter's (task and step, or
-    task and position); `final`: the failure says it is the last (`says_final`)."""
+    task and position); `final`: the failure says it is the last (`says_final`);
+    `slot`: its place in the step's retry budget (None: not paced), added to the delay
+    of a retry."""
     name, rule = rule_for(policy, cause)
     failures = (before or {}).get(name, 0) + 1
     if isinstance(rule, Never):
@@ -215,6 +229,11 @@ def judge(
     after = cause.retry_after_s if cause is not None else None
     if after is not None and after > delay:
         delay = after
+    if slot is not None and slot.paced_s > 0:
+        paced = round(slot.paced_s, 3)  # the log's milliseconds
+        return Verdict(
+            name, failures, rule.attempts, False, delay + paced, "fail", paced, slot.failing
+        )
     return Verdict(name, failures, rule.attempts, False, delay)
 
 

@@ -54,6 +54,7 @@ from apollo11.scheduler.engine.intake import (
     Submitted,
 )
 from apollo11.scheduler.engine.limits import Limits
+from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.engine.schedules import Schedules
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
 from apollo11.scheduler.engine.timers import Timers
@@ -66,6 +67,7 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.flow import DEFAULT_PRIORITY, Admit, Concurrency, FairQueue, NotYet, Rate
 from apollo11.scheduler.log import Draft, Event, EventType
+from apollo11.scheduler.retrypace import RetryBudget
 from apollo11.scheduler.shell import SHELL_DISABLED, SHELL_WORKFLOW, shell_workflow
 from apollo11.scheduler.state import State, Store, TaskState, TaskStatus
 from apollo11.scheduler.workflow import Registry, Step, Workflow
@@ -95,6 +97,9 @@ _NO_LABELS: Mapping[str, str] = MappingProxyType({})  # a step that requires no 
 Group = tuple[str, int, tuple[tuple[str, str], ...]]  # workflow, version, labels
 
 
+DEFAULT_RETRY_BUDGET = RetryBudget()
+
+
 def _always() -> bool:
     return True
 
@@ -117,6 +122,7 @@ class Engine:
         shell_refusal: Callable[[], str | None] | None = None,
         lease_valid: Callable[[], bool] | None = None,
         adopt_grace_s: float = 0.0,
+        retry_budget: RetryBudget | None = DEFAULT_RETRY_BUDGET,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -185,6 +191,8 @@ class Engine:
             ),
             resolve=self._child_workflow,
             adopt_grace_s=adopt_grace_s,
+            # the steps' retry budgets (retrypace.py); None: retries never paced
+            pacer=RetryPacer(retry_budget),
         )
         self._intake = Intake(self)
         # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...
@@ -209,6 +217,8 @@ class Engine:
             return
         self._leading = True
         self._draining = False
+        # a new term's budgets start empty: what an earlier term saw is not this one's
+        self.steps.pacer.forget()
         self._loop_task = asyncio.create_task(self._loop(), name="apollo11-engine")
         # Every unfinished task needs a decision: steps STARTED by an earlier
         # term (or by this node before it crashed) are lost and get failed.

@@ -36,6 +36,7 @@ from apollo11.scheduler.engine.executor import (
     failure,
 )
 from apollo11.scheduler.engine.journal import Resolve, StoreJournal
+from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.retry import (
@@ -47,6 +48,7 @@ from apollo11.scheduler.retry import (
     says_final,
     then_after_loss,
 )
+from apollo11.scheduler.retrypace import Slot
 from apollo11.scheduler.state import Store, TaskState
 from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
 
@@ -131,8 +133,11 @@ class StepRunner:
         compensator: Executor | None = None,
         resolve: Resolve | None = None,
         adopt_grace_s: float = 0.0,
+        pacer: RetryPacer | None = None,
     ) -> None:
         self.store = store
+        # the steps' retry budgets: outcomes counted here, each retry's slot judged here
+        self.pacer = pacer if pacer is not None else RetryPacer(None)
         # An adopted attempt is given at least this long (the time a worker has to come
         # back after a failover): its timeout counts from its STARTED, so a failover
         # longer than what was left of it would fail it before its worker could report.
@@ -320,6 +325,7 @@ class StepRunner:
                     attempt=attempt,
                 )
                 succeeded.inc()
+                self.pacer.succeeded((task.workflow, name), self.clock.now_ms())
                 self._beats.pop(key, None)
                 return
             except InvalidEventError as e:
@@ -353,13 +359,11 @@ class StepRunner:
             if final and not ending and (then := then_after_loss(spec.retry)) != "fail":
                 error["exhausted"] = then
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
-            verdict = judge(
-                spec.retry,
-                counts(state),
-                Cause.from_record(error),
-                f"{task_id}:{name}",
-                final=says_final(error),
-            )
+            before, cause, seed = counts(state), Cause.from_record(error), f"{task_id}:{name}"
+            verdict = judge(spec.retry, before, cause, seed, final=says_final(error))
+            slot = self._slot(task.workflow, name, verdict.final)
+            if slot is not None:  # judged again, its slot in the step's budget an input
+                verdict = judge(spec.retry, before, cause, seed, final=False, slot=slot)
             if ending:
                 verdict = verdict._replace(then="fail")
             error.update(verdict.record())
@@ -375,6 +379,23 @@ class StepRunner:
         failed.inc()
         if not final:
             retries.inc()
+
+    def _slot(self, workflow: str, name: str, final: bool) -> Slot | None:
+        """A failure of the step's own, counted in its retry budget (retrypace.py); when
+        it will be retried and the budget paces it, its slot (None: not paced)."""
+        pacer = self.pacer
+        if pacer.budget is None:
+            return None
+        key, now_ms = (workflow, name), self.clock.now_ms()
+        pacer.failed(key, now_ms)
+        if final:
+            return None
+        slot = pacer.slot(key, now_ms)
+        if slot is None or slot.paced_s <= 0:
+            return None
+        metrics.RETRIES_PACED.labels(workflow, name).inc()
+        metrics.RETRY_PACED_SECONDS.labels(workflow, name).inc(slot.paced_s)
+        return slot
 
     async def _finish(self, key: Key) -> None:
         task_id, name = key

@@ -11,6 +11,7 @@ from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import LocalFirstExecutor, RemoteExecutor
 from apollo11.scheduler.engine import Executor, InProcessExecutor
 from apollo11.scheduler.log import LogConfig
+from apollo11.scheduler.retrypace import RetryBudget
 from apollo11.scheduler.state import StoreConfig
 from apollo11.scheduler.workflow import Registry
 
@@ -19,6 +20,7 @@ class EngineOptions(TypedDict):
     concurrency: int
     idempotency_ttl_s: float
     adopt_grace_s: float
+    retry_budget: RetryBudget | None
 
 
 def store_config(s: NodeSettings, *, segment_max_bytes: int) -> StoreConfig:
@@ -51,6 +53,11 @@ def engine_options(s: NodeSettings) -> EngineOptions:
         # an adopted attempt outlasts its workers' time to come back and report (the
         # heartbeat timeout, after which the executor reports it lost), by a second
         "adopt_grace_s": s.worker_heartbeat_timeout + 1.0,
+        "retry_budget": (
+            RetryBudget(min_per_s=s.retry_budget_min, share=s.retry_budget)
+            if s.retry_budget_min > 0
+            else None
+        ),
     }
 
 

@@ -128,3 +128,15 @@ def test_grpc_limits_default_and_are_checked(tmp_path: Path) -> None:
         load_settings(
             data_dir=tmp_path, submit_max_bytes=8 * 1024 * 1024, max_message_bytes=8 << 20
         )
+
+
+def test_the_retry_budget_is_a_node_setting_and_zero_turns_it_off(tmp_path: Path) -> None:
+    from apollo11.scheduler.node.options import engine_options
+    from apollo11.scheduler.retrypace import RetryBudget
+
+    on = engine_options(load_settings(data_dir=tmp_path))["retry_budget"]
+    assert on == RetryBudget()
+    tuned = load_settings(data_dir=tmp_path, retry_budget=0.5, retry_budget_min=10)
+    assert engine_options(tuned)["retry_budget"] == RetryBudget(min_per_s=10, share=0.5)
+    off = load_settings(data_dir=tmp_path, retry_budget_min=0)
+    assert engine_options(off)["retry_budget"] is None
