@@ -120,6 +120,7 @@ class Cluster:
         http: bool = False,
         hosts: list[str] | None = None,
         wraps: list[list[str]] | None = None,
+        workflows: str = "apollo11.scheduler.examples",
     ) -> Cluster:
         c = cls(root, etcd_url, name)
         for i in range(1, n + 1):
@@ -135,7 +136,7 @@ class Cluster:
                 "--listen",
                 f"{host}:{port}",
                 "--workflows",
-                "apollo11.scheduler.examples",
+                workflows,
                 "--etcd",
                 etcd_url,
                 "--cluster",

@@ -56,9 +56,7 @@ MAX = 2  # hosts' Concurrency(key="host", max=2)
 
 @pytest.fixture
 def cluster(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[Cluster]:
-    c = Cluster.create(tmp_path, etcd_server.url, cluster_name, 3, *REMOTE)
-    for m in c.members:
-        m.args[m.args.index("apollo11.scheduler.examples")] = FLOWS
+    c = Cluster.create(tmp_path, etcd_server.url, cluster_name, 3, *REMOTE, workflows=FLOWS)
     c.start()
     c.wait_formed()
     yield c

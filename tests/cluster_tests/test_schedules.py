@@ -25,9 +25,7 @@ FLOWS = "apollo11.scheduler.examples,tests.cluster_tests.schedule_flows"
 
 @pytest.fixture
 def cluster(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterator[Cluster]:
-    c = Cluster.create(tmp_path, etcd_server.url, cluster_name)
-    for m in c.members:
-        m.args[m.args.index("apollo11.scheduler.examples")] = FLOWS
+    c = Cluster.create(tmp_path, etcd_server.url, cluster_name, workflows=FLOWS)
     c.start()
     c.wait_formed()
     yield c
