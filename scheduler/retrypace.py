@@ -45,6 +45,7 @@ SHARE = defaults.RETRY_BUDGET_SHARE  # 0.2
 WINDOW_S = 10.0
 BURST_S = 0.1  # a tenth of a second's worth may start at once...
 MIN_BURST = 10  # ...and at least this many: a handful failing together is no herd
+MAX_PACED_S = 300.0  # the most the budget adds to one retry: a herd of 9,000 at the floor
 # the rate's denominator is the time seen, at least this: a window just started (a new
 # primary, a step's first traffic) counts its first successes over the time it has
 # seen them, not over the whole window
@@ -64,6 +65,7 @@ class RetryBudget:
     window_s: float = WINDOW_S
     burst_s: float = BURST_S
     min_burst: int = MIN_BURST
+    max_paced_s: float = MAX_PACED_S
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_per_s) and self.min_per_s > 0):
@@ -76,6 +78,8 @@ class RetryBudget:
             raise ValueError(f"burst_s must be >= 0, got {self.burst_s!r}")
         if self.min_burst < 1:
             raise ValueError(f"min_burst must be >= 1, got {self.min_burst!r}")
+        if not (math.isfinite(self.max_paced_s) and self.max_paced_s > 0):
+            raise ValueError(f"max_paced_s must be > 0, got {self.max_paced_s!r}")
 
 
 class Slot(NamedTuple):
@@ -134,6 +138,12 @@ def pace(
     else paced until the first millisecond it would."""
     interval = 1000.0 / rate
     burst = max(budget.min_burst, int(rate * budget.burst_s))
+    # A queue that never drains (an hour of failures and no success) would put each
+    # new retry further out without end, and keep it there after the step recovers:
+    # the queue ahead is held to max_paced_s, past it a retry waits that long.
+    cap_ms = now_ms + budget.max_paced_s * 1000.0
+    if tat_ms is not None and tat_ms > cap_ms:
+        tat_ms = cap_ms
     first = flow.gcra(tat_ms, now_ms, interval, burst)
     if first.admitted:
         return Paced(Slot(0.0, failing), first.tat_ms)

@@ -114,6 +114,7 @@ def test_a_backlog_shrinks_when_the_rate_grows() -> None:
         {"window_s": 0.5},
         {"burst_s": float("nan")},
         {"min_burst": 0},
+        {"max_paced_s": 0},
     ],
 )
 def test_a_malformed_budget_is_refused(kw: dict[str, float]) -> None:
@@ -124,3 +125,19 @@ def test_a_malformed_budget_is_refused(kw: dict[str, float]) -> None:
 def test_a_success_gives_back_a_share_of_a_slot() -> None:
     assert credited(None, 40, 0.2) is None
     assert credited(1_000, 40, 0.2) == pytest.approx(995)  # 0.2 x 25 ms
+
+
+def test_the_pacing_is_bounded_and_a_recovered_step_is_not_held_for_an_hour() -> None:
+    # Before: an hour of 100 failures a second and no success put the last retry
+    # 8,400 s out, and a failure a minute after the step recovered 1,192 s out (a
+    # review of the budget).
+    budget = RetryBudget(min_per_s=30, max_paced_s=300)
+    tat = None
+    worst = 0.0
+    for i in range(360_000):  # 100 a second for an hour
+        p = pace(budget, tat, i * 10, 30, 1_000)
+        worst = max(worst, p.slot.paced_s)
+        tat = p.tat_ms
+    assert worst <= 300 + 0.1, worst
+    later = pace(budget, tat, 3_600_000 + 60_000, 30, 1)
+    assert later.slot.paced_s <= 300 - 60 + 0.1
