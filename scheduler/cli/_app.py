@@ -15,6 +15,7 @@ from apollo11.scheduler.cli import (
     _archive,
     _cluster,
     _credentials,
+    _export,
     _grpcenv,
     _limits,
     _node,
@@ -108,6 +109,7 @@ app.command()(_tasks.events)
 app.command()(_tasks.retry)
 app.command()(_tasks.skip)
 app.command()(_tasks.cancel)
+app.command()(_export.export)
 app.command()(_cluster.health)
 app.command()(_cluster.status)
 app.command()(_cluster.switchover)
