@@ -427,7 +427,9 @@ class SchedulerService(pbg.SchedulerServicer):
         )
 
     async def _act(
-        self, kind: ActionKind, r: pb.StepActionRequest | pb.CancelTaskRequest
+        self,
+        kind: ActionKind,
+        r: pb.StepActionRequest | pb.CancelTaskRequest | pb.RedactTaskRequest,
     ) -> pb.ActionResponse:
         step = r.step if isinstance(r, pb.StepActionRequest) else ""
         act = operator_action(kind, r.task_id, step=step, reason=r.reason, display=r.operator)
@@ -451,6 +453,12 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
         return await self._act("cancel", request)
+
+    @rpc
+    async def RedactTask(
+        self, request: pb.RedactTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        return await self._act("redact", request)
 
     @rpc
     async def SendEvent(

@@ -17,6 +17,7 @@ from apollo11.scheduler.log.manifest import load as load_manifest
 from apollo11.scheduler.log.manifest import remove as remove_manifest
 from apollo11.scheduler.log.mend import rewrite as rewrite_segment
 from apollo11.scheduler.log.record import FRAME, HEADER_SIZE, Event, EventType, check_record
+from apollo11.scheduler.log.redact import MARKER_KEY, PAYLOAD_KEYS, redact_payload, redaction_marker
 from apollo11.scheduler.log.segment import Position, Segment, parse_segment_name, segment_name
 from apollo11.scheduler.log.ship import RawBatch
 
@@ -24,6 +25,8 @@ __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",
     "FRAME",
     "HEADER_SIZE",
+    "MARKER_KEY",
+    "PAYLOAD_KEYS",
     "DataDir",
     "Draft",
     "Event",
@@ -41,6 +44,8 @@ __all__ = [
     "fsync_dir",
     "load_manifest",
     "parse_segment_name",
+    "redact_payload",
+    "redaction_marker",
     "remove_manifest",
     "rewrite_segment",
     "segment_name",

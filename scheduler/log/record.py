@@ -84,6 +84,9 @@ class EventType(enum.IntEnum):
     # compensation and the task ends COMPENSATED (the engine's decision, recorded once).
     TASK_PAUSED = 17
     TASK_COMPENSATING = 18
+    # An operator removed a finished task's input and outputs (scheduler/log/redact.py):
+    # {"operator", "reason"}; the task's events before it read as redacted everywhere.
+    TASK_REDACTED = 19
 
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}

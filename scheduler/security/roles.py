@@ -100,6 +100,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/RetryStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/SkipStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/RedactTask": Role.OPERATOR,
     # An event wakes the durable tasks waiting on its key: a submitter's input.
     "/apollo11.v1.Scheduler/SendEvent": Role.SUBMITTER,
     # A schedule submits tasks on its own, for as long as it lives, under its own

@@ -115,6 +115,7 @@ def _state_meta(state: State) -> dict[str, Any]:
         **state.events_dict(),  # only when there are events: older snapshots stay alike
         **state.schedules_dict(),  # likewise
         **state.occupancy.to_dict(),  # likewise
+        **state.redacted_dict(),  # likewise
     }
 
 
@@ -310,6 +311,7 @@ class Snapshots:
             state.load_events(s.get("events"))
             state.load_schedules(s.get("schedules"))
             state.occupancy.load(s.get("flow"))
+            state.redacted = {k: int(v) for k, v in (s.get("redacted") or {}).items()}
             reindex(state)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e

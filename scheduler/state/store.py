@@ -28,7 +28,7 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.log import DataDir, Event, EventLog, LogConfig
+from apollo11.scheduler.log import DataDir, Event, EventLog, LogConfig, redact_payload
 from apollo11.scheduler.state.archive import (
     Archive,
     Chunk,
@@ -237,7 +237,7 @@ class Store:
         if task.event_ids is None:  # from an older snapshot: scan its span of the log
             span = self.log.read(start, min(end, task.last_event_id))
             mine = (e for e in span if e.task_id == task.task_id)
-            events = list(itertools.islice(mine, limit + 1 if limit else None))
+            events = self.shown(list(itertools.islice(mine, limit + 1 if limit else None)))
             if limit and len(events) > limit:
                 return events[:limit], events[limit].event_id
             return events, 0
@@ -246,7 +246,22 @@ class Store:
         nxt = 0
         if limit and len(ids) > limit:
             ids, nxt = ids[:limit], ids[limit]
-        return self.log.read_ids(ids), nxt
+        return self.shown(self.log.read_ids(ids)), nxt
+
+    def shown(self, events: list[Event]) -> list[Event]:
+        """`events` as every answer shows them: those of a redacted task, from before
+        its TASK_REDACTED, without its input and outputs (scheduler/log/redact.py),
+        whether or not the bytes on disk still hold them."""
+        redacted = self.state.redacted
+        if not redacted:
+            return events
+        out = []
+        for e in events:
+            rid = redacted.get(e.task_id)
+            if rid is not None and e.event_id < rid:
+                e = e._replace(payload=redact_payload(e.payload, rid))
+            out.append(e)
+        return out
 
     def task_at(self, task_id: str, at: int) -> TaskState | None:
         """Time travel for one task: its state as of event `at`, from its own events
