@@ -40,6 +40,7 @@ from apollo11.scheduler.state.archive import (
 from apollo11.scheduler.state.fold import apply_all
 from apollo11.scheduler.state.index import State
 from apollo11.scheduler.state.model import TaskState
+from apollo11.scheduler.state.redactor import Redactor
 from apollo11.scheduler.state.snapshot import (
     DEFAULT_INTERVAL,
     DEFAULT_KEEP,
@@ -130,6 +131,9 @@ class Store:
         # an archive, the first one its bucket does not hold yet (scheduler/bucket/).
         self.retention_floor: Callable[[], int] | None = None
         log_.add_listener(self._on_durable)
+        # a redacted task's records rewritten on this member's disk (state/redactor.py)
+        self.redactor = Redactor(log_, state)
+        self._observers.append(self.redactor.observe)
 
     @classmethod
     def open(
@@ -144,6 +148,7 @@ class Store:
             store = cls._open(data_dir, config or StoreConfig(), instance_id, clock)
         # Everything recovered lives as long as the node: keep the collector off it.
         gc.freeze()
+        store.redactor.catch_up()
         return store
 
     @classmethod
@@ -490,6 +495,7 @@ class Store:
         await self.wait_snapshot()
         self._snap_io.shutdown(wait=True)
         self._repair_io.shutdown(wait=True)
+        self.redactor.close()
 
 
 class NeedsFullReplay(Exception):

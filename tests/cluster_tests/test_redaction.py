@@ -1,11 +1,13 @@
 """Redaction on a real cluster (issue 34, part 6): etcd, a primary and a standby;
 after `redact`, neither node shows the task's input or output (the task, its events,
-its past state), the event names the principal and the reason, and an offline replay
-of the standby's data directory agrees."""
+its past state), the event names the principal and the reason, each node's segments
+no longer hold it (byte for byte alike on both), and an offline replay of the
+standby's data directory agrees."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.client import SyncClient
-from tests.cluster import Cluster
+from tests.cluster import Cluster, segment_digest
 from tests.nodes import cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
@@ -29,6 +31,13 @@ def cluster(tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str) -> Iterat
         yield c
     finally:
         c.stop()
+
+
+def _until_gone(data_dir: Path, secret: bytes, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while any(secret in p.read_bytes() for p in (data_dir / "log").glob("*.seg")):
+        assert time.monotonic() < deadline, f"{data_dir}'s segments still hold it"
+        time.sleep(0.1)
 
 
 def test_no_node_shows_a_redacted_tasks_payloads(cluster: Cluster) -> None:
@@ -63,7 +72,10 @@ def test_no_node_shows_a_redacted_tasks_payloads(cluster: Cluster) -> None:
         res = cli("export", "--workflow", "echo", server=node.address)
         assert res.returncode == 0, res.stderr
         assert SECRET not in res.stdout and "keep me" in res.stdout
+    for node in (primary, standby):  # each rewrote its own segments, off the loop
+        _until_gone(node.data_dir, SECRET.encode())
     cluster.stop()
+    assert segment_digest(primary.data_dir) == segment_digest(standby.data_dir)
     res = cli("replay", "--data-dir", str(standby.data_dir), "--task", task_id, "--json")
     assert res.returncode == 0, res.stderr
     replayed = json.loads(res.stdout)

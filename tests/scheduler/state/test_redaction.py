@@ -12,7 +12,7 @@ import pytest
 
 from apollo11.scheduler.engine.intake import refuse_redact
 from apollo11.scheduler.errors import FailedPreconditionError
-from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
+from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig, expunge
 from apollo11.scheduler.state import TaskStatus, apply_all
 from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
@@ -63,6 +63,17 @@ async def test_a_redacted_task_shows_no_input_or_output_anywhere(tmp_path: Path)
     assert not [e for e in every if e.task_id == task.task_id and "batch" in str(e.payload)]
     past = store.task_at(task.task_id, before)  # time travel: redacted there too
     assert past is not None and past.input == mark and past.redacted is None
+
+    store.redactor.drain()  # its records rewritten on disk, the same size
+    sizes = [seg.size for seg in store.log.segments]
+    on_disk = store.log.read_ids([i for i in now.event_ids or () if i < red.event_id])
+    assert len(on_disk) == 11  # submitted, and each of its 5 steps started and succeeded
+    for e in on_disk:
+        for key in ("input", "result"):
+            assert e.payload.get(key) in (None, 0, mark), e
+    assert any(e.payload.get("input") == mark for e in on_disk)
+    assert expunge(store.log.segments, [e.event_id for e in on_disk], red.event_id) == 0
+    assert [seg.size for seg in store.log.segments] == sizes
 
     await _write(store, 6, seed=2)  # snapshots after the redaction
     state = store.state.to_dict()
