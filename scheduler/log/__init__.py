@@ -13,7 +13,7 @@ from apollo11.scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy
 from apollo11.scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
 from apollo11.scheduler.log.datadir import DataDir, fsync_dir, write_atomic
 from apollo11.scheduler.log.eventlog import Draft, EventLog
-from apollo11.scheduler.log.expunge import expunge
+from apollo11.scheduler.log.expunge import expunge, expunged
 from apollo11.scheduler.log.manifest import load as load_manifest
 from apollo11.scheduler.log.manifest import remove as remove_manifest
 from apollo11.scheduler.log.mend import rewrite as rewrite_segment
@@ -49,6 +49,7 @@ __all__ = [
     "cut_after",
     "cut_unsynced",
     "expunge",
+    "expunged",
     "fsync_dir",
     "load_manifest",
     "parse_segment_name",

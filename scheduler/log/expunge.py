@@ -65,3 +65,19 @@ def expunge(segments: Sequence[Segment], ids: Sequence[int], redaction_id: int) 
             finally:
                 os.close(fd)
     return changed
+
+
+def expunged(raw: bytes, ids: Sequence[int], redaction_id: int, where: str) -> bytes:
+    """A segment's bytes (a copy from the bucket) with the records of events `ids`
+    rewritten as `expunge` rewrites them on disk: the same bytes a member's segment has
+    once rewritten, so a restore and the members agree. Every record is checked."""
+    wanted = {i for i in ids if i < redaction_id}
+    out = bytearray(raw)
+    off = 0
+    while (info := check_record(raw, off, where)) is not None:
+        if info.event_id in wanted:
+            out[off : info.end] = redact_record(raw[off : info.end], redaction_id)
+        off = info.end
+    if off != len(raw):
+        raise CorruptLogError("a record runs past the end of the segment", path=where, offset=off)
+    return bytes(out)
