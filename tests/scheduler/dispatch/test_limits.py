@@ -35,8 +35,11 @@ def _settings(tmp_path: Path, execution: str) -> NodeSettings:
         fsync=FsyncPolicy.UNSAFE_NEVER,
         data_dir=tmp_path / "data",
         execution=execution,
+        # No worker is lost here: a timeout a loaded machine cannot miss (at 2 s, with
+        # the node and the worker on one loop and the load at 12 on 2 cores, the
+        # worker was declared gone, its attempts lost, and `light` failed with them).
         worker_heartbeat_interval=0.2,
-        worker_heartbeat_timeout=2.0,
+        worker_heartbeat_timeout=60.0,
     )
 
 
