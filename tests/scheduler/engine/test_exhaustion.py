@@ -207,3 +207,34 @@ def test_a_standby_or_a_snapshot_decides_the_same() -> None:
     assert decide(a.task, wf, NOTHING, a.now) == want
     assert decide(b.task, wf, NOTHING, b.now) == want
     assert decide(restored, wf, NOTHING, a.now) == want
+
+
+def test_a_cancel_before_the_compensation_is_recorded_still_owes_it() -> None:
+    """A cancel that overtakes a compensate exhaustion (running steps not yet stopped,
+    no TASK_COMPENSATING yet) ends the task CANCELLED, but never erases what the
+    exhaustion owed: the succeeded steps are compensated, whatever the workflow's
+    compensate_on_cancel says of a plain cancel."""
+    from apollo11.scheduler.engine.intake import owed_by_cancel
+
+    for on_cancel in (True, False):
+        wf = workflow(
+            FORK,
+            not_idempotent=["fetch", "left", "right"],
+            retry=Retry(attempts=1, on_exhausted="compensate"),
+            compensate_on_cancel=on_cancel,
+        )
+        h = History(FORK).ok("fetch").ok("left").add(E.STEP_STARTED, "right", 1)
+        _exhausted(h, "tail", 1, "compensate")
+        owed = owed_by_cancel(h.task, wf)
+        assert owed == ["fetch", "left"], on_cancel
+        h.add(E.TASK_CANCELLED, payload={"operator": "o", "reason": "r", "compensate": owed})
+        h.add(E.STEP_FAILED, "right", 1, {"error": "cancelled", "final": True, "compensate": True})
+        assert h.task.status is TaskStatus.CANCELLED
+        assert decide(h.task, wf, NOTHING, h.now) == [
+            Compensate("left", False),
+            Compensate("right", False),
+        ]
+    # a plain cancel of a workflow that does not compensate on cancel owes nothing
+    plain = workflow(FORK, not_idempotent=["fetch"], compensate_on_cancel=False)
+    h = History(FORK).ok("fetch").add(E.STEP_STARTED, "left", 1)
+    assert owed_by_cancel(h.task, plain) == []
