@@ -252,7 +252,10 @@ def _decide(
             if stopping:
                 actions.append(FailLost(name, step.attempt, True, spec.needs_compensation))
             elif final_after_loss(step, spec.retry):
-                then = then_after_loss(spec.retry) if not failed else "fail"
+                # a task already failed for good keeps failing; a paused one (or one
+                # about to be) keeps this step's own mode, for after the first's retry
+                keep = not failed or task.paused is not None or ending is not None
+                then = then_after_loss(spec.retry) if keep else "fail"
                 actions.append(FailLost(name, step.attempt, True, spec.needs_compensation, then))
             else:
                 actions.append(FailLost(name, step.attempt, False, spec.needs_compensation))
@@ -301,6 +304,16 @@ def _decide(
             owed = tuple(compensable(task, workflow))
             actions.append(CompensateTask(str(ending.get("step")), owed))
     return actions
+
+
+def own_exhaustion_moot(task: TaskState) -> bool:
+    """Does a step failing for good now lose its own on_exhausted (recorded "fail")?
+    Yes when the task is cancelled or compensated (or about to be): its end is set.
+    Not when it is paused (or about to be): an operator's retry of the step it paused
+    for lets this one's mode follow (state/fold.py keeps it on the step)."""
+    if task.cancelled is not None or task.compensating is not None:
+        return True
+    return task.exhausted is not None and task.exhausted.get("then") == "compensate"
 
 
 def _stopped(ending: Mapping[str, Any] | None) -> str:

@@ -23,7 +23,7 @@ import orjson
 from apollo11.scheduler import jsondepth, logfmt, metrics, tracing
 from apollo11.scheduler.cause import Cause, of_class
 from apollo11.scheduler.clock import Clock
-from apollo11.scheduler.engine.decide import FailLost
+from apollo11.scheduler.engine.decide import FailLost, own_exhaustion_moot
 from apollo11.scheduler.engine.executor import (
     Attempt,
     AttemptToken,
@@ -348,11 +348,9 @@ class StepRunner:
         assert error is not None
         if span is not None:
             tracing.failed(span, str(error.get("error", "failed")))
-        # a task cancelled, or already ending by another step's exhaustion: what this
-        # failure's rule says of exhaustion no longer applies
-        now = self.store.state.tasks[task_id]
-        ending = now.cancelled is not None or now.exhausted is not None
-        ending = ending or now.compensating is not None
+        # a task cancelled, or already compensated by another step's exhaustion: what
+        # this failure's rule says of exhaustion no longer applies (decide.py)
+        ending = own_exhaustion_moot(self.store.state.tasks[task_id])
         if error.get("lost"):  # no cause: it spends max_lost, judged above
             final = says_final(error)
             label = "lost"
