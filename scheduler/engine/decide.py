@@ -220,7 +220,7 @@ def _decide(
         return [Stuck(workflow.reason)]
     actions: list[Action] = []
     cancelled = task.cancelled is not None
-    failed = task.failed_final > 0
+    failed = task.failed_final > 0  # with cancelled: starts_nothing(task)
     # a step's retries ran out and the engine has yet to record what follows
     ending = task.exhausted if not cancelled else None
     undoing = ending is not None and ending.get("then") == "compensate"
@@ -304,6 +304,13 @@ def _decide(
             owed = tuple(compensable(task, workflow))
             actions.append(CompensateTask(str(ending.get("step")), owed))
     return actions
+
+
+def starts_nothing(task: TaskState) -> bool:
+    """Does the task start no step on its own any more: cancelled, or a step of it
+    failed for good (failed, paused, compensated, or about to be)? Only an operator's
+    retry or skip can change that."""
+    return task.cancelled is not None or task.failed_final > 0
 
 
 def own_exhaustion_moot(task: TaskState) -> bool:

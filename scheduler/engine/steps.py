@@ -23,7 +23,7 @@ import orjson
 from apollo11.scheduler import jsondepth, logfmt, metrics, tracing
 from apollo11.scheduler.cause import Cause, of_class
 from apollo11.scheduler.clock import Clock
-from apollo11.scheduler.engine.decide import FailLost, own_exhaustion_moot
+from apollo11.scheduler.engine.decide import FailLost, own_exhaustion_moot, starts_nothing
 from apollo11.scheduler.engine.executor import (
     Attempt,
     AttemptToken,
@@ -350,7 +350,11 @@ class StepRunner:
             tracing.failed(span, str(error.get("error", "failed")))
         # a task cancelled, or already compensated by another step's exhaustion: what
         # this failure's rule says of exhaustion no longer applies (decide.py)
-        ending = own_exhaustion_moot(self.store.state.tasks[task_id])
+        now = self.store.state.tasks[task_id]
+        ending = own_exhaustion_moot(now)
+        # ...and one that starts nothing more retries nothing on its own: no slot in the
+        # step's retry budget (a place there delays the retries of tasks that will run)
+        idle = starts_nothing(now)
         if error.get("lost"):  # no cause: it spends max_lost, judged above
             final = says_final(error)
             label = "lost"
@@ -359,7 +363,7 @@ class StepRunner:
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
             before, cause, seed = counts(state), Cause.from_record(error), f"{task_id}:{name}"
             verdict = judge(spec.retry, before, cause, seed, final=says_final(error))
-            slot = self._slot(task.workflow, name, verdict.final)
+            slot = self._slot(task.workflow, name, retried=not (verdict.final or idle))
             if slot is not None:  # judged again, its slot in the step's budget an input
                 verdict = judge(spec.retry, before, cause, seed, final=False, slot=slot)
             if ending:
@@ -378,15 +382,16 @@ class StepRunner:
         if not final:
             retries.inc()
 
-    def _slot(self, workflow: str, name: str, final: bool) -> Slot | None:
+    def _slot(self, workflow: str, name: str, *, retried: bool) -> Slot | None:
         """A failure of the step's own, counted in its retry budget (retrypace.py); when
-        it will be retried and the budget paces it, its slot (None: not paced)."""
+        it will be retried on its own (`retried`) and the budget paces it, its slot
+        (None: not paced)."""
         pacer = self.pacer
         if pacer.budget is None:
             return None
         key, now_ms = (workflow, name), self.clock.now_ms()
         pacer.failed(key, now_ms)
-        if final:
+        if not retried:
             return None
         slot = pacer.slot(key, now_ms)
         if slot is None or slot.paced_s <= 0:

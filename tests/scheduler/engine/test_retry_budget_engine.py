@@ -118,3 +118,36 @@ async def test_no_budget_no_pacing(rigs: list[Rig], tmp_path: Path) -> None:
         await asyncio.gather(*(rig.engine.wait(s.task_id) for s in subs))
     failed = _by_type(rig, EventType.STEP_FAILED)
     assert len(failed) == 64 and not any("paced_s" in e.payload for e in failed)
+
+
+async def test_failures_of_tasks_that_start_nothing_more_take_no_slot(
+    rigs: list[Rig], tmp_path: Path
+) -> None:
+    """A step failing in a task already failed for good (here: another step's retries
+    ran out) will not run again on its own: it takes no place in its step's budget,
+    which would delay the retries of the tasks that will run again."""
+    n = 40
+    wf = Workflow("doomed")
+    state = State()  # the rig's, once it is made
+
+    @wf.step(name="bad", idempotency=Idempotent(), retry=Retry(attempts=1))
+    def bad(ctx: StepContext) -> None:
+        raise ValueError("bad input")
+
+    @wf.step(name="call", idempotency=Idempotent(), retry=Retry())
+    async def call(ctx: StepContext) -> None:
+        while not state.tasks[ctx.task_id].failed_final:
+            await asyncio.sleep(0.01)  # until `bad` failed for good
+        raise TimeoutError("upstream down")
+
+    rig = await make_rig(tmp_path / "n1", FakeClock(), wf, concurrency=2 * n)
+    rigs.append(rig)
+    state = rig.store.state
+    subs = await rig.engine.submit_many([SubmitItem("doomed", {"n": k}) for k in range(n)])
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(rig.engine.wait(s.task_id) for s in subs))
+    calls = [e for e in _by_type(rig, EventType.STEP_FAILED) if e.step_name == "call"]
+    assert len(calls) == n
+    assert not any(e.payload.get("paced_s") for e in calls)
+    window = rig.engine.steps.pacer._keys.get(("doomed", "call"))
+    assert window is None or window.tat_ms is None
