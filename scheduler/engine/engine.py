@@ -471,9 +471,13 @@ class Engine:
                     run = self._busy.get(task_id, {}).get(a.step)
                     self.steps.cancel((task_id, a.step), a.reason, run)
                 case FailLost():
+                    assert isinstance(wf, Workflow)
+                    lost = lost_payload(a)
+                    # a herd lost with the last primary is paced like any herd
+                    self.steps.pace_loss(task, a.step, wf.steps[a.step].retry, lost)
                     self._spawn(
                         (task_id, a.step),
-                        self.steps.fail(task_id, a.step, a.attempt, lost_payload(a)),
+                        self.steps.fail(task_id, a.step, a.attempt, lost),
                         f"lost {(task_id, a.step)}",
                     )
                     metrics.STEP_OUTCOMES.labels(task.workflow, a.step, "lost").inc()

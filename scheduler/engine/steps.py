@@ -44,13 +44,14 @@ from apollo11.scheduler.retry import (
     counts,
     final_after_loss,
     judge,
+    paced_after_loss,
     rule_label,
     says_final,
     then_after_loss,
 )
 from apollo11.scheduler.retrypace import Slot
 from apollo11.scheduler.state import Store, TaskState
-from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
+from apollo11.scheduler.workflow import AUTO, FencingToken, Retry, Step, StepContext
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +361,7 @@ class StepRunner:
             label = "lost"
             if final and not ending and (then := then_after_loss(spec.retry)) != "fail":
                 error["exhausted"] = then
+            self.pace_loss(now, name, spec.retry, error)
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
             before, cause, seed = counts(state), Cause.from_record(error), f"{task_id}:{name}"
             verdict = judge(spec.retry, before, cause, seed, final=says_final(error))
@@ -381,6 +383,17 @@ class StepRunner:
         failed.inc()
         if not final:
             retries.inc()
+
+    def pace_loss(self, task: TaskState, name: str, policy: Retry, payload: dict[str, Any]) -> None:
+        """A loss (`payload`: its FAILED's, before it is written) takes its slot in the
+        step's retry budget as an own failure does: a herd lost with its primary or a
+        worker is paced like any herd. The pacing is recorded (retry.paced_after_loss),
+        never recomputed by a replay."""
+        retried = not (says_final(payload) or starts_nothing(task))
+        slot = self._slot(task.workflow, name, retried=retried)
+        if slot is not None:
+            seed = f"{task.task_id}:{name}"
+            payload.update(paced_after_loss(task.steps[name], policy, seed, slot))
 
     def _slot(self, workflow: str, name: str, *, retried: bool) -> Slot | None:
         """A failure of the step's own, counted in its retry budget (retrypace.py); when
