@@ -548,6 +548,9 @@ class Engine:
                     )
         except ApolloError as e:
             log.warning("task %s: cannot record what follows its failure: %s", task_id, e)
+            # still owed: decided again (a new try) after a pause, not never and not at
+            # once (a log that refuses appends would refuse them in a tight loop)
+            self._timers.arm((task_id, _END_TIMER), self.clock.now() + END_RETRY_S)
         finally:
             self._ending.discard(task_id)
 
@@ -1003,3 +1006,5 @@ class _FlowPorts:
 
 
 _FLOW_TIMER = "\x00flow"  # a timer key's step part that no step can be named
+_END_TIMER = "\x00end"  # the same, for a TASK_PAUSED or TASK_COMPENSATING written again
+END_RETRY_S = 1.0
