@@ -36,7 +36,7 @@ from apollo11.scheduler.engine.executor import (
     failure,
 )
 from apollo11.scheduler.engine.journal import Resolve, StoreJournal
-from apollo11.scheduler.engine.retrypacer import RetryPacer
+from apollo11.scheduler.engine.retrypacer import RetryPacer, pacing_key
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.retry import (
@@ -326,7 +326,7 @@ class StepRunner:
                     attempt=attempt,
                 )
                 succeeded.inc()
-                self.pacer.succeeded((task.workflow, name), self.clock.now_ms())
+                self.pacer.succeeded(pacing_key(task, name), self.clock.now_ms())
                 self._beats.pop(key, None)
                 return
             except InvalidEventError as e:
@@ -365,7 +365,7 @@ class StepRunner:
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
             before, cause, seed = counts(state), Cause.from_record(error), f"{task_id}:{name}"
             verdict = judge(spec.retry, before, cause, seed, final=says_final(error))
-            slot = self._slot(task.workflow, name, retried=not (verdict.final or idle))
+            slot = self._slot(task, name, retried=not (verdict.final or idle))
             if slot is not None:  # judged again, its slot in the step's budget an input
                 verdict = judge(spec.retry, before, cause, seed, final=False, slot=slot)
             if ending:
@@ -390,19 +390,20 @@ class StepRunner:
         worker is paced like any herd. The pacing is recorded (retry.paced_after_loss),
         never recomputed by a replay."""
         retried = not (says_final(payload) or starts_nothing(task))
-        slot = self._slot(task.workflow, name, retried=retried)
+        slot = self._slot(task, name, retried=retried)
         if slot is not None:
             seed = f"{task.task_id}:{name}"
             payload.update(paced_after_loss(task.steps[name], policy, seed, slot))
 
-    def _slot(self, workflow: str, name: str, *, retried: bool) -> Slot | None:
+    def _slot(self, task: TaskState, name: str, *, retried: bool) -> Slot | None:
         """A failure of the step's own, counted in its retry budget (retrypace.py); when
         it will be retried on its own (`retried`) and the budget paces it, its slot
-        (None: not paced)."""
+        (None: not paced). The metrics keep the workflow's name (bounded labels)."""
         pacer = self.pacer
         if pacer.budget is None:
             return None
-        key, now_ms = (workflow, name), self.clock.now_ms()
+        workflow = task.workflow
+        key, now_ms = pacing_key(task, name), self.clock.now_ms()
         pacer.failed(key, now_ms)
         if not retried:
             return None
