@@ -522,6 +522,7 @@ class Engine:
             await self._intake.close_child(task_id, operator=a.operator, reason=a.reason)
         except ApolloError as e:
             log.warning("task %s: cannot cancel it with its parent: %s", task_id, e)
+            self._decide_again(task_id)
         finally:
             self._closing.discard(task_id)
 
@@ -548,11 +549,17 @@ class Engine:
                     )
         except ApolloError as e:
             log.warning("task %s: cannot record what follows its failure: %s", task_id, e)
-            # still owed: decided again (a new try) after a pause, not never and not at
-            # once (a log that refuses appends would refuse them in a tight loop)
-            self._timers.arm((task_id, _END_TIMER), self.clock.now() + END_RETRY_S)
+            self._decide_again(task_id)
         finally:
             self._ending.discard(task_id)
+
+    def _decide_again(self, task_id: str) -> None:
+        """A record a decision asked for (a pause, a compensation, a child's cancel) was
+        refused by the log: it is still owed, so the task is decided again (a new try)
+        after a pause; not never (nothing else may touch the task until a failover), and
+        not at once (a log that refuses appends would refuse a tight loop too). Leadership
+        lost is no refusal: the next primary decides it."""
+        self._timers.arm((task_id, _AGAIN_TIMER), self.clock.now() + AGAIN_S)
 
     def _child_workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
         return self._intake.workflow(workflow, input, version)
@@ -1006,5 +1013,5 @@ class _FlowPorts:
 
 
 _FLOW_TIMER = "\x00flow"  # a timer key's step part that no step can be named
-_END_TIMER = "\x00end"  # the same, for a TASK_PAUSED or TASK_COMPENSATING written again
-END_RETRY_S = 1.0
+_AGAIN_TIMER = "\x00again"  # the same, for a record the log refused (`_decide_again`)
+AGAIN_S = 1.0
