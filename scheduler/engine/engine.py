@@ -471,9 +471,13 @@ class Engine:
                     run = self._busy.get(task_id, {}).get(a.step)
                     self.steps.cancel((task_id, a.step), a.reason, run)
                 case FailLost():
+                    assert isinstance(wf, Workflow)
+                    lost = lost_payload(a)
+                    # a herd lost with the last primary is paced like any herd
+                    self.steps.pace_loss(task, a.step, wf.steps[a.step].retry, lost)
                     self._spawn(
                         (task_id, a.step),
-                        self.steps.fail(task_id, a.step, a.attempt, lost_payload(a)),
+                        self.steps.fail(task_id, a.step, a.attempt, lost),
                         f"lost {(task_id, a.step)}",
                     )
                     metrics.STEP_OUTCOMES.labels(task.workflow, a.step, "lost").inc()
@@ -518,6 +522,7 @@ class Engine:
             await self._intake.close_child(task_id, operator=a.operator, reason=a.reason)
         except ApolloError as e:
             log.warning("task %s: cannot cancel it with its parent: %s", task_id, e)
+            self._decide_again(task_id)
         finally:
             self._closing.discard(task_id)
 
@@ -544,8 +549,17 @@ class Engine:
                     )
         except ApolloError as e:
             log.warning("task %s: cannot record what follows its failure: %s", task_id, e)
+            self._decide_again(task_id)
         finally:
             self._ending.discard(task_id)
+
+    def _decide_again(self, task_id: str) -> None:
+        """A record a decision asked for (a pause, a compensation, a child's cancel) was
+        refused by the log: it is still owed, so the task is decided again (a new try)
+        after a pause; not never (nothing else may touch the task until a failover), and
+        not at once (a log that refuses appends would refuse a tight loop too). Leadership
+        lost is no refusal: the next primary decides it."""
+        self._timers.arm((task_id, _AGAIN_TIMER), self.clock.now() + AGAIN_S)
 
     def _child_workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
         return self._intake.workflow(workflow, input, version)
@@ -999,3 +1013,5 @@ class _FlowPorts:
 
 
 _FLOW_TIMER = "\x00flow"  # a timer key's step part that no step can be named
+_AGAIN_TIMER = "\x00again"  # the same, for a record the log refused (`_decide_again`)
+AGAIN_S = 1.0

@@ -564,8 +564,14 @@ def refuse_cancel(task: TaskState) -> None:
 
 def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:
     """What a cancel owes, recorded in its event: the succeeded steps that declared a
-    compensation (when the workflow compensates on cancel; decide.compensable)."""
-    if wf is None or not wf.compensate_on_cancel:
+    compensation (decide.compensable) when the workflow compensates on cancel, or when
+    a step's retries ran out under on_exhausted="compensate" and the engine has yet to
+    record it: the cancel overtakes that record (the task ends CANCELLED, the late
+    TASK_COMPENSATING is not written), so it must owe what the record would have."""
+    if wf is None:
+        return []
+    undoing = task.exhausted is not None and task.exhausted.get("then") == "compensate"
+    if not (wf.compensate_on_cancel or undoing):
         return []
     return compensable(task, wf)
 

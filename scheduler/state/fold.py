@@ -362,6 +362,17 @@ def _clear_final(task: TaskState, step: StepState) -> None:
     if step.final:
         step.final = False
         task.failed_final -= 1
+    step.exhausted = None
+
+
+def _next_exhaustion(task: TaskState) -> dict[str, Any] | None:
+    """What follows for a task whose exhaustion's step an operator cleared, while other
+    steps are still failed for good: the first of them (in declaration order) whose
+    FAILED asked for a pause or a compensation; None: they all said "fail"."""
+    for name, st in task.steps.items():
+        if st.final and st.exhausted is not None:
+            return {"step": name, "then": st.exhausted}
+    return None
 
 
 def _on_failed(state: State, event: Event) -> None:
@@ -400,6 +411,10 @@ def _on_failed(state: State, event: Event) -> None:
             step.final = True
             task.failed_final += 1
         then = p.get("exhausted")
+        if then in _THEN:
+            # kept on the step too: a second exhaustion while the task is paused (or
+            # waiting for the engine's record) follows once the first is retried
+            step.exhausted = then
         if (
             then in _THEN
             and task.exhausted is None
@@ -472,6 +487,14 @@ def _on_override(state: State, event: Event) -> None:
         # no step is failed for good any more: a paused task runs on
         task.paused = None
         task.exhausted = None
+    elif task.compensating is None and step.name in (
+        _step_of(task.paused),
+        _step_of(task.exhausted),
+    ):
+        # the step the task paused (or was about to) for runs again, but another is
+        # still failed for good: what its own FAILED asked for follows (a new record)
+        task.paused = None
+        task.exhausted = _next_exhaustion(task)
     if action == "skip":
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
@@ -489,6 +512,10 @@ def _on_override(state: State, event: Event) -> None:
         _move(task, step, StepStatus.PENDING)
     else:
         _flag(task, step, event, f"unknown manual override {action!r}")
+
+
+def _step_of(ended: dict[str, Any] | None) -> Any:
+    return ended.get("step") if ended is not None else None
 
 
 def _on_cancelled(state: State, event: Event) -> None:
