@@ -352,7 +352,7 @@ class Engine:
         """Wait until a task is finished and nothing of it is running (use asyncio.timeout)."""
         task = self.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(self.store.state.not_found(task_id))
         if task.quiescent:
             return task
         fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()

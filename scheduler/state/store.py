@@ -412,6 +412,8 @@ class Store:
         written = fut.result()
         self.log.mark_end("snapshot")
         self.state.archive = Archive(written.chunks)
+        # no chunk holds these purged tasks now: nothing left to hide
+        self.state.tombstones -= written.purged
         watermark = written.info.watermark
         if not self.config.keep_all_segments:
             marks = self.snapshots.watermarks()
