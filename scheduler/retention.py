@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal, Protocol
 
-from apollo11.scheduler.schedules import parse_duration
+from apollo11.scheduler.schedules import format_duration, parse_duration
 from apollo11.scheduler.taskstatus import TaskStatus
 
 From = Literal["finish", "submit"]
@@ -81,7 +82,10 @@ class Rules:
 
     def text(self) -> str:
         """The canonical spelling (what `parse` reads back to the same Rules)."""
-        return ",".join(f"{_key_text(wf, st)}={ms // 1000}s" for (wf, st), ms in self.keep_ms)
+        return ",".join(
+            f"{_key_text(wf, st)}={format_duration(timedelta(milliseconds=ms))}"
+            for (wf, st), ms in self.keep_ms
+        )
 
 
 def _key_text(workflow: str, status: str) -> str:
