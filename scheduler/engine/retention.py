@@ -29,6 +29,7 @@ from apollo11.scheduler.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    NotLeaderError,
 )
 from apollo11.scheduler.log import Event, EventType
 
@@ -137,6 +138,8 @@ class RetentionSweep:
                     log.info("%s", sentence)
             except asyncio.CancelledError:
                 raise
+            except NotLeaderError:
+                continue  # draining for a switchover or a shutdown: not this node's now
             except Exception as e:  # the next sweep tries again; nothing half written
                 log.warning("retention sweep failed (will try again): %s", e)
 

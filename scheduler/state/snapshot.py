@@ -47,6 +47,7 @@ from apollo11.scheduler.state.archive import (
     chunk_name,
     encode_entry,
     merge_plan,
+    purged_chunk_name,
     write_chunk,
 )
 from apollo11.scheduler.state.index import State, reindex
@@ -213,19 +214,13 @@ def _framed(parts: tuple[bytes, ...]) -> tuple[bytes, ...]:
     return (HEADER.pack(MAGIC, crc, sum(len(p) for p in parts)), *parts)
 
 
-def purged_chunk_name(chunk: Chunk, watermark: int) -> str:
-    """The name of `chunk` rewritten without purged tasks at snapshot `watermark`: that
-    watermark first (the chunk holds its tasks as of it: a rebuild from the log replays
-    up to there, purges included), the original's after, so the name is new."""
-    return f"{watermark:020d}-{chunk.level}.{chunk.name.split('-', 1)[0]}{CHUNK_SUFFIX}"
-
-
 def _without(chunk: Chunk, purged: frozenset[str], watermark: int) -> Chunk:
     """`chunk`, or a new one of its tasks but the purged ones when it holds any (the old
     file stays for the older snapshots that name it, and goes with them)."""
     if not any(task_id in chunk for task_id in purged):
         return chunk
-    path = os.path.join(os.path.dirname(chunk.path), purged_chunk_name(chunk, watermark))
+    name = purged_chunk_name(chunk.name, chunk.level, watermark)
+    path = os.path.join(os.path.dirname(chunk.path), name)
     write_chunk(path, [r for r in chunk.records() if r[0] not in purged], chunk.level)
     return Chunk(path)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apollo11.scheduler.log import EventLog, EventType, FsyncPolicy, LogConfig
-from apollo11.scheduler.state import State, apply_all
+from apollo11.scheduler.state import Archive, State, apply_all
 from apollo11.scheduler.state.store import Store, StoreConfig
 
 LOG = LogConfig(segment_max_bytes=64 * 1024, fsync=FsyncPolicy.UNSAFE_NEVER)
@@ -121,4 +121,30 @@ async def test_a_purge_forgets_event_keys_past_their_ttl(tmp_path: Path) -> None
     assert "i" in store.state.event_keys
     await log.append(EventType.TASK_PURGED, "", payload={"tasks": []})
     assert "i" not in store.state.event_keys, "the sweep's time is the log's clock"
+    await store.close()
+
+
+async def test_a_rewritten_chunk_rebuilt_from_the_log_holds_its_tasks_but_the_purged(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "d"
+    store = _store(root)
+    for i in range(200):
+        await _run(store, f"t{i:04d}", f"key-{i}")
+    await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": ["t0000", "t0002"]})
+    await _run(store, "u0", "ukey-0")
+    await store.snapshot_now()
+    await store.wait_snapshot()
+    archive = store.state.archive
+    assert isinstance(archive, Archive)
+    rewritten = next(c for c in archive.chunks if ".p" in c.name)
+    kept = sorted(set(rewritten.task_ids()))
+    assert "t0001" in kept and "t0000" not in kept
+    everyone = {t.task_id: t.to_dict() for t in store.state.iter_tasks()}
+    size = Path(rewritten.path).stat().st_size
+    Path(rewritten.path).write_bytes(b"\xff" * size)  # every byte of it lost
+    new, _ = store.rebuild_chunk(rewritten.path)
+    assert sorted(set(new.task_ids())) == kept
+    store.install_chunk(new)
+    assert {t.task_id: t.to_dict() for t in store.state.iter_tasks()} == everyone
     await store.close()
