@@ -309,7 +309,9 @@ class SchedulerService(pbg.SchedulerServicer):
             task = await self._task(request.task_id)
             why = blocked(self.node, task.task_id)
             held = waiting(self.node, task.task_id)
-            return codec.task_to_pb(task, self._state.last_event_id, why, held)
+            state = self._state
+            hold = state.holds.get(task.task_id)
+            return codec.task_to_pb(task, state.last_event_id, why, held, hold)
         at = request.as_of_event_id
         task_id = required(request.task_id, "task_id")
         return codec.task_to_pb(await task_as_of(self.node, task_id, at), at)

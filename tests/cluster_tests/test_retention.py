@@ -83,6 +83,9 @@ def test_a_held_task_survives_a_purged_one_is_gone_everywhere_and_after_restart(
     assert _purged_on(standby, kept) is None
     with SyncClient(standby.address, timeout_s=10) as c:
         assert [t.task_id for t in c.tasks(held=True).tasks] == [kept]
+        hold = c.task(kept).held
+        assert hold is not None and hold["reason"] == "litigation hold 42" and hold["by"], hold
+        assert c.task(kept).held == hold, "the principal the primary recorded, on every node"
 
     cluster.stop()
     cluster.start()

@@ -619,7 +619,7 @@ class Step(_message.Message):
     def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ..., losses: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json", "waiting", "priority")
+    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json", "waiting", "priority", "held_json")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -640,6 +640,7 @@ class Task(_message.Message):
     SCHEDULE_JSON_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    HELD_JSON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     workflow: str
     version: int
@@ -660,7 +661,8 @@ class Task(_message.Message):
     schedule_json: str
     waiting: str
     priority: int
-    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ..., waiting: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+    held_json: str
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ..., waiting: _Optional[str] = ..., priority: _Optional[int] = ..., held_json: _Optional[str] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("state", "workflow", "page_size", "page_token", "schedule", "held")
