@@ -16,6 +16,7 @@ from apollo11.scheduler.cli import (
     _cluster,
     _credentials,
     _grpcenv,
+    _hold,
     _limits,
     _node,
     _replay,
@@ -108,6 +109,8 @@ app.command()(_tasks.events)
 app.command()(_tasks.retry)
 app.command()(_tasks.skip)
 app.command()(_tasks.cancel)
+app.command()(_hold.hold)
+app.command()(_hold.release)
 app.command()(_cluster.health)
 app.command()(_cluster.status)
 app.command()(_cluster.switchover)

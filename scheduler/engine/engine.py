@@ -54,6 +54,7 @@ from apollo11.scheduler.engine.intake import (
     Submitted,
 )
 from apollo11.scheduler.engine.limits import Limits
+from apollo11.scheduler.engine.retention import RetentionOptions, RetentionSweep
 from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.engine.schedules import Schedules
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
@@ -123,6 +124,7 @@ class Engine:
         lease_valid: Callable[[], bool] | None = None,
         adopt_grace_s: float = 0.0,
         retry_budget: RetryBudget | None = DEFAULT_RETRY_BUDGET,
+        retention: RetentionOptions | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -197,6 +199,8 @@ class Engine:
         self._intake = Intake(self)
         # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...
         self.schedules = Schedules(self)
+        # retention's sweep and the legal holds (docs/retention.md)
+        self.retention = RetentionSweep(self, retention or RetentionOptions())
         # flow control: which starts may happen now, the order of those that wait
         self._flow_ports = ports = _FlowPorts(self)
         self.flow = FlowGate(ports)
@@ -225,6 +229,7 @@ class Engine:
         self._dirty.update(t.task_id for t in self.store.state.tasks.values() if not t.quiescent)
         self._wake.set()
         self.schedules.start()
+        self.retention.start()
 
     async def stop(self) -> None:
         """Stop starting steps and cancel the running ones without writing anything.
@@ -235,6 +240,7 @@ class Engine:
         self._leading = False
         await self._timers.stop()
         await self.schedules.stop()
+        await self.retention.stop()
         tasks = [
             *(t for steps in self._busy.values() for t in steps.values()),
             *self._flushes,
@@ -352,7 +358,7 @@ class Engine:
         """Wait until a task is finished and nothing of it is running (use asyncio.timeout)."""
         task = self.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(self.store.state.not_found(task_id))
         if task.quiescent:
             return task
         fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()

@@ -370,7 +370,7 @@ class Intake:
         p = self._p
         task = p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(p.store.state.not_found(task_id))
         require_reason(operator, reason)
         names = failed_for_good(task)
         if not names:
@@ -405,7 +405,7 @@ class Intake:
         p.check_leading()
         task = p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(p.store.state.not_found(task_id))
         require_reason(operator, reason)
         refuse_cancel(task)
         payload = shown_as({"operator": operator, "reason": reason}, display)
@@ -436,7 +436,7 @@ class Intake:
     def _task_and_step(self, task_id: str, step: str) -> tuple[TaskState, StepState]:
         task = self._p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(self._p.store.state.not_found(task_id))
         s = task.steps.get(step)
         if s is None:
             raise NotFoundError(

@@ -84,6 +84,11 @@ class EventType(enum.IntEnum):
     # compensation and the task ends COMPENSATED (the engine's decision, recorded once).
     TASK_PAUSED = 17
     TASK_COMPENSATING = 18
+    # 19 is reserved (TASK_REDACTED). Retention (docs/retention.md): a legal hold set or
+    # released on a task; finished tasks purged by the primary's sweep, a batch an event
+    # (task_id ""), so every node and every replay drops the same tasks.
+    TASK_HELD = 20
+    TASK_PURGED = 21
 
 
 _TYPES: dict[int, EventType] = {t.value: t for t in EventType}

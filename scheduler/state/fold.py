@@ -815,6 +815,65 @@ def _on_limit(state: State, event: Event) -> None:
     state.occupancy.active = True
 
 
+# ---------------------------------------------------------------- retention
+
+PURGED_REMEMBERED = 10_000  # purged task ids kept to answer "purged by retention"
+
+
+def _on_held(state: State, event: Event) -> None:
+    """A legal hold set ({"held": true, "by", "reason"}) or released ({"held": false}).
+    Not a change of the task's course: its updated time (its finish, for retention)
+    stays as it was."""
+    task = state.task(event.task_id)
+    if task is None:
+        _state_anomaly(state, event, f"TASK_HELD for unknown task {event.task_id!r}")
+        return
+    task.last_event_id = event.event_id
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
+    p = event.payload
+    if p.get("held"):
+        state.holds[task.task_id] = {
+            "by": str(p.get("by") or ""),
+            "reason": str(p.get("reason") or ""),
+            "at_ms": event.timestamp,
+            "event_id": event.event_id,
+        }
+    else:
+        state.holds.pop(task.task_id, None)
+
+
+def _on_purged(state: State, event: Event) -> None:
+    """Retention dropped these finished tasks ({"tasks": [ids]}): gone from memory, their
+    idempotency keys with them; one an archive chunk holds is hidden until the next
+    snapshot rewrites the chunk. A held or unfinished one is not purged (the primary
+    never asks for that; a log that does is flagged). The sweep's time is the log's
+    clock: event idempotency keys past their TTL are forgotten here too."""
+    _expire_event_keys(state, event.timestamp)
+    archive = state.archive
+    for task_id in event.payload.get("tasks") or ():
+        task = state.peek(task_id)
+        if task is None:
+            _state_anomaly(state, event, f"TASK_PURGED names unknown task {task_id!r}")
+            continue
+        if task_id in state.holds or not task.quiescent:
+            why = "held" if task_id in state.holds else f"{task.status.value}, not finished"
+            _state_anomaly(state, event, f"TASK_PURGED of task {task_id!r} refused: {why}")
+            continue
+        state.tasks.pop(task_id, None)
+        key = task.idempotency_key
+        if key and state.idempotency.get(key) == task_id:
+            del state.idempotency[key]
+        if archive is not None:
+            # in a chunk, or in one a snapshot being written is adding: hidden either
+            # way until a snapshot that saw this purge has rewritten the chunks
+            state.tombstones.add(task_id)
+        purged = state.purged
+        purged[task_id] = event.event_id
+        if len(purged) > PURGED_REMEMBERED:
+            del purged[next(iter(purged))]
+
+
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.TASK_SUBMITTED: _on_submitted,
     EventType.STEP_STARTED: _on_started,
@@ -834,6 +893,8 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.LIMIT: _on_limit,
     EventType.TASK_PAUSED: _on_paused,
     EventType.TASK_COMPENSATING: _on_task_compensating,
+    EventType.TASK_HELD: _on_held,
+    EventType.TASK_PURGED: _on_purged,
 }
 
 # Exhaustive dispatch, checked at import: a new event type without a handler
