@@ -132,10 +132,23 @@ def verdict_line(p: Mapping[str, Any]) -> str | None:
 _THEN = {"pause": "task paused", "compensate": "task compensated"}
 
 
+def _paced(p: Mapping[str, Any]) -> str:
+    """A lost attempt's retry paced by its step's retry budget: ` in 3.2 s (2.1 s paced:
+    1,000 failing)`; "" when it was not (its FAILED records no delay)."""
+    after, paced = p.get("retry_in_s"), p.get("paced_s")
+    if not isinstance(after, int | float) or not isinstance(paced, int | float):
+        return ""
+    failing = p.get("failing")
+    among = f": {failing:,} failing" if isinstance(failing, int) else ""
+    return f" in {_seconds(float(after))} s ({_seconds(float(paced))} s paced{among})"
+
+
 def _verdict_line(p: Mapping[str, Any]) -> str | None:
     final = bool(p.get("final"))
     if p.get("lost"):
-        return "lost (its node died) → " + ("final, max_lost reached" if final else "retry")
+        if final:
+            return "lost (its node died) → final, max_lost reached"
+        return "lost (its node died) → retry" + _paced(p)
     decision = p.get("decision")
     rule = p.get("rule")
     if not isinstance(decision, Mapping) or not isinstance(rule, str):

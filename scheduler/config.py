@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 
 from apollo11.lease import MIN_TTL_S
-from apollo11.scheduler import defaults
+from apollo11.scheduler import defaults, retention
 from apollo11.scheduler.log import FsyncPolicy
 
 # a SubmitTask's other fields (workflow, idempotency key: 256 characters each) and framing
@@ -223,6 +223,24 @@ class NodeSettings(BaseSettings):
         description="all: keep every segment (audits, time travel); snapshots: delete what "
         "the oldest kept snapshot covers.",
     )
+    # Retention (scheduler/retention.py, docs/retention.md): finished tasks purged by
+    # workflow and status; none unless configured (a purge cannot be undone).
+    retention: str = Field(
+        default="",
+        max_length=64 * 1024,
+        description="Finished tasks kept for, by status and workflow, then purged "
+        '("FAILED=90d,SUCCEEDED=7d,etl:*=30d,etl:FAILED=365d"); empty: kept for ever.',
+    )
+    retention_from: Literal["finish", "submit"] = Field(
+        default="finish",
+        description="Count a task's retention from its finish or from its submission.",
+    )
+    retention_sweep_interval: float = Field(
+        default=60.0,
+        ge=1,
+        le=86_400,
+        description="Seconds between two retention sweeps of the primary.",
+    )
     # The archive (scheduler/bucket/, docs/archive.md): the endpoint, region and
     # credentials come from the AWS_* variables or files, as for any S3 tool.
     archive_url: str | None = Field(
@@ -333,6 +351,12 @@ class NodeSettings(BaseSettings):
     def _file_exists(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_file():
             raise ValueError(f"file {v} does not exist")
+        return v
+
+    @field_validator("retention")
+    @classmethod
+    def _retention_rules(cls, v: str) -> str:
+        retention.parse(v)  # the ValueError names the rule
         return v
 
     @field_validator("etcd_user")

@@ -70,6 +70,10 @@ LOG_SEGMENTS_MENDED = Counter(
     "apollo11_log_segments_mended_total",
     "Damaged sealed log segments replaced by another member's copy of their records",
 )
+RETENTION_PURGED = Counter(
+    "apollo11_retention_purged_total",
+    "Finished tasks purged by retention (counted by the primary that wrote the purge)",
+)
 ARCHIVE_CHUNKS_REBUILT = Counter(
     "apollo11_archive_chunks_rebuilt_total",
     "Damaged archive chunks rebuilt from the event log",

@@ -41,6 +41,10 @@ The rules:
   primary the step's retry budget (scheduler/retrypace.py) may add its pacing, passed
   in as the failure's `Slot`: then `retry_in_s` includes it and `paced_s` says how
   much of it was the budget's. A replay reads the recorded verdict, never the budget.
+* A loss is paced too: a herd of attempts lost with their primary (or a worker),
+  failed as lost together, is the herd the budget is for. When its slot paces it,
+  its FAILED records `retry_in_s` (the loss's backoff plus the pacing, `paced_s`,
+  `paced_after_loss`); otherwise it records none, as before.
 * A failed (or compensated) step that is not final runs again once its
   backoff is over: `retry_in_s` after the failure was recorded (for a loss, or
   a FAILED written before verdicts were, `Retry.delay_s(failures so far)`). The
@@ -128,6 +132,16 @@ def final_after_failure(step: StepState, policy: Retry) -> bool:
 def final_after_loss(step: StepState, policy: Retry) -> bool:
     """The running attempt is lost: is this loss the one that uses up `max_lost`?"""
     return budget(step).lost + 1 >= policy.max_lost
+
+
+def paced_after_loss(step: StepState, policy: Retry, seed: str, slot: Slot) -> dict[str, Any]:
+    """The running attempt of `step` is lost and will be retried, and the step's retry
+    budget paces it (`slot`): what its FAILED records. `retry_in_s` is the delay
+    `due_at` computes for a loss once it is folded (one loss more, so one own failure
+    fewer than `budget(step)` counts now) plus the pacing, so a replay reads it."""
+    paced = round(slot.paced_s, 3)  # the log's milliseconds
+    delay = policy.delay_s(budget(step).failed - 1, seed)
+    return {"retry_in_s": delay + paced, "paced_s": paced, "failing": slot.failing}
 
 
 def then_after_loss(policy: Retry) -> Exhausted:

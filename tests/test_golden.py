@@ -31,7 +31,7 @@ def _normal(state: dict[str, object]) -> object:
 
 
 @pytest.mark.parametrize(
-    "name", ["etl-happy", "eventful", "anomalous", "durable", "durable-children"]
+    "name", ["etl-happy", "eventful", "anomalous", "durable", "durable-children", "retained"]
 )
 def test_golden_log_replays_to_its_known_state(name: str) -> None:
     root = GOLDEN / name
@@ -48,6 +48,17 @@ def test_golden_time_travel() -> None:
 def test_golden_logs_span_segments_and_terms() -> None:
     assert len(list((GOLDEN / "etl-happy" / "log").glob("*.seg"))) >= 2
     assert _expected(GOLDEN / "eventful")["terms"] == [[3, 1], [7, 11]]  # type: ignore[index]
+
+
+def test_golden_retention_purges_all_but_the_held_until_released() -> None:
+    state = state_at(GOLDEN / "retained")
+    assert sorted(state.to_dict()["tasks"]) == ["etl-4", "etl-5", "etl-6", "etl-7"]
+    assert state.holds == {}
+    assert "refused: held" in state.anomalies[0]
+    assert state.not_found("etl-2") == "task 'etl-2' was purged by retention (event 91)"
+    assert state.task_for_key("batch-2") is None
+    held = state_at(GOLDEN / "retained", until=91)  # the first purge, before the release
+    assert held.holds["etl-1"]["by"] == "ann" and held.peek("etl-1") is not None
 
 
 def test_golden_anomaly_is_flagged() -> None:

@@ -13,6 +13,7 @@ handlers still build their own small responses, and the replicator speaks
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,13 @@ def step_to_pb(s: StepState, after: list[str]) -> pb.Step:
     return msg
 
 
-def task_to_pb(t: TaskState, as_of: int, blocked: str = "", waiting: str = "") -> pb.Task:
+def task_to_pb(
+    t: TaskState,
+    as_of: int,
+    blocked: str = "",
+    waiting: str = "",
+    held: Mapping[str, Any] | None = None,
+) -> pb.Task:
     msg = pb.Task(
         task_id=t.task_id,
         workflow=t.workflow,
@@ -109,6 +116,7 @@ def task_to_pb(t: TaskState, as_of: int, blocked: str = "", waiting: str = "") -
         schedule_json="" if t.schedule is None else dumps(_occurrence_of(t.schedule)),
         waiting=waiting,
         priority=priority_of(t),
+        held_json="" if held is None else dumps(dict(held)),
     )
     o = _override(t.cancelled)
     if o is not None:

@@ -309,7 +309,9 @@ class SchedulerService(pbg.SchedulerServicer):
             task = await self._task(request.task_id)
             why = blocked(self.node, task.task_id)
             held = waiting(self.node, task.task_id)
-            return codec.task_to_pb(task, self._state.last_event_id, why, held)
+            state = self._state
+            hold = state.holds.get(task.task_id)
+            return codec.task_to_pb(task, state.last_event_id, why, held, hold)
         at = request.as_of_event_id
         task_id = required(request.task_id, "task_id")
         return codec.task_to_pb(await task_as_of(self.node, task_id, at), at)
@@ -329,7 +331,11 @@ class SchedulerService(pbg.SchedulerServicer):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
         state = self._state
-        if request.schedule:
+        if request.held:  # the legal holds: few, each read where it lives
+            page, after = state.list_named(
+                list(state.holds), want_state, request.workflow, before, size
+            )
+        elif request.schedule:
             fired = scheduled_tasks(state, request.schedule)
             page, after = state.list_named(fired, want_state, request.workflow, before, size)
         else:
@@ -453,6 +459,25 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.CancelTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
         return await self._act("cancel", request)
+
+    async def _hold(self, r: pb.HoldTaskRequest, *, held: bool) -> pb.ActionResponse:
+        task_id = required(r.task_id, "task_id")
+        event = await self._engine().retention.hold(
+            task_id, operator=current_principal().name, reason=r.reason, held=held
+        )
+        return pb.ActionResponse(event_id=event.event_id)
+
+    @rpc
+    async def HoldTask(
+        self, request: pb.HoldTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        return await self._hold(request, held=True)
+
+    @rpc
+    async def ReleaseTask(
+        self, request: pb.HoldTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        return await self._hold(request, held=False)
 
     @rpc
     async def RedactTask(

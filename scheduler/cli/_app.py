@@ -17,6 +17,7 @@ from apollo11.scheduler.cli import (
     _credentials,
     _export,
     _grpcenv,
+    _hold,
     _limits,
     _node,
     _replay,
@@ -111,6 +112,8 @@ app.command()(_tasks.skip)
 app.command()(_tasks.cancel)
 app.command()(_tasks.redact)
 app.command()(_export.export)
+app.command()(_hold.hold)
+app.command()(_hold.release)
 app.command()(_cluster.health)
 app.command()(_cluster.status)
 app.command()(_cluster.switchover)

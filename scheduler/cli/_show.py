@@ -114,6 +114,13 @@ def show_task_view(t: Any) -> None:
         )
     for note in t.anomalies:
         out.print(f"[yellow]anomaly:[/yellow] {escape(note)}")
+    if t.held:
+        h = t.held
+        out.print(
+            f"[yellow]held:[/yellow] by {escape(str(h.get('by')))}: "
+            f"{escape(str(h.get('reason')))} (never purged by retention until "
+            f"`apollo11 release {escape(t.task_id)}`)"
+        )
     if t.blocked:
         out.print(f"[yellow]blocked:[/yellow] {escape(t.blocked)}")
     if t.waiting:

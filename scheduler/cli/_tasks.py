@@ -32,6 +32,9 @@ def tasks(
     schedule: Annotated[
         str, typer.Option("--schedule", help="Only the tasks this schedule fired.")
     ] = "",
+    held: Annotated[
+        bool, typer.Option("--held", help="Only the tasks under a legal hold (apollo11 hold).")
+    ] = False,
     limit: Annotated[int, typer.Option("--limit", help="How many (newest first).")] = 50,
     server: Server = None,
     as_json: AsJson = False,
@@ -53,6 +56,7 @@ def tasks(
                     schedule=schedule,
                     page_size=min(1000, limit - len(rows)),
                     page_token=token,
+                    held=held,
                 )
                 rows.extend(page.tasks)
                 token = page.next_page_token

@@ -448,6 +448,19 @@ class Client:
         resp = await self._call("scheduler", "RedactTask", req, write=True, retry=False)
         return int(resp.event_id)
 
+    async def hold(self, task_id: str, *, reason: str) -> int:
+        """Put a legal hold on a task: retention never purges it until it is released
+        (docs/retention.md). Operator role; the event records your principal. Its id."""
+        req = build.hold_request(task_id, reason)
+        resp = await self._call("scheduler", "HoldTask", req, write=True, retry=False)
+        return int(resp.event_id)
+
+    async def release(self, task_id: str, *, reason: str = "") -> int:
+        """Release a task's legal hold: retention may purge it again. The event's id."""
+        req = build.hold_request(task_id, reason)
+        resp = await self._call("scheduler", "ReleaseTask", req, write=True, retry=False)
+        return int(resp.event_id)
+
     async def send_event(
         self, key: str, payload: Any = None, *, idempotency_key: str | None = None
     ) -> SentEvent:
@@ -718,10 +731,12 @@ class Client:
         schedule: str = "",
         page_size: int = 50,
         page_token: str = "",
+        held: bool = False,
     ) -> Page:
         """A page of tasks, newest first: by state, workflow, or the schedule that fired
-        them (NOT_FOUND for a schedule that does not exist)."""
-        req = build.list_request(state, workflow, page_size, page_token, schedule)
+        them (NOT_FOUND for a schedule that does not exist); `held`: only those under a
+        legal hold."""
+        req = build.list_request(state, workflow, page_size, page_token, schedule, held)
         return convert.page_from_pb(
             await self._call("scheduler", "ListTasks", req, write=False, retry=True)
         )
@@ -1026,6 +1041,7 @@ class SyncClient:
         schedule: str = "",
         page_size: int = 50,
         page_token: str = "",
+        held: bool = False,
     ) -> Page:
         """As Client.tasks."""
         return self._run(
@@ -1035,6 +1051,7 @@ class SyncClient:
                 schedule=schedule,
                 page_size=page_size,
                 page_token=page_token,
+                held=held,
             )
         )
 
@@ -1061,6 +1078,14 @@ class SyncClient:
     def redact(self, task_id: str, *, reason: str, operator: str = "") -> int:
         """As Client.redact."""
         return self._run(self._client.redact(task_id, operator=operator, reason=reason))
+
+    def hold(self, task_id: str, *, reason: str) -> int:
+        """As Client.hold."""
+        return self._run(self._client.hold(task_id, reason=reason))
+
+    def release(self, task_id: str, *, reason: str = "") -> int:
+        """As Client.release."""
+        return self._run(self._client.release(task_id, reason=reason))
 
     def send_event(
         self, key: str, payload: Any = None, *, idempotency_key: str | None = None

@@ -97,6 +97,7 @@ def task_from_pb(m: pb.Task) -> TaskView:
         schedule=_loads(m.schedule_json) if m.schedule_json else None,
         waiting=m.waiting or None,
         priority=m.priority or 3,  # 0: a server older than the field
+        held=_loads(m.held_json) if m.held_json else None,
     )
 
 

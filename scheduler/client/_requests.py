@@ -82,7 +82,12 @@ def get_task_request(task_id: str, as_of: int) -> pb.GetTaskRequest:
 
 
 def list_request(
-    state: str | None, workflow: str, page_size: int, token: str, schedule: str = ""
+    state: str | None,
+    workflow: str,
+    page_size: int,
+    token: str,
+    schedule: str = "",
+    held: bool = False,
 ) -> pb.ListTasksRequest:
     return pb.ListTasksRequest(
         state=_task_state(state) if state else pb.TASK_STATE_UNSPECIFIED,
@@ -90,7 +95,12 @@ def list_request(
         page_size=page_size,
         page_token=token,
         schedule=schedule,
+        held=held,
     )
+
+
+def hold_request(task_id: str, reason: str) -> pb.HoldTaskRequest:
+    return pb.HoldTaskRequest(task_id=task_id, reason=reason)
 
 
 def watch_request(task_id: str) -> pb.WatchTaskRequest:

@@ -77,6 +77,9 @@ class TaskView:
     # (2/2), 14 ahead"); None when it does not, and from a standby or for a past state
     waiting: str | None = None
     priority: int = 3  # 1 (first) to 5, as submitted
+    # its legal hold (docs/retention.md): {"by", "reason", "at_ms", "event_id"}; None when
+    # it is not held, and for a past state
+    held: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -103,6 +106,7 @@ class TaskView:
             "schedule": self.schedule,
             "waiting": self.waiting,
             "priority": self.priority,
+            "held": self.held,
         }
 
 

@@ -7,6 +7,7 @@
 * `exhaustion.py`: a step's retries ran out: its TASK_PAUSED or TASK_COMPENSATING;
 * `intake.py`: what clients and operators ask (submissions with their idempotency
   keys, events, retry, skip, cancel), checked, written and answered once committed;
+* `retention.py`: the retention sweep (TASK_PURGED) and legal holds (TASK_HELD);
 * `executor.py`: the seam where step code runs (`Executor`; in process today).
 
 Import from here, not from the modules inside.
@@ -48,6 +49,7 @@ from apollo11.scheduler.engine.intake import (
 )
 from apollo11.scheduler.engine.journal import StoreJournal
 from apollo11.scheduler.engine.limits import KeyLoad, LimitsView, LimitView
+from apollo11.scheduler.engine.retention import RetentionOptions, RetentionSweep
 from apollo11.scheduler.engine.steps import ERROR_TEXT_MAX, Key
 
 __all__ = [
@@ -76,6 +78,8 @@ __all__ = [
     "NotBegun",
     "Outcome",
     "PauseTask",
+    "RetentionOptions",
+    "RetentionSweep",
     "StartAttempt",
     "StoreJournal",
     "Stuck",

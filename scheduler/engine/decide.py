@@ -220,7 +220,7 @@ def _decide(
         return [Stuck(workflow.reason)]
     actions: list[Action] = []
     cancelled = task.cancelled is not None
-    failed = task.failed_final > 0
+    failed = task.failed_final > 0  # with cancelled: starts_nothing(task)
     # a step's retries ran out and the engine has yet to record what follows
     ending = task.exhausted if not cancelled else None
     undoing = ending is not None and ending.get("then") == "compensate"
@@ -252,7 +252,10 @@ def _decide(
             if stopping:
                 actions.append(FailLost(name, step.attempt, True, spec.needs_compensation))
             elif final_after_loss(step, spec.retry):
-                then = then_after_loss(spec.retry) if not failed else "fail"
+                # a task already failed for good keeps failing; a paused one (or one
+                # about to be) keeps this step's own mode, for after the first's retry
+                keep = not failed or task.paused is not None or ending is not None
+                then = then_after_loss(spec.retry) if keep else "fail"
                 actions.append(FailLost(name, step.attempt, True, spec.needs_compensation, then))
             else:
                 actions.append(FailLost(name, step.attempt, False, spec.needs_compensation))
@@ -301,6 +304,23 @@ def _decide(
             owed = tuple(compensable(task, workflow))
             actions.append(CompensateTask(str(ending.get("step")), owed))
     return actions
+
+
+def starts_nothing(task: TaskState) -> bool:
+    """Does the task start no step on its own any more: cancelled, or a step of it
+    failed for good (failed, paused, compensated, or about to be)? Only an operator's
+    retry or skip can change that."""
+    return task.cancelled is not None or task.failed_final > 0
+
+
+def own_exhaustion_moot(task: TaskState) -> bool:
+    """Does a step failing for good now lose its own on_exhausted (recorded "fail")?
+    Yes when the task is cancelled or compensated (or about to be): its end is set.
+    Not when it is paused (or about to be): an operator's retry of the step it paused
+    for lets this one's mode follow (state/fold.py keeps it on the step)."""
+    if task.cancelled is not None or task.compensating is not None:
+        return True
+    return task.exhausted is not None and task.exhausted.get("then") == "compensate"
 
 
 def _stopped(ending: Mapping[str, Any] | None) -> str:

@@ -54,6 +54,7 @@ from apollo11.scheduler.engine.intake import (
     Submitted,
 )
 from apollo11.scheduler.engine.limits import Limits
+from apollo11.scheduler.engine.retention import RetentionOptions, RetentionSweep
 from apollo11.scheduler.engine.retrypacer import RetryPacer
 from apollo11.scheduler.engine.schedules import Schedules
 from apollo11.scheduler.engine.steps import Key, StepRunner, lost_payload
@@ -123,6 +124,7 @@ class Engine:
         lease_valid: Callable[[], bool] | None = None,
         adopt_grace_s: float = 0.0,
         retry_budget: RetryBudget | None = DEFAULT_RETRY_BUDGET,
+        retention: RetentionOptions | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -197,6 +199,8 @@ class Engine:
         self._intake = Intake(self)
         # the schedules' verbs and their firing: `engine.schedules.create(...)`, ...
         self.schedules = Schedules(self)
+        # retention's sweep and the legal holds (docs/retention.md)
+        self.retention = RetentionSweep(self, retention or RetentionOptions())
         # flow control: which starts may happen now, the order of those that wait
         self._flow_ports = ports = _FlowPorts(self)
         self.flow = FlowGate(ports)
@@ -225,6 +229,7 @@ class Engine:
         self._dirty.update(t.task_id for t in self.store.state.tasks.values() if not t.quiescent)
         self._wake.set()
         self.schedules.start()
+        self.retention.start()
 
     async def stop(self) -> None:
         """Stop starting steps and cancel the running ones without writing anything.
@@ -235,6 +240,7 @@ class Engine:
         self._leading = False
         await self._timers.stop()
         await self.schedules.stop()
+        await self.retention.stop()
         tasks = [
             *(t for steps in self._busy.values() for t in steps.values()),
             *self._flushes,
@@ -352,7 +358,7 @@ class Engine:
         """Wait until a task is finished and nothing of it is running (use asyncio.timeout)."""
         task = self.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(self.store.state.not_found(task_id))
         if task.quiescent:
             return task
         fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()
@@ -471,9 +477,13 @@ class Engine:
                     run = self._busy.get(task_id, {}).get(a.step)
                     self.steps.cancel((task_id, a.step), a.reason, run)
                 case FailLost():
+                    assert isinstance(wf, Workflow)
+                    lost = lost_payload(a)
+                    # a herd lost with the last primary is paced like any herd
+                    self.steps.pace_loss(task, a.step, wf.steps[a.step].retry, lost)
                     self._spawn(
                         (task_id, a.step),
-                        self.steps.fail(task_id, a.step, a.attempt, lost_payload(a)),
+                        self.steps.fail(task_id, a.step, a.attempt, lost),
                         f"lost {(task_id, a.step)}",
                     )
                     metrics.STEP_OUTCOMES.labels(task.workflow, a.step, "lost").inc()
@@ -518,6 +528,7 @@ class Engine:
             await self._intake.close_child(task_id, operator=a.operator, reason=a.reason)
         except ApolloError as e:
             log.warning("task %s: cannot cancel it with its parent: %s", task_id, e)
+            self._decide_again(task_id)
         finally:
             self._closing.discard(task_id)
 
@@ -544,8 +555,17 @@ class Engine:
                     )
         except ApolloError as e:
             log.warning("task %s: cannot record what follows its failure: %s", task_id, e)
+            self._decide_again(task_id)
         finally:
             self._ending.discard(task_id)
+
+    def _decide_again(self, task_id: str) -> None:
+        """A record a decision asked for (a pause, a compensation, a child's cancel) was
+        refused by the log: it is still owed, so the task is decided again (a new try)
+        after a pause; not never (nothing else may touch the task until a failover), and
+        not at once (a log that refuses appends would refuse a tight loop too). Leadership
+        lost is no refusal: the next primary decides it."""
+        self._timers.arm((task_id, _AGAIN_TIMER), self.clock.now() + AGAIN_S)
 
     def _child_workflow(self, workflow: str, input: Any, version: int | None) -> Workflow:
         return self._intake.workflow(workflow, input, version)
@@ -1007,3 +1027,5 @@ class _FlowPorts:
 
 
 _FLOW_TIMER = "\x00flow"  # a timer key's step part that no step can be named
+_AGAIN_TIMER = "\x00again"  # the same, for a record the log refused (`_decide_again`)
+AGAIN_S = 1.0

@@ -9,7 +9,9 @@ operator's retry, a compensating one owes the compensations of the steps named.
 Written by the primary as a decision, not in the FAILED's batch: the steps that
 succeeded are known only once nothing of the task runs any more, and a primary
 that dies before the event is durable leaves the task as the FAILED left it, to
-be decided again by the next one (which writes it then). A decision overtaken by
+be decided again by the next one (which writes it then); one whose append fails
+on a primary that goes on is decided again a second later (engine.py
+`_record_end`), never left owed until a failover. A decision overtaken by
 an operator (a cancel, a retry of the step) between the decision and the write
 is not written: checked against the state right before the append, with nothing
 awaited between the two.

@@ -370,7 +370,7 @@ class Intake:
         p = self._p
         task = p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(p.store.state.not_found(task_id))
         require_reason(operator, reason)
         names = failed_for_good(task)
         if not names:
@@ -405,7 +405,7 @@ class Intake:
         p.check_leading()
         task = p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(p.store.state.not_found(task_id))
         require_reason(operator, reason)
         refuse_cancel(task)
         payload = shown_as({"operator": operator, "reason": reason}, display)
@@ -453,7 +453,7 @@ class Intake:
     def _task_and_step(self, task_id: str, step: str) -> tuple[TaskState, StepState]:
         task = self._p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(self._p.store.state.not_found(task_id))
         s = task.steps.get(step)
         if s is None:
             raise NotFoundError(
@@ -595,8 +595,14 @@ def refuse_redact(task: TaskState, *, busy: bool) -> None:
 
 def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:
     """What a cancel owes, recorded in its event: the succeeded steps that declared a
-    compensation (when the workflow compensates on cancel; decide.compensable)."""
-    if wf is None or not wf.compensate_on_cancel:
+    compensation (decide.compensable) when the workflow compensates on cancel, or when
+    a step's retries ran out under on_exhausted="compensate" and the engine has yet to
+    record it: the cancel overtakes that record (the task ends CANCELLED, the late
+    TASK_COMPENSATING is not written), so it must owe what the record would have."""
+    if wf is None:
+        return []
+    undoing = task.exhausted is not None and task.exhausted.get("then") == "compensate"
+    if not (wf.compensate_on_cancel or undoing):
         return []
     return compensable(task, wf)
 

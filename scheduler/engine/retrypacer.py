@@ -9,6 +9,16 @@ does: conservative, a herd right after a failover is paced, not let through).
 
 The window is a ring of one-second buckets (a count of successes and of failures
 each, stamped with its second): O(1) to count an outcome, O(window) to read.
+
+Bounded: a key idle past the window with no backlog (its TAT not past now) is
+dropped at the next sweep, which a new key triggers once the keys have doubled since
+the last (amortized O(1)). Dropping one changes no decision: its counts have all
+left the window, its start is seen afresh, and a TAT behind now is now to the GCRA,
+so a new window decides as the old would have. Many step names over a term (shell
+DAGs, workflows of one run) do not grow it without end.
+
+A key is (workflow, step), and for a shell DAG (every one's workflow is "shell")
+(workflow, the DAG's name, step): one DAG's herd does not pace another's "build".
 """
 
 from __future__ import annotations
@@ -24,8 +34,23 @@ from apollo11.scheduler.retrypace import (
     rate_per_s,
     rescaled,
 )
+from apollo11.scheduler.shell import SHELL_WORKFLOW
+from apollo11.scheduler.state import TaskState
 
-Key = tuple[str, str]  # (workflow, step)
+Key = tuple[str, ...]  # (workflow, step); a shell DAG's: (workflow, its name, step)
+SWEEP_MIN = 256  # keys held before the first sweep of idle ones
+
+
+def pacing_key(task: TaskState, step: str) -> Key:
+    """The budget a step of `task` is paced by: its workflow's step, or for a shell DAG
+    the step of DAGs of that name (a DAG's name is what stays the same across its runs:
+    a schedule's nightly job shares one budget, another job's step of the same name
+    has its own)."""
+    if task.workflow == SHELL_WORKFLOW and isinstance(task.input, dict):
+        name = task.input.get("name")
+        if isinstance(name, str) and name:
+            return (task.workflow, name, step)
+    return (task.workflow, step)
 
 
 class _Window:
@@ -70,12 +95,27 @@ class RetryPacer:
         self._size = math.ceil(budget.window_s) if budget is not None else 0
         self._window_ms = self._size * 1000
         self._keys: dict[Key, _Window] = {}
+        self._sweep_at = SWEEP_MIN
 
     def _window(self, key: Key, now_ms: int) -> _Window:
         w = self._keys.get(key)
         if w is None:
+            if len(self._keys) >= self._sweep_at:
+                self._sweep(now_ms)
             w = self._keys[key] = _Window(self._size, now_ms)
         return w
+
+    def _sweep(self, now_ms: int) -> None:
+        """Drop the keys idle past the window with no backlog (see the module's note)."""
+        window_ms = self._window_ms
+        idle = [
+            k
+            for k, w in self._keys.items()
+            if now_ms - w.last_ms > window_ms and (w.tat_ms is None or w.tat_ms <= now_ms)
+        ]
+        for k in idle:
+            del self._keys[k]
+        self._sweep_at = max(SWEEP_MIN, 2 * len(self._keys))
 
     def succeeded(self, key: Key, now_ms: int) -> None:
         if self.budget is None:

@@ -23,7 +23,7 @@ import orjson
 from apollo11.scheduler import jsondepth, logfmt, metrics, tracing
 from apollo11.scheduler.cause import Cause, of_class
 from apollo11.scheduler.clock import Clock
-from apollo11.scheduler.engine.decide import FailLost
+from apollo11.scheduler.engine.decide import FailLost, own_exhaustion_moot, starts_nothing
 from apollo11.scheduler.engine.executor import (
     Attempt,
     AttemptToken,
@@ -36,7 +36,7 @@ from apollo11.scheduler.engine.executor import (
     failure,
 )
 from apollo11.scheduler.engine.journal import Resolve, StoreJournal
-from apollo11.scheduler.engine.retrypacer import RetryPacer
+from apollo11.scheduler.engine.retrypacer import RetryPacer, pacing_key
 from apollo11.scheduler.errors import ApolloError, InvalidEventError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.retry import (
@@ -44,13 +44,14 @@ from apollo11.scheduler.retry import (
     counts,
     final_after_loss,
     judge,
+    paced_after_loss,
     rule_label,
     says_final,
     then_after_loss,
 )
 from apollo11.scheduler.retrypace import Slot
 from apollo11.scheduler.state import Store, TaskState
-from apollo11.scheduler.workflow import AUTO, FencingToken, Step, StepContext
+from apollo11.scheduler.workflow import AUTO, FencingToken, Retry, Step, StepContext
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ class StepRunner:
                     attempt=attempt,
                 )
                 succeeded.inc()
-                self.pacer.succeeded((task.workflow, name), self.clock.now_ms())
+                self.pacer.succeeded(pacing_key(task, name), self.clock.now_ms())
                 self._beats.pop(key, None)
                 return
             except InvalidEventError as e:
@@ -348,20 +349,23 @@ class StepRunner:
         assert error is not None
         if span is not None:
             tracing.failed(span, str(error.get("error", "failed")))
-        # a task cancelled, or already ending by another step's exhaustion: what this
-        # failure's rule says of exhaustion no longer applies
+        # a task cancelled, or already compensated by another step's exhaustion: what
+        # this failure's rule says of exhaustion no longer applies (decide.py)
         now = self.store.state.tasks[task_id]
-        ending = now.cancelled is not None or now.exhausted is not None
-        ending = ending or now.compensating is not None
+        ending = own_exhaustion_moot(now)
+        # ...and one that starts nothing more retries nothing on its own: no slot in the
+        # step's retry budget (a place there delays the retries of tasks that will run)
+        idle = starts_nothing(now)
         if error.get("lost"):  # no cause: it spends max_lost, judged above
             final = says_final(error)
             label = "lost"
             if final and not ending and (then := then_after_loss(spec.retry)) != "fail":
                 error["exhausted"] = then
+            self.pace_loss(now, name, spec.retry, error)
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
             before, cause, seed = counts(state), Cause.from_record(error), f"{task_id}:{name}"
             verdict = judge(spec.retry, before, cause, seed, final=says_final(error))
-            slot = self._slot(task.workflow, name, verdict.final)
+            slot = self._slot(task, name, retried=not (verdict.final or idle))
             if slot is not None:  # judged again, its slot in the step's budget an input
                 verdict = judge(spec.retry, before, cause, seed, final=False, slot=slot)
             if ending:
@@ -380,15 +384,28 @@ class StepRunner:
         if not final:
             retries.inc()
 
-    def _slot(self, workflow: str, name: str, final: bool) -> Slot | None:
+    def pace_loss(self, task: TaskState, name: str, policy: Retry, payload: dict[str, Any]) -> None:
+        """A loss (`payload`: its FAILED's, before it is written) takes its slot in the
+        step's retry budget as an own failure does: a herd lost with its primary or a
+        worker is paced like any herd. The pacing is recorded (retry.paced_after_loss),
+        never recomputed by a replay."""
+        retried = not (says_final(payload) or starts_nothing(task))
+        slot = self._slot(task, name, retried=retried)
+        if slot is not None:
+            seed = f"{task.task_id}:{name}"
+            payload.update(paced_after_loss(task.steps[name], policy, seed, slot))
+
+    def _slot(self, task: TaskState, name: str, *, retried: bool) -> Slot | None:
         """A failure of the step's own, counted in its retry budget (retrypace.py); when
-        it will be retried and the budget paces it, its slot (None: not paced)."""
+        it will be retried on its own (`retried`) and the budget paces it, its slot
+        (None: not paced). The metrics keep the workflow's name (bounded labels)."""
         pacer = self.pacer
         if pacer.budget is None:
             return None
-        key, now_ms = (workflow, name), self.clock.now_ms()
+        workflow = task.workflow
+        key, now_ms = pacing_key(task, name), self.clock.now_ms()
         pacer.failed(key, now_ms)
-        if final:
+        if not retried:
             return None
         slot = pacer.slot(key, now_ms)
         if slot is None or slot.paced_s <= 0:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import TypedDict
 
 from apollo11.lease import Lease, MemoryLease
+from apollo11.scheduler import retention
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import LocalFirstExecutor, RemoteExecutor
-from apollo11.scheduler.engine import Executor, InProcessExecutor
+from apollo11.scheduler.engine import Executor, InProcessExecutor, RetentionOptions
 from apollo11.scheduler.log import LogConfig
 from apollo11.scheduler.retrypace import RetryBudget
 from apollo11.scheduler.state import StoreConfig
@@ -21,6 +22,7 @@ class EngineOptions(TypedDict):
     idempotency_ttl_s: float
     adopt_grace_s: float
     retry_budget: RetryBudget | None
+    retention: RetentionOptions
 
 
 def store_config(s: NodeSettings, *, segment_max_bytes: int) -> StoreConfig:
@@ -57,6 +59,11 @@ def engine_options(s: NodeSettings) -> EngineOptions:
             RetryBudget(min_per_s=s.retry_budget_min, share=s.retry_budget)
             if s.retry_budget_min > 0
             else None
+        ),
+        "retention": RetentionOptions(
+            rules=retention.parse(s.retention),
+            counted_from=s.retention_from,
+            interval_s=s.retention_sweep_interval,
         ),
     }
 

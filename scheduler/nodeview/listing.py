@@ -33,7 +33,7 @@ async def task_now(store: Store, task_id: str) -> TaskState:
     from the log first), or NotFoundError."""
     task: TaskState | None = await store.lookup(task_id)
     if task is None:
-        raise NotFoundError(f"no task {task_id!r}")
+        raise NotFoundError(store.state.not_found(task_id))
     return task
 
 

@@ -101,6 +101,10 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/SkipStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
     "/apollo11.v1.Scheduler/RedactTask": Role.OPERATOR,
+    # A legal hold keeps a task from retention's purge: an operator's act, recorded
+    # with the principal (docs/retention.md).
+    "/apollo11.v1.Scheduler/HoldTask": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/ReleaseTask": Role.OPERATOR,
     # An event wakes the durable tasks waiting on its key: a submitter's input.
     "/apollo11.v1.Scheduler/SendEvent": Role.SUBMITTER,
     # A schedule submits tasks on its own, for as long as it lives, under its own

@@ -80,8 +80,25 @@ def chunk_name(watermark: int, level: int) -> str:
 
 
 def chunk_watermark(name: str) -> int:
-    """The watermark a chunk's name carries: it holds tasks as of that event."""
+    """The watermark a chunk's name carries: it holds the tasks archived as of that
+    event (those that went quiet after the chunk before it)."""
     return int(os.path.basename(name).split("-", 1)[0])
+
+
+def purged_chunk_name(name: str, level: int, at: int) -> str:
+    """The name of chunk `name` rewritten without the tasks retention purged, by the
+    snapshot at event `at`: `<watermark>-<level>.p<at>.arc`. The watermark stays (what
+    the chunk archived is unchanged); `at` says to what event a rebuild from the log
+    must replay so that the purges are in it too (`chunk_as_of`)."""
+    return f"{chunk_watermark(name):020d}-{level}.p{at:020d}{SUFFIX}"
+
+
+def chunk_as_of(name: str) -> int:
+    """The event a chunk's tasks are as of: its watermark, or for a chunk rewritten
+    after purges, the snapshot that rewrote it."""
+    stem = os.path.basename(name).removesuffix(SUFFIX)
+    _, sep, at = stem.partition(".p")
+    return int(at) if sep else chunk_watermark(name)
 
 
 class ChunkDamaged(SnapshotError):

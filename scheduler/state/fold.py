@@ -362,6 +362,17 @@ def _clear_final(task: TaskState, step: StepState) -> None:
     if step.final:
         step.final = False
         task.failed_final -= 1
+    step.exhausted = None
+
+
+def _next_exhaustion(task: TaskState) -> dict[str, Any] | None:
+    """What follows for a task whose exhaustion's step an operator cleared, while other
+    steps are still failed for good: the first of them (in declaration order) whose
+    FAILED asked for a pause or a compensation; None: they all said "fail"."""
+    for name, st in task.steps.items():
+        if st.final and st.exhausted is not None:
+            return {"step": name, "then": st.exhausted}
+    return None
 
 
 def _on_failed(state: State, event: Event) -> None:
@@ -400,6 +411,10 @@ def _on_failed(state: State, event: Event) -> None:
             step.final = True
             task.failed_final += 1
         then = p.get("exhausted")
+        if then in _THEN:
+            # kept on the step too: a second exhaustion while the task is paused (or
+            # waiting for the engine's record) follows once the first is retried
+            step.exhausted = then
         if (
             then in _THEN
             and task.exhausted is None
@@ -472,6 +487,14 @@ def _on_override(state: State, event: Event) -> None:
         # no step is failed for good any more: a paused task runs on
         task.paused = None
         task.exhausted = None
+    elif task.compensating is None and step.name in (
+        _step_of(task.paused),
+        _step_of(task.exhausted),
+    ):
+        # the step the task paused (or was about to) for runs again, but another is
+        # still failed for good: what its own FAILED asked for follows (a new record)
+        task.paused = None
+        task.exhausted = _next_exhaustion(task)
     if action == "skip":
         if step.status in BUSY:
             _flag(task, step, event, f"step {step.name} skipped while {step.status.value}")
@@ -489,6 +512,10 @@ def _on_override(state: State, event: Event) -> None:
         _move(task, step, StepStatus.PENDING)
     else:
         _flag(task, step, event, f"unknown manual override {action!r}")
+
+
+def _step_of(ended: dict[str, Any] | None) -> Any:
+    return ended.get("step") if ended is not None else None
 
 
 def _on_cancelled(state: State, event: Event) -> None:
@@ -816,6 +843,65 @@ def _on_limit(state: State, event: Event) -> None:
     state.occupancy.active = True
 
 
+# ---------------------------------------------------------------- retention
+
+PURGED_REMEMBERED = 10_000  # purged task ids kept to answer "purged by retention"
+
+
+def _on_held(state: State, event: Event) -> None:
+    """A legal hold set ({"held": true, "by", "reason"}) or released ({"held": false}).
+    Not a change of the task's course: its updated time (its finish, for retention)
+    stays as it was."""
+    task = state.task(event.task_id)
+    if task is None:
+        _state_anomaly(state, event, f"TASK_HELD for unknown task {event.task_id!r}")
+        return
+    task.last_event_id = event.event_id
+    if task.event_ids is not None:
+        task.event_ids.append(event.event_id)
+    p = event.payload
+    if p.get("held"):
+        state.holds[task.task_id] = {
+            "by": str(p.get("by") or ""),
+            "reason": str(p.get("reason") or ""),
+            "at_ms": event.timestamp,
+            "event_id": event.event_id,
+        }
+    else:
+        state.holds.pop(task.task_id, None)
+
+
+def _on_purged(state: State, event: Event) -> None:
+    """Retention dropped these finished tasks ({"tasks": [ids]}): gone from memory, their
+    idempotency keys with them; one an archive chunk holds is hidden until the next
+    snapshot rewrites the chunk. A held or unfinished one is not purged (the primary
+    never asks for that; a log that does is flagged). The sweep's time is the log's
+    clock: event idempotency keys past their TTL are forgotten here too."""
+    _expire_event_keys(state, event.timestamp)
+    archive = state.archive
+    for task_id in event.payload.get("tasks") or ():
+        task = state.peek(task_id)
+        if task is None:
+            _state_anomaly(state, event, f"TASK_PURGED names unknown task {task_id!r}")
+            continue
+        if task_id in state.holds or not task.quiescent:
+            why = "held" if task_id in state.holds else f"{task.status.value}, not finished"
+            _state_anomaly(state, event, f"TASK_PURGED of task {task_id!r} refused: {why}")
+            continue
+        state.tasks.pop(task_id, None)
+        key = task.idempotency_key
+        if key and state.idempotency.get(key) == task_id:
+            del state.idempotency[key]
+        if archive is not None:
+            # in a chunk, or in one a snapshot being written is adding: hidden either
+            # way until a snapshot that saw this purge has rewritten the chunks
+            state.tombstones.add(task_id)
+        purged = state.purged
+        purged[task_id] = event.event_id
+        if len(purged) > PURGED_REMEMBERED:
+            del purged[next(iter(purged))]
+
+
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.TASK_SUBMITTED: _on_submitted,
     EventType.STEP_STARTED: _on_started,
@@ -836,6 +922,8 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.TASK_PAUSED: _on_paused,
     EventType.TASK_COMPENSATING: _on_task_compensating,
     EventType.TASK_REDACTED: _on_redacted,
+    EventType.TASK_HELD: _on_held,
+    EventType.TASK_PURGED: _on_purged,
 }
 
 # Exhaustive dispatch, checked at import: a new event type without a handler

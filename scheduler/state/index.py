@@ -113,6 +113,41 @@ class State:
     # Redacted tasks (scheduler/log/redact.py): task id -> its TASK_REDACTED's event id,
     # so that a read of the log's events knows which payloads to hide.
     redacted: dict[str, int] = field(default_factory=dict)
+    # Retention (docs/retention.md). Legal holds: task id -> {"by", "reason", "at_ms",
+    # "event_id"}; a held task is never purged.
+    holds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The last PURGED_REMEMBERED tasks purged: task id -> its TASK_PURGED's id, oldest
+    # first, so that asking for one answers "purged by retention", not "no task".
+    purged: dict[str, int] = field(default_factory=dict)
+    # Purged tasks an archive chunk may still hold: hidden from every read until the
+    # next snapshot rewrites those chunks without them (state/snapshot.py), then
+    # forgotten. Storage, not logic: not in `to_dict`.
+    tombstones: set[str] = field(default_factory=set)
+
+    def retention_dict(self) -> dict[str, Any]:
+        """Holds and purges as JSON (snapshots); {} when there are none."""
+        out: dict[str, Any] = {}
+        if self.holds:
+            out["holds"] = dict(sorted(self.holds.items()))
+        if self.purged:
+            out["purged"] = [[k, v] for k, v in self.purged.items()]  # in purge order
+        if self.tombstones:
+            out["tombstones"] = sorted(self.tombstones)
+        return out
+
+    def load_retention(self, d: Mapping[str, Any]) -> None:
+        """Restore what `retention_dict` wrote (the snapshot's state document)."""
+        self.holds = {k: dict(v) for k, v in (d.get("holds") or {}).items()}
+        self.purged = {str(k): int(v) for k, v in d.get("purged") or ()}
+        self.tombstones = set(d.get("tombstones") or ())
+
+    def not_found(self, task_id: str) -> str:
+        """What to answer for a task that is not here: purged by retention, when this
+        node remembers it, else no such task."""
+        at = self.purged.get(task_id)
+        if at is not None:
+            return f"task {task_id!r} was purged by retention (event {at})"
+        return f"no task {task_id!r}"
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         """The first event with `key` at or after event id `since`: (event_id, payload)."""
@@ -160,7 +195,7 @@ class State:
     def task(self, task_id: str) -> TaskState | None:
         """The task, from memory or (faulted back in) from the archive."""
         t = self.tasks.get(task_id)
-        if t is None and self.archive is not None:
+        if t is None and self.archive is not None and task_id not in self.tombstones:
             t = self.archive.get(task_id)
             if t is not None:
                 self.tasks[task_id] = t
@@ -169,7 +204,7 @@ class State:
     def peek(self, task_id: str) -> TaskState | None:
         """Read a task without bringing it back into memory."""
         t = self.tasks.get(task_id)
-        if t is None and self.archive is not None:
+        if t is None and self.archive is not None and task_id not in self.tombstones:
             t = self.archive.get(task_id)
         return t
 
@@ -177,8 +212,9 @@ class State:
         """Every task once, memory first (memory is newer than the archive)."""
         yield from self.tasks.values()
         if self.archive is not None:
+            gone = self.tombstones
             for t in self.archive.iter_tasks():
-                if t.task_id not in self.tasks:
+                if t.task_id not in self.tasks and t.task_id not in gone:
                     yield t
 
     def list_summaries(
@@ -217,10 +253,13 @@ class State:
         out: list[Summary] = []
         last: str | None = None
         scanned = 0
-        for task_id, _, s in rows:
+        gone = self.tombstones
+        for task_id, rank, s in rows:
             if task_id == last:
                 continue  # an older copy of a task already seen (memory, newer chunks first)
             last = task_id
+            if rank and task_id in gone:
+                continue  # purged; an archive chunk still holds it until the next snapshot
             if match is None or match(s):
                 if len(out) == limit:
                     return out, out[-1].task_id
@@ -282,6 +321,8 @@ class State:
         if task_id is not None:
             return self.peek(task_id)
         t = self.archive.task_for_key(key) if self.archive is not None else None
+        if t is not None and t.task_id in self.tombstones:
+            return None  # purged: the key went with its task
         return None if t is None else self.tasks.get(t.task_id, t)
 
     def all_keys(self) -> dict[str, str]:
@@ -318,6 +359,7 @@ class State:
             **self.schedules_dict(),
             **self.occupancy.to_dict(),
             **self.redacted_dict(),
+            **{k: v for k, v in self.retention_dict().items() if k != "tombstones"},
         }
 
 

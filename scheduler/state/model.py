@@ -69,6 +69,10 @@ class StepState:
     # The last failure's verdict: how long after it the next attempt begins (None: a
     # loss, a final failure, or a FAILED older than verdicts; retry.py computes it).
     retry_in_s: float | None = None
+    # Failed for good with on_exhausted "pause" or "compensate" (its FAILED's
+    # `exhausted`), kept while `final` is: when an operator's retry clears the step the
+    # task's exhaustion went by, another step still failed for good says what follows.
+    exhausted: str | None = None
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -266,6 +270,7 @@ _STEP_FIELDS = frozenset(
         "waits",
         "causes",
         "retry_in_s",
+        "exhausted",
     }
 )
 # Kept in a task's dict (a snapshot, an archive record) only when set: the embedded
@@ -300,6 +305,8 @@ def _step_dict(s: StepState) -> dict[str, Any]:
         d["causes"] = s.causes
     if s.retry_in_s is not None:
         d["retry_in_s"] = s.retry_in_s
+    if s.exhausted is not None:
+        d["exhausted"] = s.exhausted
     return d
 
 

@@ -47,6 +47,7 @@ from apollo11.scheduler.state.archive import (
     chunk_name,
     encode_entry,
     merge_plan,
+    purged_chunk_name,
     write_chunk,
 )
 from apollo11.scheduler.state.index import State, reindex
@@ -92,6 +93,8 @@ class Capture:
     # only by an operator's action, which the writer detects (see Snapshots.write).
     quiet: list[TaskState]
     chunks: tuple[Chunk, ...]  # the archive as of the capture
+    # purged tasks (retention) to drop from the chunks that hold them
+    tombstones: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class Written:
     info: SnapshotInfo
     chunks: tuple[Chunk, ...]
     archived: tuple[str, ...]  # task ids now in the archive
+    purged: frozenset[str] = frozenset()  # purged task ids no chunk holds any more
 
 
 def _state_meta(state: State) -> dict[str, Any]:
@@ -116,6 +120,7 @@ def _state_meta(state: State) -> dict[str, Any]:
         **state.schedules_dict(),  # likewise
         **state.occupancy.to_dict(),  # likewise
         **state.redacted_dict(),  # likewise
+        **state.retention_dict(),  # likewise
     }
 
 
@@ -176,6 +181,7 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
         active,
         quiet,
         chunks,
+        frozenset(state.tombstones),
     )
 
 
@@ -207,6 +213,17 @@ def _framed(parts: tuple[bytes, ...]) -> tuple[bytes, ...]:
     for part in parts:
         crc = zlib.crc32(part, crc)
     return (HEADER.pack(MAGIC, crc, sum(len(p) for p in parts)), *parts)
+
+
+def _without(chunk: Chunk, purged: frozenset[str], watermark: int) -> Chunk:
+    """`chunk`, or a new one of its tasks but the purged ones when it holds any (the old
+    file stays for the older snapshots that name it, and goes with them)."""
+    if not any(task_id in chunk for task_id in purged):
+        return chunk
+    name = purged_chunk_name(chunk.name, chunk.level, watermark)
+    path = os.path.join(os.path.dirname(chunk.path), name)
+    write_chunk(path, [r for r in chunk.records() if r[0] not in purged], chunk.level)
+    return Chunk(path)
 
 
 def _upgraded(chunk: Chunk) -> Chunk:
@@ -312,6 +329,7 @@ class Snapshots:
             state.load_schedules(s.get("schedules"))
             state.occupancy.load(s.get("flow"))
             state.redacted = {k: int(v) for k, v in (s.get("redacted") or {}).items()}
+            state.load_retention(s)
             reindex(state)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e
@@ -368,6 +386,9 @@ class Snapshots:
                 f"({len(changed)} in all); the next snapshot will include it"
             )
         chunks = [c if c.has_summaries else _upgraded(c) for c in cap.chunks]
+        if cap.tombstones:
+            chunks = [_without(c, cap.tombstones, cap.watermark) for c in chunks]
+            entries = [e for e in entries if e[0] not in cap.tombstones]
         if entries:
             name = chunk_name(cap.watermark, 0)
             path = os.path.join(self.directory, name)
@@ -387,7 +408,8 @@ class Snapshots:
         self._chunks_of[cap.watermark] = names
         self._retain(set(names))
         info = SnapshotInfo(cap.watermark, cap.term, cap.position, names, path)
-        return Written(info, tuple(chunks), tuple(t.task_id for t in cap.quiet))
+        archived = tuple(t.task_id for t in cap.quiet)
+        return Written(info, tuple(chunks), archived, cap.tombstones)
 
     def _retain(self, live_chunks: set[str]) -> None:
         """Keep the newest `keep` snapshots and every chunk one of them needs."""

@@ -33,6 +33,7 @@ from apollo11.scheduler.state.archive import (
     Archive,
     Chunk,
     ChunkDamaged,
+    chunk_as_of,
     chunk_watermark,
     encode_entry,
     write_chunk,
@@ -342,6 +343,7 @@ class Store:
             except ChunkDamaged:
                 fresh.close()
         watermark = chunk_watermark(name)
+        as_of = chunk_as_of(name)
         if self.log.first_id > 1:
             raise ArchiveLostError(
                 f"archive chunk {path} is damaged and cannot be rebuilt: the log starts at "
@@ -357,7 +359,7 @@ class Store:
         state = State()
         batch: list[Event] = []
         try:
-            for event in self.log.read(1, watermark):
+            for event in self.log.read(1, as_of):
                 batch.append(event)
                 if len(batch) >= REBUILD_BATCH:
                     apply_all(state, batch)
@@ -368,18 +370,19 @@ class Store:
         except LogError as e:
             raise ArchiveLostError(
                 f"archive chunk {path} is damaged and cannot be rebuilt: reading the log "
-                f"up to event {watermark} failed: {e}"
+                f"up to event {as_of} failed: {e}"
             ) from e
+        # A chunk rewritten after purges is rebuilt as of its rewrite (`as_of`): the
+        # purges are replayed too; what it archived is what went quiet up to its watermark.
         tasks = [
             t
             for t in state.tasks.values()
-            if t.task_id in readable or (t.quiescent and t.last_event_id > before)
+            if t.task_id in readable or (t.quiescent and before < t.last_event_id <= watermark)
         ]
         write_chunk(path, [encode_entry(t) for t in tasks], chunks[at].level)
         metrics.ARCHIVE_CHUNKS_REBUILT.inc()
         return Chunk(path), (
-            f"rebuilt archive chunk {name} from events 1..{watermark} of the log "
-            f"({len(tasks)} tasks)"
+            f"rebuilt archive chunk {name} from events 1..{as_of} of the log ({len(tasks)} tasks)"
         )
 
     def install_chunk(self, chunk: Chunk) -> None:
@@ -432,6 +435,8 @@ class Store:
         written = fut.result()
         self.log.mark_end("snapshot")
         self.state.archive = Archive(written.chunks)
+        # no chunk holds these purged tasks now: nothing left to hide
+        self.state.tombstones -= written.purged
         watermark = written.info.watermark
         if not self.config.keep_all_segments:
             marks = self.snapshots.watermarks()

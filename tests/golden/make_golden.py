@@ -409,6 +409,20 @@ def durable_children() -> list[tuple[int, list[Draft]]]:
     ]
 
 
+def retained() -> list[tuple[int, list[Draft]]]:
+    """Retention (docs/retention.md): the happy log, a hold on etl-1, a purge of etl-0..3
+    (etl-1 refused: held; etl-2's idempotency key goes with it), the hold released and
+    etl-1 purged; and a purge naming a task that never was (an anomaly)."""
+    held = {"held": True, "by": "ann", "reason": "audit 7"}
+    return [
+        *happy(),
+        (1, [Draft(E.TASK_HELD, "etl-1", payload=held)]),
+        (1, [Draft(E.TASK_PURGED, "", payload={"tasks": [f"etl-{i}" for i in range(4)]})]),
+        (1, [Draft(E.TASK_HELD, "etl-1", payload={"held": False, "by": "bob", "reason": ""})]),
+        (1, [Draft(E.TASK_PURGED, "", payload={"tasks": ["etl-1", "nope"]})]),
+    ]
+
+
 async def write(root: Path, batches: list[tuple[int, list[Draft]]]) -> None:
     shutil.rmtree(root, ignore_errors=True)
     clock = itertools.count(1_700_000_000_000, 250)
@@ -437,6 +451,7 @@ def main() -> None:
         ("anomalous", anomalous()),
         ("durable", durable()),
         ("durable-children", durable_children()),
+        ("retained", retained()),
     ):
         root = HERE / name
         asyncio.run(write(root, batches))

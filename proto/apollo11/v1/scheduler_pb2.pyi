@@ -55,6 +55,8 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_TASK_PAUSED: _ClassVar[EventType]
     EVENT_TYPE_TASK_COMPENSATING: _ClassVar[EventType]
     EVENT_TYPE_TASK_REDACTED: _ClassVar[EventType]
+    EVENT_TYPE_TASK_HELD: _ClassVar[EventType]
+    EVENT_TYPE_TASK_PURGED: _ClassVar[EventType]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_RUNNING: TaskState
@@ -95,6 +97,8 @@ EVENT_TYPE_LIMIT: EventType
 EVENT_TYPE_TASK_PAUSED: EventType
 EVENT_TYPE_TASK_COMPENSATING: EventType
 EVENT_TYPE_TASK_REDACTED: EventType
+EVENT_TYPE_TASK_HELD: EventType
+EVENT_TYPE_TASK_PURGED: EventType
 
 class SetLimitRequest(_message.Message):
     __slots__ = ("limit_id", "max", "rate", "per", "burst", "weights", "reset", "reason")
@@ -617,7 +621,7 @@ class Step(_message.Message):
     def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., final: _Optional[bool] = ..., lost: _Optional[bool] = ..., compensations: _Optional[int] = ..., compensation_error: _Optional[str] = ..., owed: _Optional[bool] = ..., override: _Optional[_Union[Override, _Mapping]] = ..., anomaly: _Optional[str] = ..., losses: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json", "waiting", "priority")
+    __slots__ = ("task_id", "workflow", "version", "state", "input_json", "steps", "submitted_ms", "updated_ms", "first_event_id", "last_event_id", "idempotency_key", "cancelled", "anomalies", "as_of_event_id", "durable_json", "parent_json", "blocked", "schedule_json", "waiting", "priority", "held_json")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -638,6 +642,7 @@ class Task(_message.Message):
     SCHEDULE_JSON_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    HELD_JSON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     workflow: str
     version: int
@@ -658,21 +663,24 @@ class Task(_message.Message):
     schedule_json: str
     waiting: str
     priority: int
-    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ..., waiting: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
+    held_json: str
+    def __init__(self, task_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., input_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., submitted_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., first_event_id: _Optional[int] = ..., last_event_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., cancelled: _Optional[_Union[Override, _Mapping]] = ..., anomalies: _Optional[_Iterable[str]] = ..., as_of_event_id: _Optional[int] = ..., durable_json: _Optional[str] = ..., parent_json: _Optional[str] = ..., blocked: _Optional[str] = ..., schedule_json: _Optional[str] = ..., waiting: _Optional[str] = ..., priority: _Optional[int] = ..., held_json: _Optional[str] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("state", "workflow", "page_size", "page_token", "schedule")
+    __slots__ = ("state", "workflow", "page_size", "page_token", "schedule", "held")
     STATE_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     state: TaskState
     workflow: str
     page_size: int
     page_token: str
     schedule: str
-    def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., workflow: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule: _Optional[str] = ...) -> None: ...
+    held: bool
+    def __init__(self, state: _Optional[_Union[TaskState, str]] = ..., workflow: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule: _Optional[str] = ..., held: _Optional[bool] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
     __slots__ = ("task_id", "workflow", "state", "submitted_ms", "updated_ms", "steps_done", "steps_total", "name")
@@ -783,6 +791,14 @@ class RedactTaskRequest(_message.Message):
     operator: str
     reason: str
     def __init__(self, task_id: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class HoldTaskRequest(_message.Message):
+    __slots__ = ("task_id", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ActionResponse(_message.Message):
     __slots__ = ("event_id",)

@@ -89,6 +89,16 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.RedactTaskRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
                 _registered_method=True)
+        self.HoldTask = channel.unary_unary(
+                '/apollo11.v1.Scheduler/HoldTask',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+                _registered_method=True)
+        self.ReleaseTask = channel.unary_unary(
+                '/apollo11.v1.Scheduler/ReleaseTask',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+                _registered_method=True)
         self.SendEvent = channel.unary_unary(
                 '/apollo11.v1.Scheduler/SendEvent',
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.SendEventRequest.SerializeToString,
@@ -243,6 +253,20 @@ class SchedulerServicer:
         {"$redacted": <that event's id>}. FAILED_PRECONDITION for a task not finished or
         already redacted.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldTask(self, request, context):
+        """A legal hold (docs/retention.md): a held task is never purged by retention
+        until it is released. Operator role; the event records the principal and why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseTask(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -421,6 +445,16 @@ def add_SchedulerServicer_to_server(servicer, server):
             'RedactTask': grpc.unary_unary_rpc_method_handler(
                     servicer.RedactTask,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.RedactTaskRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.SerializeToString,
+            ),
+            'HoldTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldTask,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.SerializeToString,
+            ),
+            'ReleaseTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseTask,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.SerializeToString,
             ),
             'SendEvent': grpc.unary_unary_rpc_method_handler(
@@ -790,6 +824,60 @@ class Scheduler:
             target,
             '/apollo11.v1.Scheduler/RedactTask',
             apollo11_dot_v1_dot_scheduler__pb2.RedactTaskRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/HoldTask',
+            apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/ReleaseTask',
+            apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
             options,
             channel_credentials,

@@ -35,8 +35,12 @@ def _settings(tmp_path: Path, execution: str) -> NodeSettings:
         fsync=FsyncPolicy.UNSAFE_NEVER,
         data_dir=tmp_path / "data",
         execution=execution,
-        worker_heartbeat_interval=0.2,
-        worker_heartbeat_timeout=2.0,
+        # No worker or primary is lost here: silences a loaded machine cannot reach.
+        # Node and worker share one loop; at load 12 on 2 cores it stalled 2.8 s: the
+        # node (2 s timeout) or the worker (4 intervals of 0.2 s) took the other for
+        # gone, both attempts were lost, and `light` failed with the task.
+        worker_heartbeat_interval=2.0,
+        worker_heartbeat_timeout=60.0,
     )
 
 

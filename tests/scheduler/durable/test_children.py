@@ -289,3 +289,41 @@ async def test_spawning_an_unknown_workflow_fails_the_main_naming_it(tmp_path: P
         assert _children(rig, task_id) == []
     finally:
         await _close(rig)
+
+
+async def test_a_childs_cancel_whose_write_failed_is_written_again(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The cancel of a child whose parent closed, refused by the log (an error, not
+    leadership lost), is not forgotten: the child is decided again and cancelled."""
+    from apollo11.scheduler.errors import ApolloError
+
+    rig = await _rig(tmp_path)
+    intake = rig.engine._intake
+    real = intake.close_child
+    tries: list[str] = []
+
+    async def flaky(task_id: str, **kw: Any) -> Any:
+        tries.append(task_id)
+        if len(tries) == 1:
+            raise ApolloError("append refused (a test's fault)")
+        return await real(task_id, **kw)
+
+    monkeypatch.setattr(intake, "close_child", flaky)
+    try:
+        s = await rig.engine.submit("nanny", ["k:kept", "k:free"])
+        await _until(rig, s.task_id, TaskStatus.WAITING)
+        kids = _children(rig, s.task_id)
+        for k in kids:
+            await _until(rig, k, TaskStatus.WAITING)
+        await rig.engine.cancel_task(s.task_id, operator="alice", reason="order withdrawn")
+        by_key = {rig.store.state.tasks[k].input: k for k in kids}
+        async with asyncio.timeout(10):
+            while not tries:
+                await asyncio.sleep(0.005)
+        rig.clock.advance(5)  # past any pause before it is tried again
+        async with asyncio.timeout(10):
+            kept = await rig.engine.wait(by_key["k:kept"])
+        assert kept.status is TaskStatus.CANCELLED and len(tries) == 2
+    finally:
+        await _close(rig)

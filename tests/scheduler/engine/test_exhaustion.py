@@ -207,3 +207,113 @@ def test_a_standby_or_a_snapshot_decides_the_same() -> None:
     assert decide(a.task, wf, NOTHING, a.now) == want
     assert decide(b.task, wf, NOTHING, b.now) == want
     assert decide(restored, wf, NOTHING, a.now) == want
+
+
+def test_a_cancel_before_the_compensation_is_recorded_still_owes_it() -> None:
+    """A cancel that overtakes a compensate exhaustion (running steps not yet stopped,
+    no TASK_COMPENSATING yet) ends the task CANCELLED, but never erases what the
+    exhaustion owed: the succeeded steps are compensated, whatever the workflow's
+    compensate_on_cancel says of a plain cancel."""
+    from apollo11.scheduler.engine.intake import owed_by_cancel
+
+    for on_cancel in (True, False):
+        wf = workflow(
+            FORK,
+            not_idempotent=["fetch", "left", "right"],
+            retry=Retry(attempts=1, on_exhausted="compensate"),
+            compensate_on_cancel=on_cancel,
+        )
+        h = History(FORK).ok("fetch").ok("left").add(E.STEP_STARTED, "right", 1)
+        _exhausted(h, "tail", 1, "compensate")
+        owed = owed_by_cancel(h.task, wf)
+        assert owed == ["fetch", "left"], on_cancel
+        h.add(E.TASK_CANCELLED, payload={"operator": "o", "reason": "r", "compensate": owed})
+        h.add(E.STEP_FAILED, "right", 1, {"error": "cancelled", "final": True, "compensate": True})
+        assert h.task.status is TaskStatus.CANCELLED
+        assert decide(h.task, wf, NOTHING, h.now) == [
+            Compensate("left", False),
+            Compensate("right", False),
+        ]
+    # a plain cancel of a workflow that does not compensate on cancel owes nothing
+    plain = workflow(FORK, not_idempotent=["fetch"], compensate_on_cancel=False)
+    h = History(FORK).ok("fetch").add(E.STEP_STARTED, "left", 1)
+    assert owed_by_cancel(h.task, plain) == []
+
+
+def _paused_then_right_fails(then: str | None) -> History:
+    """left paused the task; right, still running then, fails for good under `then`."""
+    h = History(DIAMOND).ok("fetch").add(E.STEP_STARTED, "right", 1)
+    _exhausted(h, "left", 1, "pause")
+    h.add(E.TASK_PAUSED, payload={"step": "left", "error": "broke"})
+    extra = {"exhausted": then} if then is not None else {}
+    h.add(E.STEP_FAILED, "right", 1, {"error": "broke", "final": True, "rule": "default", **extra})
+    assert h.task.status is TaskStatus.PAUSED
+    return h
+
+
+def _retry(h: History, step: str) -> History:
+    return h.add(
+        E.MANUAL_OVERRIDE, step, payload={"action": "retry", "operator": "o", "reason": "r"}
+    )
+
+
+def test_a_second_exhaustion_while_paused_is_kept_and_follows_a_retry_of_the_first() -> None:
+    from apollo11.scheduler.state import TaskState
+
+    wf = workflow(DIAMOND, retry=Retry(attempts=1, on_exhausted="pause"))
+    h = _paused_then_right_fails("pause")
+    # a snapshot's copy keeps right's own mode
+    assert TaskState.from_dict(h.task.to_dict()).to_dict() == h.task.to_dict()
+    _retry(h, "left")
+    # right is still failed for good under "pause": the task pauses again, for right
+    assert h.task.exhausted == {"step": "right", "then": "pause"}
+    assert decide(h.task, wf, NOTHING, h.now) == [PauseTask("right")]
+    h.add(E.TASK_PAUSED, payload={"step": "right", "error": "broke"})
+    assert h.task.status is TaskStatus.PAUSED and h.task.paused is not None
+    assert h.task.paused["step"] == "right"
+    assert decide(h.task, wf, NOTHING, h.now) == []
+    _retry(h, "right")  # now nothing is failed for good: both run again
+    assert h.task.status is TaskStatus.RUNNING and h.task.paused is None
+    assert h.task.exhausted is None
+    assert decide(h.task, wf, NOTHING, h.now) == [StartAttempt("left", 2), StartAttempt("right", 2)]
+
+
+def test_a_resume_retrying_both_exhausted_steps_runs_both() -> None:
+    wf = workflow(DIAMOND, retry=Retry(attempts=1, on_exhausted="pause"))
+    h = _retry(_retry(_paused_then_right_fails("pause"), "left"), "right")
+    assert h.task.status is TaskStatus.RUNNING and h.task.exhausted is None
+    assert decide(h.task, wf, NOTHING, h.now) == [StartAttempt("left", 2), StartAttempt("right", 2)]
+
+
+def test_a_second_exhaustion_under_fail_or_compensate_follows_a_retry_of_the_first() -> None:
+    h = _retry(_paused_then_right_fails(None), "left")
+    assert h.task.status is TaskStatus.FAILED and h.task.paused is None  # right's "fail"
+    h = _retry(_paused_then_right_fails("compensate"), "left")
+    assert h.task.exhausted == {"step": "right", "then": "compensate"}
+    wf = workflow(DIAMOND, not_idempotent=["fetch"], retry=Retry(attempts=1))
+    assert decide(h.task, wf, NOTHING, h.now) == [CompensateTask("right", ("fetch",))]
+
+
+def test_a_loss_spending_max_lost_while_paused_keeps_its_mode() -> None:
+    wf = workflow(DIAMOND, retry=Retry(attempts=1, max_lost=1, on_exhausted="pause"))
+    h = History(DIAMOND).ok("fetch").add(E.STEP_STARTED, "right", 1)
+    _exhausted(h, "left", 1, "pause")
+    h.add(E.TASK_PAUSED, payload={"step": "left"})
+    # right's node died: lost, max_lost spent; its own mode is recorded, not dropped
+    assert decide(h.task, wf, NOTHING, h.now) == [
+        FailLost("right", 1, final=True, compensate=False, then="pause")
+    ]
+
+
+def test_a_steps_own_mode_is_moot_only_once_the_tasks_end_is_set() -> None:
+    from apollo11.scheduler.engine.decide import own_exhaustion_moot
+
+    paused = _exhausted(History(CHAIN), "a", 1, "pause")
+    assert not own_exhaustion_moot(paused.task)  # about to pause: kept for after a retry
+    paused.add(E.TASK_PAUSED, payload={"step": "a"})
+    assert not own_exhaustion_moot(paused.task)
+    undoing = _exhausted(History(CHAIN), "a", 1, "compensate")
+    assert own_exhaustion_moot(undoing.task)
+    cancelled = History(CHAIN).add(E.TASK_CANCELLED, payload={"operator": "o", "reason": "r"})
+    assert own_exhaustion_moot(cancelled.task)
+    assert not own_exhaustion_moot(History(CHAIN).task)

@@ -225,3 +225,35 @@ async def test_a_ctx_steps_own_on_exhausted_is_refused_naming_where_it_belongs(r
         task = await rig.engine.wait(sub.task_id)
     assert task.status is TaskStatus.FAILED
     assert "pass on_exhausted= to DurableWorkflow" in (task.steps["main"].error or "")
+
+
+async def test_a_pause_whose_write_failed_is_written_again(
+    rigs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's TASK_PAUSED refused by the log (an error, not leadership lost) is
+    not forgotten: the task is decided again, and written once the log takes it."""
+    from apollo11.scheduler.engine import exhaustion
+    from apollo11.scheduler.errors import ApolloError
+
+    real = exhaustion.record
+    tries: list[str] = []
+
+    async def flaky(store: Any, task_id: str, action: Any) -> Any:
+        tries.append(task_id)
+        if len(tries) == 1:
+            raise ApolloError("append refused (a test's fault)")
+        return await real(store, task_id, action)
+
+    monkeypatch.setattr(exhaustion, "record", flaky)
+    wf = Workflow("flaky", on_exhausted="pause")
+
+    @wf.step(idempotency=Idempotent(), retry=Retry(attempts=1))
+    def once(ctx: StepContext) -> None:
+        raise StepError("down")
+
+    rig = await rigs(wf)
+    sub = await rig.engine.submit("flaky")
+    await _until(rig, sub.task_id, TaskStatus.PAUSED)
+    assert len(tries) == 2
+    kinds = [k for k, *_ in rig.events(sub.task_id)]
+    assert kinds.count("TASK_PAUSED") == 1

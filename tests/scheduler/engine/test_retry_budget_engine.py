@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from apollo11.scheduler import metrics
+from apollo11.scheduler.cause import verdict_line
 from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.engine import SubmitItem, decide
 from apollo11.scheduler.engine.decide import WakeAt
@@ -118,3 +119,81 @@ async def test_no_budget_no_pacing(rigs: list[Rig], tmp_path: Path) -> None:
         await asyncio.gather(*(rig.engine.wait(s.task_id) for s in subs))
     failed = _by_type(rig, EventType.STEP_FAILED)
     assert len(failed) == 64 and not any("paced_s" in e.payload for e in failed)
+
+
+async def test_failures_of_tasks_that_start_nothing_more_take_no_slot(
+    rigs: list[Rig], tmp_path: Path
+) -> None:
+    """A step failing in a task already failed for good (here: another step's retries
+    ran out) will not run again on its own: it takes no place in its step's budget,
+    which would delay the retries of the tasks that will run again."""
+    n = 40
+    wf = Workflow("doomed")
+    state = State()  # the rig's, once it is made
+
+    @wf.step(name="bad", idempotency=Idempotent(), retry=Retry(attempts=1))
+    def bad(ctx: StepContext) -> None:
+        raise ValueError("bad input")
+
+    @wf.step(name="call", idempotency=Idempotent(), retry=Retry())
+    async def call(ctx: StepContext) -> None:
+        while not state.tasks[ctx.task_id].failed_final:
+            await asyncio.sleep(0.01)  # until `bad` failed for good
+        raise TimeoutError("upstream down")
+
+    rig = await make_rig(tmp_path / "n1", FakeClock(), wf, concurrency=2 * n)
+    rigs.append(rig)
+    state = rig.store.state
+    subs = await rig.engine.submit_many([SubmitItem("doomed", {"n": k}) for k in range(n)])
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(rig.engine.wait(s.task_id) for s in subs))
+    calls = [e for e in _by_type(rig, EventType.STEP_FAILED) if e.step_name == "call"]
+    assert len(calls) == n
+    assert not any(e.payload.get("paced_s") for e in calls)
+    window = rig.engine.steps.pacer._keys.get(("doomed", "call"))
+    assert window is None or window.tat_ms is None
+
+
+async def test_attempts_lost_at_a_takeover_are_paced_and_a_replay_agrees(
+    rigs: list[Rig], tmp_path: Path
+) -> None:
+    """A herd of attempts lost with their primary is failed as lost by the next one all
+    at once: their retries are paced by the step's budget like any herd (issue 32)."""
+    n = 60
+    hang = Workflow("herdlost")
+
+    @hang.step(name="call", idempotency=Idempotent(), retry=Retry())
+    async def call(ctx: StepContext) -> None:
+        await asyncio.Event().wait()  # runs until its primary is gone
+
+    clock = FakeClock()
+    old = await make_rig(tmp_path / "n1", clock, hang, concurrency=n)
+    subs = await old.engine.submit_many([SubmitItem("herdlost", {"n": k}) for k in range(n)])
+    async with asyncio.timeout(30):
+        while sum(old.store.state.tasks[s.task_id].steps["call"].attempt for s in subs) < n:
+            await asyncio.sleep(0.01)
+    ok = Workflow("herdlost")
+    ok.step(name="call", idempotency=Idempotent(), retry=Retry())(lambda ctx: None)
+    rig = await old.reopen(ok)  # the next primary, over the same log
+    rigs.append(rig)
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(rig.engine.wait(s.task_id) for s in subs))
+    lost = [e for e in _by_type(rig, EventType.STEP_FAILED) if e.payload.get("lost")]
+    assert len(lost) == n
+    paced = [e for e in lost if e.payload.get("paced_s")]
+    assert len(paced) >= n - 10  # past the burst, each waits for its slot
+    assert max(e.payload["failing"] for e in paced) == n
+    line = verdict_line(paced[-1].payload)
+    assert line is not None and line.startswith("lost (its node died) → retry in ")
+    assert f"s paced: {n} failing)" in line
+    # the pacing is in the record: a replay (a standby's) wakes each when it says
+    standby = State()
+    for e in rig.store.log.read():
+        apply(standby, e)
+        if e in paced:
+            task = standby.tasks[e.task_id]
+            wake = [a for a in decide(task, ok, (), e.timestamp / 1000) if isinstance(a, WakeAt)]
+            assert wake and wake[0].at == pytest.approx(
+                e.timestamp / 1000 + e.payload["retry_in_s"]
+            )
+            assert e.payload["retry_in_s"] >= e.payload["paced_s"]

@@ -77,3 +77,45 @@ def test_successes_pay_back_a_backlog() -> None:
     p.failed(K, T0 + 1)
     s = p.slot(K, T0 + 1)
     assert s is not None and s.paced_s == 0
+
+
+def test_idle_keys_are_dropped_and_a_dropped_key_decides_as_a_kept_one() -> None:
+    """Many step names over a term (shell DAGs, one-off workflows) do not grow the
+    state without end: a key idle past the window, with no backlog, is dropped, which
+    changes no slot (its counts and its TAT were nothing any more)."""
+    p = RetryPacer(RetryBudget())
+    for i in range(5_000):  # a new step name every 100 ms, each failing once
+        p.failed(("wf", f"s{i}"), T0 + 100 * i)
+        p.slot(("wf", f"s{i}"), T0 + 100 * i)
+    assert len(p) <= 1_000  # today's keys (the last 10 s: 100) and a sweep's slack
+    # a key with a backlog is kept past the window: its retries are still queued
+    for _ in range(40):
+        p.failed(K, T0 + 600_000)
+        p.slot(K, T0 + 600_000)
+    kept = RetryPacer(RetryBudget())
+    for _ in range(40):
+        kept.failed(K, T0 + 600_000)
+        kept.slot(K, T0 + 600_000)
+    later = T0 + 611_000  # the window passed, the backlog (30 at 30/s: 1 s) too
+    for i in range(3_000):
+        p.failed(("wf", f"t{i}"), later + i)
+    assert K not in p._keys  # dropped...
+    for now in (later + 5_000, later + 5_000, later + 5_001):  # ...and decides the same
+        p.failed(K, now)
+        kept.failed(K, now)
+        assert p.slot(K, now) == kept.slot(K, now)
+
+
+def test_a_shell_dags_steps_are_paced_apart_from_another_dags() -> None:
+    from apollo11.scheduler.engine.retrypacer import pacing_key
+    from apollo11.scheduler.state import StepState, TaskState
+
+    def task(workflow: str, doc: object) -> TaskState:
+        return TaskState("t", workflow, 1, doc, {"build": []}, {"build": StepState("build")})
+
+    a = pacing_key(task("shell", {"name": "nightly", "steps": []}), "build")
+    b = pacing_key(task("shell", {"name": "deploy", "steps": []}), "build")
+    assert a != b  # not one budget for every shell DAG's "build"
+    assert a == pacing_key(task("shell", {"name": "nightly", "steps": []}), "build")
+    assert pacing_key(task("billing", None), "build") == ("billing", "build")
+    assert pacing_key(task("shell", "not a DAG"), "build") == ("shell", "build")

@@ -9,6 +9,7 @@ import pytest
 
 from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
 from apollo11.scheduler.nodeview import listing
+from apollo11.scheduler.state import State
 
 
 class FakeLog:
@@ -35,7 +36,11 @@ def _store(first: int = 1, durable: int = 10, tasks: dict[str, Any] | None = Non
         return events
 
     return SimpleNamespace(
-        log=FakeLog(first, durable), lookup=lookup, task_events=task_events, shown=shown
+        log=FakeLog(first, durable),
+        lookup=lookup,
+        task_events=task_events,
+        shown=shown,
+        state=State(),
     )
 
 
@@ -72,6 +77,9 @@ async def test_task_now_or_not_found() -> None:
     assert await listing.task_now(store, "t1") == "T1"
     with pytest.raises(NotFoundError, match="no task 'zz'"):
         await listing.task_now(store, "zz")
+    store.state.purged["t0"] = 7  # retention purged it (docs/retention.md)
+    with pytest.raises(NotFoundError, match="'t0' was purged by retention \\(event 7\\)"):
+        await listing.task_now(store, "t0")
 
 
 async def test_as_of_beyond_the_log_carries_its_figures() -> None:
