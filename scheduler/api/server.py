@@ -433,7 +433,9 @@ class SchedulerService(pbg.SchedulerServicer):
         )
 
     async def _act(
-        self, kind: ActionKind, r: pb.StepActionRequest | pb.CancelTaskRequest
+        self,
+        kind: ActionKind,
+        r: pb.StepActionRequest | pb.CancelTaskRequest | pb.RedactTaskRequest,
     ) -> pb.ActionResponse:
         step = r.step if isinstance(r, pb.StepActionRequest) else ""
         act = operator_action(kind, r.task_id, step=step, reason=r.reason, display=r.operator)
@@ -476,6 +478,12 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.HoldTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.ActionResponse:
         return await self._hold(request, held=False)
+
+    @rpc
+    async def RedactTask(
+        self, request: pb.RedactTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActionResponse:
+        return await self._act("redact", request)
 
     @rpc
     async def SendEvent(

@@ -57,6 +57,10 @@ class ObjectStore(Protocol):
         """Names (relative to the prefix) of the objects under `under`, sorted."""
         ...
 
+    def delete(self, name: str) -> None:
+        """Remove the object (a redacted segment's old bytes); none there is fine."""
+        ...
+
     def probe(self) -> str:
         """At start: BucketConfigError when the bucket does not exist or the
         credentials are refused; BucketError when it cannot be reached (the node
@@ -121,6 +125,14 @@ class S3Objects:
             self._client.put_object(Bucket=self.target.bucket, Key=self.target.key(name), Body=data)
         except (self._errors.BotoCoreError, self._errors.ClientError) as e:
             raise self._fail(f"uploading {name}", e) from e
+
+    def delete(self, name: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.target.bucket, Key=self.target.key(name))
+        except (self._errors.BotoCoreError, self._errors.ClientError) as e:
+            if _code(e) in ("NoSuchKey", "404"):
+                return
+            raise self._fail(f"deleting {name}", e) from e
 
     def get(self, name: str) -> bytes | None:
         try:
@@ -217,6 +229,10 @@ class MemoryObjects:
     def get(self, name: str) -> bytes | None:
         self._check()
         return self.objects.get(name)
+
+    def delete(self, name: str) -> None:
+        self._check()
+        self.objects.pop(name, None)
 
     def size(self, name: str) -> int | None:
         self._check()

@@ -34,7 +34,7 @@ from typing import Literal
 
 from apollo11.scheduler.bucket.catalog import Catalog
 
-StepKind = Literal["idle", "blocked", "segment", "snapshot", "rewind"]
+StepKind = Literal["idle", "blocked", "segment", "snapshot", "rewind", "redact"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from apollo11.scheduler.bucket import packing
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SnapshotEntry, decode
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
+from apollo11.scheduler.bucket.redaction import rewrite_task
 from apollo11.scheduler.bucket.span import span_of
 from apollo11.scheduler.errors import BucketError, CorruptLogError, CorruptObjectError
 from apollo11.scheduler.log import Segment, check_record
@@ -96,6 +97,8 @@ class Shipper:
         self._hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256
         self._was_primary = False
         self._known_through = 0  # the bucket's end as last read: the lag while it fails
+        # redactions whose segments this primary has rewritten in the bucket: task -> id
+        self._redacted: dict[str, int] = {}
 
     # ------------------------------------------------------------ for the node
 
@@ -143,8 +146,38 @@ class Shipper:
             self.catalog = await self._call(
                 self._write_catalog, view.catalog, view.catalog.rewound(step.first), view.term
             )
+        elif step.kind == "idle" and primary:
+            due = self._redaction_due(store, view.catalog)
+            if due is not None:
+                task_id, rid, ids = due
+                step = Step("redact", f"rewriting the bucket's segments of redacted task {task_id}")
+                self._say(step)
+                self.catalog = await self._call(self._redact, view, ids, rid)
+                self._redacted[task_id] = rid
         self.failures = 0
         return step
+
+    def _redaction_due(self, store: Store, catalog: Catalog) -> tuple[str, int, list[int]] | None:
+        """The oldest redaction the bucket holds (its event is in it, so every record of
+        the task is too) that this primary has not carried to the bucket yet."""
+        for task_id, rid in sorted(store.state.redacted.items(), key=lambda kv: kv[1]):
+            if rid > catalog.through or self._redacted.get(task_id) == rid:
+                continue
+            task = store.state.peek(task_id)
+            if task is None or task.event_ids is None:
+                self._redacted[task_id] = rid  # not indexed: see docs/archive.md
+                continue
+            return task_id, rid, [i for i in task.event_ids if i < rid]
+        return None
+
+    def _redact(self, view: View, ids: list[int], rid: int) -> Catalog:
+        new, stale = rewrite_task(self.objects, view.catalog, ids, rid, self._put)
+        if not stale:
+            return view.catalog
+        written = self._write_catalog(view.catalog, new, view.term)
+        for key in stale:
+            self.objects.delete(key)
+        return written
 
     # -------------------------------------------------------------- the world
 

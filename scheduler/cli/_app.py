@@ -15,6 +15,7 @@ from apollo11.scheduler.cli import (
     _archive,
     _cluster,
     _credentials,
+    _export,
     _grpcenv,
     _hold,
     _limits,
@@ -109,6 +110,8 @@ app.command()(_tasks.events)
 app.command()(_tasks.retry)
 app.command()(_tasks.skip)
 app.command()(_tasks.cancel)
+app.command()(_tasks.redact)
+app.command()(_export.export)
 app.command()(_hold.hold)
 app.command()(_hold.release)
 app.command()(_cluster.health)

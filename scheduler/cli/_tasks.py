@@ -1,5 +1,5 @@
 """Tasks once submitted: `tasks`, `task`, `events`, and the audited operator actions
-`retry`, `skip` and `cancel`."""
+`retry`, `skip`, `cancel` and `redact`."""
 
 from __future__ import annotations
 
@@ -195,7 +195,12 @@ def _act(action: str, server: str | None, **kw: Any) -> None:
 
     async def go() -> int:
         async with client(server) as c:
-            fn = {"retry": c.retry_step, "skip": c.skip_step, "cancel": c.cancel}[action]
+            fn = {
+                "retry": c.retry_step,
+                "skip": c.skip_step,
+                "cancel": c.cancel,
+                "redact": c.redact,
+            }[action]
             return int(await fn(**kw))
 
     out.print(f"{action} recorded as event {run(go())}")
@@ -235,3 +240,14 @@ def cancel(
 ) -> None:
     """Cancel a task: running steps stop, compensation follows (an audited event)."""
     _act("cancel", server, task_id=task_id, operator=_operator(operator), reason=reason)
+
+
+def redact(
+    task_id: Annotated[str, typer.Argument()],
+    reason: Reason,
+    operator: Operator = None,
+    server: Server = None,
+) -> None:
+    """Remove a finished task's input and outputs on every node (an audited event;
+    docs/archive.md, "Redaction")."""
+    _act("redact", server, task_id=task_id, operator=_operator(operator), reason=reason)

@@ -440,6 +440,14 @@ class Client:
         resp = await self._call("scheduler", "CancelTask", req, write=True, retry=False)
         return int(resp.event_id)
 
+    async def redact(self, task_id: str, *, reason: str, operator: str = "") -> int:
+        """Remove a finished task's input and outputs (the operator role; who acted is
+        the authenticated principal, `operator` a name shown beside it): the
+        TASK_REDACTED event's id. Every node then shows them as {"$redacted": id}."""
+        req = build.redact_request(task_id, operator, reason)
+        resp = await self._call("scheduler", "RedactTask", req, write=True, retry=False)
+        return int(resp.event_id)
+
     async def hold(self, task_id: str, *, reason: str) -> int:
         """Put a legal hold on a task: retention never purges it until it is released
         (docs/retention.md). Operator role; the event records your principal. Its id."""
@@ -1066,6 +1074,10 @@ class SyncClient:
 
     def cancel(self, task_id: str, *, reason: str, operator: str = "") -> int:
         return self._run(self._client.cancel(task_id, operator=operator, reason=reason))
+
+    def redact(self, task_id: str, *, reason: str, operator: str = "") -> int:
+        """As Client.redact."""
+        return self._run(self._client.redact(task_id, operator=operator, reason=reason))
 
     def hold(self, task_id: str, *, reason: str) -> int:
         """As Client.hold."""

@@ -123,6 +123,10 @@ def cancel_request(task_id: str, operator: str, reason: str) -> pb.CancelTaskReq
     return pb.CancelTaskRequest(task_id=task_id, operator=operator, reason=reason)
 
 
+def redact_request(task_id: str, operator: str, reason: str) -> pb.RedactTaskRequest:
+    return pb.RedactTaskRequest(task_id=task_id, operator=operator, reason=reason)
+
+
 def send_event_request(key: str, payload_json: str, idempotency_key: str) -> pb.SendEventRequest:
     return pb.SendEventRequest(key=key, payload_json=payload_json, idempotency_key=idempotency_key)
 

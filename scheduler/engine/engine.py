@@ -895,6 +895,14 @@ class Engine:
             task_id, operator=operator, reason=reason, display=display
         )
 
+    async def redact_task(
+        self, task_id: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        """Remove a finished task's input and outputs: a TASK_REDACTED event."""
+        return await self._intake.redact_task(
+            task_id, operator=operator, reason=reason, display=display
+        )
+
     def check_submission(self, workflow: str, input: Any) -> Workflow:
         """The workflow a submission names, or the error that refuses it."""
         return self._intake.workflow(workflow, input, None)

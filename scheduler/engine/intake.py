@@ -416,6 +416,23 @@ class Intake:
         await p.wait_commit(event.event_id)
         return event
 
+    async def redact_task(
+        self, task_id: str, *, operator: str, reason: str, display: str | None = None
+    ) -> Event:
+        """Record a TASK_REDACTED: the finished task's input and outputs are removed
+        (scheduler/log/redact.py)."""
+        p = self._p
+        p.check_leading()
+        task = p.store.state.peek(task_id)
+        if task is None:
+            raise NotFoundError(f"no task {task_id!r}")
+        require_reason(operator, reason)
+        refuse_redact(task, busy=any(p.is_busy(task_id, name) for name in task.steps))
+        payload = shown_as({"operator": operator, "reason": reason}, display)
+        event = await p.store.log.append(EventType.TASK_REDACTED, task_id, payload=payload)
+        await p.wait_commit(event.event_id)
+        return event
+
     async def close_child(self, task_id: str, *, operator: str, reason: str) -> Event | None:
         """Cancel a spawned task because its parent closed (decide's CancelTask); None
         when it finished or was cancelled meanwhile."""
@@ -560,6 +577,20 @@ def refuse_cancel(task: TaskState) -> None:
     if task.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
         raise FailedPreconditionError(f"task {task.task_id} is already {task.status.value}")
     _refuse_compensated(task)  # its end is under way: a cancel would owe nothing more
+
+
+def refuse_redact(task: TaskState, *, busy: bool) -> None:
+    """Only a finished task is redacted: a step still to run would read its input, and
+    one still running would record an output after the redaction."""
+    if task.redacted is not None:
+        raise FailedPreconditionError(
+            f"task {task.task_id} is already redacted (event {task.redacted['event_id']})"
+        )
+    if not task.quiescent or busy:
+        raise FailedPreconditionError(
+            f"task {task.task_id} is {task.status.value} and not finished: only a finished "
+            "task can be redacted (cancel it first)"
+        )
 
 
 def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:

@@ -13,10 +13,18 @@ from apollo11.scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy
 from apollo11.scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
 from apollo11.scheduler.log.datadir import DataDir, fsync_dir, write_atomic
 from apollo11.scheduler.log.eventlog import Draft, EventLog
+from apollo11.scheduler.log.expunge import expunge, expunged
 from apollo11.scheduler.log.manifest import load as load_manifest
 from apollo11.scheduler.log.manifest import remove as remove_manifest
 from apollo11.scheduler.log.mend import rewrite as rewrite_segment
 from apollo11.scheduler.log.record import FRAME, HEADER_SIZE, Event, EventType, check_record
+from apollo11.scheduler.log.redact import (
+    MARKER_KEY,
+    PAYLOAD_KEYS,
+    redact_payload,
+    redact_record,
+    redaction_marker,
+)
 from apollo11.scheduler.log.segment import Position, Segment, parse_segment_name, segment_name
 from apollo11.scheduler.log.ship import RawBatch
 
@@ -24,6 +32,8 @@ __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",
     "FRAME",
     "HEADER_SIZE",
+    "MARKER_KEY",
+    "PAYLOAD_KEYS",
     "DataDir",
     "Draft",
     "Event",
@@ -38,9 +48,14 @@ __all__ = [
     "check_record",
     "cut_after",
     "cut_unsynced",
+    "expunge",
+    "expunged",
     "fsync_dir",
     "load_manifest",
     "parse_segment_name",
+    "redact_payload",
+    "redact_record",
+    "redaction_marker",
     "remove_manifest",
     "rewrite_segment",
     "segment_name",

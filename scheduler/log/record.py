@@ -84,9 +84,12 @@ class EventType(enum.IntEnum):
     # compensation and the task ends COMPENSATED (the engine's decision, recorded once).
     TASK_PAUSED = 17
     TASK_COMPENSATING = 18
-    # 19 is reserved (TASK_REDACTED). Retention (docs/retention.md): a legal hold set or
-    # released on a task; finished tasks purged by the primary's sweep, a batch an event
-    # (task_id ""), so every node and every replay drops the same tasks.
+    # An operator removed a finished task's input and outputs (scheduler/log/redact.py):
+    # {"operator", "reason"}; the task's events before it read as redacted everywhere.
+    TASK_REDACTED = 19
+    # Retention (docs/retention.md): a legal hold set or released on a task; finished
+    # tasks purged by the primary's sweep, a batch an event (task_id ""), so every node
+    # and every replay drops the same tasks.
     TASK_HELD = 20
     TASK_PURGED = 21
 

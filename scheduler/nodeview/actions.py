@@ -1,4 +1,4 @@
-"""Operator actions, once: retry a step, skip a step, cancel a task.
+"""Operator actions, once: retry a step, skip a step, cancel or redact a task.
 
 The gRPC servicer (RetryStep, SkipStep, CancelTask) and the web pages' forms
 both build an `OperatorAction` with `operator_action()` (the fields checked: task
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from apollo11.scheduler.log import Event
     from apollo11.scheduler.nodeview.ports import NodeView
 
-ActionKind = Literal["retry", "skip", "cancel"]
+ActionKind = Literal["retry", "skip", "cancel", "redact"]
+# the web pages' forms (a redaction is the CLI's and the API's only)
 ACTION_KINDS: tuple[ActionKind, ...] = ("retry", "skip", "cancel")
 
 
@@ -76,6 +77,10 @@ async def on_engine(engine: Engine, act: OperatorAction, *, operator: str) -> Ev
         return await engine.skip_step(
             act.task_id, act.step, operator=operator, reason=act.reason, display=act.display
         )
+    if act.kind == "redact":
+        return await engine.redact_task(
+            act.task_id, operator=operator, reason=act.reason, display=act.display
+        )
     return await engine.cancel_task(
         act.task_id, operator=operator, reason=act.reason, display=act.display
     )
@@ -88,6 +93,8 @@ async def forward(client: Client, act: OperatorAction) -> int:
         return await client.retry_step(act.task_id, act.step, operator=shown, reason=act.reason)
     if act.kind == "skip":
         return await client.skip_step(act.task_id, act.step, operator=shown, reason=act.reason)
+    if act.kind == "redact":
+        return await client.redact(act.task_id, operator=shown, reason=act.reason)
     return await client.cancel(act.task_id, operator=shown, reason=act.reason)
 
 

@@ -87,5 +87,5 @@ def events_page(store: Store, task: TaskState | None, start: int, to: int, limit
         return EventPage(events, nxt, durable)
     start = max(start, log.first_id, 1)
     end = min(end_at, start + limit - 1)
-    events = list(log.read(start, end)) if start <= end else []
+    events = store.shown(list(log.read(start, end))) if start <= end else []
     return EventPage(events, end + 1 if end < end_at else 0, durable)

@@ -100,6 +100,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/RetryStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/SkipStep": Role.OPERATOR,
     "/apollo11.v1.Scheduler/CancelTask": Role.OPERATOR,
+    "/apollo11.v1.Scheduler/RedactTask": Role.OPERATOR,
     # A legal hold keeps a task from retention's purge: an operator's act, recorded
     # with the principal (docs/retention.md).
     "/apollo11.v1.Scheduler/HoldTask": Role.OPERATOR,

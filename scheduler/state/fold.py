@@ -24,7 +24,7 @@ from typing import Any
 
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
-from apollo11.scheduler.log import Event, EventType
+from apollo11.scheduler.log import Event, EventType, redact_payload, redaction_marker
 from apollo11.scheduler.retrypolicy import DEFAULT_RULE
 from apollo11.scheduler.state.index import State, index_wait, unindex_wait
 from apollo11.scheduler.state.model import (
@@ -541,6 +541,34 @@ def _on_cancelled(state: State, event: Event) -> None:
     _derive(task)
 
 
+def _on_redacted(state: State, event: Event) -> None:
+    """An operator removed the task's input and outputs (scheduler/log/redact.py): in
+    the state they read as redacted from here on; the events before it are redacted
+    where they are read (GetEvents, WatchTask) and, later, where they are stored."""
+    task = _task_for(state, event)
+    if task is None:
+        return
+    p = event.payload
+    task.redacted = {
+        "operator": p.get("operator"),
+        "reason": p.get("reason"),
+        "event_id": event.event_id,
+    }
+    if "as" in p:
+        task.redacted["as"] = p["as"]
+    state.redacted[task.task_id] = event.event_id
+    mark = redaction_marker(event.event_id)
+    if task.input is not None:
+        task.input = mark
+    for step in task.steps.values():
+        if step.result is not None:
+            step.result = mark
+    if task.durable is not None:
+        task.durable.checkpoints = [
+            dict(redact_payload(c, event.event_id)) for c in task.durable.checkpoints
+        ]
+
+
 def _ends_here(task: TaskState) -> bool:
     """May a TASK_PAUSED or TASK_COMPENSATING change the task? Not once an operator's
     cancel, retry or skip overtook the decision (the engine checks right before it
@@ -893,6 +921,7 @@ _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {
     EventType.LIMIT: _on_limit,
     EventType.TASK_PAUSED: _on_paused,
     EventType.TASK_COMPENSATING: _on_task_compensating,
+    EventType.TASK_REDACTED: _on_redacted,
     EventType.TASK_HELD: _on_held,
     EventType.TASK_PURGED: _on_purged,
 }

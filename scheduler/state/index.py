@@ -110,6 +110,9 @@ class State:
     # Flow control (state/occupancy.py): who holds which limit, rates' arrival times,
     # the operators' runtime limits and weights.
     occupancy: Occupancy = field(default_factory=Occupancy)
+    # Redacted tasks (scheduler/log/redact.py): task id -> its TASK_REDACTED's event id,
+    # so that a read of the log's events knows which payloads to hide.
+    redacted: dict[str, int] = field(default_factory=dict)
     # Retention (docs/retention.md). Legal holds: task id -> {"by", "reason", "at_ms",
     # "event_id"}; a held task is never purged.
     holds: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -165,6 +168,10 @@ class State:
         if self.event_key_expires:
             out["expires"] = dict(sorted(self.event_key_expires.items()))
         return {"events": out}
+
+    def redacted_dict(self) -> dict[str, Any]:
+        """The redacted tasks as JSON (snapshots, `to_dict`); {} when there are none."""
+        return {"redacted": dict(sorted(self.redacted.items()))} if self.redacted else {}
 
     def schedules_dict(self) -> dict[str, Any]:
         """The schedules as JSON (snapshots, `to_dict`); {} when there are none."""
@@ -351,6 +358,7 @@ class State:
             **self.events_dict(),
             **self.schedules_dict(),
             **self.occupancy.to_dict(),
+            **self.redacted_dict(),
             **{k: v for k, v in self.retention_dict().items() if k != "tombstones"},
         }
 

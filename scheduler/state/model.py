@@ -191,6 +191,9 @@ class TaskState:
     # "event_id"}), kept: COMPENSATING, then COMPENSATED, is the task's end.
     paused: dict[str, Any] | None = None
     compensating: dict[str, Any] | None = None
+    # Its TASK_REDACTED ({"operator", "reason", "event_id"}): its input and outputs are
+    # gone (scheduler/log/redact.py); None: never redacted.
+    redacted: dict[str, Any] | None = None
 
     @property
     def quiescent(self) -> bool:
@@ -228,6 +231,7 @@ class TaskState:
             **({"exhausted": self.exhausted} if self.exhausted is not None else {}),
             **({"paused": self.paused} if self.paused is not None else {}),
             **({"compensating": self.compensating} if self.compensating is not None else {}),
+            **({"redacted": self.redacted} if self.redacted is not None else {}),
         }
 
     @classmethod

@@ -119,6 +119,7 @@ def _state_meta(state: State) -> dict[str, Any]:
         **state.events_dict(),  # only when there are events: older snapshots stay alike
         **state.schedules_dict(),  # likewise
         **state.occupancy.to_dict(),  # likewise
+        **state.redacted_dict(),  # likewise
         **state.retention_dict(),  # likewise
     }
 
@@ -327,6 +328,7 @@ class Snapshots:
             state.load_events(s.get("events"))
             state.load_schedules(s.get("schedules"))
             state.occupancy.load(s.get("flow"))
+            state.redacted = {k: int(v) for k, v in (s.get("redacted") or {}).items()}
             state.load_retention(s)
             reindex(state)
         except (KeyError, TypeError, ValueError) as e:

@@ -28,7 +28,7 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.log import DataDir, Event, EventLog, LogConfig
+from apollo11.scheduler.log import DataDir, Event, EventLog, LogConfig, redact_payload
 from apollo11.scheduler.state.archive import (
     Archive,
     Chunk,
@@ -41,6 +41,7 @@ from apollo11.scheduler.state.archive import (
 from apollo11.scheduler.state.fold import apply_all
 from apollo11.scheduler.state.index import State
 from apollo11.scheduler.state.model import TaskState
+from apollo11.scheduler.state.redactor import Redactor
 from apollo11.scheduler.state.snapshot import (
     DEFAULT_INTERVAL,
     DEFAULT_KEEP,
@@ -131,6 +132,9 @@ class Store:
         # an archive, the first one its bucket does not hold yet (scheduler/bucket/).
         self.retention_floor: Callable[[], int] | None = None
         log_.add_listener(self._on_durable)
+        # a redacted task's records rewritten on this member's disk (state/redactor.py)
+        self.redactor = Redactor(log_, state)
+        self._observers.append(self.redactor.observe)
 
     @classmethod
     def open(
@@ -145,6 +149,7 @@ class Store:
             store = cls._open(data_dir, config or StoreConfig(), instance_id, clock)
         # Everything recovered lives as long as the node: keep the collector off it.
         gc.freeze()
+        store.redactor.catch_up()
         return store
 
     @classmethod
@@ -238,7 +243,7 @@ class Store:
         if task.event_ids is None:  # from an older snapshot: scan its span of the log
             span = self.log.read(start, min(end, task.last_event_id))
             mine = (e for e in span if e.task_id == task.task_id)
-            events = list(itertools.islice(mine, limit + 1 if limit else None))
+            events = self.shown(list(itertools.islice(mine, limit + 1 if limit else None)))
             if limit and len(events) > limit:
                 return events[:limit], events[limit].event_id
             return events, 0
@@ -247,7 +252,22 @@ class Store:
         nxt = 0
         if limit and len(ids) > limit:
             ids, nxt = ids[:limit], ids[limit]
-        return self.log.read_ids(ids), nxt
+        return self.shown(self.log.read_ids(ids)), nxt
+
+    def shown(self, events: list[Event]) -> list[Event]:
+        """`events` as every answer shows them: those of a redacted task, from before
+        its TASK_REDACTED, without its input and outputs (scheduler/log/redact.py),
+        whether or not the bytes on disk still hold them."""
+        redacted = self.state.redacted
+        if not redacted:
+            return events
+        out = []
+        for e in events:
+            rid = redacted.get(e.task_id)
+            if rid is not None and e.event_id < rid:
+                e = e._replace(payload=redact_payload(e.payload, rid))
+            out.append(e)
+        return out
 
     def task_at(self, task_id: str, at: int) -> TaskState | None:
         """Time travel for one task: its state as of event `at`, from its own events
@@ -480,6 +500,7 @@ class Store:
         await self.wait_snapshot()
         self._snap_io.shutdown(wait=True)
         self._repair_io.shutdown(wait=True)
+        self.redactor.close()
 
 
 class NeedsFullReplay(Exception):

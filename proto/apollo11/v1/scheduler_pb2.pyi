@@ -54,6 +54,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_LIMIT: _ClassVar[EventType]
     EVENT_TYPE_TASK_PAUSED: _ClassVar[EventType]
     EVENT_TYPE_TASK_COMPENSATING: _ClassVar[EventType]
+    EVENT_TYPE_TASK_REDACTED: _ClassVar[EventType]
     EVENT_TYPE_TASK_HELD: _ClassVar[EventType]
     EVENT_TYPE_TASK_PURGED: _ClassVar[EventType]
 TASK_STATE_UNSPECIFIED: TaskState
@@ -95,6 +96,7 @@ EVENT_TYPE_DEBOUNCED: EventType
 EVENT_TYPE_LIMIT: EventType
 EVENT_TYPE_TASK_PAUSED: EventType
 EVENT_TYPE_TASK_COMPENSATING: EventType
+EVENT_TYPE_TASK_REDACTED: EventType
 EVENT_TYPE_TASK_HELD: EventType
 EVENT_TYPE_TASK_PURGED: EventType
 
@@ -771,6 +773,16 @@ class StepActionRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., step: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CancelTaskRequest(_message.Message):
+    __slots__ = ("task_id", "operator", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    operator: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RedactTaskRequest(_message.Message):
     __slots__ = ("task_id", "operator", "reason")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATOR_FIELD_NUMBER: _ClassVar[int]

@@ -84,6 +84,11 @@ class SchedulerStub:
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
                 _registered_method=True)
+        self.RedactTask = channel.unary_unary(
+                '/apollo11.v1.Scheduler/RedactTask',
+                request_serializer=apollo11_dot_v1_dot_scheduler__pb2.RedactTaskRequest.SerializeToString,
+                response_deserializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+                _registered_method=True)
         self.HoldTask = channel.unary_unary(
                 '/apollo11.v1.Scheduler/HoldTask',
                 request_serializer=apollo11_dot_v1_dot_scheduler__pb2.HoldTaskRequest.SerializeToString,
@@ -237,6 +242,17 @@ class SchedulerServicer:
 
     def CancelTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RedactTask(self, request, context):
+        """Remove a finished task's input and outputs (docs/archive.md, "Redaction"): a
+        TASK_REDACTED event naming the principal and the reason; from then on every answer
+        of every node (the task, its events, its past states) shows them as
+        {"$redacted": <that event's id>}. FAILED_PRECONDITION for a task not finished or
+        already redacted.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -424,6 +440,11 @@ def add_SchedulerServicer_to_server(servicer, server):
             'CancelTask': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTask,
                     request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.CancelTaskRequest.FromString,
+                    response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.SerializeToString,
+            ),
+            'RedactTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedactTask,
+                    request_deserializer=apollo11_dot_v1_dot_scheduler__pb2.RedactTaskRequest.FromString,
                     response_serializer=apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.SerializeToString,
             ),
             'HoldTask': grpc.unary_unary_rpc_method_handler(
@@ -776,6 +797,33 @@ class Scheduler:
             target,
             '/apollo11.v1.Scheduler/CancelTask',
             apollo11_dot_v1_dot_scheduler__pb2.CancelTaskRequest.SerializeToString,
+            apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedactTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apollo11.v1.Scheduler/RedactTask',
+            apollo11_dot_v1_dot_scheduler__pb2.RedactTaskRequest.SerializeToString,
             apollo11_dot_v1_dot_scheduler__pb2.ActionResponse.FromString,
             options,
             channel_credentials,

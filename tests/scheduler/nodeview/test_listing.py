@@ -32,8 +32,15 @@ def _store(first: int = 1, durable: int = 10, tasks: dict[str, Any] | None = Non
     def task_events(task: Any, start: int, to: int, limit: int) -> Any:
         return [("of", task, start, to, limit)], 0
 
+    def shown(events: list[Any]) -> list[Any]:  # nothing redacted here
+        return events
+
     return SimpleNamespace(
-        log=FakeLog(first, durable), lookup=lookup, task_events=task_events, state=State()
+        log=FakeLog(first, durable),
+        lookup=lookup,
+        task_events=task_events,
+        shown=shown,
+        state=State(),
     )
 
 

@@ -1,0 +1,64 @@
+"""A redaction reaches the bucket: the segment objects holding a redacted task's
+records are rewritten (docs/archive.md, "Redaction").
+
+Each segment object the task's events fall in is read and checked (its SHA-256, every
+record), its records of the task rewritten by the same function the members use on
+their disks (`log.expunged`: the same length, the same skeleton, new CRCs), so the
+new object is byte for byte the members' rewritten segment. It goes up under its own
+SHA-256 and key; the catalog entry then names it (`sha256`, `key`, `stored`) while
+`origin` keeps the SHA-256 the checksum chain was made over, so the chain, and
+`apollo11 archive verify`, still hold. Objects first, then the catalog, then the old
+objects are deleted: a cut at any point leaves a catalog that names whole objects,
+and the next pass (the primary's, or a new primary's: each redaction is checked once
+per primary) finds what is left to do. A segment already rewritten comes back the
+same and is left alone.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from apollo11.scheduler.bucket import packing
+from apollo11.scheduler.bucket.catalog import Catalog, SegmentEntry
+from apollo11.scheduler.bucket.objects import ObjectStore
+from apollo11.scheduler.bucket.verify import fetch_segment
+from apollo11.scheduler.log import expunged
+
+
+def holding(catalog: Catalog, ids: Sequence[int]) -> list[int]:
+    """Indexes of the catalog's segments that hold any of `ids` (ascending)."""
+    out = []
+    for i, e in enumerate(catalog.segments):
+        k = bisect.bisect_left(ids, e.first)
+        if k < len(ids) and ids[k] <= e.last:
+            out.append(i)
+    return out
+
+
+def rewrite_task(
+    objects: ObjectStore,
+    catalog: Catalog,
+    ids: Sequence[int],
+    redaction_id: int,
+    put: Callable[[str, bytes, str], int],
+) -> tuple[Catalog, list[str]]:
+    """The catalog naming the rewritten objects (uploaded through `put`), and the keys
+    of the objects they replace (to delete once that catalog is written)."""
+    entries: list[SegmentEntry] = list(catalog.segments)
+    stale: list[str] = []
+    for i in holding(catalog, ids):
+        e = entries[i]
+        raw = fetch_segment(objects, e)
+        new = expunged(raw, ids, redaction_id, e.key)
+        if new == raw:
+            continue
+        sha = packing.digest(new)
+        name = packing.segment_object(e.first, sha)
+        stored = put(name, new, "segment")
+        entries[i] = dataclasses.replace(
+            e, key=name, sha256=sha, stored=stored, origin=e.origin or e.sha256
+        )
+        stale.append(e.key)
+    return dataclasses.replace(catalog, segments=tuple(entries)), stale

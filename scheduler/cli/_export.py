@@ -1,0 +1,189 @@
+"""`apollo11 export`: tasks and their events as JSON lines, through the client API
+(ListTasks, GetTask, GetEvents: the reader role is enough, and any node answers).
+
+The file's shape, order, resume point and references are `_exportfile.py`'s. Here:
+list the tasks once (the set is fixed when the export starts), skip those an earlier,
+interrupted run already wrote, and write each line whole, in order, after the values
+it refers to: whatever instant the export stops at, the file is complete lines and
+every reference in them names a file that is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO
+
+import typer
+
+from apollo11.scheduler.cli._exportfile import (
+    DEFAULT_INLINE_MAX_BYTES,
+    ExportError,
+    order_key,
+    parse_time,
+    resume_point,
+    selected,
+    task_line,
+)
+from apollo11.scheduler.cli._shared import Server, client, fail, run
+from apollo11.scheduler.cli._tasks import TASK_STATES
+
+_WINDOW = 16  # tasks read at once: enough to hide a round trip, little load on the node
+_EVENTS_PAGE = 10000  # GetEvents' most
+
+
+def export(
+    workflow: Annotated[str, typer.Option("--workflow", help="Only this workflow.")] = "",
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Submitted at or after this time (ISO-8601; UTC if bare)."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Submitted before this time (ISO-8601).")
+    ] = None,
+    state: Annotated[str | None, typer.Option("--state", help=", ".join(TASK_STATES) + ".")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl: a task a line.")] = "jsonl",
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            help="The file; an existing one is resumed after its last complete line. "
+            "Standard output when omitted.",
+        ),
+    ] = None,
+    inline_max_bytes: Annotated[
+        int,
+        typer.Option(
+            "--inline-max-bytes",
+            help="A value (input, result, payload field) whose JSON is longer goes to "
+            "the refs directory, named by its SHA-256, and the line refers to it.",
+        ),
+    ] = DEFAULT_INLINE_MAX_BYTES,
+    refs_dir: Annotated[
+        Path | None,
+        typer.Option("--refs-dir", help="Where referenced values go (default OUTPUT.refs)."),
+    ] = None,
+    rate: Annotated[
+        float,
+        typer.Option(
+            "--rate",
+            help="At most this many tasks a second (0: as fast as the node answers), to "
+            "spare a busy primary (or ask a standby with --server).",
+        ),
+    ] = 0,
+    server: Server = None,
+) -> None:
+    """Export tasks with their events as JSON lines, oldest submission first
+    (docs/archive.md, "Export"). Run again with the same flags and --output, it goes on
+    where an interrupted run stopped; on a finished one it adds nothing."""
+    if fmt != "jsonl":
+        raise fail(f"--format {fmt} is not supported: jsonl", 2)
+    if state is not None:
+        state = state.upper()
+        if state not in TASK_STATES:
+            raise fail(f"--state {state} is not a task state: one of {', '.join(TASK_STATES)}", 2)
+    if rate < 0:
+        raise fail(f"--rate {rate} is negative: 0 (no limit) or more", 2)
+    if inline_max_bytes < 2:
+        raise fail(f"--inline-max-bytes {inline_max_bytes} is too small: at least 2", 2)
+    try:
+        since_ms = parse_time("--since", since)
+        until_ms = parse_time("--until", until)
+        start = resume_point(str(output)) if output is not None else None
+    except ExportError as e:
+        raise fail(str(e), 2) from e
+    if since_ms is not None and until_ms is not None and until_ms <= since_ms:
+        raise fail(f"--until {until} is not after --since {since}", 2)
+    refs = refs_dir or Path(f"{output}.refs" if output is not None else "apollo11-export.refs")
+    began = time.monotonic()
+    if output is None:
+        sink = _Sink(sys.stdout.buffer, refs, inline_max_bytes)
+        written, skipped = run(
+            _export(server, workflow, state, since_ms, until_ms, None, sink, rate)
+        )
+    else:
+        assert start is not None
+        with open(output, "ab") as f:
+            f.truncate(start.keep_bytes)  # a line cut by an interrupted run
+        with open(output, "ab") as f:
+            sink = _Sink(f, refs, inline_max_bytes)
+            after = start.after
+            written, skipped = run(
+                _export(server, workflow, state, since_ms, until_ms, after, sink, rate)
+            )
+            f.flush()
+            os.fsync(f.fileno())
+    took = time.monotonic() - began
+    speed = written / took if took > 0 else 0.0
+    print(
+        f"exported {written} tasks ({skipped} already in the file) in {took:.1f} s, "
+        f"{speed:.0f} tasks/s",
+        file=sys.stderr,
+    )
+
+
+class _Sink:
+    """Writes each line whole, after the values it refers to."""
+
+    def __init__(self, out: BinaryIO, refs: Path, limit: int) -> None:
+        self.out, self.refs, self.limit = out, refs, limit
+
+    def write(self, line: bytes, values: dict[str, bytes]) -> None:
+        for name, data in values.items():
+            path = self.refs / name
+            if path.exists():
+                continue  # content-addressed: the same bytes
+            self.refs.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        self.out.write(line)
+        self.out.flush()
+
+
+async def _export(
+    server: str | None,
+    workflow: str,
+    state: str | None,
+    since_ms: int | None,
+    until_ms: int | None,
+    after: Any,
+    sink: _Sink,
+    rate: float,
+) -> tuple[int, int]:
+    async with client(server) as c:
+        rows: list[Any] = []
+        token = ""
+        while True:
+            page = await c.tasks(state=state, workflow=workflow, page_size=1000, page_token=token)
+            rows.extend(page.tasks)
+            token = page.next_page_token
+            if not token:
+                break
+        tasks = selected(rows, since_ms, until_ms)
+        todo = [t for t in tasks if after is None or order_key(t) > after]
+        window_size = _WINDOW if not rate else max(1, min(_WINDOW, int(rate / 10)))
+        began = time.monotonic()
+        for i in range(0, len(todo), window_size):
+            if rate:  # paced: the i-th task not before i / rate seconds in
+                await asyncio.sleep(max(0.0, began + i / rate - time.monotonic()))
+            window = todo[i : i + window_size]
+            lines = await asyncio.gather(*(_line(c, t.task_id, sink.limit) for t in window))
+            for line, values in lines:
+                sink.write(line, values)
+        return len(todo), len(tasks) - len(todo)
+
+
+async def _line(c: Any, task_id: str, limit: int) -> tuple[bytes, dict[str, bytes]]:
+    task = await c.task(task_id)
+    events: list[Any] = []
+    nxt = task.first_event_id
+    while nxt:
+        page, nxt = await c.events(
+            task_id=task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
+        )
+        events.extend(page)
+    return task_line(task, events, limit)

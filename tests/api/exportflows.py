@@ -1,0 +1,17 @@
+"""A workflow for the export and redaction tests (tests/api/test_export_cli.py); the
+node loads this module.
+
+`echo`: one step that returns its input's `text` (a long one tests values exported
+by reference).
+"""
+
+from __future__ import annotations
+
+from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
+
+echo = Workflow("echo")
+
+
+@echo.step(idempotency=Idempotent())
+def say(ctx: StepContext) -> str:
+    return str(ctx.input["text"])
