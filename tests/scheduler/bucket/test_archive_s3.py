@@ -22,8 +22,8 @@ from apollo11.scheduler.bucket import (
 )
 from apollo11.scheduler.errors import BucketConfigError, BucketError, CorruptObjectError
 from apollo11.scheduler.state import state_at
+from apollo11.scheduler.testing.seaweed import BUCKET, READER, LocalSeaweed
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
-from tests.seaweed import BUCKET, READER, LocalSeaweed
 
 pytestmark = pytest.mark.timeout(180)
 
