@@ -93,6 +93,7 @@ bench: setup
 	$(BIN)/apollo11 bench workers
 	$(BIN)/apollo11 bench cli
 	$(BIN)/apollo11 bench retries
+	$(BIN)/apollo11 bench archive
 
 bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
@@ -101,6 +102,7 @@ bench-quick: setup
 	$(BIN)/apollo11 bench workers --quick
 	$(BIN)/apollo11 bench cli --quick
 	$(BIN)/apollo11 bench retries --quick
+	$(BIN)/apollo11 bench archive --quick
 
 # The local cluster, no Docker: bundled etcd + three nodes, kill the primary, narrate.
 # WORKERS=N: the steps run on N worker processes; the nodes only dispatch.
