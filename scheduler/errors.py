@@ -179,6 +179,11 @@ class BucketConfigError(BucketError, ValueError):
     start, naming what is missing."""
 
 
+class BucketConflictError(BucketError):
+    """A conditional write refused: the object is no longer the one read (another
+    writer came between), or exists where none was. Read it again, decide again."""
+
+
 class CorruptObjectError(BucketError):
     """An object in the bucket does not match its checksum (or the manifest does not
     match its own): reported with its key, never skipped."""

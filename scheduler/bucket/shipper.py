@@ -38,7 +38,12 @@ from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.redaction import rewrite_task
 from apollo11.scheduler.bucket.span import span_of
-from apollo11.scheduler.errors import BucketError, CorruptLogError, CorruptObjectError
+from apollo11.scheduler.errors import (
+    BucketConflictError,
+    BucketError,
+    CorruptLogError,
+    CorruptObjectError,
+)
 from apollo11.scheduler.log import Segment, check_record
 from apollo11.scheduler.state import Store
 
@@ -306,9 +311,11 @@ class Shipper:
 
     def _write_catalog(self, old: Catalog, new: Catalog, term: int) -> Catalog:
         """Put `new`, if the bucket still holds `old`: a second writer (a deposed
-        primary still finishing an upload) is noticed, not overwritten blindly."""
-        now = self.objects.get(packing.CATALOG)
-        current = None if now is None else decode(now, name=packing.CATALOG)
+        primary still finishing an upload) is noticed, not overwritten blindly. The
+        check and the write are one conditional PUT at the server (If-Match on the
+        ETag read here): a writer that came between them makes it fail."""
+        now = self.objects.get_tagged(packing.CATALOG)
+        current = None if now is None else decode(now[0], name=packing.CATALOG)
         if current is not None and current != old:
             raise BucketError(
                 f"the catalog changed under this node (written by {current.writer} in term "
@@ -326,7 +333,15 @@ class Shipper:
                 signed.segments,
                 signed.snapshots,
             )
-        self.objects.put(packing.CATALOG, signed.encode())
+        try:
+            self.objects.put_if(
+                packing.CATALOG, signed.encode(), etag=None if now is None else now[1]
+            )
+        except BucketConflictError as e:
+            raise BucketError(
+                "the catalog changed under this node between its check and its write: "
+                "reading it again"
+            ) from e
         metrics.ARCHIVE_UPLOADS.labels("catalog").inc()
         metrics.ARCHIVE_LAST_UPLOAD.set(self._clock())
         self._read_at = self._clock()

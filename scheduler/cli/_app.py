@@ -140,6 +140,7 @@ bench_app.command("cli")(_tools.bench_cli)
 bench_app.command("schedules")(_tools.bench_schedules)
 bench_app.command("flow")(_tools.bench_flow)
 bench_app.command("retries")(_tools.bench_retries)
+bench_app.command("archive")(_tools.bench_archive)
 
 token_app = typer.Typer(help="Bearer tokens: create, list, revoke (the node re-reads on SIGHUP).")
 app.add_typer(token_app, name="token")

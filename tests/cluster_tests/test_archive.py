@@ -15,9 +15,9 @@ from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.bucket import load_catalog, open_bucket
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.log import parse_segment_name
+from apollo11.scheduler.testing.seaweed import LocalSeaweed
 from tests.cluster import SMALL, Cluster, submit_and_wait
 from tests.nodes import cli
-from tests.seaweed import LocalSeaweed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.timeout(300)]
 

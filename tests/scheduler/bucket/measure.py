@@ -23,8 +23,8 @@ from apollo11.scheduler.bucket import build_data_dir, load_catalog, open_bucket,
 from apollo11.scheduler.log import FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
+from apollo11.scheduler.testing.seaweed import BUCKET, LocalSeaweed
 from tests.scheduler.bucket.helpers import Host, shipper
-from tests.seaweed import BUCKET, LocalSeaweed
 
 
 def _pct(xs: list[float], p: float) -> float:

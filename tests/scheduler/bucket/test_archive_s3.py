@@ -22,8 +22,8 @@ from apollo11.scheduler.bucket import (
 )
 from apollo11.scheduler.errors import BucketConfigError, BucketError, CorruptObjectError
 from apollo11.scheduler.state import state_at
+from apollo11.scheduler.testing.seaweed import BUCKET, READER, LocalSeaweed
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
-from tests.seaweed import BUCKET, READER, LocalSeaweed
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -272,3 +272,60 @@ def test_memory_objects_stand_in_for_the_fast_tests() -> None:
     m = MemoryObjects()
     m.put("a/b", b"x")
     assert m.get("a/b") == b"x" and m.size("a/b") == 1 and m.list("a/") == ["a/b"]
+
+
+async def test_a_deposed_primary_loses_the_race_for_the_catalog(
+    tmp_path: Path, archive_url: str, s3_server: LocalSeaweed
+) -> None:
+    """The catalog's check and its write are one conditional PUT (If-Match on the ETag
+    read, If-None-Match for the first): a deposed primary whose check passed, then the
+    new primary wrote, has its write refused by the server and the new primary's
+    catalog stays (with compare-then-put it was overwritten)."""
+    store = open_store(tmp_path / "n1")
+    await write(store, 60)
+    real = open_bucket(archive_url)
+    successor = shipper(Host(store), real, node_id="n2")
+
+    class NewPrimaryWritesBetween:
+        """The real bucket; right after the deposed primary reads the catalog to check
+        it before its write (its second read: a shipper's first cycle reads the
+        catalog afresh), the new primary (n2, a later term) writes one."""
+
+        def __init__(self, inner: ObjectStore) -> None:
+            self.inner = inner
+            self.reads = 2
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        @property
+        def describe(self) -> str:
+            return self.inner.describe
+
+        def _intrude(self, name: str) -> None:
+            if self.reads and name == "catalog.json":
+                self.reads -= 1
+                if self.reads:
+                    return
+                newer = load_catalog(self.inner).signed(term=99, writer="n2", now_ms=1)
+                self.inner.put("catalog.json", newer.encode())
+
+        def get(self, name: str) -> bytes | None:
+            data = self.inner.get(name)
+            self._intrude(name)
+            return data
+
+        def get_tagged(self, name: str) -> tuple[bytes, str] | None:
+            tagged: tuple[bytes, str] | None = self.inner.get_tagged(name)
+            self._intrude(name)
+            return tagged
+
+    await successor.cycle()  # the first segment, and a catalog, up
+    racing = NewPrimaryWritesBetween(real)
+    deposed = shipper(Host(store), racing)  # type: ignore[arg-type]
+    with pytest.raises(BucketError, match="catalog changed under this node"):
+        await deposed.cycle()
+    assert racing.reads == 0, "the new primary wrote between the check and the write"
+    catalog = load_catalog(real)
+    assert (catalog.writer, catalog.term) == ("n2", 99), "the stale write won the race"
+    await store.close()

@@ -15,8 +15,8 @@ from pathlib import Path
 from apollo11.scheduler.bucket import load_catalog, open_bucket, verify_archive
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.log import parse_segment_name
+from apollo11.scheduler.testing.seaweed import BUCKET, LocalSeaweed
 from tests.nodes import NodeProc, cli, start_node
-from tests.seaweed import BUCKET, LocalSeaweed
 
 ARGS = ("--segment-max-bytes", "4096", "--snapshot-interval", "60")
 

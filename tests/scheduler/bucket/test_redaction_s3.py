@@ -17,7 +17,7 @@ from apollo11.scheduler.log import EventType
 from apollo11.scheduler.log.record import decode_batch
 from apollo11.scheduler.state import TaskStatus
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
-from tests.seaweed import LocalSeaweed
+from apollo11.scheduler.testing.seaweed import LocalSeaweed
 
 pytestmark = pytest.mark.timeout(180)
 

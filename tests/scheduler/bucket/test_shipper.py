@@ -78,3 +78,24 @@ async def test_restore_from_memory_matches_the_node_and_refuses_a_full_directory
 async def test_an_empty_bucket_has_nothing_to_restore(tmp_path: Path) -> None:
     with pytest.raises(BucketError, match="no catalog at memory://"):
         await asyncio.to_thread(build_data_dir, MemoryObjects(), tmp_path / "r")
+
+
+def test_a_conditional_put_is_refused_when_the_object_changed_or_appeared() -> None:
+    """The in-memory store keeps S3's conditional PUT: If-Match on the ETag read,
+    If-None-Match: * for an object that must not exist yet."""
+    from apollo11.scheduler.errors import BucketConflictError
+
+    objects = MemoryObjects()
+    objects.put_if("catalog.json", b"first", etag=None)
+    with pytest.raises(BucketConflictError):
+        objects.put_if("catalog.json", b"again", etag=None)
+    tagged = objects.get_tagged("catalog.json")
+    assert tagged is not None and tagged[0] == b"first"
+    objects.put("catalog.json", b"someone else")
+    with pytest.raises(BucketConflictError):
+        objects.put_if("catalog.json", b"mine", etag=tagged[1])
+    assert objects.get("catalog.json") == b"someone else"
+    now = objects.get_tagged("catalog.json")
+    assert now is not None
+    objects.put_if("catalog.json", b"mine", etag=now[1])
+    assert objects.get("catalog.json") == b"mine"

