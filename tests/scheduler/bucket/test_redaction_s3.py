@@ -16,8 +16,8 @@ from apollo11.scheduler.bucket.verify import fetch_segment
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.log.record import decode_batch
 from apollo11.scheduler.state import TaskStatus
-from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
 from apollo11.scheduler.testing.seaweed import LocalSeaweed
+from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
 
 pytestmark = pytest.mark.timeout(180)
 
