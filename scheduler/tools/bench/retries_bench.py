@@ -412,6 +412,10 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
         # the same: the target asks for a failed attempt at most ~1.1 of a success's
         "failure_cost": round(failure_cost(cpu_ratio, attempts, failed), 2),
         "same_cost_ratio": round(same_cost_ratio(attempts, failed), 3),
+        # attempts a second, failing ÷ none: the engine's throughput per attempt run
+        "attempt_ratio": round(statistics.median(ratios) / same_cost_ratio(attempts, failed), 3)
+        if attempts
+        else None,
         # of the steps (the attempts that are not retries): how many failed once
         "failed_share": round(failed / max(1, started - failed), 4),
         "paced": paced,  # of the failures, retries the step's retry budget paced
@@ -553,8 +557,10 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             f"{t['baseline_cpu_us_per_task']} µs)",
         ),
         (
-            "  CPU a failure adds ÷ CPU a successful attempt; the ratio if it were 1",
-            f"×{t.get('failure_cost', 0)}; ×{t.get('same_cost_ratio', 0)}",
+            "  CPU a failure adds ÷ CPU a successful attempt; the ratio if it were 1; "
+            "attempts a second, failing ÷ none",
+            f"×{t.get('failure_cost', 0)}; ×{t.get('same_cost_ratio', 0)}; "
+            f"×{t.get('attempt_ratio')}",
         ),
         ("load average, before / after", f"{r['load']:.2f} / {r['load_after']:.2f}"),
     ]
