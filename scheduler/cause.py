@@ -36,10 +36,20 @@ def short(name: str) -> str:
     return name.rpartition(".")[2]
 
 
+_MRO_KEPT = 1024  # classes whose names are kept (a workflow making classes on the fly)
+_mro_kept: dict[type, tuple[str, ...]] = {}
+
+
 def mro_names(cls: type) -> tuple[str, ...]:
     """The qualified names of `cls` and its bases, most specific first, without `object`
-    (every class has it: matching it would match anything)."""
-    return tuple(qualified(c) for c in cls.__mro__ if c is not object)
+    (every class has it: matching it would match anything). Kept per class: a step
+    raises the same few, and every failure asks."""
+    names = _mro_kept.get(cls)
+    if names is None:
+        if len(_mro_kept) >= _MRO_KEPT:
+            _mro_kept.clear()
+        names = _mro_kept[cls] = tuple(qualified(c) for c in cls.__mro__ if c is not object)
+    return names
 
 
 def retry_after(value: Any) -> float | None:
@@ -81,12 +91,18 @@ class Cause:
     def from_record(cls, p: Mapping[str, Any]) -> Cause | None:
         """The `cause` of a FAILED payload; None when it records none (an old log)."""
         c = p.get("cause")
-        if not isinstance(c, Mapping):
+        # a dict and a list, the everyday case, without the ABCs' isinstance (dear, at
+        # every failure); anything else as before
+        if type(c) is not dict and not isinstance(c, Mapping):
             return None
         mro = c.get("mro")
+        if type(mro) is list or type(mro) is tuple:
+            names = tuple(map(str, mro))
+        else:
+            names = tuple(str(n) for n in mro) if isinstance(mro, Sequence) else ()
         return cls(
             str(c.get("type", "")),
-            tuple(str(n) for n in mro) if isinstance(mro, Sequence) else (),
+            names,
             str(c.get("message", "")),
             retry_after(c.get("retry_after_s")),
         )

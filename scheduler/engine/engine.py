@@ -517,8 +517,28 @@ class Engine:
             self.problems.pop(task_id, None)
 
     def _woken_up(self, keys: list[Hashable]) -> None:
-        """Wake-ups that came due: decide their tasks again (all in the next pass)."""
-        self._dirty.update(k[0] for k in keys if isinstance(k, tuple))
+        """Wake-ups that came due: decide their tasks again (all in the next pass).
+
+        A step's wake-up (a retry's backoff over, a wait's deadline) that comes while
+        every slot is taken waits for a slot undecided: its decision could only
+        start an attempt, and `_start_step` would queue it for a slot, as here; it is
+        decided when it gets one (one decision, not two; a retry under a backlog,
+        docs/bench-history/retries.md). Anything else that changed it is an event,
+        which decides it anyway. Flow control's wake-ups are always decided."""
+        full = self._slots_used >= self.concurrency and not self._draining
+        tasks = self.store.state.tasks
+        queued = self._queued
+        for k in keys:
+            if not isinstance(k, tuple):
+                continue
+            task_id = k[0]
+            if full and k[1] != _FLOW_TIMER and task_id not in self._dirty:
+                task = tasks.get(task_id)
+                if task is not None and not task.quiescent:
+                    if task_id not in queued:
+                        self._enqueue(queued, task)
+                    continue
+            self._dirty.add(task_id)
         self._wake.set()
 
     async def _close(self, task_id: str, a: CancelTask) -> None:

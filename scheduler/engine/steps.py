@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -86,14 +85,14 @@ def cut(text: str) -> str:
 
 def failure_payload(outcome: Failed) -> dict[str, Any]:
     """The FAILED payload of an attempt whose code raised."""
-    cause = outcome.cause
-    cause = dataclasses.replace(cause, message=cut(cause.message))
+    cause = outcome.cause.record()
+    cause["message"] = cut(cause["message"])
     if outcome.declared:  # a StepError: its message, and the details it chose
         # but not `lost`: replay would count the failure as a loss, which uses no
         # attempts and was never final (retry.py: only the engine says an attempt was lost)
         details = {k: v for k, v in outcome.details.items() if k != "lost"}
-        return {"error": cut(outcome.message) or "failed", **details, "cause": cause.record()}
-    return {"error": cut(f"{outcome.error_type}: {outcome.message}"), "cause": cause.record()}
+        return {"error": cut(outcome.message) or "failed", **details, "cause": cause}
+    return {"error": cut(f"{outcome.error_type}: {outcome.message}"), "cause": cause}
 
 
 def lost_payload(action: FailLost) -> dict[str, Any]:
@@ -158,6 +157,7 @@ class StepRunner:
         self._cancel_why: dict[Key, dict[str, Any]] = {}
         self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
         self._metric_children: dict[Key, tuple[Any, Any, Any, Any]] = {}
+        self._cause_children: dict[tuple[str, str, str], Any] = {}  # rules are declared: bounded
         # the latest heartbeat details of each running attempt (written from a step's
         # thread too: one dict store, atomic under the GIL)
         self._beats: dict[Key, Any] = {}
@@ -373,7 +373,7 @@ class StepRunner:
             error.update(verdict.record())
             final, label = verdict.final, rule_label(verdict.rule)
         error["final"] = bool(final)
-        metrics.STEP_FAILURE_CAUSES.labels(task.workflow, name, label).inc()
+        self._cause_metric(task.workflow, name, label).inc()
         if spec.needs_compensation:
             error["compensate"] = True
         beat = self._beats.pop(key, _NO_BEAT)
@@ -515,6 +515,14 @@ class StepRunner:
                 metrics.STEP_OUTCOMES.labels(workflow, name, "failed"),
                 metrics.STEP_RETRIES.labels(workflow, name),
             )
+        return found
+
+    def _cause_metric(self, workflow: str, name: str, label: str) -> Any:
+        """The step's failures-by-cause child for `label` (looked up once, as above)."""
+        key = (workflow, name, label)
+        found = self._cause_children.get(key)
+        if found is None:
+            found = self._cause_children[key] = metrics.STEP_FAILURE_CAUSES.labels(*key)
         return found
 
     # -------------------------------------------------------- compensation

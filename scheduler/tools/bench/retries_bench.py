@@ -110,6 +110,20 @@ def jitter_units(policy: Retry, seeds: Sequence[str], attempt: int = 1) -> list[
     return [(policy.delay_s(attempt, s) - base * (1 - policy.jitter)) / width for s in seeds]
 
 
+def failure_cost(cpu_ratio: float, attempts: int, failures: int) -> float:
+    """The CPU a failure adds (its failed attempt, judged, woken and retried) over the
+    CPU a task spends per successful attempt, from the runs' CPU a task, failing ÷
+    none: 1.0 when a failed attempt costs the engine what a successful one does."""
+    return (cpu_ratio - 1) * attempts / failures if failures else 0.0
+
+
+def same_cost_ratio(attempts: int, failures: int) -> float:
+    """The tasks/s ratio, failing ÷ none, if each failure cost what a successful attempt
+    does (`failure_cost` 1.0): the extra attempts alone, the bound the target sits
+    under (10 % of attempts failing: 1 / 1.1 = 0.909)."""
+    return attempts / (attempts + failures) if attempts else 0.0
+
+
 def worst_tenth(units: Sequence[float]) -> float:
     """The largest share of `units` in one tenth of [0, 1] (uniform: 0.1)."""
     counts = [0] * 10
@@ -382,6 +396,8 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
                             started += 1
     ratios = [f / s for f, s in zip(runs["flaky5"], runs["steady5"], strict=True)]
     cpu_ratios = [f / s for f, s in zip(cpu["flaky5"], cpu["steady5"], strict=True)]
+    attempts = started - failed  # the successful ones: the same as the baseline's
+    cpu_ratio = statistics.median(cpu_ratios)
     return {
         "tasks": n,
         "rounds": rounds,
@@ -391,7 +407,15 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
         "ratio": round(statistics.median(ratios), 3),
         "baseline_cpu_us_per_task": [round(x) for x in cpu["steady5"]],
         "failing_cpu_us_per_task": [round(x) for x in cpu["flaky5"]],
-        "cpu_ratio": round(statistics.median(cpu_ratios), 3),
+        "cpu_ratio": round(cpu_ratio, 3),
+        # what a failure costs against a successful attempt, and the ratio if it cost
+        # the same: the target asks for a failed attempt at most ~1.1 of a success's
+        "failure_cost": round(failure_cost(cpu_ratio, attempts, failed), 2),
+        "same_cost_ratio": round(same_cost_ratio(attempts, failed), 3),
+        # attempts a second, failing ÷ none: the engine's throughput per attempt run
+        "attempt_ratio": round(statistics.median(ratios) / same_cost_ratio(attempts, failed), 3)
+        if attempts
+        else None,
         # of the steps (the attempts that are not retries): how many failed once
         "failed_share": round(failed / max(1, started - failed), 4),
         "paced": paced,  # of the failures, retries the step's retry budget paced
@@ -531,6 +555,12 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             "  CPU a task, failing ÷ none",
             f"×{t['cpu_ratio']} ({t['failing_cpu_us_per_task']} vs "
             f"{t['baseline_cpu_us_per_task']} µs)",
+        ),
+        (
+            "  CPU a failure adds ÷ CPU a successful attempt; the ratio if it were 1; "
+            "attempts a second, failing ÷ none",
+            f"×{t.get('failure_cost', 0)}; ×{t.get('same_cost_ratio', 0)}; "
+            f"×{t.get('attempt_ratio')}",
         ),
         ("load average, before / after", f"{r['load']:.2f} / {r['load_after']:.2f}"),
     ]

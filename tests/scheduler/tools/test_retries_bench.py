@@ -42,6 +42,15 @@ def test_retry_after_lateness_is_the_start_minus_the_failure_minus_the_ask() -> 
     assert rb.errors_ms([])["max_ms"] is None
 
 
+def test_a_failures_cost_is_against_a_successful_attempts() -> None:
+    # 5,000 attempts, 500 failures: CPU x1.1 is a failure costing one attempt
+    assert rb.failure_cost(1.1, 5_000, 500) == pytest.approx(1.0)
+    assert rb.failure_cost(1.21, 5_000, 500) == pytest.approx(2.1)
+    assert rb.failure_cost(1.0, 5_000, 0) == 0.0
+    assert rb.same_cost_ratio(5_000, 500) == pytest.approx(1 / 1.1)
+    assert rb.same_cost_ratio(5_000, 0) == 1.0
+
+
 def _result(share: float, lo: float, hi: float, off: int, ratio: float) -> dict:
     return {
         "herd": {"worst_second_share": share},
