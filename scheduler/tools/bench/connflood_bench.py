@@ -275,10 +275,16 @@ def _flood_to(out: Any, *args: Any) -> None:
 
 
 def _interleaved(
-    ex: ProcessPoolExecutor, address: str, pki: dict[str, str], args: tuple[Any, ...]
-) -> float | None:
+    ex: ProcessPoolExecutor,
+    address: str,
+    pki: dict[str, str],
+    args: tuple[Any, ...],
+    node_pid: int,
+) -> dict[str, Any]:
     """The client's rate while one flood process runs against while it is stopped,
-    alternating every INTERLEAVE_S (see the module's docstring)."""
+    alternating every INTERLEAVE_S (see the module's docstring); and the node's cores
+    used and its threads' time waiting for a core, per second of each (schedstat):
+    whether the node got less CPU with the flood on, or spent it otherwise."""
     ctx = multiprocessing.get_context("spawn")
     span = 2 * INTERLEAVE_PAIRS * INTERLEAVE_S
     legit = ex.submit(_legit, address, pki["ca"], pki["token"], span + 6)
@@ -288,17 +294,23 @@ def _interleaved(
     attack.start()
     on: list[tuple[float, float]] = []
     off: list[tuple[float, float]] = []
+    node = {True: [0.0, 0.0], False: [0.0, 0.0]}  # flood on: [CPU s, waiting s]
+
+    def half(flood_on: bool) -> None:
+        os.kill(attack.pid, signal.SIGCONT if flood_on else signal.SIGSTOP)  # type: ignore[arg-type]
+        time.sleep(SETTLE_S)
+        began, (cpu0, wait0) = time.time(), flood.schedstat(node_pid)
+        time.sleep(INTERLEAVE_S - SETTLE_S)
+        cpu1, wait1 = flood.schedstat(node_pid)
+        (on if flood_on else off).append((began, time.time()))
+        node[flood_on][0] += cpu1 - cpu0
+        node[flood_on][1] += wait1 - wait0
+
     try:
         time.sleep(1.5)  # the flood up to speed
         for _ in range(INTERLEAVE_PAIRS):
-            began = time.time()
-            os.kill(attack.pid, signal.SIGSTOP)  # type: ignore[arg-type]
-            time.sleep(INTERLEAVE_S)
-            off.append((began + SETTLE_S, time.time()))
-            began = time.time()
-            os.kill(attack.pid, signal.SIGCONT)  # type: ignore[arg-type]
-            time.sleep(INTERLEAVE_S)
-            on.append((began + SETTLE_S, time.time()))
+            half(False)
+            half(True)
     finally:
         with contextlib.suppress(OSError):
             os.kill(attack.pid, signal.SIGCONT)  # type: ignore[arg-type]
@@ -312,7 +324,14 @@ def _interleaved(
         return n / sum(b - a for a, b in windows)
 
     quiet = rate(off)
-    return round(rate(on) / quiet, 3) if quiet else None
+    span_on, span_off = sum(b - a for a, b in on), sum(b - a for a, b in off)
+    return {
+        "legit_ratio_interleaved": round(rate(on) / quiet, 3) if quiet else None,
+        "node_cpu_share_flood_off": round(node[False][0] / span_off, 2),
+        "node_cpu_share_flood_on": round(node[True][0] / span_on, 2),
+        "node_waiting_flood_off": round(node[False][1] / span_off, 2),
+        "node_waiting_flood_on": round(node[True][1] / span_on, 2),
+    }
 
 
 def _cell(
@@ -380,7 +399,7 @@ def _cell(
         during = _rate(times, flood_start + 1.5, min(flood_end, max(times, default=0)))
         if interleave:
             _until_not_shedding(base / "node.log")
-        interleaved = _interleaved(ex, address, pki, args) if interleave else None
+        interleaved = _interleaved(ex, address, pki, args, proc.pid) if interleave else {}
         alive = proc.poll() is None
     finally:
         floods.shutdown()
@@ -407,7 +426,8 @@ def _cell(
         "legit_before_per_s": round(before, 1),
         "legit_during_per_s": round(during, 1),
         "legit_ratio": round(during / before, 3) if before else 0.0,
-        "legit_ratio_interleaved": interleaved,
+        "legit_ratio_interleaved": interleaved.get("legit_ratio_interleaved"),
+        **interleaved,
         "new_client_answered_during_flood": newcomer,
         "samples": [(t, round(r, 1), f) for t, r, f in samples],
         "node_alive": alive,
@@ -490,7 +510,13 @@ def failed(r: dict[str, Any]) -> str | None:
 
 def _interleaved_text(c: dict[str, Any]) -> str:
     x = c.get("legit_ratio_interleaved")
-    return "" if x is None else f"x{x:.2f} interleaved, "
+    if x is None:
+        return ""
+    return (
+        f"x{x:.2f} interleaved (node cores {c['node_cpu_share_flood_off']:.2f} -> "
+        f"{c['node_cpu_share_flood_on']:.2f}, its threads waiting for one "
+        f"{c['node_waiting_flood_off']:.2f} -> {c['node_waiting_flood_on']:.2f}), "
+    )
 
 
 def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:

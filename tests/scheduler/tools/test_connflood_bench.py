@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
-from apollo11.scheduler.tools.bench import connflood_bench
+from apollo11.scheduler.tools.bench import connflood_bench, flood
 
 
 def _scheduling() -> tuple[int, int]:
@@ -26,3 +27,14 @@ def test_a_flood_leaves_the_scheduling_of_the_process_that_ran_it_alone() -> Non
         after = _scheduling()
     assert tried > 0, "the flood offered connections"
     assert after == before
+
+
+def test_schedstat_counts_the_time_a_process_ran() -> None:
+    ran, waited = flood.schedstat(os.getpid())
+    t = time.process_time()
+    while time.process_time() - t < 0.05:  # on a core for 50 ms of CPU
+        pass
+    ran_after, waited_after = flood.schedstat(os.getpid())
+    assert ran_after >= ran + 0.04
+    assert waited_after >= waited
+    assert flood.schedstat(2**22 + 1) == (0.0, 0.0), "a pid that is not there"
