@@ -232,6 +232,26 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return used
 
 
+def schedstat(pid: int) -> tuple[float, float]:
+    """Seconds `pid`'s threads (those alive now) have run on a core and have waited,
+    runnable, for one (/proc/PID/task/TID/schedstat): a process that gets less CPU
+    because others hold the cores waits more."""
+    ran = waited = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0, 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                fields = f.read().split()
+        except OSError:
+            continue
+        ran += int(fields[0])
+        waited += int(fields[1])
+    return ran / 1e9, waited / 1e9
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time `pid` has used so far (0 once it is gone)."""
     try:
