@@ -47,6 +47,18 @@ def _until(cond, timeout: float = 60.0, what: str = "") -> None:  # type: ignore
         time.sleep(0.2)
 
 
+def _quiet(node: NodeProc, for_s: float = 2.0) -> None:
+    """Wait until the node has said nothing of its archive for `for_s` seconds."""
+    seen, since = -1, time.monotonic()
+    deadline = since + 60
+    while time.monotonic() - since < for_s:
+        said = sum("archive:" in line for line in node.lines)
+        if said != seen:
+            seen, since = said, time.monotonic()
+        assert time.monotonic() < deadline, "the archive never went quiet"
+        time.sleep(0.2)
+
+
 def _through(objects) -> int:  # type: ignore[no-untyped-def]
     try:
         return int(load_catalog(objects).through)
@@ -76,7 +88,12 @@ def test_kill_9_mid_upload_then_wiped_and_restored(
     try:
         with SyncClient(node.address) as c:
             acked |= _submit(c, 15)
-        _until(lambda: _through(objects) > 0, what="the first upload")
+        # The shipper caught up and quiet before the bucket stalls: stopped in the middle
+        # of a call (a lagging bucket under load, a snapshot going up), it would fail
+        # that call after its timeout and then fail to read the catalog again and again,
+        # never saying the upload this test kills it in.
+        _until(lambda: _through(objects) >= _sealed_end(data) > 0, what="the uploads")
+        _quiet(node)
 
         # The bucket stalls (SIGSTOP: connections hang, as a black-holed network), the
         # node goes on, seals more segments, starts uploading one: kill -9 it then.
