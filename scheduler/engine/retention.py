@@ -86,6 +86,7 @@ def due_now(state: State, options: RetentionOptions, now_ms: int, limit: int) ->
             held=state.holds,
             counted_from=options.counted_from,
             limit=limit - len(out),
+            refused=state.purge_refused,
         )
         if before is None:
             break

