@@ -199,4 +199,10 @@ class RetentionSweep:
         payload = {"held": held, "by": operator, "reason": reason}
         event = await h.store.log.append(EventType.TASK_HELD, task_id, payload=payload)
         await h.wait_commit(event.event_id)
+        # A TASK_PURGED the sweep had decided on may be ahead of this one in the log:
+        # the fold then finds no task to hold, and an acknowledged hold of a purged
+        # task would be a lie to whoever relies on it.
+        now = h.store.state
+        if held and task_id not in now.holds:
+            raise NotFoundError(now.not_found(task_id))
         return event

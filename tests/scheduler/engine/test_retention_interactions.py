@@ -12,6 +12,7 @@ from typing import Any
 from apollo11.scheduler import retention
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow
 from apollo11.scheduler.engine import RetentionOptions
+from apollo11.scheduler.errors import NotFoundError
 from apollo11.scheduler.state import State, TaskStatus, replay
 from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
 from tests.scheduler.durable.test_engine_durable import ManualClock
@@ -86,3 +87,26 @@ def retention_due(rig: Rig) -> list[str]:
 
     opts = rig.engine.retention.options
     return due_now(rig.store.state, opts, rig.clock.now_ms(), 100)
+
+
+async def test_a_hold_that_lost_the_race_with_a_purge_is_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path / "d", ManualClock(), kid)
+    try:
+        sub = await rig.engine.submit("kid", {})
+        await rig.engine.wait(sub.task_id)
+        ret = rig.engine.retention
+        purge, hold = await asyncio.gather(
+            ret._purge([sub.task_id]),  # the sweep's write, already decided
+            ret.hold(sub.task_id, operator="legal", reason="litigation", held=True),
+            return_exceptions=True,
+        )
+        assert not isinstance(purge, BaseException)
+        assert isinstance(hold, NotFoundError), hold
+        assert "purged by retention" in str(hold)
+        assert rig.store.state.peek(sub.task_id) is None
+        assert sub.task_id not in rig.store.state.holds
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
