@@ -142,13 +142,14 @@ class State:
         self.purged = {str(k): int(v) for k, v in d.get("purged") or ()}
         self.tombstones = set(d.get("tombstones") or ())
 
-    def not_found(self, task_id: str) -> str:
-        """What to answer for a task that is not here: purged by retention, when this
-        node remembers it, else no such task."""
+    def not_found(self, task_id: str, as_of: int = 0) -> str:
+        """What to answer for a task that is not here (or was not, `as_of` an event id):
+        purged by retention, when this node remembers it (its history went with it),
+        else no such task."""
         at = self.purged.get(task_id)
         if at is not None:
             return f"task {task_id!r} was purged by retention (event {at})"
-        return f"no task {task_id!r}"
+        return f"no task {task_id!r}" + (f" as of event {as_of}" if as_of else "")
 
     def purge_refused(self, task_id: str) -> str | None:
         """Why retention may not purge this task now (None: it may; "unknown" when it is

@@ -9,6 +9,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from apollo11.scheduler import retention
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow
 from apollo11.scheduler.engine import RetentionOptions
@@ -107,6 +109,27 @@ async def test_a_hold_that_lost_the_race_with_a_purge_is_not_acknowledged(
         assert "purged by retention" in str(hold)
         assert rig.store.state.peek(sub.task_id) is None
         assert sub.task_id not in rig.store.state.holds
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+async def test_a_purged_task_answers_purged_by_retention_to_every_action(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path / "d", ManualClock(), kid)
+    try:
+        sub = await rig.engine.submit("kid", {})
+        await rig.engine.wait(sub.task_id)
+        await rig.engine.retention._purge([sub.task_id])
+        e = rig.engine
+        for action in (
+            e.redact_task(sub.task_id, operator="op", reason="gdpr"),
+            e.cancel_task(sub.task_id, operator="op", reason="r"),
+            e.retention.hold(sub.task_id, operator="op", reason="r", held=True),
+        ):
+            with pytest.raises(NotFoundError, match="was purged by retention"):
+                await action
     finally:
         await rig.engine.stop()
         await rig.store.close()
