@@ -152,6 +152,7 @@ class RetentionSweep:
         total = 0
         opts = self.options
         last: list[str] = []
+        wrote = False  # a TASK_PURGED, which forgets expired event keys too
         while opts.rules:
             now = h.clock.now_ms()
             batch = due_now(state, opts, now, BATCH)
@@ -159,26 +160,30 @@ class RetentionSweep:
                 break
             last = batch
             for part in _fitted(batch, h.store.log.config.payload_max_bytes):
-                await self._purge(part)
-            total += len(batch)
+                total += await self._purge(part)
+                wrote = True
             await asyncio.sleep(0)
         heap = state.event_key_heap
         expired = bool(heap) and heap[0][0] <= h.clock.now_ms()
-        if not total and expired:
+        if not wrote and expired:
             await self._purge([])  # event keys past their TTL forgotten at this point
         if not total:
             return "forgot event idempotency keys past their TTL" if expired else ""
         return f"purged {total} tasks past their retention ({opts.rules.text()})"
 
-    async def _purge(self, task_ids: list[str]) -> Event:
+    async def _purge(self, task_ids: list[str]) -> int:
+        """Write one TASK_PURGED; how many of `task_ids` it purged (the fold refuses one
+        a hold or a change reached first: only the purged are counted)."""
         h = self.host
         h.check_leading()
         payload = {"tasks": task_ids, "by": "retention"}
         event = await h.store.log.append(EventType.TASK_PURGED, "", payload=payload)
         await h.wait_commit(event.event_id)
-        self.purged += len(task_ids)
-        metrics.RETENTION_PURGED.inc(len(task_ids))
-        return event
+        purged = h.store.state.purged
+        done = sum(purged.get(t) == event.event_id for t in task_ids)
+        self.purged += done
+        metrics.RETENTION_PURGED.inc(done)
+        return done
 
     # ------------------------------------------------------------- holds
 

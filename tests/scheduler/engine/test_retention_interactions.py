@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 
-from apollo11.scheduler import retention
+from apollo11.scheduler import metrics, retention
+from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.durable import DurableContext, DurableWorkflow
 from apollo11.scheduler.engine import RetentionOptions
+from apollo11.scheduler.engine.retention import RetentionSweep
 from apollo11.scheduler.errors import NotFoundError
-from apollo11.scheduler.state import State, TaskStatus, replay
+from apollo11.scheduler.log import EventType
+from apollo11.scheduler.state import State, Store, TaskStatus, replay
 from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
 from tests.scheduler.durable.test_engine_durable import ManualClock
 from tests.scheduler.test_engine import Rig, make_rig
@@ -130,6 +133,72 @@ async def test_a_purged_task_answers_purged_by_retention_to_every_action(
         ):
             with pytest.raises(NotFoundError, match="was purged by retention"):
                 await action
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+class _Host:
+    """The sweep's view of an engine, over a real store with no engine deciding."""
+
+    def __init__(self, store: Store, clock: FakeClock) -> None:
+        self.store = store
+        self.clock = clock
+        self.leading = True
+
+    def check_leading(self) -> None:
+        pass
+
+    async def wait_commit(self, event_id: int) -> None:
+        pass
+
+
+async def test_a_cancelled_task_not_at_rest_is_not_purged_nor_written(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = Store.open(tmp_path / "d", instance_id="n1", clock=clock.now_ms)
+    try:
+        log = store.log
+        steps = {"workflow": "w", "steps": {"a": [], "b": []}}
+        # t1: cancelled while its step runs; t2: cancelled owing a compensation; t3: done
+        await log.append(EventType.TASK_SUBMITTED, "t1", payload=steps)
+        await log.append(EventType.STEP_STARTED, "t1", "a", attempt=1)
+        await log.append(EventType.TASK_CANCELLED, "t1", payload={"operator": "op"})
+        await log.append(EventType.TASK_SUBMITTED, "t2", payload=steps)
+        await log.append(EventType.STEP_STARTED, "t2", "a", attempt=1)
+        await log.append(EventType.STEP_SUCCEEDED, "t2", "a", {"result": 1}, attempt=1)
+        cancel = {"operator": "op", "compensate": ["a"]}
+        await log.append(EventType.TASK_CANCELLED, "t2", payload=cancel)
+        await log.append(EventType.TASK_SUBMITTED, "t3", payload=steps)
+        await log.append(EventType.TASK_CANCELLED, "t3", payload={"operator": "op"})
+        state = store.state
+        assert [state.peek(t).status for t in ("t1", "t2", "t3")] == [TaskStatus.CANCELLED] * 3  # type: ignore[union-attr]
+        sweep = RetentionSweep(_Host(store, clock), RetentionOptions(rules=retention.parse("*=1d")))
+        clock.advance(2 * DAY)
+        before = metrics.RETENTION_PURGED._value.get()
+        assert await sweep.sweep() == "purged 1 tasks past their retention (*=1d)"
+        assert sweep.purged == 1 and metrics.RETENTION_PURGED._value.get() == before + 1
+        assert state.peek("t3") is None
+        assert state.peek("t1") is not None and state.peek("t2") is not None
+        purges = [e for e in log.read() if e.event_type is EventType.TASK_PURGED]
+        assert [e.payload["tasks"] for e in purges] == [["t3"]]
+        assert not any("refused" in a for a in state.anomalies)
+        assert await sweep.sweep() == ""  # nothing more written while they are not at rest
+        assert sum(e.event_type is EventType.TASK_PURGED for e in log.read()) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_purge_the_fold_refused_is_not_counted(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path / "d", ManualClock(), kid)
+    try:
+        sub = await rig.engine.submit("kid", {})
+        await rig.engine.wait(sub.task_id)
+        ret = rig.engine.retention
+        await ret.hold(sub.task_id, operator="legal", reason="litigation", held=True)
+        before = metrics.RETENTION_PURGED._value.get()
+        assert await ret._purge([sub.task_id]) == 0  # decided before the hold landed
+        assert ret.purged == 0 and metrics.RETENTION_PURGED._value.get() == before
+        assert rig.store.state.peek(sub.task_id) is not None
     finally:
         await rig.engine.stop()
         await rig.store.close()
