@@ -17,8 +17,9 @@ with a step still running is not; nor is a child whose parent has not finished
 ever). `refusal` is that test, and the fold (state/fold.py) refuses a
 TASK_PURGED by the same one, so a primary never writes a purge a standby or a
 replay would refuse. The age is counted
-from the task's finish (the time of its last event, which for a finished task
-is the one that finished it) or from its submission, and compared with the
+from the task's finish (its updated time, which for a finished task is the event
+that finished it: the fold moves it for neither TASK_REDACTED nor TASK_HELD) or
+from its submission, and compared with the
 caller's `now_ms`: the log's clock on the primary, a fake one in the tests.
 
 No I/O and no clock here: the sweep (scheduler/engine/retention.py) reads the

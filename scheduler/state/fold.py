@@ -137,13 +137,17 @@ def _state_anomaly(state: State, event: Event, what: str) -> None:
         state.anomalies.append(f"event {event.event_id}: {what}")
 
 
-def _task_for(state: State, event: Event) -> TaskState | None:
+def _task_for(state: State, event: Event, *, moves: bool = True) -> TaskState | None:
+    """The task the event names, its last event moved on; its updated time too unless
+    the event is not a change of its course (`moves`): a finished task's updated time is
+    its finish, which retention counts from (docs/retention.md)."""
     task = state.task(event.task_id)
     if task is None:
         _state_anomaly(state, event, f"{event.event_type.name} for unknown task {event.task_id!r}")
         return None
     task.last_event_id = event.event_id
-    task.updated_ms = event.timestamp
+    if moves:
+        task.updated_ms = event.timestamp
     if task.event_ids is not None:
         task.event_ids.append(event.event_id)
     return task
@@ -544,8 +548,9 @@ def _on_cancelled(state: State, event: Event) -> None:
 def _on_redacted(state: State, event: Event) -> None:
     """An operator removed the task's input and outputs (scheduler/log/redact.py): in
     the state they read as redacted from here on; the events before it are redacted
-    where they are read (GetEvents, WatchTask) and, later, where they are stored."""
-    task = _task_for(state, event)
+    where they are read (GetEvents, WatchTask) and, later, where they are stored.
+    Not a change of the task's course: its updated time (its finish) stays."""
+    task = _task_for(state, event, moves=False)
     if task is None:
         return
     p = event.payload

@@ -202,3 +202,29 @@ async def test_a_purge_the_fold_refused_is_not_counted(tmp_path: Path) -> None:
     finally:
         await rig.engine.stop()
         await rig.store.close()
+
+
+async def test_neither_a_redaction_nor_a_hold_moves_the_retention_clock(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path / "d", FakeClock(), kid)
+    try:
+        ret = rig.engine.retention
+        ret.options = RetentionOptions(rules=retention.parse("SUCCEEDED=7d"))
+        sub = await rig.engine.submit("kid", {})
+        await rig.engine.wait(sub.task_id)
+        finished = rig.store.state.tasks[sub.task_id].updated_ms
+        rig.clock.advance(3 * DAY)
+        await rig.engine.redact_task(sub.task_id, operator="op", reason="gdpr")
+        rig.clock.advance(1 * DAY)
+        await ret.hold(sub.task_id, operator="op", reason="audit", held=True)
+        rig.clock.advance(1 * DAY)
+        await ret.hold(sub.task_id, operator="op", reason="done", held=False)
+        assert rig.store.state.tasks[sub.task_id].updated_ms == finished
+        assert _replayed(rig).tasks[sub.task_id].updated_ms == finished
+        rig.clock.advance(2 * DAY)  # 7 days since its finish, 3 since the release
+        assert "purged 1 tasks" in await ret.sweep()
+        assert rig.store.state.peek(sub.task_id) is None
+    finally:
+        await rig.engine.stop()
+        await rig.store.close()
