@@ -1,7 +1,8 @@
 """The retention sweep: on the primary, the finished tasks past their retention purged.
 
 Every `interval_s` (real seconds) the sweep reads the finished tasks a page at a time (summaries:
-memory and the archive's listing, no task decoded), asks scheduler/retention.py
+memory and the archive's listing; only a task past its rule is read whole, with its
+parent, for the fold's own test, State.purge_refused), asks scheduler/retention.py
 which are due, and writes them as TASK_PURGED events, as many task ids each as the
 log's payload limit takes (~140 at the default 4 KB), each committed before the
 next. The event is the purge: every standby and every replay drops the same tasks
