@@ -10,9 +10,16 @@ its workflow, then its status, then `*`. A task no rule names is kept for
 ever: nothing is purged unless configured, since a purge cannot be undone.
 
 Only finished tasks are ever due (a running task's history is still being
-written), and never a held one (a legal hold, TASK_HELD). The age is counted
-from the task's finish (the time of its last event, which for a finished task
-is the one that finished it) or from its submission, and compared with the
+written), and never a held one (a legal hold, TASK_HELD). Finished means
+quiescent, as the fold says it: a cancelled task still owing compensation or
+with a step still running is not; nor is a child whose parent has not finished
+(the parent may yet await it, and a purged child would leave it waiting for
+ever). `refusal` is that test, and the fold (state/fold.py) refuses a
+TASK_PURGED by the same one, so a primary never writes a purge a standby or a
+replay would refuse. The age is counted
+from the task's finish (its updated time, which for a finished task is the event
+that finished it: the fold moves it for neither TASK_REDACTED nor TASK_HELD) or
+from its submission, and compared with the
 caller's `now_ms`: the log's clock on the primary, a fake one in the tests.
 
 No I/O and no clock here: the sweep (scheduler/engine/retention.py) reads the
@@ -21,7 +28,7 @@ tasks and the time, asks `due`, and writes what it answers as TASK_PURGED.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal, Protocol
@@ -58,6 +65,36 @@ class Finished(Protocol):
     def submitted_ms(self) -> int: ...
     @property
     def updated_ms(self) -> int: ...
+
+
+class Resting(Protocol):
+    """What the quiescence test reads of a task (state/model.py's TaskState has it)."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def status(self) -> TaskStatus: ...
+    @property
+    def busy(self) -> int: ...
+    @property
+    def owed(self) -> int: ...
+
+
+def refusal(task: Resting, parent: Resting | None, *, held: bool) -> str | None:
+    """Why `task` may not be purged now (None: it may). `parent` is the task that spawned
+    it, if that one is still known (a purged parent awaits nothing)."""
+    if held:
+        return "held"
+    status = task.status.value
+    if task.status not in FINISHED:
+        return f"{status}, not finished"
+    if task.busy:
+        return f"{status}, a step still running"
+    if task.owed:
+        return f"{status}, still owing compensation"
+    if parent is not None and (parent.status not in FINISHED or parent.busy or parent.owed):
+        return f"its parent {parent.task_id!r} has not finished ({parent.status.value})"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,15 +184,19 @@ def due(
     held: Container[str] = frozenset(),
     counted_from: From = "finish",
     limit: int | None = None,
+    refused: Callable[[str], str | None] | None = None,
 ) -> list[str]:
     """The ids of `tasks` to purge now, in the order given, at most `limit`: those past
-    their retention and not held."""
+    their retention, not held, and not `refused` (asked only of a task otherwise due: the
+    caller's `refusal` of it, which reads the task and its parent)."""
     out: list[str] = []
     if not rules:
         return out
     for t in tasks:
         if limit is not None and len(out) >= limit:
             break
-        if t.task_id not in held and is_due(rules, t, now_ms, counted_from):
+        if t.task_id in held or not is_due(rules, t, now_ms, counted_from):
+            continue
+        if refused is None or refused(t.task_id) is None:
             out.append(t.task_id)
     return out

@@ -30,6 +30,7 @@ from apollo11.scheduler.cli._exportfile import (
 )
 from apollo11.scheduler.cli._shared import Server, client, fail, run
 from apollo11.scheduler.cli._tasks import TASK_STATES
+from apollo11.scheduler.errors import NotFoundError
 
 _WINDOW = 16  # tasks read at once: enough to hide a round trip, little load on the node
 _EVENTS_PAGE = 10000  # GetEvents' most
@@ -101,7 +102,7 @@ def export(
     began = time.monotonic()
     if output is None:
         sink = _Sink(sys.stdout.buffer, refs, inline_max_bytes)
-        written, skipped = run(
+        written, skipped, gone = run(
             _export(server, workflow, state, since_ms, until_ms, None, sink, rate)
         )
     else:
@@ -111,7 +112,7 @@ def export(
         with open(output, "ab") as f:
             sink = _Sink(f, refs, inline_max_bytes)
             after = start.after
-            written, skipped = run(
+            written, skipped, gone = run(
                 _export(server, workflow, state, since_ms, until_ms, after, sink, rate)
             )
             f.flush()
@@ -123,6 +124,12 @@ def export(
         f"{speed:.0f} tasks/s",
         file=sys.stderr,
     )
+    if gone:
+        print(
+            f"not exported: {gone} listed task(s) gone when read (NOT_FOUND: purged by "
+            "retention since the listing)",
+            file=sys.stderr,
+        )
 
 
 class _Sink:
@@ -153,7 +160,8 @@ async def _export(
     after: Any,
     sink: _Sink,
     rate: float,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
+    """(written, already in the file, gone: listed, then NOT_FOUND when read)."""
     async with client(server) as c:
         rows: list[Any] = []
         token = ""
@@ -167,23 +175,32 @@ async def _export(
         todo = [t for t in tasks if after is None or order_key(t) > after]
         window_size = _WINDOW if not rate else max(1, min(_WINDOW, int(rate / 10)))
         began = time.monotonic()
+        gone = 0
         for i in range(0, len(todo), window_size):
             if rate:  # paced: the i-th task not before i / rate seconds in
                 await asyncio.sleep(max(0.0, began + i / rate - time.monotonic()))
             window = todo[i : i + window_size]
             lines = await asyncio.gather(*(_line(c, t.task_id, sink.limit) for t in window))
-            for line, values in lines:
-                sink.write(line, values)
-        return len(todo), len(tasks) - len(todo)
+            for got in lines:
+                if got is None:
+                    gone += 1
+                else:
+                    sink.write(*got)
+        return len(todo) - gone, len(tasks) - len(todo), gone
 
 
-async def _line(c: Any, task_id: str, limit: int) -> tuple[bytes, dict[str, bytes]]:
-    task = await c.task(task_id)
-    events: list[Any] = []
-    nxt = task.first_event_id
-    while nxt:
-        page, nxt = await c.events(
-            task_id=task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
-        )
-        events.extend(page)
+async def _line(c: Any, task_id: str, limit: int) -> tuple[bytes, dict[str, bytes]] | None:
+    """The task's line, or None when it is gone since the listing (retention purged it:
+    NOT_FOUND), which is no reason to fail the rest of the export."""
+    try:
+        task = await c.task(task_id)
+        events: list[Any] = []
+        nxt = task.first_event_id
+        while nxt:
+            page, nxt = await c.events(
+                task_id=task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
+            )
+            events.extend(page)
+    except NotFoundError:
+        return None
     return task_line(task, events, limit)

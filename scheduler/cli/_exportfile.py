@@ -31,8 +31,9 @@ if TYPE_CHECKING:  # the CLI's help loads no grpc (tests/scheduler/cli/test_impo
 
 DEFAULT_INLINE_MAX_BYTES = 64 * 1024
 # fields of a task's view that say how this node sees it now, not what the task is:
-# left out so that the primary and a standby, today and tomorrow, export one file
-_VOLATILE = ("as_of_event_id", "blocked", "waiting")
+# left out so that the primary and a standby, today and tomorrow, export one file; and
+# the live legal hold (`held`), which its TASK_HELD events in the line already record
+_VOLATILE = ("as_of_event_id", "blocked", "waiting", "held")
 _TAIL_CHUNK = 64 * 1024
 
 

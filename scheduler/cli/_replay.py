@@ -43,7 +43,7 @@ def replay(
     if task is not None:
         t = state.peek(task)
         if t is None:
-            raise fail(f"no task {task!r} as of event {state.last_event_id}", ExitCode.NOT_FOUND)
+            raise fail(state.not_found(task, state.last_event_id), ExitCode.NOT_FOUND)
         if as_json:
             print_json(t.to_dict())
         else:

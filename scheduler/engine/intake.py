@@ -425,7 +425,7 @@ class Intake:
         p.check_leading()
         task = p.store.state.peek(task_id)
         if task is None:
-            raise NotFoundError(f"no task {task_id!r}")
+            raise NotFoundError(p.store.state.not_found(task_id))
         require_reason(operator, reason)
         refuse_redact(task, busy=any(p.is_busy(task_id, name) for name in task.steps))
         payload = shown_as({"operator": operator, "reason": reason}, display)

@@ -1,7 +1,8 @@
 """The retention sweep: on the primary, the finished tasks past their retention purged.
 
 Every `interval_s` (real seconds) the sweep reads the finished tasks a page at a time (summaries:
-memory and the archive's listing, no task decoded), asks scheduler/retention.py
+memory and the archive's listing; only a task past its rule is read whole, with its
+parent, for the fold's own test, State.purge_refused), asks scheduler/retention.py
 which are due, and writes them as TASK_PURGED events, as many task ids each as the
 log's payload limit takes (~140 at the default 4 KB), each committed before the
 next. The event is the purge: every standby and every replay drops the same tasks
@@ -86,6 +87,7 @@ def due_now(state: State, options: RetentionOptions, now_ms: int, limit: int) ->
             held=state.holds,
             counted_from=options.counted_from,
             limit=limit - len(out),
+            refused=state.purge_refused,
         )
         if before is None:
             break
@@ -151,6 +153,7 @@ class RetentionSweep:
         total = 0
         opts = self.options
         last: list[str] = []
+        wrote = False  # a TASK_PURGED, which forgets expired event keys too
         while opts.rules:
             now = h.clock.now_ms()
             batch = due_now(state, opts, now, BATCH)
@@ -158,26 +161,30 @@ class RetentionSweep:
                 break
             last = batch
             for part in _fitted(batch, h.store.log.config.payload_max_bytes):
-                await self._purge(part)
-            total += len(batch)
+                total += await self._purge(part)
+                wrote = True
             await asyncio.sleep(0)
         heap = state.event_key_heap
         expired = bool(heap) and heap[0][0] <= h.clock.now_ms()
-        if not total and expired:
+        if not wrote and expired:
             await self._purge([])  # event keys past their TTL forgotten at this point
         if not total:
             return "forgot event idempotency keys past their TTL" if expired else ""
         return f"purged {total} tasks past their retention ({opts.rules.text()})"
 
-    async def _purge(self, task_ids: list[str]) -> Event:
+    async def _purge(self, task_ids: list[str]) -> int:
+        """Write one TASK_PURGED; how many of `task_ids` it purged (the fold refuses one
+        a hold or a change reached first: only the purged are counted)."""
         h = self.host
         h.check_leading()
         payload = {"tasks": task_ids, "by": "retention"}
         event = await h.store.log.append(EventType.TASK_PURGED, "", payload=payload)
         await h.wait_commit(event.event_id)
-        self.purged += len(task_ids)
-        metrics.RETENTION_PURGED.inc(len(task_ids))
-        return event
+        purged = h.store.state.purged
+        done = sum(purged.get(t) == event.event_id for t in task_ids)
+        self.purged += done
+        metrics.RETENTION_PURGED.inc(done)
+        return done
 
     # ------------------------------------------------------------- holds
 
@@ -198,4 +205,10 @@ class RetentionSweep:
         payload = {"held": held, "by": operator, "reason": reason}
         event = await h.store.log.append(EventType.TASK_HELD, task_id, payload=payload)
         await h.wait_commit(event.event_id)
+        # A TASK_PURGED the sweep had decided on may be ahead of this one in the log:
+        # the fold then finds no task to hold, and an acknowledged hold of a purged
+        # task would be a lie to whoever relies on it.
+        now = h.store.state
+        if held and task_id not in now.holds:
+            raise NotFoundError(now.not_found(task_id))
         return event

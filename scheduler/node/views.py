@@ -173,6 +173,11 @@ class Views:
             log.info("time travel for %s replays the log: %s", task_id, e)
             return (await self.state_at(event_id)).peek(task_id)
 
+    def not_found(self, task_id: str, as_of: int = 0) -> str:
+        store = self.host.store
+        assert store is not None
+        return store.state.not_found(task_id, as_of)
+
     def status(self) -> ClusterStatus:
         h, r = self.host, self.roles
         store = h.store

@@ -64,8 +64,7 @@ async def task_as_of(node: NodeView, task_id: str, at: int) -> TaskState:
         raise BeyondTheLog(at, durable)
     task = await node.task_at(task_id, at)
     if task is None:
-        where = f" as of event {at}" if at else ""
-        raise NotFoundError(f"no task {task_id!r}{where}")
+        raise NotFoundError(node.not_found(task_id, at))
     return task
 
 

@@ -50,6 +50,10 @@ class NodeView(PrimarySide, Protocol):
     async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
         """Time travel for one task."""
 
+    def not_found(self, task_id: str, as_of: int = 0) -> str:
+        """What to answer for a task this node does not have (State.not_found: purged
+        by retention, when it remembers that)."""
+
     def status(self) -> ClusterStatus: ...
 
     def history(self) -> list[TermRecord]:

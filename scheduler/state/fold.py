@@ -137,13 +137,17 @@ def _state_anomaly(state: State, event: Event, what: str) -> None:
         state.anomalies.append(f"event {event.event_id}: {what}")
 
 
-def _task_for(state: State, event: Event) -> TaskState | None:
+def _task_for(state: State, event: Event, *, moves: bool = True) -> TaskState | None:
+    """The task the event names, its last event moved on; its updated time too unless
+    the event is not a change of its course (`moves`): a finished task's updated time is
+    its finish, which retention counts from (docs/retention.md)."""
     task = state.task(event.task_id)
     if task is None:
         _state_anomaly(state, event, f"{event.event_type.name} for unknown task {event.task_id!r}")
         return None
     task.last_event_id = event.event_id
-    task.updated_ms = event.timestamp
+    if moves:
+        task.updated_ms = event.timestamp
     if task.event_ids is not None:
         task.event_ids.append(event.event_id)
     return task
@@ -544,8 +548,9 @@ def _on_cancelled(state: State, event: Event) -> None:
 def _on_redacted(state: State, event: Event) -> None:
     """An operator removed the task's input and outputs (scheduler/log/redact.py): in
     the state they read as redacted from here on; the events before it are redacted
-    where they are read (GetEvents, WatchTask) and, later, where they are stored."""
-    task = _task_for(state, event)
+    where they are read (GetEvents, WatchTask) and, later, where they are stored.
+    Not a change of the task's course: its updated time (its finish) stays."""
+    task = _task_for(state, event, moves=False)
     if task is None:
         return
     p = event.payload
@@ -874,8 +879,9 @@ def _on_held(state: State, event: Event) -> None:
 def _on_purged(state: State, event: Event) -> None:
     """Retention dropped these finished tasks ({"tasks": [ids]}): gone from memory, their
     idempotency keys with them; one an archive chunk holds is hidden until the next
-    snapshot rewrites the chunk. A held or unfinished one is not purged (the primary
-    never asks for that; a log that does is flagged). The sweep's time is the log's
+    snapshot rewrites the chunk. A held or unquiescent one, or one whose parent has not
+    finished, is not purged (State.purge_refused, the test the primary asks before it
+    writes; a log that asks anyway is flagged). The sweep's time is the log's
     clock: event idempotency keys past their TTL are forgotten here too."""
     _expire_event_keys(state, event.timestamp)
     archive = state.archive
@@ -884,8 +890,8 @@ def _on_purged(state: State, event: Event) -> None:
         if task is None:
             _state_anomaly(state, event, f"TASK_PURGED names unknown task {task_id!r}")
             continue
-        if task_id in state.holds or not task.quiescent:
-            why = "held" if task_id in state.holds else f"{task.status.value}, not finished"
+        why = state.purge_refusal(task)
+        if why is not None:
             _state_anomaly(state, event, f"TASK_PURGED of task {task_id!r} refused: {why}")
             continue
         state.tasks.pop(task_id, None)

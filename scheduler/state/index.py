@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from apollo11.scheduler import retention as _retention
 from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.state.model import DURATION_HISTORY, TERMINAL, TaskState
 from apollo11.scheduler.state.occupancy import Occupancy
@@ -141,13 +142,27 @@ class State:
         self.purged = {str(k): int(v) for k, v in d.get("purged") or ()}
         self.tombstones = set(d.get("tombstones") or ())
 
-    def not_found(self, task_id: str) -> str:
-        """What to answer for a task that is not here: purged by retention, when this
-        node remembers it, else no such task."""
+    def not_found(self, task_id: str, as_of: int = 0) -> str:
+        """What to answer for a task that is not here (or was not, `as_of` an event id):
+        purged by retention, when this node remembers it (its history went with it),
+        else no such task."""
         at = self.purged.get(task_id)
         if at is not None:
             return f"task {task_id!r} was purged by retention (event {at})"
-        return f"no task {task_id!r}"
+        return f"no task {task_id!r}" + (f" as of event {as_of}" if as_of else "")
+
+    def purge_refused(self, task_id: str) -> str | None:
+        """Why retention may not purge this task now (None: it may; "unknown" when it is
+        not here): the one test the sweep asks before writing a TASK_PURGED and the fold
+        applies when it reads one (retention.refusal)."""
+        task = self.peek(task_id)
+        return "unknown" if task is None else self.purge_refusal(task)
+
+    def purge_refusal(self, task: TaskState) -> str | None:
+        """`purge_refused` of a task already read."""
+        parent_id = (task.parent or {}).get("task_id")
+        parent = self.peek(str(parent_id)) if parent_id else None
+        return _retention.refusal(task, parent, held=task.task_id in self.holds)
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         """The first event with `key` at or after event id `since`: (event_id, payload)."""

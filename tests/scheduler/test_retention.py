@@ -148,3 +148,35 @@ def test_what_is_due_is_finished_unheld_and_past_its_rule(
     for t in tasks:
         if t.task_id not in due and t.task_id not in held:
             assert not retention.is_due(RULES, t, now, counted_from)
+
+
+class Rest(NamedTuple):
+    task_id: str
+    status: TaskStatus
+    busy: int = 0
+    owed: int = 0
+
+
+def test_only_a_quiescent_task_whose_parent_finished_may_be_purged() -> None:
+    done = Rest("c", TaskStatus.SUCCEEDED)
+    assert retention.refusal(done, None, held=False) is None
+    assert retention.refusal(done, Rest("p", TaskStatus.FAILED), held=False) is None
+    assert retention.refusal(done, None, held=True) == "held"
+    waiting = Rest("p", TaskStatus.WAITING)
+    assert "parent 'p' has not finished" in str(retention.refusal(done, waiting, held=False))
+    compensating = Rest("p", TaskStatus.CANCELLED, owed=1)
+    assert "parent 'p'" in str(retention.refusal(done, compensating, held=False))
+    owing = Rest("c", TaskStatus.CANCELLED, owed=2)
+    assert "owing compensation" in str(retention.refusal(owing, None, held=False))
+    running = Rest("c", TaskStatus.CANCELLED, busy=1)
+    assert "still running" in str(retention.refusal(running, None, held=False))
+    assert "not finished" in str(retention.refusal(Rest("c", TaskStatus.RUNNING), None, held=False))
+
+
+def test_a_refused_task_is_not_due_and_does_not_take_a_place_in_the_batch() -> None:
+    tasks = [Task(f"t{i}", "x", TaskStatus.SUCCEEDED, 0, 0) for i in range(4)]
+    blocked = {"t0", "t1"}
+    got = retention.due(
+        RULES, tasks, 30 * DAY, limit=2, refused=lambda t: "x" if t in blocked else None
+    )
+    assert got == ["t2", "t3"]

@@ -86,6 +86,7 @@ async def make_web(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
             not_leader=lambda: NotLeaderError(PRIMARY_ELSEWHERE, leader="127.0.0.1:7421"),
             durable_id=lambda: rig.store.log.durable_id,
             task_at=_task_at(rig),
+            not_found=lambda t, at=0: rig.store.state.not_found(t, at),
         )
         client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=make_app(node)), base_url="http://testserver"

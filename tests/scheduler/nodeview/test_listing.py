@@ -86,7 +86,12 @@ async def test_as_of_beyond_the_log_carries_its_figures() -> None:
     async def task_at(task_id: str, at: int) -> Any:
         return f"T@{at}" if task_id == "t1" else None
 
-    node: Any = SimpleNamespace(durable_id=lambda: 10, task_at=task_at)
+    def not_found(task_id: str, as_of: int = 0) -> str:
+        state = State()
+        state.purged["t0"] = 9
+        return state.not_found(task_id, as_of)
+
+    node: Any = SimpleNamespace(durable_id=lambda: 10, task_at=task_at, not_found=not_found)
     assert await listing.task_as_of(node, "t1", 10) == "T@10"
     with pytest.raises(listing.BeyondTheLog) as e:
         await listing.task_as_of(node, "t1", 11)
@@ -95,3 +100,6 @@ async def test_as_of_beyond_the_log_carries_its_figures() -> None:
     assert str(e.value) == "as_of_event_id 11 is beyond the last durable event 10"
     with pytest.raises(NotFoundError, match="no task 'zz' as of event 3"):
         await listing.task_as_of(node, "zz", 3)
+    # purged since: its history went with it, and the answer says so
+    with pytest.raises(NotFoundError, match="'t0' was purged by retention \\(event 9\\)"):
+        await listing.task_as_of(node, "t0", 3)

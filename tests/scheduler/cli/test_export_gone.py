@@ -1,0 +1,74 @@
+"""`apollo11 export` over a fake client: a task retention purged between the listing
+and its line is skipped and counted, and a line carries no live hold."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from apollo11.scheduler.cli import _export, app
+from apollo11.scheduler.client import EventView, TaskSummaryView, TaskView
+from apollo11.scheduler.errors import NotFoundError
+
+
+def _task(task_id: str, ms: int) -> TaskView:
+    return TaskView(
+        task_id, "echo", 1, "SUCCEEDED", {"text": "x"}, (), ms, ms, 1, 1, None, None, (), 9,
+    )  # fmt: skip
+
+
+class _Client:
+    """Lists t1..t3; t2 was purged by retention before its line was read."""
+
+    def __init__(self, held: dict[str, Any] | None = None) -> None:
+        self.held = held
+
+    async def __aenter__(self) -> _Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def tasks(self, **kw: Any) -> Any:
+        rows = [TaskSummaryView(f"t{i}", "echo", "SUCCEEDED", i, i, 1, 1) for i in (1, 2, 3)]
+        return SimpleNamespace(tasks=rows, next_page_token="")
+
+    async def task(self, task_id: str) -> TaskView:
+        if task_id == "t2":
+            raise NotFoundError("task 't2' was purged by retention (event 40)")
+        return dataclasses.replace(_task(task_id, int(task_id[1:])), held=self.held)
+
+    async def events(self, **kw: Any) -> tuple[list[EventView], int]:
+        return [], 0
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, out: Path, held: dict[str, Any] | None = None) -> Any:
+    monkeypatch.setattr(_export, "client", lambda server: _Client(held))
+    return CliRunner().invoke(app, ["export", "--output", str(out)])
+
+
+def test_a_task_purged_before_its_line_is_skipped_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "x.jsonl"
+    res = _run(monkeypatch, out)
+    assert res.exit_code == 0, res.output
+    ids = [orjson.loads(line)["task_id"] for line in out.read_bytes().splitlines()]
+    assert ids == ["t1", "t3"]
+    assert "exported 2 tasks" in res.stderr
+    assert "not exported: 1 listed task(s) gone when read" in res.stderr
+
+
+def test_a_line_carries_no_live_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, held = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _run(monkeypatch, plain)
+    hold = {"by": "ann", "reason": "audit", "at_ms": 5, "event_id": 12}
+    _run(monkeypatch, held, hold)
+    assert plain.read_bytes() == held.read_bytes()
+    assert b'"held"' not in plain.read_bytes()
