@@ -562,6 +562,8 @@ def _on_redacted(state: State, event: Event) -> None:
     if "as" in p:
         task.redacted["as"] = p["as"]
     state.redacted[task.task_id] = event.event_id
+    if task.event_ids is not None:  # the records each member rewrites (state/redactor.py)
+        state.redacted_records[task.task_id] = [i for i in task.event_ids if i < event.event_id]
     mark = redaction_marker(event.event_id)
     if task.input is not None:
         task.input = mark

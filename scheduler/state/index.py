@@ -114,6 +114,10 @@ class State:
     # Redacted tasks (scheduler/log/redact.py): task id -> its TASK_REDACTED's event id,
     # so that a read of the log's events knows which payloads to hide.
     redacted: dict[str, int] = field(default_factory=dict)
+    # ... and the ids of its records before that event, the ones each member (and the
+    # bucket) rewrites: kept here, not looked up on the task, which a purge drops.
+    # Absent for a task from a snapshot older than per-task event ids.
+    redacted_records: dict[str, list[int]] = field(default_factory=dict)
     # Retention (docs/retention.md). Legal holds: task id -> {"by", "reason", "at_ms",
     # "event_id"}; a held task is never purged.
     holds: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -186,7 +190,25 @@ class State:
 
     def redacted_dict(self) -> dict[str, Any]:
         """The redacted tasks as JSON (snapshots, `to_dict`); {} when there are none."""
-        return {"redacted": dict(sorted(self.redacted.items()))} if self.redacted else {}
+        if not self.redacted:
+            return {}
+        out: dict[str, Any] = {"redacted": dict(sorted(self.redacted.items()))}
+        if self.redacted_records:
+            out["redacted_records"] = dict(sorted(self.redacted_records.items()))
+        return out
+
+    def load_redacted(self, d: Mapping[str, Any]) -> None:
+        """Restore what `redacted_dict` wrote. A snapshot from before the records were
+        kept (only "redacted") takes them from the task, when it is still here."""
+        self.redacted = {k: int(v) for k, v in (d.get("redacted") or {}).items()}
+        records = {k: [int(i) for i in v] for k, v in (d.get("redacted_records") or {}).items()}
+        for task_id, rid in self.redacted.items():
+            if task_id in records:
+                continue
+            task = self.peek(task_id)
+            if task is not None and task.event_ids is not None:
+                records[task_id] = [i for i in task.event_ids if i < rid]
+        self.redacted_records = records
 
     def schedules_dict(self) -> dict[str, Any]:
         """The schedules as JSON (snapshots, `to_dict`); {} when there are none."""

@@ -99,3 +99,21 @@ def test_only_a_finished_task_not_yet_redacted_may_be_redacted() -> None:
     redacted = done.add(E.TASK_REDACTED, payload={"operator": "ana", "reason": "r"})
     with pytest.raises(FailedPreconditionError, match="already redacted"):
         refuse_redact(redacted.task, busy=False)
+
+
+async def test_a_snapshot_from_before_the_records_were_kept_still_finds_them(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path / "n1")
+    await _write(store, 10, seed=3)
+    task = next(t for t in store.state.iter_tasks() if t.status is TaskStatus.SUCCEEDED)
+    assert task.event_ids is not None
+    red = await store.log.append(
+        EventType.TASK_REDACTED, task.task_id, payload={"operator": "a", "reason": "r"}
+    )
+    kept = store.state.redacted_records[task.task_id]
+    assert kept == [i for i in task.event_ids if i < red.event_id]
+    old = {"redacted": {task.task_id: red.event_id}}  # the form snapshots had before
+    store.state.load_redacted(old)
+    assert store.state.redacted_records == {task.task_id: kept}
+    await store.close()
