@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -423,14 +423,24 @@ class Intake:
         (scheduler/log/redact.py)."""
         p = self._p
         p.check_leading()
-        task = p.store.state.peek(task_id)
+        state = p.store.state
+        task = state.peek(task_id)
         if task is None:
-            raise NotFoundError(p.store.state.not_found(task_id))
+            # purged by retention: its records are still in the segments and the
+            # bucket, so an erasure request is carried out all the same
+            refuse_redact_purged(task_id, state.purged, state.redacted, state.purged_records)
         require_reason(operator, reason)
-        refuse_redact(task, busy=any(p.is_busy(task_id, name) for name in task.steps))
+        if task is not None:
+            refuse_redact(task, busy=any(p.is_busy(task_id, name) for name in task.steps))
         payload = shown_as({"operator": operator, "reason": reason}, display)
         event = await p.store.log.append(EventType.TASK_REDACTED, task_id, payload=payload)
         await p.wait_commit(event.event_id)
+        if state.redacted.get(task_id, event.event_id + 1) > event.event_id:
+            # folded as an anomaly (a write raced this one): never a silent OK
+            raise FailedPreconditionError(
+                f"the redaction of task {task_id} (event {event.event_id}) did not take "
+                f"effect: {state.anomalies[-1] if state.anomalies else 'see the log'}"
+            )
         return event
 
     async def close_child(self, task_id: str, *, operator: str, reason: str) -> Event | None:
@@ -590,6 +600,28 @@ def refuse_redact(task: TaskState, *, busy: bool) -> None:
         raise FailedPreconditionError(
             f"task {task.task_id} is {task.status.value} and not finished: only a finished "
             "task can be redacted (cancel it first)"
+        )
+
+
+def refuse_redact_purged(
+    task_id: str,
+    purged: Mapping[str, int],
+    redacted: Mapping[str, int],
+    records: Mapping[str, Sequence[int]],
+) -> None:
+    """A task not in the state may be redacted only if retention purged it and its
+    records are known (kept at the purge); else there is nothing to find."""
+    if task_id not in purged and task_id not in redacted:
+        raise NotFoundError(f"no task {task_id!r}")
+    if task_id in redacted:
+        raise FailedPreconditionError(
+            f"task {task_id} is already redacted (event {redacted[task_id]})"
+        )
+    if task_id not in records:
+        raise FailedPreconditionError(
+            f"task {task_id} was purged by retention (event {purged[task_id]}) and this "
+            "node does not know which records are its (it was purged by an older "
+            "version): it cannot be redacted"
         )
 
 

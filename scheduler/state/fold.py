@@ -550,6 +550,9 @@ def _on_redacted(state: State, event: Event) -> None:
     the state they read as redacted from here on; the events before it are redacted
     where they are read (GetEvents, WatchTask) and, later, where they are stored.
     Not a change of the task's course: its updated time (its finish) stays."""
+    if state.task(event.task_id) is None and event.task_id in state.purged_records:
+        _redact_purged(state, event)
+        return
     task = _task_for(state, event, moves=False)
     if task is None:
         return
@@ -574,6 +577,19 @@ def _on_redacted(state: State, event: Event) -> None:
         task.durable.checkpoints = [
             dict(redact_payload(c, event.event_id)) for c in task.durable.checkpoints
         ]
+
+
+def _redact_purged(state: State, event: Event) -> None:
+    """A purged task redacted: nothing of it is in memory, but its records are still
+    in the segments and the bucket; they are hidden and rewritten as any other's."""
+    task_id = event.task_id
+    if task_id in state.redacted:
+        _state_anomaly(state, event, f"TASK_REDACTED of task {task_id!r}, already redacted")
+        return
+    state.redacted[task_id] = event.event_id
+    state.redacted_records[task_id] = [
+        i for i in state.purged_records[task_id] if i < event.event_id
+    ]
 
 
 def _ends_here(task: TaskState) -> bool:
@@ -908,6 +924,11 @@ def _on_purged(state: State, event: Event) -> None:
         purged[task_id] = event.event_id
         if len(purged) > PURGED_REMEMBERED:
             del purged[next(iter(purged))]
+        if task.event_ids is not None:  # its records, for a redaction still to come
+            records = state.purged_records
+            records[task_id] = task.event_ids
+            if len(records) > PURGED_REMEMBERED:
+                del records[next(iter(records))]
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {

@@ -11,7 +11,7 @@ from apollo11.scheduler.bucket import Catalog, MemoryObjects, load_catalog
 from apollo11.scheduler.bucket.verify import fetch_segment
 from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.log.record import decode_batch
-from apollo11.scheduler.state import Store, TaskStatus
+from apollo11.scheduler.state import State, Store, TaskStatus, apply_all
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
 
 
@@ -89,4 +89,33 @@ async def test_a_redaction_and_a_purge_in_one_batch_rewrite_the_disk(tmp_path: P
     # and what the fold keeps survives a snapshot and a restart
     again = open_store(tmp_path / "n1")
     assert again.state.redacted_records[task.task_id] == ids
+    await again.close()
+
+
+async def test_a_purged_task_redacted_is_rewritten_and_every_replay_agrees(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "n1")
+    await write(store, 30)
+    task = next(t for t in store.state.iter_tasks() if t.status is TaskStatus.SUCCEEDED)
+    assert task.event_ids is not None
+    ids = list(task.event_ids)
+    await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": [task.task_id]})
+    await write(store, 40, seed=5)  # a snapshot or two after the purge
+    await store.wait_snapshot()
+    await store.log.append(
+        EventType.TASK_REDACTED, task.task_id, payload={"operator": "ana", "reason": "r"}
+    )
+    store.redactor.drain()
+    assert store.state.redacted_records[task.task_id] == ids
+    assert _plain(store.log.read_ids(ids), task.task_id) == []
+    assert _plain(store.shown(store.log.read_ids(ids)), task.task_id) == []
+    live = store.state.to_dict()
+    await store.close()
+    again = open_store(tmp_path / "n1")  # from its snapshot
+    fresh = apply_all(State(), again.log.read(1, again.log.durable_id))  # from the first event
+    assert again.state.to_dict() == live
+    assert fresh.redacted == again.state.redacted
+    assert fresh.redacted_records == again.state.redacted_records
+    assert fresh.purged_records == again.state.purged_records
     await again.close()
