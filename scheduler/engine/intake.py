@@ -548,10 +548,21 @@ def _refuse_compensated(task: TaskState) -> None:
         )
 
 
+def _refuse_redacted(task: TaskState, what: str) -> None:
+    """A redacted task's input and step results read `{"$redacted": N}`: a step run (or
+    one skipped, so that the next runs) would work on the marker, not the data."""
+    if task.redacted is not None:
+        raise FailedPreconditionError(
+            f"task {task.task_id} is redacted (event {task.redacted.get('event_id')}): its "
+            f"input and step results are gone, so it cannot be {what}; submit it anew"
+        )
+
+
 def refuse_retry(task: TaskState, s: StepState, wf: Workflow | None, *, busy: bool) -> None:
     """Raise unless an operator may run this step again, with a fresh retry budget."""
     if task.cancelled is not None:
         raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    _refuse_redacted(task, "retried")
     _refuse_compensated(task)
     if s.status not in (StepStatus.FAILED, StepStatus.COMPENSATED) or busy:
         raise FailedPreconditionError(
@@ -578,6 +589,7 @@ def refuse_skip(task: TaskState, s: StepState, *, busy: bool) -> None:
     """Raise unless an operator may mark this step done without running it."""
     if task.cancelled is not None:
         raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    _refuse_redacted(task, "skipped")
     _refuse_compensated(task)
     if s.status in _UNSKIPPABLE or busy:
         raise FailedPreconditionError(f"step {s.name} is {s.status.value} and cannot be skipped")

@@ -15,7 +15,7 @@ from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.errors import FailedPreconditionError, NotFoundError
 from apollo11.scheduler.log import Event
 from apollo11.scheduler.state import TaskStatus
-from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
+from apollo11.scheduler.workflow import Idempotent, Retry, StepContext, StepError, Workflow
 from tests.scheduler.test_engine import Rig, make_rig
 
 SECRET = "123-45-6789"
@@ -86,5 +86,35 @@ async def test_a_redaction_racing_a_purge_takes_effect(tmp_path: Path) -> None:
         assert rig.store.state.purged[task_id] < red.event_id  # the purge came first
         assert rig.store.state.redacted[task_id] == red.event_id
         assert _leaks(rig, task_id) == []
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_is_not_retried_nor_skipped(tmp_path: Path) -> None:
+    seen: list[Any] = []
+    broken = True
+    wf = Workflow("w")
+
+    @wf.step(idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
+    def a(ctx: StepContext) -> str:
+        seen.append(ctx.input)
+        if broken:
+            raise StepError("down")
+        return "out-" + str(ctx.input)
+
+    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
+    try:
+        sub = await rig.engine.submit("w", {"ssn": SECRET})
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        red = await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
+        broken = False
+        says = f"redacted \\(event {red.event_id}\\)"
+        with pytest.raises(FailedPreconditionError, match=says):
+            await rig.engine.retry_step(sub.task_id, "a", operator="op", reason="again")
+        with pytest.raises(FailedPreconditionError, match=says):
+            await rig.engine.skip_step(sub.task_id, "a", operator="op", reason="past it")
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.status is TaskStatus.FAILED
+        assert seen == [{"ssn": SECRET}]  # the step never ran on the marker
     finally:
         await _close(rig)
