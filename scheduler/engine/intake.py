@@ -29,7 +29,15 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.shell import SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.state import State, StepState, StepStatus, Store, TaskState, TaskStatus
+from apollo11.scheduler.state import (
+    State,
+    StepState,
+    StepStatus,
+    Store,
+    TaskState,
+    TaskStatus,
+    held_by,
+)
 from apollo11.scheduler.taskid import new_task_id as new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
 
@@ -431,7 +439,8 @@ class Intake:
             refuse_redact_purged(task_id, state.purged, state.redacted, state.purged_records)
         require_reason(operator, reason)
         if task is not None:
-            refuse_redact(task, busy=any(p.is_busy(task_id, name) for name in task.steps))
+            busy = any(p.is_busy(task_id, name) for name in task.steps)
+            refuse_redact(task, busy=busy, hold=state.holds.get(task_id))
         payload = shown_as({"operator": operator, "reason": reason}, display)
         event = await p.store.log.append(EventType.TASK_REDACTED, task_id, payload=payload)
         await p.wait_commit(event.event_id)
@@ -439,7 +448,7 @@ class Intake:
             # folded as an anomaly (a write raced this one): never a silent OK
             raise FailedPreconditionError(
                 f"the redaction of task {task_id} (event {event.event_id}) did not take "
-                f"effect: {state.anomalies[-1] if state.anomalies else 'see the log'}"
+                f"effect: {_why_not_redacted(state, task_id, event.event_id)}"
             )
         return event
 
@@ -601,13 +610,16 @@ def refuse_cancel(task: TaskState) -> None:
     _refuse_compensated(task)  # its end is under way: a cancel would owe nothing more
 
 
-def refuse_redact(task: TaskState, *, busy: bool) -> None:
+def refuse_redact(task: TaskState, *, busy: bool, hold: Mapping[str, Any] | None = None) -> None:
     """Only a finished task is redacted: a step still to run would read its input, and
-    one still running would record an output after the redaction."""
+    one still running would record an output after the redaction. Nor one under a
+    legal hold (`hold`, from state.holds): what it holds is kept as it is."""
     if task.redacted is not None:
         raise FailedPreconditionError(
             f"task {task.task_id} is already redacted (event {task.redacted['event_id']})"
         )
+    if hold is not None:
+        raise FailedPreconditionError(f"task {task.task_id} is {held_by(hold)}: release it first")
     if not task.quiescent or busy:
         raise FailedPreconditionError(
             f"task {task.task_id} is {task.status.value} and not finished: only a finished "
@@ -635,6 +647,14 @@ def refuse_redact_purged(
             "node does not know which records are its (it was purged by an older "
             "version): it cannot be redacted"
         )
+
+
+def _why_not_redacted(state: State, task_id: str, event_id: int) -> str:
+    """Why a committed TASK_REDACTED changed nothing: a write that came first."""
+    hold = state.holds.get(task_id)
+    if hold is not None:
+        return f"the task is {held_by(hold)}: release it first"
+    return f"a write that raced it came first (the state's anomaly for event {event_id})"
 
 
 def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:

@@ -26,7 +26,7 @@ from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log import Event, EventType, redact_payload, redaction_marker
 from apollo11.scheduler.retrypolicy import DEFAULT_RULE
-from apollo11.scheduler.state.index import State, index_wait, unindex_wait
+from apollo11.scheduler.state.index import State, held_by, index_wait, unindex_wait
 from apollo11.scheduler.state.model import (
     BUSY,
     DONE,
@@ -550,6 +550,12 @@ def _on_redacted(state: State, event: Event) -> None:
     the state they read as redacted from here on; the events before it are redacted
     where they are read (GetEvents, WatchTask) and, later, where they are stored.
     Not a change of the task's course: its updated time (its finish) stays."""
+    hold = state.holds.get(event.task_id)
+    if hold is not None:  # the intake refuses it; a hold that raced it came first
+        _state_anomaly(
+            state, event, f"TASK_REDACTED of task {event.task_id!r} refused: " + held_by(hold)
+        )
+        return
     if state.task(event.task_id) is None and event.task_id in state.purged_records:
         _redact_purged(state, event)
         return

@@ -411,6 +411,11 @@ class State:
         }
 
 
+def held_by(hold: Mapping[str, Any]) -> str:
+    """A legal hold (an entry of `State.holds`) in words, for a refusal."""
+    return f"held by {hold.get('by') or '?'} ({hold.get('reason') or 'no reason given'})"
+
+
 def _matcher(
     status: str | None,
     workflow: str,

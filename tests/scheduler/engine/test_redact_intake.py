@@ -118,3 +118,34 @@ async def test_a_redacted_task_is_not_retried_nor_skipped(tmp_path: Path) -> Non
         assert seen == [{"ssn": SECRET}]  # the step never ran on the marker
     finally:
         await _close(rig)
+
+
+async def test_a_held_task_is_not_redacted(tmp_path: Path) -> None:
+    rig, task_id = await _finished(tmp_path)
+    try:
+        await rig.engine.retention.hold(task_id, operator="legal", reason="case 7", held=True)
+        with pytest.raises(FailedPreconditionError, match=r"held by legal \(case 7\): release"):
+            await rig.engine.redact_task(task_id, operator="op", reason="erasure")
+        assert task_id not in rig.store.state.redacted
+        await rig.engine.retention.hold(task_id, operator="legal", reason="", held=False)
+        await rig.engine.redact_task(task_id, operator="op", reason="erasure")
+        assert _leaks(rig, task_id) == []
+    finally:
+        await _close(rig)
+
+
+async def test_a_hold_racing_a_redaction_wins_and_the_redaction_says_so(tmp_path: Path) -> None:
+    rig, task_id = await _finished(tmp_path)
+    try:
+        held, red = await asyncio.gather(
+            rig.engine.retention.hold(task_id, operator="legal", reason="case 7", held=True),
+            rig.engine.redact_task(task_id, operator="op", reason="erasure"),
+            return_exceptions=True,
+        )
+        assert isinstance(held, Event)
+        assert isinstance(red, FailedPreconditionError)  # at the intake, or after the commit
+        assert "held by legal" in str(red)
+        assert task_id not in rig.store.state.redacted
+        assert _leaks(rig, task_id)  # kept, as the hold says
+    finally:
+        await _close(rig)
