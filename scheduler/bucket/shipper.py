@@ -177,9 +177,9 @@ class Shipper:
 
     def _redact(self, view: View, ids: list[int], rid: int) -> Catalog:
         new, stale = rewrite_task(self.objects, view.catalog, ids, rid, self._put)
-        if not stale:
-            return view.catalog
-        written = self._write_catalog(view.catalog, new, view.term)
+        written = view.catalog
+        if new.segments != view.catalog.segments:  # the catalog first, then the deletes
+            written = self._write_catalog(view.catalog, new, view.term)
         for key in stale:
             self.objects.delete(key)
         return written
