@@ -17,7 +17,7 @@ no storage (pyproject.toml's contract "The pure decisions").
 
 from apollo11.scheduler.state import merger, repair, scrub
 from apollo11.scheduler.state.archive import Archive
-from apollo11.scheduler.state.fold import apply, apply_all, replay
+from apollo11.scheduler.state.fold import apply, apply_all, hide_data, replay
 from apollo11.scheduler.state.index import (
     State,
     Summary,
@@ -78,6 +78,7 @@ __all__ = [
     "apply",
     "apply_all",
     "held_by",
+    "hide_data",
     "load_repair",
     "merger",
     "merger_pids",

@@ -573,7 +573,14 @@ def _on_redacted(state: State, event: Event) -> None:
     state.redacted[task.task_id] = event.event_id
     if task.event_ids is not None:  # the records each member rewrites (state/redactor.py)
         state.redacted_records[task.task_id] = [i for i in task.event_ids if i < event.event_id]
-    mark = redaction_marker(event.event_id)
+    hide_data(task, event.event_id)
+
+
+def hide_data(task: TaskState, redaction_id: int) -> None:
+    """Replace the task's input, step results and checkpoint outputs by the marker of
+    TASK_REDACTED `redaction_id`: as the fold does, and as time travel does to a past
+    state rebuilt from a snapshot older than the redaction (node/views.py)."""
+    mark = redaction_marker(redaction_id)
     if task.input is not None:
         task.input = mark
     for step in task.steps.values():
@@ -581,7 +588,7 @@ def _on_redacted(state: State, event: Event) -> None:
             step.result = mark
     if task.durable is not None:
         task.durable.checkpoints = [
-            dict(redact_payload(c, event.event_id)) for c in task.durable.checkpoints
+            dict(redact_payload(c, redaction_id)) for c in task.durable.checkpoints
         ]
 
 
