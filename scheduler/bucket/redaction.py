@@ -45,11 +45,13 @@ def rewrite_task(
     put: Callable[[str, bytes, str], int],
 ) -> tuple[Catalog, list[str]]:
     """The catalog naming the rewritten objects (uploaded through `put`), and the keys
-    of the objects they replace (to delete once that catalog is written)."""
+    of the objects they replace (to delete once that catalog is written): this pass's
+    and any an earlier pass left (`leftovers`)."""
     entries: list[SegmentEntry] = list(catalog.segments)
     stale: list[str] = []
     for i in holding(catalog, ids):
         e = entries[i]
+        stale += leftovers(objects, e)
         raw = fetch_segment(objects, e)
         new = expunged(raw, ids, redaction_id, e.key)
         if new == raw:
@@ -61,4 +63,21 @@ def rewrite_task(
             e, key=name, sha256=sha, stored=stored, origin=e.origin or e.sha256
         )
         stale.append(e.key)
+    # never one the new catalog names: an object a failed pass put up before its
+    # catalog write failed is a leftover then, and this pass's rewrite now
+    named = {e.key for e in entries}
+    stale = [k for k in dict.fromkeys(stale) if k not in named]
     return dataclasses.replace(catalog, segments=tuple(entries)), stale
+
+
+def leftovers(objects: ObjectStore, entry: SegmentEntry) -> list[str]:
+    """A rewritten segment's former objects still in the bucket: a delete that failed,
+    or a node stopped between the catalog and the deletes, left them. Found from the
+    catalog itself (`origin` set: the segment was rewritten), so any later pass, of
+    this primary or the next, finishes the job: every object of the segment's first id
+    but the one the catalog names (the original and, after two redactions, the one
+    between)."""
+    if not entry.origin or entry.origin == entry.sha256:
+        return []
+    prefix = packing.segment_object(entry.first, "").partition("-")[0] + "-"
+    return [k for k in objects.list(prefix) if k != entry.key]

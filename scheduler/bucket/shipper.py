@@ -168,18 +168,18 @@ class Shipper:
         for task_id, rid in sorted(store.state.redacted.items(), key=lambda kv: kv[1]):
             if rid > catalog.through or self._redacted.get(task_id) == rid:
                 continue
-            task = store.state.peek(task_id)
-            if task is None or task.event_ids is None:
+            ids = store.state.redacted_records.get(task_id)  # the task may be purged
+            if ids is None:
                 self._redacted[task_id] = rid  # not indexed: see docs/archive.md
                 continue
-            return task_id, rid, [i for i in task.event_ids if i < rid]
+            return task_id, rid, ids
         return None
 
     def _redact(self, view: View, ids: list[int], rid: int) -> Catalog:
         new, stale = rewrite_task(self.objects, view.catalog, ids, rid, self._put)
-        if not stale:
-            return view.catalog
-        written = self._write_catalog(view.catalog, new, view.term)
+        written = view.catalog
+        if new.segments != view.catalog.segments:  # the catalog first, then the deletes
+            written = self._write_catalog(view.catalog, new, view.term)
         for key in stale:
             self.objects.delete(key)
         return written

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -29,7 +29,15 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.log import Draft, Event, EventType
 from apollo11.scheduler.shell import SHELL_WORKFLOW, shell_workflow
-from apollo11.scheduler.state import State, StepState, StepStatus, Store, TaskState, TaskStatus
+from apollo11.scheduler.state import (
+    State,
+    StepState,
+    StepStatus,
+    Store,
+    TaskState,
+    TaskStatus,
+    held_by,
+)
 from apollo11.scheduler.taskid import new_task_id as new_task_id
 from apollo11.scheduler.workflow import Registry, Workflow
 
@@ -423,14 +431,25 @@ class Intake:
         (scheduler/log/redact.py)."""
         p = self._p
         p.check_leading()
-        task = p.store.state.peek(task_id)
+        state = p.store.state
+        task = state.peek(task_id)
         if task is None:
-            raise NotFoundError(p.store.state.not_found(task_id))
+            # purged by retention: its records are still in the segments and the
+            # bucket, so an erasure request is carried out all the same
+            refuse_redact_purged(task_id, state.purged, state.redacted, state.purged_records)
         require_reason(operator, reason)
-        refuse_redact(task, busy=any(p.is_busy(task_id, name) for name in task.steps))
+        if task is not None:
+            busy = any(p.is_busy(task_id, name) for name in task.steps)
+            refuse_redact(task, busy=busy, hold=state.holds.get(task_id))
         payload = shown_as({"operator": operator, "reason": reason}, display)
         event = await p.store.log.append(EventType.TASK_REDACTED, task_id, payload=payload)
         await p.wait_commit(event.event_id)
+        if state.redacted.get(task_id, event.event_id + 1) > event.event_id:
+            # folded as an anomaly (a write raced this one): never a silent OK
+            raise FailedPreconditionError(
+                f"the redaction of task {task_id} (event {event.event_id}) did not take "
+                f"effect: {_why_not_redacted(state, task_id, event.event_id)}"
+            )
         return event
 
     async def close_child(self, task_id: str, *, operator: str, reason: str) -> Event | None:
@@ -538,10 +557,21 @@ def _refuse_compensated(task: TaskState) -> None:
         )
 
 
+def _refuse_redacted(task: TaskState, what: str) -> None:
+    """A redacted task's input and step results read `{"$redacted": N}`: a step run (or
+    one skipped, so that the next runs) would work on the marker, not the data."""
+    if task.redacted is not None:
+        raise FailedPreconditionError(
+            f"task {task.task_id} is redacted (event {task.redacted.get('event_id')}): its "
+            f"input and step results are gone, so it cannot be {what}; submit it anew"
+        )
+
+
 def refuse_retry(task: TaskState, s: StepState, wf: Workflow | None, *, busy: bool) -> None:
     """Raise unless an operator may run this step again, with a fresh retry budget."""
     if task.cancelled is not None:
         raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    _refuse_redacted(task, "retried")
     _refuse_compensated(task)
     if s.status not in (StepStatus.FAILED, StepStatus.COMPENSATED) or busy:
         raise FailedPreconditionError(
@@ -568,6 +598,7 @@ def refuse_skip(task: TaskState, s: StepState, *, busy: bool) -> None:
     """Raise unless an operator may mark this step done without running it."""
     if task.cancelled is not None:
         raise FailedPreconditionError(f"task {task.task_id} is cancelled")
+    _refuse_redacted(task, "skipped")
     _refuse_compensated(task)
     if s.status in _UNSKIPPABLE or busy:
         raise FailedPreconditionError(f"step {s.name} is {s.status.value} and cannot be skipped")
@@ -579,18 +610,51 @@ def refuse_cancel(task: TaskState) -> None:
     _refuse_compensated(task)  # its end is under way: a cancel would owe nothing more
 
 
-def refuse_redact(task: TaskState, *, busy: bool) -> None:
+def refuse_redact(task: TaskState, *, busy: bool, hold: Mapping[str, Any] | None = None) -> None:
     """Only a finished task is redacted: a step still to run would read its input, and
-    one still running would record an output after the redaction."""
+    one still running would record an output after the redaction. Nor one under a
+    legal hold (`hold`, from state.holds): what it holds is kept as it is."""
     if task.redacted is not None:
         raise FailedPreconditionError(
             f"task {task.task_id} is already redacted (event {task.redacted['event_id']})"
         )
+    if hold is not None:
+        raise FailedPreconditionError(f"task {task.task_id} is {held_by(hold)}: release it first")
     if not task.quiescent or busy:
         raise FailedPreconditionError(
             f"task {task.task_id} is {task.status.value} and not finished: only a finished "
             "task can be redacted (cancel it first)"
         )
+
+
+def refuse_redact_purged(
+    task_id: str,
+    purged: Mapping[str, int],
+    redacted: Mapping[str, int],
+    records: Mapping[str, Sequence[int]],
+) -> None:
+    """A task not in the state may be redacted only if retention purged it and its
+    records are known (kept at the purge); else there is nothing to find."""
+    if task_id not in purged and task_id not in redacted:
+        raise NotFoundError(f"no task {task_id!r}")
+    if task_id in redacted:
+        raise FailedPreconditionError(
+            f"task {task_id} is already redacted (event {redacted[task_id]})"
+        )
+    if task_id not in records:
+        raise FailedPreconditionError(
+            f"task {task_id} was purged by retention (event {purged[task_id]}) and this "
+            "node does not know which records are its (it was purged by an older "
+            "version): it cannot be redacted"
+        )
+
+
+def _why_not_redacted(state: State, task_id: str, event_id: int) -> str:
+    """Why a committed TASK_REDACTED changed nothing: a write that came first."""
+    hold = state.holds.get(task_id)
+    if hold is not None:
+        return f"the task is {held_by(hold)}: release it first"
+    return f"a write that raced it came first (the state's anomaly for event {event_id})"
 
 
 def owed_by_cancel(task: TaskState, wf: Workflow | None) -> list[str]:

@@ -171,7 +171,7 @@ class Views:
             return store.task_at(task_id, event_id)
         except NeedsFullReplay as e:
             log.info("time travel for %s replays the log: %s", task_id, e)
-            return (await self.state_at(event_id)).peek(task_id)
+            return store.hide_since((await self.state_at(event_id)).peek(task_id), event_id)
 
     def not_found(self, task_id: str, as_of: int = 0) -> str:
         store = self.host.store

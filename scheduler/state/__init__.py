@@ -17,8 +17,15 @@ no storage (pyproject.toml's contract "The pure decisions").
 
 from apollo11.scheduler.state import merger, repair, scrub
 from apollo11.scheduler.state.archive import Archive
-from apollo11.scheduler.state.fold import apply, apply_all, replay
-from apollo11.scheduler.state.index import State, Summary, TaskStore, reindex, summarize
+from apollo11.scheduler.state.fold import apply, apply_all, hide_data, replay
+from apollo11.scheduler.state.index import (
+    State,
+    Summary,
+    TaskStore,
+    held_by,
+    reindex,
+    summarize,
+)
 from apollo11.scheduler.state.merger import pids as merger_pids
 from apollo11.scheduler.state.merger import warm as warm_merger
 from apollo11.scheduler.state.model import (
@@ -70,6 +77,8 @@ __all__ = [
     "TaskStore",
     "apply",
     "apply_all",
+    "held_by",
+    "hide_data",
     "load_repair",
     "merger",
     "merger_pids",

@@ -26,7 +26,7 @@ from apollo11.scheduler import waits as _waits
 from apollo11.scheduler.errors import ReplayError
 from apollo11.scheduler.log import Event, EventType, redact_payload, redaction_marker
 from apollo11.scheduler.retrypolicy import DEFAULT_RULE
-from apollo11.scheduler.state.index import State, index_wait, unindex_wait
+from apollo11.scheduler.state.index import State, held_by, index_wait, unindex_wait
 from apollo11.scheduler.state.model import (
     BUSY,
     DONE,
@@ -550,6 +550,15 @@ def _on_redacted(state: State, event: Event) -> None:
     the state they read as redacted from here on; the events before it are redacted
     where they are read (GetEvents, WatchTask) and, later, where they are stored.
     Not a change of the task's course: its updated time (its finish) stays."""
+    hold = state.holds.get(event.task_id)
+    if hold is not None:  # the intake refuses it; a hold that raced it came first
+        _state_anomaly(
+            state, event, f"TASK_REDACTED of task {event.task_id!r} refused: " + held_by(hold)
+        )
+        return
+    if state.task(event.task_id) is None and event.task_id in state.purged_records:
+        _redact_purged(state, event)
+        return
     task = _task_for(state, event, moves=False)
     if task is None:
         return
@@ -562,7 +571,16 @@ def _on_redacted(state: State, event: Event) -> None:
     if "as" in p:
         task.redacted["as"] = p["as"]
     state.redacted[task.task_id] = event.event_id
-    mark = redaction_marker(event.event_id)
+    if task.event_ids is not None:  # the records each member rewrites (state/redactor.py)
+        state.redacted_records[task.task_id] = [i for i in task.event_ids if i < event.event_id]
+    hide_data(task, event.event_id)
+
+
+def hide_data(task: TaskState, redaction_id: int) -> None:
+    """Replace the task's input, step results and checkpoint outputs by the marker of
+    TASK_REDACTED `redaction_id`: as the fold does, and as time travel does to a past
+    state rebuilt from a snapshot older than the redaction (node/views.py)."""
+    mark = redaction_marker(redaction_id)
     if task.input is not None:
         task.input = mark
     for step in task.steps.values():
@@ -570,8 +588,21 @@ def _on_redacted(state: State, event: Event) -> None:
             step.result = mark
     if task.durable is not None:
         task.durable.checkpoints = [
-            dict(redact_payload(c, event.event_id)) for c in task.durable.checkpoints
+            dict(redact_payload(c, redaction_id)) for c in task.durable.checkpoints
         ]
+
+
+def _redact_purged(state: State, event: Event) -> None:
+    """A purged task redacted: nothing of it is in memory, but its records are still
+    in the segments and the bucket; they are hidden and rewritten as any other's."""
+    task_id = event.task_id
+    if task_id in state.redacted:
+        _state_anomaly(state, event, f"TASK_REDACTED of task {task_id!r}, already redacted")
+        return
+    state.redacted[task_id] = event.event_id
+    state.redacted_records[task_id] = [
+        i for i in state.purged_records[task_id] if i < event.event_id
+    ]
 
 
 def _ends_here(task: TaskState) -> bool:
@@ -906,6 +937,11 @@ def _on_purged(state: State, event: Event) -> None:
         purged[task_id] = event.event_id
         if len(purged) > PURGED_REMEMBERED:
             del purged[next(iter(purged))]
+        if task.event_ids is not None:  # its records, for a redaction still to come
+            records = state.purged_records
+            records[task_id] = task.event_ids
+            if len(records) > PURGED_REMEMBERED:
+                del records[next(iter(records))]
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {

@@ -114,6 +114,14 @@ class State:
     # Redacted tasks (scheduler/log/redact.py): task id -> its TASK_REDACTED's event id,
     # so that a read of the log's events knows which payloads to hide.
     redacted: dict[str, int] = field(default_factory=dict)
+    # ... and the ids of its records before that event, the ones each member (and the
+    # bucket) rewrites: kept here, not looked up on the task, which a purge drops.
+    # Absent for a task from a snapshot older than per-task event ids.
+    redacted_records: dict[str, list[int]] = field(default_factory=dict)
+    # The record ids of the tasks retention purged (the last PURGED_REMEMBERED, oldest
+    # first): their records stay in the segments and the bucket, so an erasure request
+    # for one is still carried out (a TASK_REDACTED of a purged task).
+    purged_records: dict[str, list[int]] = field(default_factory=dict)
     # Retention (docs/retention.md). Legal holds: task id -> {"by", "reason", "at_ms",
     # "event_id"}; a held task is never purged.
     holds: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -186,7 +194,30 @@ class State:
 
     def redacted_dict(self) -> dict[str, Any]:
         """The redacted tasks as JSON (snapshots, `to_dict`); {} when there are none."""
-        return {"redacted": dict(sorted(self.redacted.items()))} if self.redacted else {}
+        out: dict[str, Any] = {}
+        if self.redacted:
+            out["redacted"] = dict(sorted(self.redacted.items()))
+        if self.redacted_records:
+            out["redacted_records"] = dict(sorted(self.redacted_records.items()))
+        if self.purged_records:
+            out["purged_records"] = [[k, v] for k, v in self.purged_records.items()]  # in order
+        return out
+
+    def load_redacted(self, d: Mapping[str, Any]) -> None:
+        """Restore what `redacted_dict` wrote. A snapshot from before the records were
+        kept (only "redacted") takes them from the task, when it is still here."""
+        self.redacted = {k: int(v) for k, v in (d.get("redacted") or {}).items()}
+        records = {k: [int(i) for i in v] for k, v in (d.get("redacted_records") or {}).items()}
+        for task_id, rid in self.redacted.items():
+            if task_id in records:
+                continue
+            task = self.peek(task_id)
+            if task is not None and task.event_ids is not None:
+                records[task_id] = [i for i in task.event_ids if i < rid]
+        self.redacted_records = records
+        self.purged_records = {
+            str(k): [int(i) for i in v] for k, v in d.get("purged_records") or ()
+        }
 
     def schedules_dict(self) -> dict[str, Any]:
         """The schedules as JSON (snapshots, `to_dict`); {} when there are none."""
@@ -373,9 +404,16 @@ class State:
             **self.events_dict(),
             **self.schedules_dict(),
             **self.occupancy.to_dict(),
-            **self.redacted_dict(),
+            # the record ids kept at a purge are for a redaction still to come, not
+            # part of what the state shows (snapshots keep them; tests compare them)
+            **{k: v for k, v in self.redacted_dict().items() if k != "purged_records"},
             **{k: v for k, v in self.retention_dict().items() if k != "tombstones"},
         }
+
+
+def held_by(hold: Mapping[str, Any]) -> str:
+    """A legal hold (an entry of `State.holds`) in words, for a refusal."""
+    return f"held by {hold.get('by') or '?'} ({hold.get('reason') or 'no reason given'})"
 
 
 def _matcher(

@@ -45,13 +45,13 @@ class Redactor:
             self.rewrite(task_id, rid)
 
     def rewrite(self, task_id: str, rid: int) -> None:
-        task = self._state.peek(task_id)
-        if task is None or task.event_ids is None:
+        # the ids the fold kept with the redaction: the task itself may be purged
+        ids = self._state.redacted_records.get(task_id)
+        if ids is None:
             # a task from a snapshot older than per-task event ids: its answers hide
             # the data; its bytes wait for retention
             log.warning("redaction of %s: its events are not indexed; not rewritten", task_id)
             return
-        ids = [i for i in task.event_ids if i < rid]
         self.pending = [f for f in self.pending if not f.done()]
         self.pending.append(self._io.submit(self._expunge, task_id, ids, rid))
 

@@ -328,12 +328,15 @@ class Snapshots:
             state.load_events(s.get("events"))
             state.load_schedules(s.get("schedules"))
             state.occupancy.load(s.get("flow"))
-            state.redacted = {k: int(v) for k, v in (s.get("redacted") or {}).items()}
             state.load_retention(s)
             reindex(state)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e
         state.archive = Archive.open(self.directory, chunks)
+        try:
+            state.load_redacted(s)  # after the archive: an older snapshot's from its tasks
+        except (TypeError, ValueError) as e:
+            raise SnapshotError(f"snapshot {path} is malformed: {e!r}") from e
         info = SnapshotInfo(watermark, doc["term"], pos, chunks, path)
         self._chunks_of[watermark] = chunks
         return info, state

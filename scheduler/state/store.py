@@ -38,7 +38,7 @@ from apollo11.scheduler.state.archive import (
     encode_entry,
     write_chunk,
 )
-from apollo11.scheduler.state.fold import apply_all
+from apollo11.scheduler.state.fold import apply_all, hide_data
 from apollo11.scheduler.state.index import State
 from apollo11.scheduler.state.model import TaskState
 from apollo11.scheduler.state.redactor import Redactor
@@ -268,6 +268,15 @@ class Store:
                 e = e._replace(payload=redact_payload(e.payload, rid))
             out.append(e)
         return out
+
+    def hide_since(self, past: TaskState | None, at: int) -> TaskState | None:
+        """A task's past state (as of event `at`) rebuilt by a full replay, without the
+        data a redaction since removed: a snapshot from before the redaction still
+        holds it (the fast path, `task_at`, reads the events through `shown`)."""
+        rid = None if past is None else self.state.redacted.get(past.task_id)
+        if past is not None and rid is not None and rid > at:
+            hide_data(past, rid)
+        return past
 
     def task_at(self, task_id: str, at: int) -> TaskState | None:
         """Time travel for one task: its state as of event `at`, from its own events

@@ -13,7 +13,7 @@ import pytest
 from apollo11.scheduler.engine.intake import refuse_redact
 from apollo11.scheduler.errors import FailedPreconditionError
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig, expunge
-from apollo11.scheduler.state import TaskStatus, apply_all
+from apollo11.scheduler.state import TaskStatus, apply_all, state_at
 from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
 from tests.scheduler.engine.histories import E, History
@@ -99,3 +99,47 @@ def test_only_a_finished_task_not_yet_redacted_may_be_redacted() -> None:
     redacted = done.add(E.TASK_REDACTED, payload={"operator": "ana", "reason": "r"})
     with pytest.raises(FailedPreconditionError, match="already redacted"):
         refuse_redact(redacted.task, busy=False)
+
+
+async def test_a_snapshot_from_before_the_records_were_kept_still_finds_them(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path / "n1")
+    await _write(store, 10, seed=3)
+    task = next(t for t in store.state.iter_tasks() if t.status is TaskStatus.SUCCEEDED)
+    assert task.event_ids is not None
+    red = await store.log.append(
+        EventType.TASK_REDACTED, task.task_id, payload={"operator": "a", "reason": "r"}
+    )
+    kept = store.state.redacted_records[task.task_id]
+    assert kept == [i for i in task.event_ids if i < red.event_id]
+    old = {"redacted": {task.task_id: red.event_id}}  # the form snapshots had before
+    store.state.load_redacted(old)
+    assert store.state.redacted_records == {task.task_id: kept}
+    await store.close()
+
+
+async def test_time_travel_by_a_full_replay_hides_a_later_redaction(tmp_path: Path) -> None:
+    store = _store(tmp_path / "n1")  # a snapshot every 50 events
+    await _write(store, 20, seed=4)
+    await store.wait_snapshot()
+    task = next(t for t in store.state.iter_tasks() if t.status is TaskStatus.SUCCEEDED)
+    data = task.input
+    red = await store.log.append(
+        EventType.TASK_REDACTED, task.task_id, payload={"operator": "a", "reason": "r"}
+    )
+    store.redactor.drain()
+    at = red.event_id - 1
+    # what NodeViews.task_at falls back to: the state rebuilt from the newest
+    # snapshot at or before `at`, taken before the redaction
+    rebuilt = state_at(tmp_path / "n1", at).peek(task.task_id)
+    assert rebuilt is not None and rebuilt.input == data  # the data, still there
+    past = store.hide_since(rebuilt, at)
+    fast = store.task_at(task.task_id, at)
+    assert past is not None and fast is not None
+    assert past.input == fast.input == {"$redacted": red.event_id}
+    assert [s.result for s in past.steps.values()] == [s.result for s in fast.steps.values()]
+    assert store.hide_since(state_at(tmp_path / "n1").peek(task.task_id), red.event_id) == (
+        store.state.peek(task.task_id)
+    )
+    await store.close()
