@@ -522,18 +522,26 @@ def _step_of(ended: dict[str, Any] | None) -> Any:
     return ended.get("step") if ended is not None else None
 
 
-def _on_cancelled(state: State, event: Event) -> None:
-    task = _task_for(state, event)
-    if task is None:
-        return
+def _audit(event: Event) -> dict[str, Any]:
+    """An operator's act on a task as the state keeps it (cancel, redaction): who (the
+    authenticated principal, and the display name typed beside it), why, and where."""
     p = event.payload
-    task.cancelled = {
+    out: dict[str, Any] = {
         "operator": p.get("operator"),
         "reason": p.get("reason"),
         "event_id": event.event_id,
     }
     if "as" in p:
-        task.cancelled["as"] = p["as"]
+        out["as"] = p["as"]
+    return out
+
+
+def _on_cancelled(state: State, event: Event) -> None:
+    task = _task_for(state, event)
+    if task is None:
+        return
+    p = event.payload
+    task.cancelled = _audit(event)
     for name in p.get("compensate", ()):
         step = task.steps.get(name)
         if step is None:
@@ -562,14 +570,7 @@ def _on_redacted(state: State, event: Event) -> None:
     task = _task_for(state, event, moves=False)
     if task is None:
         return
-    p = event.payload
-    task.redacted = {
-        "operator": p.get("operator"),
-        "reason": p.get("reason"),
-        "event_id": event.event_id,
-    }
-    if "as" in p:
-        task.redacted["as"] = p["as"]
+    task.redacted = _audit(event)
     state.redacted[task.task_id] = event.event_id
     if task.event_ids is not None:  # the records each member rewrites (state/redactor.py)
         state.redacted_records[task.task_id] = [i for i in task.event_ids if i < event.event_id]
