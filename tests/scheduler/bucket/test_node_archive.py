@@ -15,6 +15,7 @@ from pathlib import Path
 from apollo11.scheduler.bucket import load_catalog, open_bucket, verify_archive
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.log import parse_segment_name
+from apollo11.scheduler.state.snapshot import watermark_of
 from apollo11.scheduler.testing.seaweed import BUCKET, LocalSeaweed
 from tests.nodes import NodeProc, cli, start_node
 
@@ -66,6 +67,22 @@ def _through(objects) -> int:  # type: ignore[no-untyped-def]
         return 0
 
 
+def _caught_up(objects, data: Path) -> bool:  # type: ignore[no-untyped-def]
+    """The bucket holds every sealed segment and the newest snapshot on disk: with no
+    new events the shipper has nothing left to put (plan.decide says idle)."""
+    try:
+        catalog = load_catalog(objects)
+    except Exception:
+        return False
+    sealed = _sealed_end(data)
+    if not catalog.through >= sealed > 0:
+        return False
+    marks = [m for p in (data / "snapshots").iterdir() if (m := watermark_of(p.name))]
+    newest = max((m for m in marks if m <= catalog.through), default=None)
+    held = catalog.snapshots[-1].watermark if catalog.snapshots else None
+    return newest is None or (held is not None and held >= newest)
+
+
 def _submit(c: SyncClient, n: int) -> dict[str, int]:
     """n etl tasks, run to the end: task id -> the event id of its last event."""
     ids = [c.submit("etl", {"step_seconds": 0}).task_id for _ in range(n)]
@@ -91,8 +108,10 @@ def test_kill_9_mid_upload_then_wiped_and_restored(
         # The shipper caught up and quiet before the bucket stalls: stopped in the middle
         # of a call (a lagging bucket under load, a snapshot going up), it would fail
         # that call after its timeout and then fail to read the catalog again and again,
-        # never saying the upload this test kills it in.
-        _until(lambda: _through(objects) >= _sealed_end(data) > 0, what="the uploads")
+        # never saying the upload this test kills it in. The snapshot counts: it goes up
+        # only once the segments are all in, so on a loaded machine its upload is what
+        # is still in flight when the segments' end is already in the catalog.
+        _until(lambda: _caught_up(objects, data), what="the uploads")
         _quiet(node)
 
         # The bucket stalls (SIGSTOP: connections hang, as a black-holed network), the
