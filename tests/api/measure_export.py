@@ -9,19 +9,29 @@
    on the node's clock) of tasks submitted one at a time at `--rate` per second for
    `--seconds`, alone, then with exports of the whole backlog running back to back
    beside it, in another process as a user's would: p50 and p99 of each, and the ratio.
+   `--rounds` alternates the two windows that many times (the machine is shared: a
+   stall lands in one window, not in the figure); the ratio given is the median's.
+3. `--standby`: a primary and a standby (a real etcd), the export asking the standby
+   (`--server`, as docs/retention.md advises for a busy primary), the dispatch delay
+   measured on the primary. With `--pin`, the primary and this process run on CPU 0,
+   the standby and the export on CPU 1: on one 2-core machine the standby would
+   otherwise take the primary's CPU, which on a real deployment is another host's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.client import Client
+from tests.cluster import Cluster
 from tests.nodes import APOLLO11, ROOT, start_node
 
 WORKFLOWS = "apollo11.scheduler.examples,tests.api.exportflows"
@@ -65,57 +75,106 @@ async def _delays(c: Client, rate: int, seconds: float) -> list[int]:
     return delays
 
 
+_EXPORT_CPUS: set[int] | None = None  # --pin: where the export runs
+
+
 def _export(address: str, out: Path, *extra: str) -> str:
     out.unlink(missing_ok=True)
+    # taskset, not a preexec_fn: forking this process (gRPC's threads) runs no Python
+    pin = [] if _EXPORT_CPUS is None else ["taskset", "-c", ",".join(map(str, _EXPORT_CPUS))]
     res = subprocess.run(
-        [*APOLLO11, "export", "--server", address, "--output", str(out), *extra],
+        [*pin, *APOLLO11, "export", "--server", address, "--output", str(out), *extra],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     return res.stderr.strip()
 
 
-async def _main(tasks: int, rate: int, seconds: float, export_rate: float) -> None:
+async def _backlog(address: str, tasks: int) -> None:
+    async with Client(address) as c:
+        for i in range(0, tasks, 1000):
+            batch = [{"workflow": "echo", "input": {"text": f"task {j} " * 20}}
+                     for j in range(i, min(tasks, i + 1000))]  # fmt: skip
+            await c.submit_many(batch)
+        await _finished(c, tasks)
+
+
+async def _measure(
+    primary: str, reader: str, root: Path, tasks: int, rate: int, seconds: float,
+    export_rate: float, rounds: int,
+) -> None:  # fmt: skip
+    said = _export(reader, root / "one.jsonl")
+    size = (root / "one.jsonl").stat().st_size
+    print(f"export of {tasks} tasks: {said}; {size / 1e6:.1f} MB")
+    assert re.search(r"(\d+) tasks/s", said) is not None
+    alone: list[list[int]] = []
+    loaded: list[list[int]] = []
+    runs = 0
+    async with Client(primary) as c:
+        for _ in range(rounds):
+            alone.append(await _delays(c, rate, seconds))
+            stop = asyncio.Event()
+
+            async def exporting(stop: asyncio.Event) -> int:
+                n = 0
+                while not stop.is_set():
+                    await asyncio.to_thread(
+                        _export, reader, root / "two.jsonl", "--rate", str(export_rate)
+                    )
+                    n += 1
+                return n
+
+            beside = asyncio.create_task(exporting(stop))
+            await asyncio.sleep(1)  # the first export under way
+            loaded.append(await _delays(c, rate, seconds))
+            stop.set()
+            runs += await beside
+    ratios = []
+    for i, (a, b) in enumerate(zip(alone, loaded, strict=True)):
+        a50, a99, l50, l99 = _pct(a, 0.5), _pct(a, 0.99), _pct(b, 0.5), _pct(b, 0.99)
+        ratios.append(l99 / a99 if a99 else float("nan"))
+        print(f"round {i + 1}: alone p50 {a50:.0f} / p99 {a99:.0f} ms; with exports p50 "
+              f"{l50:.0f} / p99 {l99:.0f} ms; p99 ratio {ratios[-1]:.2f}x")  # fmt: skip
+    where = "a standby" if reader != primary else "the primary"
+    print(f"{runs} exports of the backlog beside (from {where}, --rate {export_rate:g}), "
+          f"{rate}/s probes for {seconds:g} s a window")  # fmt: skip
+    print(f"p99 ratio, median of {rounds}: {sorted(ratios)[len(ratios) // 2]:.2f}x")
+
+
+async def _main(
+    tasks: int, rate: int, seconds: float, export_rate: float, rounds: int, standby: bool,
+    pin: bool,
+) -> None:  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        node = start_node(root / "n1", "--workflows", WORKFLOWS)
+        if not standby:
+            node = start_node(root / "n1", "--workflows", WORKFLOWS)
+            try:
+                await _backlog(node.address, tasks)
+                await _measure(node.address, node.address, root, tasks, rate, seconds,
+                               export_rate, rounds)  # fmt: skip
+            finally:
+                node.stop()
+            return
+        etcd = LocalEtcd(root / "etcd").start()
+        cluster = Cluster.create(root, etcd.url, "export", 2, workflows=WORKFLOWS)
         try:
-            async with Client(node.address) as c:
-                for i in range(0, tasks, 1000):
-                    batch = [{"workflow": "echo", "input": {"text": f"task {j} " * 20}}
-                             for j in range(i, min(tasks, i + 1000))]  # fmt: skip
-                    await c.submit_many(batch)
-                await _finished(c, tasks)
-                said = _export(node.address, root / "one.jsonl")
-                rate_s = re.search(r"(\d+) tasks/s", said)
-                size = (root / "one.jsonl").stat().st_size
-                print(f"export of {tasks} tasks: {said}; {size / 1e6:.1f} MB")
-                assert rate_s is not None
-
-                alone = await _delays(c, rate, seconds)
-                stop = asyncio.Event()
-
-                async def exporting() -> int:
-                    runs = 0
-                    while not stop.is_set():
-                        await asyncio.to_thread(
-                            _export, node.address, root / "two.jsonl", "--rate", str(export_rate)
-                        )
-                        runs += 1
-                    return runs
-
-                beside = asyncio.create_task(exporting())
-                await asyncio.sleep(1)  # the first export under way
-                loaded = await _delays(c, rate, seconds)
-                stop.set()
-                runs = await beside
+            cluster.start()
+            p = cluster.wait_formed()
+            s = next(m for m in cluster.members if m is not p)
+            if pin:
+                global _EXPORT_CPUS
+                assert p.proc is not None and s.proc is not None
+                os.sched_setaffinity(0, {0})
+                for pid, cpu in ((p.proc.pid, "0"), (s.proc.pid, "1")):  # every thread
+                    subprocess.run(["taskset", "-a", "-cp", cpu, str(pid)], check=True,
+                                   capture_output=True)  # fmt: skip
+                _EXPORT_CPUS = {1}
+            await _backlog(p.address, tasks)
+            cluster.wait_applied(s, cluster.wait_converged(timeout=120), timeout=120)
+            await _measure(p.address, s.address, root, tasks, rate, seconds, export_rate, rounds)
         finally:
-            node.stop()
-    a50, a99 = _pct(alone, 0.5), _pct(alone, 0.99)
-    l50, l99 = _pct(loaded, 0.5), _pct(loaded, 0.99)
-    print(f"dispatch delay alone:         p50 {a50:.0f} ms, p99 {a99:.0f} ms ({len(alone)} tasks)")
-    print(f"dispatch delay with exports:  p50 {l50:.0f} ms, p99 {l99:.0f} ms ({len(loaded)} "
-          f"tasks, {runs} exports of the backlog beside, --rate {export_rate:g})")  # fmt: skip
-    print(f"p99 ratio: {l99 / a99 if a99 else float('nan'):.2f}x")
+            cluster.stop()
+            etcd.stop()
 
 
 def main() -> None:
@@ -124,8 +183,11 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--export-rate", type=float, default=0, help="the exports' --rate")
+    ap.add_argument("--rounds", type=int, default=3, help="alone/beside windows, alternated")
+    ap.add_argument("--standby", action="store_true", help="export from a standby")
+    ap.add_argument("--pin", action="store_true", help="with --standby: a CPU each side")
     a = ap.parse_args()
-    asyncio.run(_main(a.tasks, a.rate, a.seconds, a.export_rate))
+    asyncio.run(_main(a.tasks, a.rate, a.seconds, a.export_rate, a.rounds, a.standby, a.pin))
 
 
 if __name__ == "__main__":
