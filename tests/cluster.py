@@ -17,6 +17,10 @@ from apollo11.scheduler.client import SyncClient
 from tests.nodes import ROOT
 
 TTL = 2.0
+# For a test whose point is that a lease was given up, not left to expire: long enough
+# that no loaded machine's shutdown and election add up to it, so the takeover's time
+# tells a resigned lease (taken at once) from an expired one.
+RESIGN_TTL = 30.0
 
 
 def stubborn_client(address: str, acks: list[str], stop: threading.Event) -> threading.Thread:

@@ -18,7 +18,7 @@ from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.log import EventLog, EventType
 from apollo11.v1 import scheduler_pb2 as pb
 from apollo11.v1 import scheduler_pb2_grpc as pbg
-from tests.cluster import TTL, Cluster, segment_digest, segment_files, stubborn_client
+from tests.cluster import RESIGN_TTL, TTL, Cluster, segment_digest, segment_files, stubborn_client
 from tests.nodes import cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.etcd, pytest.mark.slow]
@@ -241,11 +241,6 @@ def test_a_write_to_a_standby_names_the_primary(cluster: Cluster) -> None:
     with SyncClient(standby.address) as c:
         view = c.task(sub.task_id)
     assert view.state == "SUCCEEDED"
-
-
-# Long enough that no loaded machine's shutdown and election add up to it, so the
-# takeover's time tells a resigned lease (taken at once) from an expired one.
-RESIGN_TTL = 30.0
 
 
 @pytest.fixture

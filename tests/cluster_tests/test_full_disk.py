@@ -21,7 +21,7 @@ import pytest
 
 from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler.client import SyncClient
-from tests.cluster import TTL, Cluster, segment_digest
+from tests.cluster import RESIGN_TTL, Cluster, segment_digest
 from tests.cluster_tests.test_failover import (
     Submitter,
     _check_ledger_and_log,
@@ -97,7 +97,7 @@ def _wait_status(c: Cluster, node_id: str, ok: object, timeout: float) -> dict[s
 def test_a_primary_whose_disk_fills_hands_over_and_rejoins_once_space_is_freed(
     tmp_path: Path, etcd_server: LocalEtcd, cluster_name: str, small_disk: Path
 ) -> None:
-    c = Cluster.create(tmp_path, etcd_server.url, cluster_name)
+    c = Cluster.create(tmp_path, etcd_server.url, cluster_name, ttl=RESIGN_TTL)
     _on_disk(c, "n1", small_disk)
     n1 = c.member("n1")
     try:
@@ -110,10 +110,11 @@ def test_a_primary_whose_disk_fills_hands_over_and_rejoins_once_space_is_freed(
             _wait_status(c, "n1", lambda s: len(sub.acked) > 20, timeout=60)
             filler = fill(small_disk)
             t0 = time.monotonic()
-            new = c.primary(exclude="n1", timeout=TTL + 10)
+            new = c.primary(exclude="n1", timeout=RESIGN_TTL + 10)
             took = time.monotonic() - t0
-            print(f"takeover after the disk filled: {took:.2f}s (TTL {TTL:g}s)")
-            assert took < TTL + 1, f"a standby took over {took:.2f}s after the disk filled"
+            print(f"takeover after the disk filled: {took:.2f}s (TTL {RESIGN_TTL:g}s)")
+            # stepped down: the lease given up, not left to expire
+            assert took < RESIGN_TTL, f"a standby took over {took:.2f}s after the disk filled"
             s = _wait_status(c, "n1", lambda s: s["role"] != "primary", timeout=5)
             assert "No space left on device" in str(s["notice"]), s
             acked_before = len(sub.acked)
