@@ -15,7 +15,14 @@ from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.errors import FailedPreconditionError, NotFoundError
 from apollo11.scheduler.log import Event
 from apollo11.scheduler.state import TaskStatus
-from apollo11.scheduler.workflow import Idempotent, Retry, StepContext, StepError, Workflow
+from apollo11.scheduler.workflow import (
+    Idempotent,
+    NotIdempotent,
+    Retry,
+    StepContext,
+    StepError,
+    Workflow,
+)
 from tests.scheduler.test_engine import Rig, make_rig
 
 SECRET = "123-45-6789"
@@ -147,5 +154,57 @@ async def test_a_hold_racing_a_redaction_wins_and_the_redaction_says_so(tmp_path
         assert "held by legal" in str(red)
         assert task_id not in rig.store.state.redacted
         assert _leaks(rig, task_id)  # kept, as the hold says
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_owing_compensation_is_not_cancelled(tmp_path: Path) -> None:
+    """A cancel of a FAILED task owes the compensation of its succeeded steps, which
+    would run on the redaction's marker, not the data they undo: refused as retry and
+    skip are, naming the redaction; a redacted task that owes nothing is cancelled."""
+    undone: list[Any] = []
+    wf = Workflow("w")
+
+    def undo(ctx: StepContext) -> None:
+        undone.append(ctx.input)
+
+    wf.step(name="charge", idempotency=NotIdempotent(compensate=undo))(lambda ctx: "paid")
+
+    @wf.step(after=["charge"], idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
+    def ship(ctx: StepContext) -> None:
+        raise StepError("no courier")
+
+    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
+    try:
+        sub = await rig.engine.submit("w", {"ssn": SECRET})
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        red = await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
+        with pytest.raises(FailedPreconditionError, match=f"redacted \\(event {red.event_id}\\)"):
+            await rig.engine.cancel_task(sub.task_id, operator="op", reason="stop")
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.status is TaskStatus.FAILED
+        assert task.cancelled is None and task.owed == 0
+        assert undone == []  # no compensation ran on the marker
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_owing_nothing_is_cancelled(tmp_path: Path) -> None:
+    wf = Workflow("w", compensate_on_cancel=False)
+    wf.step(name="charge", idempotency=NotIdempotent(compensate=lambda ctx: None))(
+        lambda ctx: "paid"
+    )
+
+    @wf.step(after=["charge"], idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
+    def ship(ctx: StepContext) -> None:
+        raise StepError("no courier")
+
+    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
+    try:
+        sub = await rig.engine.submit("w", {"ssn": SECRET})
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
+        await rig.engine.cancel_task(sub.task_id, operator="op", reason="stop")
+        await _until(rig, sub.task_id, TaskStatus.CANCELLED)
     finally:
         await _close(rig)
