@@ -593,6 +593,25 @@ def hide_data(task: TaskState, redaction_id: int) -> None:
         ]
 
 
+def redactions_after(events: Iterable[Event], held: Iterable[str]) -> dict[str, int]:
+    """The TASK_REDACTED among `events` (those after a past state) that the fold takes,
+    by task id, as `_on_redacted` judges them: the first of a task, unless a hold
+    (`held`: the past state's holds, then the TASK_HELD among `events`) refuses it.
+    What time travel hides of a past state rebuilt from a snapshot that predates them
+    (state_at, with hide_data)."""
+    holding = set(held)
+    out: dict[str, int] = {}
+    for e in events:
+        if e.event_type is EventType.TASK_HELD:
+            if e.payload.get("held"):
+                holding.add(e.task_id)
+            else:
+                holding.discard(e.task_id)
+        elif e.event_type is EventType.TASK_REDACTED and e.task_id not in holding:
+            out.setdefault(e.task_id, e.event_id)
+    return out
+
+
 def _redact_purged(state: State, event: Event) -> None:
     """A purged task redacted: nothing of it is in memory, but its records are still
     in the segments and the bucket; they are hidden and rewritten as any other's."""
