@@ -131,6 +131,9 @@ class Store:
         # The first event local retention must keep whatever the snapshots cover: with
         # an archive, the first one its bucket does not hold yet (scheduler/bucket/).
         self.retention_floor: Callable[[], int] | None = None
+        # With an archive: has the bucket's copy of a redacted task's records been
+        # rewritten (task id, its TASK_REDACTED)? None: there is no bucket.
+        self.bucket_redacted: Callable[[str, int], bool] | None = None
         log_.add_listener(self._on_durable)
         # a redacted task's records rewritten on this member's disk (state/redactor.py)
         self.redactor = Redactor(log_, state)
@@ -268,6 +271,13 @@ class Store:
                 e = e._replace(payload=redact_payload(e.payload, rid))
             out.append(e)
         return out
+
+    def redaction_settled(self, task_id: str, rid: int) -> bool:
+        """Are redacted task `task_id`'s records (TASK_REDACTED `rid`) rewritten here and
+        in the bucket: nothing but its state entry still knows the data was there."""
+        if not self.redactor.rewritten(task_id):
+            return False
+        return self.bucket_redacted is None or self.bucket_redacted(task_id, rid)
 
     def hide_since(self, past: TaskState | None, at: int) -> TaskState | None:
         """A task's past state (as of event `at`) rebuilt by a full replay, without the

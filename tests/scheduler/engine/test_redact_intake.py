@@ -13,8 +13,8 @@ import pytest
 
 from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.errors import FailedPreconditionError, NotFoundError
-from apollo11.scheduler.log import Event
-from apollo11.scheduler.state import TaskStatus
+from apollo11.scheduler.log import Event, EventType
+from apollo11.scheduler.state import TaskStatus, replay
 from apollo11.scheduler.workflow import (
     Idempotent,
     NotIdempotent,
@@ -206,5 +206,49 @@ async def test_a_redacted_task_owing_nothing_is_cancelled(tmp_path: Path) -> Non
         await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
         await rig.engine.cancel_task(sub.task_id, operator="op", reason="stop")
         await _until(rig, sub.task_id, TaskStatus.CANCELLED)
+    finally:
+        await _close(rig)
+
+
+async def test_a_purged_redacted_task_leaves_the_state_once_rewritten(tmp_path: Path) -> None:
+    """`state.redacted` and `redacted_records` are bounded: a purged task's entries leave
+    the state once its records are rewritten here and in the bucket (the sweep writes
+    that in a TASK_PURGED, so every fold forgets alike), never before."""
+    rig, task_id = await _finished(tmp_path)
+    try:
+        bucket_done = False
+        rig.store.bucket_redacted = lambda t, rid: bucket_done
+        sweep = rig.engine.retention
+        await rig.engine.redact_task(task_id, operator="op", reason="erasure")
+        assert await sweep._purge([task_id]) == 1
+        rig.store.redactor.drain()
+        await sweep.sweep()
+        assert task_id in rig.store.state.redacted  # the bucket still holds the data
+        bucket_done = True
+        await sweep.sweep()
+        state = rig.store.state
+        assert task_id not in state.redacted and task_id not in state.redacted_records
+        assert _leaks(rig, task_id) == []  # the bytes carry the markers themselves
+        # a replay (and a standby) folds the same state, snapshots' parts included
+        replayed = replay(rig.store.log.read())
+        assert replayed.to_dict() == state.to_dict()
+        assert replayed.redacted_dict() == state.redacted_dict()
+        forgot = next(iter(rig.store.log.read(rig.store.log.durable_id)))
+        assert forgot.event_type is EventType.TASK_PURGED
+        assert forgot.payload["forget"] == [task_id]
+        await sweep.sweep()  # nothing more to forget: nothing more written
+        assert rig.store.log.durable_id == forgot.event_id
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_not_purged_stays_in_the_state(tmp_path: Path) -> None:
+    rig, task_id = await _finished(tmp_path)
+    try:
+        red = await rig.engine.redact_task(task_id, operator="op", reason="erasure")
+        rig.store.redactor.drain()
+        await rig.engine.retention.sweep()
+        assert rig.store.state.redacted == {task_id: red.event_id}
+        assert rig.store.log.durable_id == red.event_id  # no TASK_PURGED was written
     finally:
         await _close(rig)
