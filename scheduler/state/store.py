@@ -555,17 +555,21 @@ class _Counter:
         self.n += len(events)
 
 
-def state_at(data_dir: str | os.PathLike[str], until: int | None = None) -> State:
+def state_at(
+    data_dir: str | os.PathLike[str], until: int | None = None, *, hide_later: bool = True
+) -> State:
     """Reconstruct the state as of event `until` (default: the end), offline and read-only.
 
     Uses the newest snapshot at or before `until` and replays from there;
     with none, replays from the first event. A past state hides what a redaction
     since removed, as every read does: the snapshot it starts from may predate the
     redaction and still hold the data (the records after it are rewritten already).
+    That costs a scan of the records after `until`; a running node, which knows its
+    redactions, applies them itself instead (`hide_later=False`, Store.hide_since).
     """
     data = DataDir.open_existing(data_dir)
     state = _rebuilt(data, until)
-    if until is not None:
+    if until is not None and hide_later:
         for task_id, rid in _redactions_since(data, state).items():
             task = state.task(task_id)  # into memory: an archived one is changed too
             if task is not None:
