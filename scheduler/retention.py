@@ -23,12 +23,14 @@ from its submission, and compared with the
 caller's `now_ms`: the log's clock on the primary, a fake one in the tests.
 
 No I/O and no clock here: the sweep (scheduler/engine/retention.py) reads the
-tasks and the time, asks `due`, and writes what it answers as TASK_PURGED.
+tasks and the time, asks `due`, and writes what it answers as TASK_PURGED; and
+`forgettable`, which purged redacted tasks the state may stop remembering (written
+in a TASK_PURGED's "forget").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal, Protocol
@@ -95,6 +97,26 @@ def refusal(task: Resting, parent: Resting | None, *, held: bool) -> str | None:
     if parent is not None and (parent.status not in FINISHED or parent.busy or parent.owed):
         return f"its parent {parent.task_id!r} has not finished ({parent.status.value})"
     return None
+
+
+def forgettable(
+    redacted: Mapping[str, int],
+    present: Callable[[str], bool],
+    settled: Callable[[str, int], bool],
+    limit: int | None = None,
+) -> list[str]:
+    """The redacted tasks (`redacted`: task id -> its TASK_REDACTED) whose entries may
+    leave the state, oldest redaction first, at most `limit`: those retention purged
+    (no longer `present`) whose records are `settled`, rewritten on this primary's disk
+    and in the bucket. Their bytes carry the markers then, so nothing reads the entry
+    again; a task still in the state keeps it (its answers hide the data from it)."""
+    out: list[str] = []
+    for task_id, rid in sorted(redacted.items(), key=lambda kv: kv[1]):
+        if limit is not None and len(out) >= limit:
+            break
+        if not present(task_id) and settled(task_id, rid):
+            out.append(task_id)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,12 @@ class Shipper:
 
     # ------------------------------------------------------------ for the node
 
+    def redacted(self, task_id: str, rid: int) -> bool:
+        """Has this primary rewritten the bucket's records of redacted task `task_id`
+        (its TASK_REDACTED `rid`)? What the retention sweep asks before the state
+        forgets a purged task's redaction (Store.redaction_settled)."""
+        return self._redacted.get(task_id) == rid
+
     def retention_floor(self) -> int:
         """The first event id local retention must keep: the bucket does not hold it
         (1, everything, until the catalog has been read)."""
@@ -165,7 +171,10 @@ class Shipper:
     def _redaction_due(self, store: Store, catalog: Catalog) -> tuple[str, int, list[int]] | None:
         """The oldest redaction the bucket holds (its event is in it, so every record of
         the task is too) that this primary has not carried to the bucket yet."""
-        for task_id, rid in sorted(store.state.redacted.items(), key=lambda kv: kv[1]):
+        redacted = store.state.redacted
+        if len(self._redacted) > len(redacted):  # the state forgot some: so does this
+            self._redacted = {t: r for t, r in self._redacted.items() if t in redacted}
+        for task_id, rid in sorted(redacted.items(), key=lambda kv: kv[1]):
             if rid > catalog.through or self._redacted.get(task_id) == rid:
                 continue
             ids = store.state.redacted_records.get(task_id)  # the task may be purged

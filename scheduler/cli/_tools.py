@@ -382,14 +382,18 @@ def bench_retries(
 
 def bench_archive(
     quick: Annotated[
-        bool, typer.Option("--quick", help="One round each way, 2 x 10^5 events to restore.")
+        bool,
+        typer.Option(
+            "--quick", help="One round each way, 2 x 10^5 events to restore, a 90 s soak."
+        ),
     ] = False,
     as_json: BenchJson = False,
     workdir: BenchDir = None,
 ) -> None:
     """The archive on a real SeaweedFS: append p99 at 10,000 events/s without and with
-    it side by side, the bucket's lag, the compression, and a node's restore timed
-    and extrapolated to 10^7 events. Exits 1 if a target is missed."""
+    it side by side, the bucket's lag, the compression, a node's restore timed
+    and extrapolated to 10^7 events, and the data directory's size over a soak with
+    task and log retention on (kept flat?). Exits 1 if a target is missed."""
     from apollo11.scheduler.tools.bench import archive_bench
 
     result = _measure(

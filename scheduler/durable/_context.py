@@ -87,7 +87,8 @@ class ChildFailed(DurableStepError):
 
     @property
     def state(self) -> str:
-        """The child's state: FAILED, CANCELLED or NONDETERMINISTIC."""
+        """The child's state: FAILED, CANCELLED or NONDETERMINISTIC; PURGED when
+        retention purged it before this (re-run) parent joined it (its result is gone)."""
         return str(self.details.get("state", ""))
 
 

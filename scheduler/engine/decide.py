@@ -46,14 +46,20 @@ children.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apollo11.scheduler import waits
 from apollo11.scheduler.retry import due_at, final_after_loss, may_run_again, then_after_loss
 from apollo11.scheduler.retrypolicy import Exhausted
-from apollo11.scheduler.state.model import DONE, StepStatus, TaskState, TaskStatus, outcome
+from apollo11.scheduler.state.model import (
+    DONE,
+    StepStatus,
+    TaskState,
+    TaskStatus,
+    joined,
+)
 from apollo11.scheduler.workflow import Workflow
 
 _STARTED = StepStatus.STARTED
@@ -172,6 +178,8 @@ class StateView(Protocol):
     def peek(self, task_id: str) -> TaskState | None: ...
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None: ...
+
+    def not_found(self, task_id: str, as_of: int = 0) -> str: ...
 
 
 SYSTEM = "apollo11"  # who cancels an abandoned child of a parent that returned
@@ -356,7 +364,7 @@ def _wake(
     wait = d.wait if d is not None else None
     if d is None or wait is None:
         return Stuck(f"step {name!r} is WAITING but no wait is registered")
-    view = _View(world, d.matched)
+    view = _View(world, d.matched, d.checkpoints)
     now_ms = int(now * 1000)
     if waits.resolve(wait, view, now_ms) is not None:
         return StartAttempt(name, attempt + 1)
@@ -367,11 +375,17 @@ def _wake(
 class _View:
     """What resolving a wait reads, from the replayed state (read only)."""
 
-    __slots__ = ("_matched", "_world")
+    __slots__ = ("_checkpoints", "_matched", "_world")
 
-    def __init__(self, world: StateView | None, matched: int | None) -> None:
+    def __init__(
+        self,
+        world: StateView | None,
+        matched: int | None,
+        checkpoints: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         self._world = world
         self._matched = matched
+        self._checkpoints = checkpoints  # the waiting task's: which children it recorded
 
     def first_event(self, key: str, since: int) -> tuple[int, Any] | None:
         if self._world is None:  # the task alone: what replay matched for it
@@ -379,8 +393,11 @@ class _View:
         return self._world.first_event(key, since)
 
     def child(self, task_id: str) -> Mapping[str, Any] | None:
-        t = self._world.peek(task_id) if self._world is not None else None
-        return outcome(t) if t is not None and t.quiescent else None
+        world = self._world
+        if world is None:
+            return None
+        recorded = any(c == task_id for c, _ in waits.spawned(self._checkpoints))
+        return joined(world.peek(task_id), recorded, lambda: world.not_found(task_id))
 
 
 def _parent_closed(parent: Mapping[str, Any], world: StateView) -> CancelTask | None:

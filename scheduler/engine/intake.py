@@ -415,9 +415,9 @@ class Intake:
         if task is None:
             raise NotFoundError(p.store.state.not_found(task_id))
         require_reason(operator, reason)
-        refuse_cancel(task)
-        payload = shown_as({"operator": operator, "reason": reason}, display)
         owed = owed_by_cancel(task, p.workflow_for(task))
+        refuse_cancel(task, owed)
+        payload = shown_as({"operator": operator, "reason": reason}, display)
         if owed:
             payload["compensate"] = owed
         event = await p.store.log.append(EventType.TASK_CANCELLED, task_id, payload=payload)
@@ -559,7 +559,8 @@ def _refuse_compensated(task: TaskState) -> None:
 
 def _refuse_redacted(task: TaskState, what: str) -> None:
     """A redacted task's input and step results read `{"$redacted": N}`: a step run (or
-    one skipped, so that the next runs) would work on the marker, not the data."""
+    one skipped, so that the next runs), or a compensation (which undoes a step from
+    its input and result), would work on the marker, not the data."""
     if task.redacted is not None:
         raise FailedPreconditionError(
             f"task {task.task_id} is redacted (event {task.redacted.get('event_id')}): its "
@@ -604,10 +605,15 @@ def refuse_skip(task: TaskState, s: StepState, *, busy: bool) -> None:
         raise FailedPreconditionError(f"step {s.name} is {s.status.value} and cannot be skipped")
 
 
-def refuse_cancel(task: TaskState) -> None:
+def refuse_cancel(task: TaskState, owed: Sequence[str] = ()) -> None:
+    """Raise unless an operator may cancel the task; `owed`: the compensations the
+    cancel would owe (`owed_by_cancel`). A redacted task owing none is cancelled (it
+    only ends); one owing some is not: they would undo the steps from the marker."""
     if task.status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
         raise FailedPreconditionError(f"task {task.task_id} is already {task.status.value}")
     _refuse_compensated(task)  # its end is under way: a cancel would owe nothing more
+    if owed:
+        _refuse_redacted(task, f"cancelled (it would compensate {', '.join(owed)})")
 
 
 def refuse_redact(task: TaskState, *, busy: bool, hold: Mapping[str, Any] | None = None) -> None:

@@ -24,7 +24,7 @@ from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.engine.intake import new_task_id, submission
 from apollo11.scheduler.errors import InvalidEventError, LeaseLostError
 from apollo11.scheduler.log import Draft, EventType
-from apollo11.scheduler.state import Store, outcome
+from apollo11.scheduler.state import Store, joined
 from apollo11.scheduler.taskid import is_task_id
 from apollo11.scheduler.workflow import StepError, Workflow
 
@@ -86,8 +86,10 @@ class StoreJournal:
         return self._store.state.first_event(key, since)
 
     def child(self, task_id: str) -> Mapping[str, Any] | None:
-        task = self._store.state.peek(task_id)
-        return outcome(task) if task is not None and task.quiescent else None
+        state = self._store.state
+        d = self._durable()
+        recorded = d is not None and any(c == task_id for c, _ in waits.spawned(d.checkpoints))
+        return joined(state.peek(task_id), recorded, lambda: state.not_found(task_id))
 
     def plan_child(
         self,

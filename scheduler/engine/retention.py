@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from apollo11.scheduler import metrics, retention
 from apollo11.scheduler.errors import (
@@ -164,20 +164,47 @@ class RetentionSweep:
                 total += await self._purge(part)
                 wrote = True
             await asyncio.sleep(0)
+        forgot = await self._forget()
+        wrote = wrote or forgot > 0
         heap = state.event_key_heap
         expired = bool(heap) and heap[0][0] <= h.clock.now_ms()
         if not wrote and expired:
             await self._purge([])  # event keys past their TTL forgotten at this point
-        if not total:
-            return "forgot event idempotency keys past their TTL" if expired else ""
-        return f"purged {total} tasks past their retention ({opts.rules.text()})"
+        said = [f"purged {total} tasks past their retention ({opts.rules.text()})"] if total else []
+        if forgot:
+            said.append(f"forgot the carried-out redactions of {forgot} purged tasks")
+        if not said and expired:
+            said.append("forgot event idempotency keys past their TTL")
+        return "; ".join(said)
 
-    async def _purge(self, task_ids: list[str]) -> int:
+    async def _forget(self) -> int:
+        """Write the purged redacted tasks whose records are rewritten here and in the
+        bucket (retention.forgettable) as a TASK_PURGED's "forget": the state stops
+        remembering them, on every node alike. How many it forgot."""
+        h = self.host
+        state = h.store.state
+        names = retention.forgettable(
+            state.redacted,
+            lambda t: state.peek(t) is not None,
+            h.store.redaction_settled,
+            limit=BATCH,
+        )
+        done = 0
+        for part in _fitted(names, h.store.log.config.payload_max_bytes):
+            if part:
+                await self._purge([], forget=part)
+                done += sum(t not in state.redacted for t in part)
+        return done
+
+    async def _purge(self, task_ids: list[str], *, forget: list[str] | None = None) -> int:
         """Write one TASK_PURGED; how many of `task_ids` it purged (the fold refuses one
-        a hold or a change reached first: only the purged are counted)."""
+        a hold or a change reached first: only the purged are counted). `forget`: the
+        purged redacted tasks the state may stop remembering (`_forget`)."""
         h = self.host
         h.check_leading()
-        payload = {"tasks": task_ids, "by": "retention"}
+        payload: dict[str, Any] = {"tasks": task_ids, "by": "retention"}
+        if forget:
+            payload["forget"] = forget
         event = await h.store.log.append(EventType.TASK_PURGED, "", payload=payload)
         await h.wait_commit(event.event_id)
         purged = h.store.state.purged

@@ -89,7 +89,8 @@ class EventType(enum.IntEnum):
     TASK_REDACTED = 19
     # Retention (docs/retention.md): a legal hold set or released on a task; finished
     # tasks purged by the primary's sweep, a batch an event (task_id ""), so every node
-    # and every replay drops the same tasks.
+    # and every replay drops the same tasks ({"tasks", "by"}; "forget": purged redacted
+    # tasks whose redaction is carried out, which the state stops remembering).
     TASK_HELD = 20
     TASK_PURGED = 21
 

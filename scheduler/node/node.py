@@ -211,6 +211,7 @@ class Node:
             store.add_observer(self.api.watchers)
         if self.shipper is not None:
             store.retention_floor = self.shipper.retention_floor
+            store.bucket_redacted = self.shipper.redacted
         self.roles.store_reopened()
         self.saw_term(store.log.last_term)
         return store

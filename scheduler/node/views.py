@@ -4,6 +4,7 @@ error for a write this node cannot take (nodeview/'s NodeView)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING, Protocol
 
@@ -159,8 +160,11 @@ class Views:
         )
 
     async def state_at(self, event_id: int) -> State:
-        """Time travel: the state as of `event_id`, rebuilt read-only off the loop."""
-        return await asyncio.to_thread(state_at, self.host.settings.data_dir, event_id)
+        """Time travel: the state as of `event_id`, rebuilt read-only off the loop
+        (without the scan for later redactions: task_at applies them from memory)."""
+        return await asyncio.to_thread(
+            functools.partial(state_at, hide_later=False), self.host.settings.data_dir, event_id
+        )
 
     async def task_at(self, task_id: str, event_id: int) -> TaskState | None:
         """Time travel for one task: from its own events (a few reads), or by

@@ -38,6 +38,7 @@ from apollo11.scheduler.state.model import (
     StepStatus,
     TaskState,
     TaskStatus,
+    joined,
     outcome,
 )
 from apollo11.scheduler.state.repair import REPAIRING, Repair
@@ -79,6 +80,7 @@ __all__ = [
     "apply_all",
     "held_by",
     "hide_data",
+    "joined",
     "load_repair",
     "merger",
     "merger_pids",

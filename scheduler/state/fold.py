@@ -593,6 +593,25 @@ def hide_data(task: TaskState, redaction_id: int) -> None:
         ]
 
 
+def redactions_after(events: Iterable[Event], held: Iterable[str]) -> dict[str, int]:
+    """The TASK_REDACTED among `events` (those after a past state) that the fold takes,
+    by task id, as `_on_redacted` judges them: the first of a task, unless a hold
+    (`held`: the past state's holds, then the TASK_HELD among `events`) refuses it.
+    What time travel hides of a past state rebuilt from a snapshot that predates them
+    (state_at, with hide_data)."""
+    holding = set(held)
+    out: dict[str, int] = {}
+    for e in events:
+        if e.event_type is EventType.TASK_HELD:
+            if e.payload.get("held"):
+                holding.add(e.task_id)
+            else:
+                holding.discard(e.task_id)
+        elif e.event_type is EventType.TASK_REDACTED and e.task_id not in holding:
+            out.setdefault(e.task_id, e.event_id)
+    return out
+
+
 def _redact_purged(state: State, event: Event) -> None:
     """A purged task redacted: nothing of it is in memory, but its records are still
     in the segments and the bucket; they are hidden and rewritten as any other's."""
@@ -909,7 +928,8 @@ def _on_held(state: State, event: Event) -> None:
 
 
 def _on_purged(state: State, event: Event) -> None:
-    """Retention dropped these finished tasks ({"tasks": [ids]}): gone from memory, their
+    """Retention dropped these finished tasks ({"tasks": [ids]}, and "forget": purged
+    redacted tasks whose redaction is carried out, `_forget_redacted`): gone from memory, their
     idempotency keys with them; one an archive chunk holds is hidden until the next
     snapshot rewrites the chunk. A held or unquiescent one, or one whose parent has not
     finished, is not purged (State.purge_refused, the test the primary asks before it
@@ -943,6 +963,24 @@ def _on_purged(state: State, event: Event) -> None:
             records[task_id] = task.event_ids
             if len(records) > PURGED_REMEMBERED:
                 del records[next(iter(records))]
+    for task_id in event.payload.get("forget") or ():
+        _forget_redacted(state, event, task_id)
+
+
+def _forget_redacted(state: State, event: Event, task_id: str) -> None:
+    """A purged task's redaction, carried out (its records rewritten on the primary's
+    disk and in the bucket: retention.forgettable, the primary's judgement, written in
+    the event so that every fold forgets alike): its entries leave the state, which
+    would otherwise grow by one for every redaction ever made. A task still here
+    keeps them (its answers hide the data through them): flagged, not forgotten."""
+    if task_id not in state.redacted:
+        _state_anomaly(state, event, f"TASK_PURGED forgets task {task_id!r}, not redacted")
+        return
+    if state.peek(task_id) is not None:
+        _state_anomaly(state, event, f"TASK_PURGED forgets task {task_id!r}, not purged")
+        return
+    del state.redacted[task_id]
+    state.redacted_records.pop(task_id, None)
 
 
 _HANDLERS: dict[EventType, Callable[[State, Event], None]] = {

@@ -10,7 +10,7 @@ replay speed is made of.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,6 +325,26 @@ def shared_deps(deps: dict[str, list[str]]) -> dict[str, list[str]]:
             return deps
         found = _DEPS[key] = deps
     return found
+
+
+# A spawned task's state as its parent sees it once retention purged it (`joined`).
+PURGED = "PURGED"
+
+
+def joined(
+    child: TaskState | None, recorded: bool, why: Callable[[], str]
+) -> dict[str, Any] | None:
+    """What a parent's join of `child` reads (its `outcome`), None while it has not
+    finished. `recorded`: the parent's recorded checkpoints spawned it, so its
+    TASK_SUBMITTED is in the log (written in the spawn's batch); such a child no longer
+    in the state finished and was purged by retention, the one way a task leaves it,
+    its result gone with its history. A parent re-run after the purge (an operator's
+    retry of a FAILED parent) hears so at its join (`why`: State.not_found's words)
+    instead of waiting for ever. A child only planned (a spawn not recorded yet) is
+    not known yet: not finished."""
+    if child is None:
+        return {"status": PURGED, "result": None, "error": why()} if recorded else None
+    return outcome(child) if child.quiescent else None
 
 
 def outcome(t: TaskState) -> dict[str, Any]:

@@ -33,10 +33,19 @@ class Redactor:
         self.done: dict[str, float] = {}  # task id -> seconds its last rewrite took
 
     def observe(self, events: Sequence[Event]) -> None:
-        """After the state applied a durable batch: a TASK_REDACTED in it is rewritten."""
+        """After the state applied a durable batch: a TASK_REDACTED in it is rewritten;
+        a task the state forgot (a TASK_PURGED's "forget") is forgotten here too."""
         for e in events:
             if e.event_type is EventType.TASK_REDACTED:
                 self.rewrite(e.task_id, e.event_id)
+            elif e.event_type is EventType.TASK_PURGED:
+                for task_id in e.payload.get("forget") or ():
+                    if task_id not in self._state.redacted:
+                        self.done.pop(task_id, None)
+
+    def rewritten(self, task_id: str) -> bool:
+        """Has a rewrite of the task's records on this member's disk completed?"""
+        return task_id in self.done
 
     def catch_up(self) -> None:
         """At start: every redacted task once more (records a crash left, or a copy
@@ -47,6 +56,10 @@ class Redactor:
     def rewrite(self, task_id: str, rid: int) -> None:
         # the ids the fold kept with the redaction: the task itself may be purged
         ids = self._state.redacted_records.get(task_id)
+        if ids is None and task_id in self._state.purged_records:
+            # forgotten in the batch that brought the redaction (a standby catching up,
+            # fold.py `_forget_redacted`): the ids the purge kept are the same ones
+            ids = [i for i in self._state.purged_records[task_id] if i < rid]
         if ids is None:
             # a task from a snapshot older than per-task event ids: its answers hide
             # the data; its bytes wait for retention

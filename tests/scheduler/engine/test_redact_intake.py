@@ -13,9 +13,16 @@ import pytest
 
 from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.errors import FailedPreconditionError, NotFoundError
-from apollo11.scheduler.log import Event
-from apollo11.scheduler.state import TaskStatus
-from apollo11.scheduler.workflow import Idempotent, Retry, StepContext, StepError, Workflow
+from apollo11.scheduler.log import Event, EventType
+from apollo11.scheduler.state import TaskState, TaskStatus, replay
+from apollo11.scheduler.workflow import (
+    Idempotent,
+    NotIdempotent,
+    Retry,
+    StepContext,
+    StepError,
+    Workflow,
+)
 from tests.scheduler.test_engine import Rig, make_rig
 
 SECRET = "123-45-6789"
@@ -32,8 +39,16 @@ def _workflow() -> Workflow:
 
 
 async def _until(rig: Rig, task_id: str, status: TaskStatus) -> None:
+    """The task reached `status` and the engine holds nothing of it any more (a
+    redaction asks both: a step's result is folded before its attempt is let go)."""
+
+    def at_rest(t: TaskState | None) -> bool:
+        if t is None or t.status is not status:
+            return False
+        return not any(rig.engine.is_busy(task_id, name) for name in t.steps)
+
     async with asyncio.timeout(30):
-        while (t := rig.store.state.peek(task_id)) is None or t.status is not status:
+        while not at_rest(rig.store.state.peek(task_id)):
             await asyncio.sleep(0.01)
 
 
@@ -147,5 +162,101 @@ async def test_a_hold_racing_a_redaction_wins_and_the_redaction_says_so(tmp_path
         assert "held by legal" in str(red)
         assert task_id not in rig.store.state.redacted
         assert _leaks(rig, task_id)  # kept, as the hold says
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_owing_compensation_is_not_cancelled(tmp_path: Path) -> None:
+    """A cancel of a FAILED task owes the compensation of its succeeded steps, which
+    would run on the redaction's marker, not the data they undo: refused as retry and
+    skip are, naming the redaction; a redacted task that owes nothing is cancelled."""
+    undone: list[Any] = []
+    wf = Workflow("w")
+
+    def undo(ctx: StepContext) -> None:
+        undone.append(ctx.input)
+
+    wf.step(name="charge", idempotency=NotIdempotent(compensate=undo))(lambda ctx: "paid")
+
+    @wf.step(after=["charge"], idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
+    def ship(ctx: StepContext) -> None:
+        raise StepError("no courier")
+
+    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
+    try:
+        sub = await rig.engine.submit("w", {"ssn": SECRET})
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        red = await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
+        with pytest.raises(FailedPreconditionError, match=f"redacted \\(event {red.event_id}\\)"):
+            await rig.engine.cancel_task(sub.task_id, operator="op", reason="stop")
+        task = rig.store.state.peek(sub.task_id)
+        assert task is not None and task.status is TaskStatus.FAILED
+        assert task.cancelled is None and task.owed == 0
+        assert undone == []  # no compensation ran on the marker
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_owing_nothing_is_cancelled(tmp_path: Path) -> None:
+    wf = Workflow("w", compensate_on_cancel=False)
+    wf.step(name="charge", idempotency=NotIdempotent(compensate=lambda ctx: None))(
+        lambda ctx: "paid"
+    )
+
+    @wf.step(after=["charge"], idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
+    def ship(ctx: StepContext) -> None:
+        raise StepError("no courier")
+
+    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
+    try:
+        sub = await rig.engine.submit("w", {"ssn": SECRET})
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
+        await rig.engine.cancel_task(sub.task_id, operator="op", reason="stop")
+        await _until(rig, sub.task_id, TaskStatus.CANCELLED)
+    finally:
+        await _close(rig)
+
+
+async def test_a_purged_redacted_task_leaves_the_state_once_rewritten(tmp_path: Path) -> None:
+    """`state.redacted` and `redacted_records` are bounded: a purged task's entries leave
+    the state once its records are rewritten here and in the bucket (the sweep writes
+    that in a TASK_PURGED, so every fold forgets alike), never before."""
+    rig, task_id = await _finished(tmp_path)
+    try:
+        bucket_done = False
+        rig.store.bucket_redacted = lambda t, rid: bucket_done
+        sweep = rig.engine.retention
+        await rig.engine.redact_task(task_id, operator="op", reason="erasure")
+        assert await sweep._purge([task_id]) == 1
+        rig.store.redactor.drain()
+        await sweep.sweep()
+        assert task_id in rig.store.state.redacted  # the bucket still holds the data
+        bucket_done = True
+        await sweep.sweep()
+        state = rig.store.state
+        assert task_id not in state.redacted and task_id not in state.redacted_records
+        assert _leaks(rig, task_id) == []  # the bytes carry the markers themselves
+        # a replay (and a standby) folds the same state, snapshots' parts included
+        replayed = replay(rig.store.log.read())
+        assert replayed.to_dict() == state.to_dict()
+        assert replayed.redacted_dict() == state.redacted_dict()
+        forgot = next(iter(rig.store.log.read(rig.store.log.durable_id)))
+        assert forgot.event_type is EventType.TASK_PURGED
+        assert forgot.payload["forget"] == [task_id]
+        await sweep.sweep()  # nothing more to forget: nothing more written
+        assert rig.store.log.durable_id == forgot.event_id
+    finally:
+        await _close(rig)
+
+
+async def test_a_redacted_task_not_purged_stays_in_the_state(tmp_path: Path) -> None:
+    rig, task_id = await _finished(tmp_path)
+    try:
+        red = await rig.engine.redact_task(task_id, operator="op", reason="erasure")
+        rig.store.redactor.drain()
+        await rig.engine.retention.sweep()
+        assert rig.store.state.redacted == {task_id: red.event_id}
+        assert rig.store.log.durable_id == red.event_id  # no TASK_PURGED was written
     finally:
         await _close(rig)

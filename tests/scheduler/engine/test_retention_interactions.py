@@ -19,7 +19,7 @@ from apollo11.scheduler.engine.retention import RetentionSweep
 from apollo11.scheduler.errors import NotFoundError
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.state import State, Store, TaskStatus, replay
-from apollo11.scheduler.workflow import Idempotent, StepContext, Workflow
+from apollo11.scheduler.workflow import Idempotent, Retry, StepContext, StepError, Workflow
 from tests.scheduler.durable.test_engine_durable import ManualClock
 from tests.scheduler.test_engine import Rig, make_rig
 
@@ -227,5 +227,49 @@ async def test_neither_a_redaction_nor_a_hold_moves_the_retention_clock(
         assert "purged 1 tasks" in await ret.sweep()
         assert rig.store.state.peek(sub.task_id) is None
     finally:
+        await rig.engine.stop()
+        await rig.store.close()
+
+
+loner = DurableWorkflow("loner", version=1, retry=Retry(attempts=1, backoff_s=0))
+broken = {"main": True}
+
+
+@loner.main
+async def run_loner(ctx: DurableContext, x: Any) -> Any:
+    h = ctx.spawn("kid", {}, close="abandon")
+    await ctx.wait_for_event("go")  # records the spawn; the child runs on
+    if broken["main"]:
+        raise StepError("failed before the join")
+    return await h
+
+
+async def test_a_rerun_parent_whose_child_was_purged_fails_naming_the_purge(
+    tmp_path: Path,
+) -> None:
+    """A FAILED parent is finished, so its finished child may be purged; a retry of
+    the parent then replays to the join: it must fail naming the purge, never wait
+    for ever on a child that no longer exists."""
+    rig = await make_rig(tmp_path / "d", ManualClock(), kid, loner)
+    try:
+        broken["main"] = True
+        sub = await rig.engine.submit("loner", {})
+        await _until(rig, sub.task_id, TaskStatus.WAITING)
+        child = next(t.task_id for t in rig.store.state.tasks.values() if t.workflow == "kid")
+        await _until(rig, child, TaskStatus.SUCCEEDED)
+        await rig.engine.send_event("go", 1)
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        assert await rig.engine.retention._purge([child]) == 1
+        purged_at = rig.store.state.purged[child]
+        broken["main"] = False
+        await rig.engine.retry_step(sub.task_id, "main", operator="op", reason="again")
+        await _until(rig, sub.task_id, TaskStatus.FAILED)
+        error = rig.store.state.tasks[sub.task_id].steps["main"].error or {}
+        assert "purged by retention" in str(error) and f"event {purged_at}" in str(error)
+        assert child in str(error)
+        # a replay folds the same answer (it is recorded, not recomputed)
+        assert _replayed(rig).to_dict() == rig.store.state.to_dict()
+    finally:
+        broken["main"] = True
         await rig.engine.stop()
         await rig.store.close()

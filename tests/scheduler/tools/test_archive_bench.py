@@ -35,3 +35,22 @@ def test_targets_and_what_failed_says() -> None:
     r = _result(None, 301.0)
     r["targets"] = ab.targets(r)
     assert ab.failed(r) == "missed: append_p99_ratio, restore_10m"
+
+
+def test_flatness_reads_start_peak_end_and_the_steady_level() -> None:
+    from apollo11.scheduler.tools.bench import archive_soak as soak
+
+    level = [0, 50, 90, 100, 110, 95, 105, 100, 98, 102]
+    r = soak.flatness(level)
+    assert (r["start_bytes"], r["max_bytes"], r["end_bytes"]) == (0, 110, 102)
+    assert r["steady_bytes"] == 100 and r["flat"] is True
+    growing = [10 * i for i in range(1, 21)]
+    assert soak.flatness(growing)["flat"] is False
+    assert soak.flatness([1, 2, 3]) == {"samples": 3, "flat": False}
+
+
+def test_the_soak_is_a_target_only_when_it_ran() -> None:
+    r = _result(1.05, 120.0)
+    r["soak"] = {"flat": False}
+    assert ab.targets(r)["disk_flat"] is False
+    assert "disk_flat" not in ab.targets(_result(1.05, 120.0))
