@@ -243,12 +243,20 @@ def judge(
     after = cause.retry_after_s if cause is not None else None
     if after is not None and after > delay:
         delay = after
-    if slot is not None and slot.paced_s > 0:
-        paced = round(slot.paced_s, 3)  # the log's milliseconds
-        return Verdict(
-            name, failures, rule.attempts, False, delay + paced, "fail", paced, slot.failing
-        )
-    return Verdict(name, failures, rule.attempts, False, delay)
+    verdict = Verdict(name, failures, rule.attempts, False, delay)
+    return paced_by(verdict, slot) if slot is not None else verdict
+
+
+def paced_by(verdict: Verdict, slot: Slot) -> Verdict:
+    """A retry's verdict with its slot in the step's retry budget (retrypace.py) added to
+    its delay: what `judge` says given that slot, without judging again (a final
+    verdict, or a slot that paces nothing, is returned as it is)."""
+    if verdict.final or verdict.retry_in_s is None or slot.paced_s <= 0:
+        return verdict
+    paced = round(slot.paced_s, 3)  # the log's milliseconds
+    return verdict._replace(
+        retry_in_s=verdict.retry_in_s + paced, paced_s=paced, failing=slot.failing
+    )
 
 
 def rule_label(rule: str) -> str:
