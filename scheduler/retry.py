@@ -168,6 +168,20 @@ def due_at(task_id: str, step: StepState, policy: Retry) -> float | None:
 
 Rule = Retry | Never
 
+_RULES_KEPT = 1024  # policies whose rules by name are kept (a workflow made on the fly)
+_rules_kept: dict[Retry, dict[str, Rule]] = {}
+
+
+def _rules(policy: Retry) -> dict[str, Rule]:
+    """`policy.rules()`, kept per policy: a step's policy is declared once, and every
+    failure of it asks (equal policies have equal rules: `on` is compared, read only)."""
+    found = _rules_kept.get(policy)
+    if found is None:
+        if len(_rules_kept) >= _RULES_KEPT:
+            _rules_kept.clear()
+        found = _rules_kept[policy] = policy.rules()
+    return found
+
 
 def rule_for(policy: Retry, cause: Cause | None) -> tuple[str, Rule]:
     """The rule a failure is judged by, and its name: the first of the cause's classes
@@ -176,7 +190,7 @@ def rule_for(policy: Retry, cause: Cause | None) -> tuple[str, Rule]:
     rule whose class has that name."""
     if cause is None or not policy.on:
         return DEFAULT_RULE, policy
-    rules = policy.rules()
+    rules = _rules(policy)
     if cause.legacy:
         by_short = {name.rpartition(".")[2]: name for name in rules}
         found = by_short.get(cause.type.rpartition(".")[2])
