@@ -168,6 +168,20 @@ def due_at(task_id: str, step: StepState, policy: Retry) -> float | None:
 
 Rule = Retry | Never
 
+_RULES_KEPT = 1024  # policies whose rules by name are kept (a workflow made on the fly)
+_rules_kept: dict[Retry, dict[str, Rule]] = {}
+
+
+def _rules(policy: Retry) -> dict[str, Rule]:
+    """`policy.rules()`, kept per policy: a step's policy is declared once, and every
+    failure of it asks (equal policies have equal rules: `on` is compared, read only)."""
+    found = _rules_kept.get(policy)
+    if found is None:
+        if len(_rules_kept) >= _RULES_KEPT:
+            _rules_kept.clear()
+        found = _rules_kept[policy] = policy.rules()
+    return found
+
 
 def rule_for(policy: Retry, cause: Cause | None) -> tuple[str, Rule]:
     """The rule a failure is judged by, and its name: the first of the cause's classes
@@ -176,7 +190,7 @@ def rule_for(policy: Retry, cause: Cause | None) -> tuple[str, Rule]:
     rule whose class has that name."""
     if cause is None or not policy.on:
         return DEFAULT_RULE, policy
-    rules = policy.rules()
+    rules = _rules(policy)
     if cause.legacy:
         by_short = {name.rpartition(".")[2]: name for name in rules}
         found = by_short.get(cause.type.rpartition(".")[2])
@@ -243,12 +257,20 @@ def judge(
     after = cause.retry_after_s if cause is not None else None
     if after is not None and after > delay:
         delay = after
-    if slot is not None and slot.paced_s > 0:
-        paced = round(slot.paced_s, 3)  # the log's milliseconds
-        return Verdict(
-            name, failures, rule.attempts, False, delay + paced, "fail", paced, slot.failing
-        )
-    return Verdict(name, failures, rule.attempts, False, delay)
+    verdict = Verdict(name, failures, rule.attempts, False, delay)
+    return paced_by(verdict, slot) if slot is not None else verdict
+
+
+def paced_by(verdict: Verdict, slot: Slot) -> Verdict:
+    """A retry's verdict with its slot in the step's retry budget (retrypace.py) added to
+    its delay: what `judge` says given that slot, without judging again (a final
+    verdict, or a slot that paces nothing, is returned as it is)."""
+    if verdict.final or verdict.retry_in_s is None or slot.paced_s <= 0:
+        return verdict
+    paced = round(slot.paced_s, 3)  # the log's milliseconds
+    return verdict._replace(
+        retry_in_s=verdict.retry_in_s + paced, paced_s=paced, failing=slot.failing
+    )
 
 
 def rule_label(rule: str) -> str:

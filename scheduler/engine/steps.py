@@ -44,6 +44,7 @@ from apollo11.scheduler.retry import (
     final_after_loss,
     judge,
     paced_after_loss,
+    paced_by,
     rule_label,
     says_final,
     then_after_loss,
@@ -83,16 +84,17 @@ def cut(text: str) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 14] + " …(truncated)"
 
 
-def failure_payload(outcome: Failed) -> dict[str, Any]:
-    """The FAILED payload of an attempt whose code raised."""
-    cause = outcome.cause.record()
-    cause["message"] = cut(cause["message"])
+def failure_payload(outcome: Failed, cause: Cause | None = None) -> dict[str, Any]:
+    """The FAILED payload of an attempt whose code raised (`cause`: its `outcome.cause`,
+    when the caller has it already)."""
+    record = (cause if cause is not None else outcome.cause).record()
+    record["message"] = cut(record["message"])
     if outcome.declared:  # a StepError: its message, and the details it chose
         # but not `lost`: replay would count the failure as a loss, which uses no
         # attempts and was never final (retry.py: only the engine says an attempt was lost)
         details = {k: v for k, v in outcome.details.items() if k != "lost"}
-        return {"error": cut(outcome.message) or "failed", **details, "cause": cause}
-    return {"error": cut(f"{outcome.error_type}: {outcome.message}"), "cause": cause}
+        return {"error": cut(outcome.message) or "failed", **details, "cause": record}
+    return {"error": cut(f"{outcome.error_type}: {outcome.message}"), "cause": record}
 
 
 def lost_payload(action: FailLost) -> dict[str, Any]:
@@ -288,6 +290,7 @@ class StepRunner:
         t0 = time.perf_counter()
         outcome: Outcome | None = None
         error: dict[str, Any] | None = None
+        cause: Cause | None = None  # the failure's, judged as it is (not read back from error)
         run = asyncio.current_task()
         # A bare timer, not asyncio.timeout: cheaper bookkeeping, at thousands of
         # steps a second (docs/benchmarks.md).
@@ -338,7 +341,8 @@ class StepRunner:
                     "final": True,
                 }
         elif isinstance(outcome, Failed):
-            error = failure_payload(outcome)
+            cause = outcome.cause
+            error = failure_payload(outcome, cause)
         elif isinstance(outcome, Lost):
             error = {
                 "error": cut(f"lost: {outcome.reason}"),
@@ -363,11 +367,13 @@ class StepRunner:
                 error["exhausted"] = then
             self.pace_loss(now, name, spec.retry, error)
         else:  # judged by its cause's rule, and the verdict recorded (retry.py)
-            before, cause, seed = counts(state), Cause.from_record(error), f"{task_id}:{name}"
-            verdict = judge(spec.retry, before, cause, seed, final=says_final(error))
+            if cause is None:  # a timeout's, or none (a cancel, a refused result)
+                cause = Cause.from_record(error)
+            seed = f"{task_id}:{name}"
+            verdict = judge(spec.retry, counts(state), cause, seed, final=says_final(error))
             slot = self._slot(task, name, retried=not (verdict.final or idle))
-            if slot is not None:  # judged again, its slot in the step's budget an input
-                verdict = judge(spec.retry, before, cause, seed, final=False, slot=slot)
+            if slot is not None:  # its slot in the step's budget added to the delay
+                verdict = paced_by(verdict, slot)
             if ending:
                 verdict = verdict._replace(then="fail")
             error.update(verdict.record())

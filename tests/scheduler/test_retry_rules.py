@@ -85,6 +85,21 @@ def test_a_more_specific_rule_wins_over_its_base() -> None:
     assert retry.rule_for(policy, cause.of_exception(FileNotFoundError()))[0] == "builtins.OSError"
 
 
+def test_policies_alike_but_for_their_rules_keep_their_own_rules() -> None:
+    # the same numbers (the same hash: `on` is not hashed), different rules: each
+    # policy's failures are matched to its own rules, however often they are asked
+    a = Retry(on={TimeoutError: Retry(attempts=7)})
+    b = Retry(on={OSError: Retry(attempts=2)})
+    same_as_a = Retry(on={TimeoutError: Retry(attempts=7)})
+    timeout, missing = cause.of_exception(TimeoutError()), cause.of_exception(FileNotFoundError())
+    for _ in range(2):
+        assert retry.rule_for(a, timeout) == (TIMEOUT, Retry(attempts=7))
+        assert retry.rule_for(a, missing)[0] == DEFAULT_RULE
+        assert retry.rule_for(b, timeout) == ("builtins.OSError", Retry(attempts=2))
+        assert retry.rule_for(same_as_a, timeout) == (TIMEOUT, Retry(attempts=7))
+        assert retry.rule_for(Retry(), timeout)[0] == DEFAULT_RULE
+
+
 def test_final_is_never_retried() -> None:
     v = judged(ValueError("bad input"))
     assert v == retry.Verdict("builtins.ValueError", 1, 1, True, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apollo11.scheduler.cause import of_class, verdict_line
-from apollo11.scheduler.retry import judge
+from apollo11.scheduler.retry import judge, paced_by
 from apollo11.scheduler.retrypace import (
     FREE,
     RetryBudget,
@@ -66,6 +66,26 @@ def test_a_slot_lengthens_a_retry_and_the_verdict_says_by_how_much() -> None:
     # a final failure is never paced, whatever its slot
     spent = judge(Retry(attempts=1), None, None, "t:s", slot=Slot(5, 10))
     assert spent.final and "paced_s" not in spent.record()
+
+
+@pytest.mark.parametrize(
+    ("policy", "before", "slot"),
+    [
+        (Retry(backoff_s=1, jitter=0), None, Slot(12.9, 1_000)),
+        (Retry(backoff_s=0.05), {"default": 1}, Slot(0.0123456, 40)),
+        (Retry(backoff_s=2), None, FREE),
+        (Retry(attempts=1), None, Slot(5, 10)),  # final: never paced
+    ],
+)
+def test_a_verdict_paced_afterwards_is_the_verdict_judged_with_its_slot(
+    policy: Retry, before: dict[str, int] | None, slot: Slot
+) -> None:
+    # the engine judges once, asks the budget for a slot only when it will retry, and
+    # adds the slot (engine/steps.py): what it records must be what judge says with it
+    cause = of_class(TimeoutError, "slow", retry_after_s=0.5)
+    for c in (None, cause):
+        judged_once = judge(policy, before, c, "t:s")
+        assert paced_by(judged_once, slot) == judge(policy, before, c, "t:s", slot=slot)
 
 
 def test_retry_after_is_a_floor_the_pacing_adds_to() -> None:

@@ -41,6 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from apollo11.scheduler import gctune
 from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.log import EventType, LogConfig
@@ -380,13 +382,17 @@ def _section_throughput(root: str, n: int, rounds: int) -> dict[str, Any]:
 async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
     runs: dict[str, list[float]] = {"steady5": [], "flaky5": []}
     cpu: dict[str, list[float]] = {"steady5": [], "flaky5": []}
+    snaps: dict[str, list[int]] = {"steady5": [], "flaky5": []}
+    stall: dict[str, list[float]] = {"steady5": [], "flaky5": []}
     failed = started = paced = 0
     for r in range(rounds):
         for wf in ("flaky5", "steady5") if r % 2 else ("steady5", "flaky5"):
             async with _Rig(root / f"{wf}-{r}", 256) as rig:
-                rate, us = await _closed_loop(rig.engine, wf, n, f"r{r}-")
+                rate, us, taken, stall_us = await _closed_loop(rig.engine, wf, n, f"r{r}-")
                 runs[wf].append(rate)
                 cpu[wf].append(us)
+                snaps[wf].append(int(taken))
+                stall[wf].append(stall_us)
                 if wf == "flaky5":
                     for e in rig.store.log.read():
                         if e.event_type is EventType.STEP_FAILED:
@@ -408,6 +414,14 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
         "baseline_cpu_us_per_task": [round(x) for x in cpu["steady5"]],
         "failing_cpu_us_per_task": [round(x) for x in cpu["flaky5"]],
         "cpu_ratio": round(cpu_ratio, 3),
+        # the snapshots' capture on the event loop (wall time, µs a task: under load it
+        # holds preemption too, so it is not a share of the CPU a task): every 1,000
+        # events, fewer while a write or an eviction is still going (store.py), so their
+        # count follows the run's timing as much as its events
+        "baseline_snapshots": snaps["steady5"],
+        "failing_snapshots": snaps["flaky5"],
+        "baseline_snapshot_stall_us_per_task": [round(x) for x in stall["steady5"]],
+        "failing_snapshot_stall_us_per_task": [round(x) for x in stall["flaky5"]],
         # what a failure costs against a successful attempt, and the ratio if it cost
         # the same: the target asks for a failed attempt at most ~1.1 of a success's
         "failure_cost": round(failure_cost(cpu_ratio, attempts, failed), 2),
@@ -423,9 +437,19 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
     }
 
 
-async def _closed_loop(engine: Engine, wf: str, n: int, prefix: str) -> tuple[float, float]:
-    """n five-step tasks from 64 submitters, as fast as they go: tasks a second, and
-    the process's CPU a task (µs; steadier than the rate on a shared machine)."""
+def _snapshot_stalls() -> tuple[float, float]:
+    """Snapshots captured in this process so far, and the event loop's time they took (s)."""
+    count = REGISTRY.get_sample_value("apollo11_snapshot_stall_seconds_count") or 0.0
+    return count, REGISTRY.get_sample_value("apollo11_snapshot_stall_seconds_sum") or 0.0
+
+
+async def _closed_loop(
+    engine: Engine, wf: str, n: int, prefix: str
+) -> tuple[float, float, float, float]:
+    """n five-step tasks from 64 submitters, as fast as they go: tasks a second, the
+    process's CPU a task (µs; steadier than the rate on a shared machine), and the
+    snapshots captured meanwhile (their count, and the loop's wall time they took, µs a
+    task)."""
     ids: list[str] = []
 
     async def submitter(k: int) -> None:
@@ -433,11 +457,18 @@ async def _closed_loop(engine: Engine, wf: str, n: int, prefix: str) -> tuple[fl
             ids.append((await engine.submit(wf, {"k": f"{prefix}{k}-{i}"})).task_id)
 
     t0, c0 = time.perf_counter(), time.process_time()
+    snaps0, stall0 = _snapshot_stalls()
     await asyncio.gather(*(submitter(k) for k in range(64)))
     async with asyncio.timeout(600):
         await asyncio.gather(*(engine.wait(t) for t in ids))
     cpu = time.process_time() - c0
-    return len(ids) / (time.perf_counter() - t0), cpu / len(ids) * 1e6
+    snaps, stall = _snapshot_stalls()
+    return (
+        len(ids) / (time.perf_counter() - t0),
+        cpu / len(ids) * 1e6,
+        snaps - snaps0,
+        (stall - stall0) / len(ids) * 1e6,
+    )
 
 
 # ---------------------------------------------------------------- the command
@@ -555,6 +586,12 @@ def summary_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
             "  CPU a task, failing ÷ none",
             f"×{t['cpu_ratio']} ({t['failing_cpu_us_per_task']} vs "
             f"{t['baseline_cpu_us_per_task']} µs)",
+        ),
+        (
+            "  snapshots taken, and their capture's wall time on the loop a task, failing vs none",
+            f"{t.get('failing_snapshots')} vs {t.get('baseline_snapshots')}; "
+            f"{t.get('failing_snapshot_stall_us_per_task')} vs "
+            f"{t.get('baseline_snapshot_stall_us_per_task')} µs",
         ),
         (
             "  CPU a failure adds ÷ CPU a successful attempt; the ratio if it were 1; "
