@@ -66,7 +66,7 @@ class ConnectionLimits:
     total: int = 128
     per_source: int = 32
     # New connections from one source address: `per_source_rate` a second, in bursts
-    # of up to `per_source_burst`. Each costs a TLS handshake on the event loop: a
+    # of up to `per_source_burst`. Each costs a TLS handshake (the HTTP thread's CPU): a
     # churn of 2,273 a second took 83 % of the node's CPU (docs/benchmarks.md).
     per_source_rate: float = 20.0
     per_source_burst: int = 40

@@ -1,19 +1,27 @@
-"""FastAPI on the node's own event loop: /metrics, /healthz and the pages.
+"""The HTTP port: /metrics, /healthz and the pages (FastAPI), served by uvicorn.
 
-uvicorn runs as a task of the node's loop (no thread, no process); its signal
-handling is turned off, because SIGTERM belongs to the node (it drains). With
---tls-cert/--tls-key it serves HTTPS with the same certificate as the gRPC port.
+uvicorn runs on a thread of its own, with its own event loop: the accepts, the
+TLS handshakes (~0.5 ms of CPU each, which Python's ssl does without the GIL) and
+the HTTP parsing of a flood on this port no longer delay the gRPC calls the node's
+loop serves (issue 28: 22 % of the node's samples were TLS handshakes, and a
+client's submissions fell to x0.13-0.60 beside a flood). The app itself still runs
+on the node's loop (bridge.py): its routes read the node's state between the
+loop's own changes, as before. uvicorn's signal handling is turned off, because
+SIGTERM belongs to the node (it drains). With --tls-cert/--tls-key it serves HTTPS
+with the same certificate as the gRPC port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import socket
 import ssl
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -22,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apollo11.scheduler.web import scrape
 from apollo11.scheduler.web.acceptor import Acceptor
+from apollo11.scheduler.web.bridge import on_loop
 from apollo11.scheduler.web.guard import Gate, PageRefused, allowed_hosts
 from apollo11.scheduler.web.listener import ConnectionLimits, Connections, GuardedHttp, Ticket
 from apollo11.scheduler.web.pages import add_pages
@@ -44,6 +53,9 @@ SECURITY_HEADERS = {
 # taken; a flood beyond it is dropped by the kernel.
 BACKLOG = 256
 KEEP_ALIVE_S = 5
+# What uvicorn has, once told to exit, to finish the requests it serves; then what
+# is left (connections still in their TLS handshake) is cut.
+STOP_S = 5.0
 
 
 class _Server(uvicorn.Server):
@@ -134,6 +146,9 @@ def make_app(node: NodeView) -> FastAPI:
 
 
 class HttpServer:
+    """The HTTP port, served from a thread of its own (`apollo11-http`); `start` and
+    `stop` are called from the node's loop, on which the app runs."""
+
     def __init__(self, node: NodeView, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         self.app = make_app(node)
@@ -147,12 +162,22 @@ class HttpServer:
                 burst_in_all=max(1, round(s.http_new_connections_per_s)),
             )
         )
-        tls = None if s.tls_cert is None else _tls_context(s.tls_cert, s.tls_key)
+        self._host = host or "0.0.0.0"
+        self._port = int(port)
+        self._tls = None if s.tls_cert is None else _tls_context(s.tls_cert, s.tls_key)
+        self.server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the thread's
+        self._exit: asyncio.Event | None = None  # the thread's: stop was asked
+        self._ended: concurrent.futures.Future[None] | None = None  # the thread's end
+
+    async def start(self) -> int:
+        """The port it listens on, once it does; a bind error is raised here."""
         self.server = _Server(
             uvicorn.Config(
-                self.app,
-                host=host or "0.0.0.0",
-                port=int(port),
+                on_loop(self.app, asyncio.get_running_loop()),
+                host=self._host,
+                port=self._port,
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
@@ -160,30 +185,80 @@ class HttpServer:
                 # (web/acceptor.py: how many, how fast) and its TLS GuardedHttp's
                 # (web/listener.py: how long without a request, and what a cut
                 # handshake leaves behind).
-                http=GuardedHttp.bind(self.connections, tls),
+                http=GuardedHttp.bind(self.connections, self._tls),
                 backlog=BACKLOG,
                 timeout_keep_alive=KEEP_ALIVE_S,
             ),
             self.connections,
         )
-        self._task: asyncio.Task[None] | None = None
+        ready: concurrent.futures.Future[int] = concurrent.futures.Future()
+        # what the node's loop cannot hand to anyone, the thread's logs alike
+        errors = asyncio.get_running_loop().get_exception_handler()
+        serve = self._serve(self.server, ready, errors)
+        ended = self._ended = concurrent.futures.Future()
 
-    async def start(self) -> int:
-        self._task = asyncio.create_task(self.server.serve(), name="apollo11-http")
-        while not self.server.started:
-            if self._task.done():
-                self._task.result()  # raises the bind error
-                raise OSError("the HTTP server stopped while starting")
-            await asyncio.sleep(0.01)
-        return int(self.server.servers[0].sockets[0].getsockname()[1])
+        def run() -> None:
+            try:
+                asyncio.run(serve)
+            finally:
+                ended.set_result(None)
 
-    async def stop(self) -> None:
-        self.server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 5)
+        self._thread = threading.Thread(target=run, name="apollo11-http")
+        # daemon: a server that would not stop must not keep the process alive
+        self._thread.daemon = True
+        self._thread.start()
+        try:
+            return await asyncio.wrap_future(ready)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _serve(
+        self,
+        server: _Server,
+        ready: concurrent.futures.Future[int],
+        errors: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None,
+    ) -> None:
+        """The thread's loop: uvicorn until stop is asked, then what is left cut."""
+        self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(errors)
+        self._exit = asyncio.Event()
+        serving = asyncio.create_task(server.serve(), name="apollo11-http-serve")
+        try:
+            while not server.started:
+                if serving.done():
+                    serving.result()  # raises the bind error
+                    raise OSError("the HTTP server stopped while starting")
+                await asyncio.sleep(0.01)
+        except BaseException as e:
+            ready.set_exception(e)
+            return
+        ready.set_result(int(server.servers[0].sockets[0].getsockname()[1]))
+        exit_asked = asyncio.create_task(self._exit.wait())
+        await asyncio.wait((serving, exit_asked), return_when=asyncio.FIRST_COMPLETED)
+        exit_asked.cancel()
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serving, STOP_S)
         # uvicorn closed what speaks HTTP; what is still in its handshake is ours.
         self.connections.close_all()
+        await asyncio.sleep(0)  # the aborted transports' connection_lost
+
+    async def stop(self) -> None:
+        """Stops serving and waits for the thread: the port is closed on return."""
+        if self._loop is not None and self._exit is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already closed
+                self._loop.call_soon_threadsafe(self._exit.set)
+        await self._join()
+
+    async def _join(self) -> None:
+        # Awaited, not joined at once: the requests uvicorn finishes meanwhile need
+        # this loop to answer them (bridge.py).
+        if self._ended is None or self._thread is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(self._ended), STOP_S * 2)
+        self._thread.join(0.1)
 
 
 def _tls_context(cert: Path, key: Path | None) -> ssl.SSLContext:
