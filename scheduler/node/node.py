@@ -28,7 +28,7 @@ from apollo11.lease import (
 )
 from apollo11.scheduler import gctune, metrics
 from apollo11.scheduler.api import ApiServer, ConnectionShedder
-from apollo11.scheduler.bucket import Shipper, open_bucket
+from apollo11.scheduler.bucket import BucketHistory, Shipper, open_bucket
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import WorkersService
@@ -211,6 +211,8 @@ class Node:
             store.add_observer(self.api.watchers)
         if self.shipper is not None:
             store.retention_floor = self.shipper.retention_floor
+            # what retention dropped from this disk is read back from the bucket
+            store.older = BucketHistory(self.shipper.objects)
         self.roles.store_reopened()
         self.saw_term(store.log.last_term)
         return store

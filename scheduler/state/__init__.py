@@ -48,7 +48,15 @@ from apollo11.scheduler.state.schedule import OccurrenceRecord, ScheduleState, s
 from apollo11.scheduler.state.scrub import Damage, Scrubber
 from apollo11.scheduler.state.scrub import Targets as ScrubTargets
 from apollo11.scheduler.state.snapshot import SnapshotInfo, watermark_of
-from apollo11.scheduler.state.store import NeedsFullReplay, Store, StoreConfig, paused_gc, state_at
+from apollo11.scheduler.state.store import (
+    NeedsFullReplay,
+    OlderHistory,
+    Store,
+    StoreConfig,
+    TaskPage,
+    paused_gc,
+    state_at,
+)
 
 __all__ = [
     "BUSY",
@@ -61,6 +69,7 @@ __all__ = [
     "DurableState",
     "NeedsFullReplay",
     "OccurrenceRecord",
+    "OlderHistory",
     "Repair",
     "ScheduleState",
     "ScrubTargets",
@@ -72,6 +81,7 @@ __all__ = [
     "Store",
     "StoreConfig",
     "Summary",
+    "TaskPage",
     "TaskState",
     "TaskStatus",
     "TaskStore",
