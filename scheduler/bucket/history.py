@@ -145,9 +145,8 @@ class BucketHistory:
         out: list[Event] = []
         for entry, wanted in cover.reads:
             seg = self._segment(entry)
-            # one decode of the span the ids fall in: a task's events sit close together
-            span = {e.event_id: e for e in seg.events(wanted[0], wanted[-1])}
-            out.extend(span[i] for i in wanted)
+            # each record alone: a task's events are spread among other tasks' events
+            out.extend(seg.events(i, i)[0] for i in wanted)
         return out, cover.missing
 
     def read_range(self, first: int, last: int, limit: int = 0) -> list[Event]:
