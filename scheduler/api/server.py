@@ -397,9 +397,13 @@ class SchedulerService(pbg.SchedulerServicer):
         caller = current_principal()
         try:
             last = 0
-            async for past in self._task_events(task):
-                yield codec.event_to_pb(past)
-                last = past.event_id
+            try:
+                async for past in self._task_events(task):
+                    yield codec.event_to_pb(past)
+                    last = past.event_id
+            except ApolloError as err:  # its older history from a damaged or absent bucket
+                await _abort(context, err)
+                return
             while True:
                 current = self._state.peek(task.task_id)
                 if current is None or current.quiescent:

@@ -15,8 +15,10 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from apollo11.lease.local_etcd import free_port
 from apollo11.scheduler.bucket import BucketHistory, load_catalog, open_bucket
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.log import parse_segment_name
@@ -53,6 +55,13 @@ def _cli(*args: str, server: str = "", env: dict[str, str]) -> subprocess.Comple
 _as_of = re.compile(r"of event \d+")
 
 
+def _attempts(html: str) -> str:
+    """The task page's attempts table (steps, attempts, states): from its events."""
+    table = html[html.index('<table id="attempts">') :].split("</table>")[0]
+    assert 'class="attempt"' in table, "the task's attempts are listed"
+    return table
+
+
 def _first_on_disk(data: Path) -> int:
     return min(f for p in (data / "log").iterdir() if (f := parse_segment_name(p.name)))
 
@@ -86,7 +95,9 @@ def test_old_events_come_back_from_the_bucket_and_a_corrupt_object_is_reported(
 ) -> None:
     env = s3_server.env()
     data = tmp_path / "n1"
-    node = _start(data, env, "--archive-url", archive_url)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    node = _start(data, env, "--archive-url", archive_url, "--http", f"127.0.0.1:{port}")
     try:
         with SyncClient(node.address) as c:
             task_id = _run_tasks(c, 4)[0]
@@ -100,6 +111,8 @@ def test_old_events_come_back_from_the_bucket_and_a_corrupt_object_is_reported(
         )
         assert events_before.returncode == 0 and task_before.returncode == 0
         assert "bucket" not in events_before.stderr, "all on disk so far"
+        page_before = httpx.get(f"{base}/tasks/{task_id}").text
+        assert 'id="history-note"' not in page_before
 
         _drop_until_gone(node, data, last)
         assert load_catalog(open_bucket(archive_url)).segments[0].first == 1
@@ -119,6 +132,14 @@ def test_old_events_come_back_from_the_bucket_and_a_corrupt_object_is_reported(
         )
         assert as_of_after.returncode == 0, as_of_after.stderr
         assert as_of_after.stdout == as_of_before.stdout
+        # the web timeline and the task's events page: the same events, and they say so
+        page = httpx.get(f"{base}/tasks/{task_id}")
+        assert page.status_code == 200
+        assert f"(events before {first} read from the bucket; slower)" in page.text
+        assert _attempts(page.text) == _attempts(page_before)
+        listed = httpx.get(f"{base}/events", params={"task": task_id}).text
+        assert re.findall(r"<tr><td>(\d+)</td>", listed) == [str(e.event_id) for e in evs]
+        assert "read from the bucket" in listed
         assert node.stop() == 0
     finally:
         if node.alive():
