@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.bucket import BucketHistory, Catalog, MemoryObjects, ObjectRef, covering
+from apollo11.scheduler.bucket import (
+    BucketHistory,
+    Catalog,
+    MemoryObjects,
+    ObjectRef,
+    covering,
+    state_from_bucket,
+)
 from apollo11.scheduler.bucket.history import covering_range
-from apollo11.scheduler.errors import CorruptObjectError
+from apollo11.scheduler.errors import CorruptObjectError, HistoryGoneError
 from apollo11.scheduler.nodeview import read_events
-from apollo11.scheduler.state import Store
+from apollo11.scheduler.state import Store, state_at
 from tests.scheduler.bucket.helpers import CONFIG, Host, open_store, ship_all, shipper, write
 
 
@@ -100,9 +107,14 @@ async def test_a_corrupt_object_is_reported_with_its_key(tmp_path: Path) -> None
     await store.close()
 
 
-async def _dropped(tmp_path: Path) -> tuple[Store, MemoryObjects, dict[str, list[object]]]:
+UNTIL = 120  # a state of the past, before what local retention keeps
+
+
+async def _dropped(
+    tmp_path: Path,
+) -> tuple[Store, MemoryObjects, dict[str, list[object]], dict[str, object]]:
     """A store whose log retention dropped segments the bucket holds; every task's
-    events as they were before."""
+    events as they were before, and the state as of UNTIL."""
     cfg = dataclasses.replace(CONFIG, keep_all_segments=False, snapshots_keep=1)
     store = Store.open(tmp_path / "n1", config=cfg, instance_id="n1")
     objects = MemoryObjects()
@@ -110,6 +122,7 @@ async def _dropped(tmp_path: Path) -> tuple[Store, MemoryObjects, dict[str, list
     store.retention_floor = s.retention_floor
     await write(store, 60)
     await store.wait_snapshot()
+    expected = state_at(tmp_path / "n1", until=UNTIL).to_dict()
     before: dict[str, list[object]] = {}
     for e in store.log.read():
         if e.task_id:
@@ -119,11 +132,11 @@ async def _dropped(tmp_path: Path) -> tuple[Store, MemoryObjects, dict[str, list
     await store.wait_snapshot()
     await ship_all(s)
     assert store.log.first_id > 1, "retention dropped the oldest segments"
-    return store, objects, before
+    return store, objects, before, expected
 
 
 async def test_a_task_retention_dropped_is_read_from_the_bucket(tmp_path: Path) -> None:
-    store, objects, before = await _dropped(tmp_path)
+    store, objects, before, _ = await _dropped(tmp_path)
     first = store.log.first_id
     oldest = next(t for t, evs in before.items() if evs[0].event_id < first)  # type: ignore[attr-defined]
     task = store.state.peek(oldest)
@@ -147,3 +160,19 @@ async def test_a_task_retention_dropped_is_read_from_the_bucket(tmp_path: Path) 
     assert [e.event_id for e in whole.events] == list(range(1, first + 6))
     assert whole.bucket_before == first
     await store.close()
+
+
+async def test_replay_until_reads_the_bucket_when_the_disk_no_longer_reaches(
+    tmp_path: Path,
+) -> None:
+    store, objects, _, expected = await _dropped(tmp_path)
+    first = store.log.first_id
+    assert first > UNTIL
+    await store.close()
+    with pytest.raises(HistoryGoneError, match=f"events before {first} are not kept"):
+        state_at(tmp_path / "n1", until=UNTIL)
+    state, below = state_from_bucket(BucketHistory(objects), tmp_path / "n1", UNTIL)
+    assert state.to_dict() == expected
+    assert below == UNTIL + 1
+    whole, below = state_from_bucket(BucketHistory(objects), tmp_path / "n1", None)
+    assert whole.to_dict() == state_at(tmp_path / "n1").to_dict(), "the bucket, then the disk"
