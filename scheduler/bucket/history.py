@@ -167,6 +167,21 @@ class BucketHistory:
         return self._segment(entry).events(first, last)
 
     def _segment(self, entry: SegmentEntry) -> _Segment:
+        try:
+            return self._fetch(entry)
+        except CorruptObjectError:
+            # A redaction rewrites a segment to a new object and deletes the old one:
+            # a catalog read before it names an object gone. The catalog as it is now
+            # says whether this one is still the history; damage is reported.
+            fresh = load_catalog(self.objects)
+            with self._lock:
+                self._catalog = fresh
+            now = next((s for s in fresh.segments if s.first == entry.first), None)
+            if now is None or now.key == entry.key:
+                raise
+            return self._fetch(now)
+
+    def _fetch(self, entry: SegmentEntry) -> _Segment:
         with self._lock:
             seg = self._cache.get(entry.key)
             if seg is not None:

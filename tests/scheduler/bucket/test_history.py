@@ -15,6 +15,7 @@ from apollo11.scheduler.bucket import (
     MemoryObjects,
     ObjectRef,
     covering,
+    load_catalog,
     state_from_bucket,
 )
 from apollo11.scheduler.bucket.history import covering_range
@@ -176,3 +177,22 @@ async def test_replay_until_reads_the_bucket_when_the_disk_no_longer_reaches(
     assert below == UNTIL + 1
     whole, below = state_from_bucket(BucketHistory(objects), tmp_path / "n1", None)
     assert whole.to_dict() == state_at(tmp_path / "n1").to_dict(), "the bucket, then the disk"
+
+
+async def test_a_segment_rewritten_since_the_catalog_was_read_is_read_anew(
+    tmp_path: Path,
+) -> None:
+    # a redaction puts a segment under a new key and deletes the old object: a reader
+    # holding the older catalog reads the new object, not a "missing" error
+    store, objects, _ = await _archived(tmp_path)
+    history = BucketHistory(objects)
+    old = history.catalog().segments[0]
+    key = old.key.replace(old.sha256[:8], "00000000")
+    objects.objects[key] = objects.objects.pop(old.key)
+    catalog = load_catalog(objects)
+    moved = dataclasses.replace(catalog.segments[0], key=key)
+    catalog = dataclasses.replace(catalog, segments=(moved, *catalog.segments[1:]))
+    objects.objects["catalog.json"] = catalog.encode()
+    got, _ = history.read_ids([old.first])
+    assert [e.event_id for e in got] == [old.first]
+    await store.close()
