@@ -168,18 +168,22 @@ class BucketHistory:
 
     def _segment(self, entry: SegmentEntry) -> _Segment:
         try:
-            return self._fetch(entry)
+            try:
+                return self._fetch(entry)
+            except CorruptObjectError:
+                # A redaction rewrites a segment to a new object and deletes the old one:
+                # a catalog read before it names an object gone. The catalog as it is
+                # now says whether this one is still the history; damage is reported.
+                fresh = load_catalog(self.objects)
+                with self._lock:
+                    self._catalog = fresh
+                now = next((s for s in fresh.segments if s.first == entry.first), None)
+                if now is None or now.key == entry.key:
+                    raise
+                return self._fetch(now)
         except CorruptObjectError:
-            # A redaction rewrites a segment to a new object and deletes the old one:
-            # a catalog read before it names an object gone. The catalog as it is now
-            # says whether this one is still the history; damage is reported.
-            fresh = load_catalog(self.objects)
-            with self._lock:
-                self._catalog = fresh
-            now = next((s for s in fresh.segments if s.first == entry.first), None)
-            if now is None or now.key == entry.key:
-                raise
-            return self._fetch(now)
+            metrics.ARCHIVE_CORRUPT.inc()
+            raise
 
     def _fetch(self, entry: SegmentEntry) -> _Segment:
         with self._lock:
@@ -187,12 +191,7 @@ class BucketHistory:
             if seg is not None:
                 self._cache.move_to_end(entry.key)
                 return seg
-        try:
-            raw = fetch_segment(self.objects, entry)
-        except CorruptObjectError:
-            metrics.ARCHIVE_CORRUPT.inc()
-            raise
-        seg = _Segment(entry, raw)
+        seg = _Segment(entry, fetch_segment(self.objects, entry))
         with self._lock:
             self.fetched += 1
             self._cache[entry.key] = seg

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import (
     BucketHistory,
     Catalog,
@@ -100,8 +101,10 @@ async def test_a_corrupt_object_is_reported_with_its_key(tmp_path: Path) -> None
     history = BucketHistory(objects)
     first = history.catalog().segments[0]
     objects.objects[first.key] = objects.objects[first.key][:-9] + b"corrupted"
+    counted = metrics.ARCHIVE_CORRUPT._value.get()
     with pytest.raises(CorruptObjectError, match=first.key):
         history.read_ids([first.first])
+    assert metrics.ARCHIVE_CORRUPT._value.get() == counted + 1, "counted: the alert fires"
     del objects.objects[first.key]
     with pytest.raises(CorruptObjectError, match="missing: the catalog names it"):
         history.read_range(first.first, first.first)
@@ -193,6 +196,8 @@ async def test_a_segment_rewritten_since_the_catalog_was_read_is_read_anew(
     moved = dataclasses.replace(catalog.segments[0], key=key)
     catalog = dataclasses.replace(catalog, segments=(moved, *catalog.segments[1:]))
     objects.objects["catalog.json"] = catalog.encode()
+    counted = metrics.ARCHIVE_CORRUPT._value.get()
     got, _ = history.read_ids([old.first])
     assert [e.event_id for e in got] == [old.first]
+    assert metrics.ARCHIVE_CORRUPT._value.get() == counted, "not damage: no alert"
     await store.close()
