@@ -139,6 +139,8 @@ async def read_events(
         return EventPage(hot.events, hot.next_id, hot.durable, gone_before=first)
     end = min(end_at, first - 1, begin + limit - 1)
     cold = store.shown(await asyncio.to_thread(older.read_range, begin, end, limit))
+    if store.log.first_id != first:  # retention ran meanwhile: the disk ends elsewhere now
+        return await read_events(store, task, start, to, limit)
     gone = 0
     if not cold or cold[0].event_id != begin:  # the bucket starts later than asked
         gone = cold[0].event_id if cold else first
