@@ -91,6 +91,15 @@ class ArchiveLostError(SnapshotError):
     or are damaged too); the message names the chunk and what to do."""
 
 
+class HistoryGoneError(SnapshotError):
+    """Events a data directory no longer keeps (log retention) and no snapshot it
+    keeps covers: read them from the archive's bucket (--archive-url), if any."""
+
+    def __init__(self, message: str, *, first: int) -> None:
+        super().__init__(message)
+        self.first = first  # the first event the directory still holds
+
+
 class NotFoundError(ApolloError, LookupError):
     """An unknown workflow, task or step (gRPC NOT_FOUND)."""
 

@@ -33,6 +33,8 @@ from apollo11.scheduler.engine import Engine, SubmitItem
 from apollo11.scheduler.errors import (
     AlreadyExistsError,
     ApolloError,
+    BucketError,
+    CorruptObjectError,
     FailedPreconditionError,
     InvalidArgumentError,
     InvalidEventError,
@@ -52,11 +54,11 @@ from apollo11.scheduler.nodeview import (
     NodeView,
     blocked,
     check_depth,
-    events_page,
     leading_engine,
     on_engine,
     operator_action,
     optional,
+    read_events,
     required,
     task_as_of,
     task_now,
@@ -119,6 +121,11 @@ def _status_for(e: Exception) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, ResourceExhaustedError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
+    # old history read from the archive's bucket: damaged (never skipped), or unreachable
+    if isinstance(e, CorruptObjectError):
+        return grpc.StatusCode.DATA_LOSS
+    if isinstance(e, BucketError):
+        return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL
 
 
@@ -363,9 +370,10 @@ class SchedulerService(pbg.SchedulerServicer):
         hold the event loop while all of it is read."""
         start = 0
         while True:
-            events, start = self._store().task_events(task, start, None, WATCH_PAGE)
-            for e in events:
+            page = await read_events(self._store(), task, start, 0, WATCH_PAGE)
+            for e in page.events:
                 yield e
+            start = page.next_id
             if not start:
                 return
             await asyncio.sleep(0)
@@ -389,9 +397,13 @@ class SchedulerService(pbg.SchedulerServicer):
         caller = current_principal()
         try:
             last = 0
-            async for past in self._task_events(task):
-                yield codec.event_to_pb(past)
-                last = past.event_id
+            try:
+                async for past in self._task_events(task):
+                    yield codec.event_to_pb(past)
+                    last = past.event_id
+            except ApolloError as err:  # its older history from a damaged or absent bucket
+                await _abort(context, err)
+                return
             while True:
                 current = self._state.peek(task.task_id)
                 if current is None or current.quiescent:
@@ -425,11 +437,13 @@ class SchedulerService(pbg.SchedulerServicer):
         if request.to_event_id and request.to_event_id < request.from_event_id:
             raise InvalidArgumentError("to_event_id must not be below from_event_id")
         task = await self._task(request.task_id) if request.task_id else None
-        page = events_page(store, task, request.from_event_id, request.to_event_id, limit)
+        page = await read_events(store, task, request.from_event_id, request.to_event_id, limit)
         return pb.GetEventsResponse(
             events=[codec.event_to_pb(e) for e in page.events],
             next_event_id=page.next_id,
             durable_event_id=page.durable,
+            bucket_before=page.bucket_before,
+            gone_before=page.gone_before,
         )
 
     async def _act(

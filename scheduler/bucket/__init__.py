@@ -8,6 +8,7 @@ plan.py     the shipper's pure decision: what to upload next, in a sentence
 shipper.py  the primary's background task (a thread for every blocking call)
 verify.py   reading the bucket back, every byte checked
 restore.py  a node's data directory built from the bucket
+history.py  old history read back on demand: events a node's disk no longer holds
 
 The URL's syntax is checked by scheduler/archiveurl.py (the settings read it too).
 Import from here, not from the modules inside.
@@ -15,6 +16,7 @@ Import from here, not from the modules inside.
 
 from apollo11.scheduler.archiveurl import Target, parse_url
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry, SnapshotEntry
+from apollo11.scheduler.bucket.history import BucketHistory, Cover, covering, state_from_bucket
 from apollo11.scheduler.bucket.objects import MemoryObjects, ObjectStore, S3Objects, open_bucket
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.restore import build_data_dir
@@ -22,7 +24,9 @@ from apollo11.scheduler.bucket.shipper import Shipper
 from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify_archive
 
 __all__ = [
+    "BucketHistory",
     "Catalog",
+    "Cover",
     "MemoryObjects",
     "ObjectRef",
     "ObjectStore",
@@ -36,10 +40,12 @@ __all__ = [
     "Target",
     "View",
     "build_data_dir",
+    "covering",
     "decide",
     "load_catalog",
     "open_bucket",
     "parse_url",
     "repair",
+    "state_from_bucket",
     "verify_archive",
 ]

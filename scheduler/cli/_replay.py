@@ -15,6 +15,7 @@ from apollo11.scheduler.cli._shared import AsJson, Grid, fail, out, print_json
 from apollo11.scheduler.errors import (
     ApolloError,
     CorruptLogError,
+    HistoryGoneError,
     SnapshotError,
     SnapshotMismatchError,
 )
@@ -34,12 +35,21 @@ def replay(
         int | None, typer.Option("--until", help="Reconstruct the state as of this event id.")
     ] = None,
     task: Annotated[str | None, typer.Option("--task", help="Show only this task.")] = None,
+    archive_url: Annotated[
+        str,
+        typer.Option(
+            "--archive-url",
+            envvar="APOLLO11_ARCHIVE_URL",
+            help="s3://BUCKET/PREFIX, as the nodes' --archive-url: events the data "
+            "directory no longer holds (log retention) are read from there (slower).",
+        ),
+    ] = "",
     as_json: AsJson = False,
 ) -> None:
     """Rebuild state offline from a data directory (read-only; time travel with --until)."""
     if until is not None and until < 0:
         raise fail("--until must be an event id (0 or more)", 2)
-    state = _read_state(data_dir, until)
+    state = _read_state(data_dir, until, archive_url=archive_url)
     if task is not None:
         t = state.peek(task)
         if t is None:
@@ -55,20 +65,42 @@ def replay(
     _show_state(state)
 
 
-def _read_state(data_dir: Path, until: int | None = None, *, refused: int = 1) -> State:
+def _read_state(
+    data_dir: Path, until: int | None = None, *, refused: int = 1, archive_url: str = ""
+) -> State:
     """The state a data directory's log and snapshots rebuild, or the command's end
     in one line: exit 2 for a damaged or unreadable directory, `refused` for an
-    error the store names itself."""
+    error the store names itself. Events the directory no longer holds (log
+    retention) are read from the bucket when `archive_url` names one."""
     from apollo11.scheduler.state import state_at
 
     try:
-        return state_at(data_dir, until)
+        try:
+            return state_at(data_dir, until)
+        except HistoryGoneError as e:
+            if not archive_url:
+                raise HistoryGoneError(
+                    f"events before {e.first} are no longer on this node's disk and no "
+                    f"--archive-url is set ({e})",
+                    first=e.first,
+                ) from e
+            return _from_bucket(data_dir, until, archive_url)
     except DAMAGE as e:
         raise fail(str(e), 2) from e
     except ApolloError as e:
         raise fail(str(e), refused) from e
     except OSError as e:  # anything the log and snapshot code did not name itself
         raise fail(f"cannot read {e.filename or data_dir}: {e.strerror or e}", 2) from e
+
+
+def _from_bucket(data_dir: Path, until: int | None, archive_url: str) -> State:
+    from apollo11.scheduler.bucket import BucketHistory, open_bucket, state_from_bucket
+    from apollo11.scheduler.cli._shared import err
+
+    history = BucketHistory(open_bucket(archive_url))
+    state, below = state_from_bucket(history, data_dir, until)
+    err.print(f"(events before {below} read from the bucket)", markup=False)
+    return state
 
 
 def replay_check(

@@ -15,6 +15,7 @@ from apollo11.scheduler.cli._shared import (
     Server,
     client,
     clock,
+    err,
     fail,
     out,
     print_json,
@@ -94,30 +95,35 @@ def task(
     async def go() -> Any:
         async with client(server) as c:
             t = await c.task(task_id, as_of=as_of)
-            return t, [] if as_json else await _task_events(c, task_id, as_of)
+            return t, ([], "") if as_json else await _task_events(c, task_id, as_of)
 
-    t, evs = run(go())
+    t, (evs, note) = run(go())
     if as_json:
         print_json(t.to_json())
     else:
         show_task_view(t)
         show_failures(evs)
+        if note:
+            err.print(f"({note})", markup=False)
 
 
 FAILURES_SCAN = 5_000  # a task's events read for its failed attempts, at most
 
 
-async def _task_events(c: Any, task_id: str, as_of: int) -> list[Any]:
-    """The task's events up to `as_of` (0: all), the first FAILURES_SCAN of them."""
+async def _task_events(c: Any, task_id: str, as_of: int) -> tuple[list[Any], str]:
+    """The task's events up to `as_of` (0: all), the first FAILURES_SCAN of them; and
+    where the older ones came from, when not the node's disk ("" otherwise)."""
     found: list[Any] = []
     nxt = 0
+    note = ""
     while len(found) < FAILURES_SCAN:
-        page, after = await c.events(task_id=task_id, from_id=nxt, to_id=as_of, limit=1000)
-        found += page
-        if not after:
+        page = await c.events_page(task_id=task_id, from_id=nxt, to_id=as_of, limit=1000)
+        found += page.events
+        note = note or page.note
+        if not page.next_id:
             break
-        nxt = after
-    return found
+        nxt = page.next_id
+    return found, note
 
 
 def events(
@@ -156,12 +162,17 @@ def events(
                 return
             nxt = from_id
             shown = 0
+            noted = ""
             while True:
-                page, after = await c.events(
+                got = await c.events_page(
                     task_id=task_id,
                     from_id=nxt,
                     limit=min(1000, max(1, limit - shown)) if not follow else 1000,
                 )
+                page, after = got.events, got.next_id
+                if got.note and got.note != noted:  # once, before the events it is about
+                    noted = got.note
+                    err.print(f"({got.note})", markup=False)
                 for ev in page:
                     show(ev)
                 shown += len(page)

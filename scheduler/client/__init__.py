@@ -39,6 +39,7 @@ from apollo11.scheduler.client._handle import SyncTaskHandle, TaskHandle, task_r
 from apollo11.scheduler.client._views import (
     BackfillStarted,
     BackfillView,
+    EventsPage,
     EventView,
     KeyLoadView,
     LimitChange,
@@ -79,6 +80,7 @@ __all__ = [
     "BackfillView",
     "Client",
     "EventView",
+    "EventsPage",
     "FailedPreconditionError",
     "InvalidArgumentError",
     "KeyLoadView",

@@ -34,6 +34,7 @@ from apollo11.scheduler.client._errors import (
 from apollo11.scheduler.client._handle import SyncTaskHandle, TaskHandle, task_result
 from apollo11.scheduler.client._views import (
     BackfillStarted,
+    EventsPage,
     EventView,
     LimitChange,
     LimitsView,
@@ -745,9 +746,22 @@ class Client:
         self, *, task_id: str = "", from_id: int = 0, to_id: int = 0, limit: int = 100
     ) -> tuple[list[EventView], int]:
         """A page of events and where the next page starts (0: no more)."""
+        page = await self.events_page(task_id=task_id, from_id=from_id, to_id=to_id, limit=limit)
+        return page.events, page.next_id
+
+    async def events_page(
+        self, *, task_id: str = "", from_id: int = 0, to_id: int = 0, limit: int = 100
+    ) -> EventsPage:
+        """A page of events, where the next page starts, and whether its older part was
+        read from the archive's bucket or is gone (`EventsPage.note`)."""
         req = build.events_request(task_id, from_id, to_id, limit)
         resp = await self._call("scheduler", "GetEvents", req, write=False, retry=True)
-        return [convert.event_from_pb(e) for e in resp.events], int(resp.next_event_id)
+        return EventsPage(
+            [convert.event_from_pb(e) for e in resp.events],
+            int(resp.next_event_id),
+            int(resp.bucket_before),
+            int(resp.gone_before),
+        )
 
     async def status(self) -> StatusView:
         """The cluster as the primary sees it (member lag and connections are the
@@ -1061,6 +1075,14 @@ class SyncClient:
         """As Client.events."""
         return self._run(
             self._client.events(task_id=task_id, from_id=from_id, to_id=to_id, limit=limit)
+        )
+
+    def events_page(
+        self, *, task_id: str = "", from_id: int = 0, to_id: int = 0, limit: int = 100
+    ) -> EventsPage:
+        """As Client.events_page."""
+        return self._run(
+            self._client.events_page(task_id=task_id, from_id=from_id, to_id=to_id, limit=limit)
         )
 
     def status(self) -> StatusView:

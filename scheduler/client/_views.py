@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from apollo11.scheduler.historynote import history_note
+
 
 @dataclass(frozen=True, slots=True)
 class StepView:
@@ -158,6 +160,23 @@ class EventView:
             "timestamp_ms": self.timestamp_ms,
             "attempt": self.attempt,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class EventsPage:
+    """A page of events, where the next starts (0: none), and where its older part
+    came from: below `bucket_before` the archive's bucket (the node's disk no longer
+    holds them), below `gone_before` nowhere (not in the page). 0: none."""
+
+    events: list[EventView]
+    next_id: int
+    bucket_before: int = 0
+    gone_before: int = 0
+
+    @property
+    def note(self) -> str:
+        """The sentence to show beside the page ("": all from the node's disk)."""
+        return history_note(self.bucket_before, self.gone_before)
 
 
 @dataclass(frozen=True, slots=True)

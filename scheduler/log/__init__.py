@@ -17,7 +17,14 @@ from apollo11.scheduler.log.expunge import expunge, expunged
 from apollo11.scheduler.log.manifest import load as load_manifest
 from apollo11.scheduler.log.manifest import remove as remove_manifest
 from apollo11.scheduler.log.mend import rewrite as rewrite_segment
-from apollo11.scheduler.log.record import FRAME, HEADER_SIZE, Event, EventType, check_record
+from apollo11.scheduler.log.record import (
+    FRAME,
+    HEADER_SIZE,
+    Event,
+    EventType,
+    check_record,
+    decode_batch,
+)
 from apollo11.scheduler.log.redact import (
     MARKER_KEY,
     PAYLOAD_KEYS,
@@ -48,6 +55,7 @@ __all__ = [
     "check_record",
     "cut_after",
     "cut_unsynced",
+    "decode_batch",
     "expunge",
     "expunged",
     "fsync_dir",

@@ -28,7 +28,7 @@ from apollo11.lease import (
 )
 from apollo11.scheduler import gctune, metrics
 from apollo11.scheduler.api import ApiServer, ConnectionShedder
-from apollo11.scheduler.bucket import Shipper, open_bucket
+from apollo11.scheduler.bucket import BucketHistory, Shipper, open_bucket
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import WorkersService
@@ -212,6 +212,8 @@ class Node:
         if self.shipper is not None:
             store.retention_floor = self.shipper.retention_floor
             store.bucket_redacted = self.shipper.redacted
+            # what retention dropped from this disk is read back from the bucket
+            store.older = BucketHistory(self.shipper.objects)
         self.roles.store_reopened()
         self.saw_term(store.log.last_term)
         return store

@@ -27,10 +27,11 @@ from apollo11.scheduler.nodeview import (
     TermRecord,
     WorkerStatus,
     members,
+    read_events,
 )
 from apollo11.scheduler.security import describe_protection
 from apollo11.scheduler.shell import SHELL_DISABLED
-from apollo11.scheduler.state import NeedsFullReplay, State, TaskState, state_at
+from apollo11.scheduler.state import NeedsFullReplay, State, TaskState, apply_all, state_at
 
 if TYPE_CHECKING:
     from apollo11.scheduler.config import NodeSettings
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from apollo11.scheduler.state import Store
 
 log = logging.getLogger("apollo11.scheduler.node")
+
+HISTORY_PAGE = 10_000  # a task's events read back from the bucket a page at a time
 
 
 class Host(Parts, Protocol):
@@ -174,8 +177,30 @@ class Views:
         try:
             return store.task_at(task_id, event_id)
         except NeedsFullReplay as e:
+            now = store.state.peek(task_id)
+            if store.older is not None and now is not None and now.event_ids is not None:
+                # its oldest events are in the bucket: read them back, replay it alone
+                return await self._task_at_from_bucket(store, now, event_id)
             log.info("time travel for %s replays the log: %s", task_id, e)
             return store.hide_since((await self.state_at(event_id)).peek(task_id), event_id)
+
+    async def _task_at_from_bucket(
+        self, store: Store, now: TaskState, event_id: int
+    ) -> TaskState | None:
+        events = []
+        start = 0
+        while True:
+            page = await read_events(store, now, start, event_id, HISTORY_PAGE)
+            if page.gone_before:  # the bucket does not hold them all: the slow way
+                past = (await self.state_at(event_id)).peek(now.task_id)
+                return store.hide_since(past, event_id)
+            events += page.events
+            start = page.next_id
+            if not start:
+                break
+        if not events:
+            return None  # submitted after `event_id`
+        return apply_all(State(), events).peek(now.task_id)
 
     def not_found(self, task_id: str, as_of: int = 0) -> str:
         store = self.host.store

@@ -8,10 +8,12 @@ that carry their figures: `BeyondTheLog` has `at` and `durable`.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
+from apollo11.scheduler.historynote import history_note
 
 if TYPE_CHECKING:
     from apollo11.scheduler.log import Event
@@ -73,6 +75,13 @@ class EventPage:
     events: list[Event]
     next_id: int  # where the next page starts; 0: none after this one
     durable: int  # the last durable event when the page was read
+    bucket_before: int = 0  # events of the page below this id were read from the bucket
+    gone_before: int = 0  # events below this id are not in the page: neither disk nor bucket
+
+    @property
+    def note(self) -> str:
+        """What the page says of where its history came from ("": this node's disk)."""
+        return history_note(self.bucket_before, self.gone_before)
 
 
 def events_page(store: Store, task: TaskState | None, start: int, to: int, limit: int) -> EventPage:
@@ -88,3 +97,55 @@ def events_page(store: Store, task: TaskState | None, start: int, to: int, limit
     end = min(end_at, start + limit - 1)
     events = store.shown(list(log.read(start, end))) if start <= end else []
     return EventPage(events, end + 1 if end < end_at else 0, durable)
+
+
+async def read_events(
+    store: Store, task: TaskState | None, start: int, to: int, limit: int
+) -> EventPage:
+    """`events_page`, and the part of it this node's disk no longer holds (log
+    retention) read from the bucket, off the loop (scheduler/bucket/history.py): the
+    page says so. Without an archive the page holds what the disk has, and says what
+    is gone. A corrupt object raises CorruptObjectError (naming its key), an
+    unreachable bucket BucketError: never a page with a hole in it."""
+    log = store.log
+    durable = log.durable_id
+    first = log.first_id
+    end_at = to or durable
+    older = store.older
+    if task is not None:
+        page = store.task_page(task, start, end_at, limit)
+        if page.complete:
+            return EventPage(page.events, page.next_id, durable)
+        if older is None:
+            return EventPage(page.events, page.next_id, durable, gone_before=first)
+        if page.gone:
+            got, missing = await asyncio.to_thread(older.read_ids, page.gone)
+        else:
+            assert page.gone_span is not None
+            a, b = page.gone_span
+            span = await asyncio.to_thread(older.read_range, a, b)
+            got, missing = [e for e in span if e.task_id == task.task_id], ()
+        events = store.shown(got) + page.events
+        nxt = page.next_id
+        if limit and len(events) > limit:  # a task without an index: its span was scanned
+            events, nxt = events[:limit], events[limit].event_id
+        gone = max(missing) + 1 if missing else 0
+        return EventPage(events, nxt, durable, bucket_before=first, gone_before=gone)
+    begin = max(start, 1)
+    if begin >= first:
+        return events_page(store, None, start, to, limit)
+    if older is None:
+        hot = events_page(store, None, start, to, limit)
+        return EventPage(hot.events, hot.next_id, hot.durable, gone_before=first)
+    end = min(end_at, first - 1, begin + limit - 1)
+    cold = store.shown(await asyncio.to_thread(older.read_range, begin, end, limit))
+    if store.log.first_id != first:  # retention ran meanwhile: the disk ends elsewhere now
+        return await read_events(store, task, start, to, limit)
+    gone = 0
+    if not cold or cold[0].event_id != begin:  # the bucket starts later than asked
+        gone = cold[0].event_id if cold else first
+    if len(cold) < limit:
+        rest = events_page(store, None, first, to, limit - len(cold))
+        return EventPage(cold + rest.events, rest.next_id, durable, first, gone)
+    after = cold[-1].event_id + 1
+    return EventPage(cold, after if after <= end_at else 0, durable, first, gone)

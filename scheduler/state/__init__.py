@@ -49,7 +49,15 @@ from apollo11.scheduler.state.schedule import OccurrenceRecord, ScheduleState, s
 from apollo11.scheduler.state.scrub import Damage, Scrubber
 from apollo11.scheduler.state.scrub import Targets as ScrubTargets
 from apollo11.scheduler.state.snapshot import SnapshotInfo, watermark_of
-from apollo11.scheduler.state.store import NeedsFullReplay, Store, StoreConfig, paused_gc, state_at
+from apollo11.scheduler.state.store import (
+    NeedsFullReplay,
+    OlderHistory,
+    Store,
+    StoreConfig,
+    TaskPage,
+    paused_gc,
+    state_at,
+)
 
 __all__ = [
     "BUSY",
@@ -62,6 +70,7 @@ __all__ = [
     "DurableState",
     "NeedsFullReplay",
     "OccurrenceRecord",
+    "OlderHistory",
     "Repair",
     "ScheduleState",
     "ScrubTargets",
@@ -73,6 +82,7 @@ __all__ = [
     "Store",
     "StoreConfig",
     "Summary",
+    "TaskPage",
     "TaskState",
     "TaskStatus",
     "TaskStore",

@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.errors import (
     ArchiveLostError,
+    HistoryGoneError,
     LogError,
     SnapshotError,
     SnapshotMismatchError,
@@ -134,6 +136,9 @@ class Store:
         # With an archive: has the bucket's copy of a redacted task's records been
         # rewritten (task id, its TASK_REDACTED)? None: there is no bucket.
         self.bucket_redacted: Callable[[str, int], bool] | None = None
+        # Where events retention dropped from the disk are read (the archive's bucket);
+        # None: nowhere, and the answers say they are gone.
+        self.older: OlderHistory | None = None
         log_.add_listener(self._on_durable)
         # a redacted task's records rewritten on this member's disk (state/redactor.py)
         self.redactor = Redactor(log_, state)
@@ -239,23 +244,38 @@ class Store:
     def task_events(
         self, task: TaskState, from_id: int = 0, to_id: int | None = None, limit: int = 0
     ) -> tuple[list[Event], int]:
-        """The task's durable events with ids in [from_id, to_id], oldest first, at
-        most `limit` (0: all); and the id the next page starts at (0: no more)."""
+        """The task's durable events with ids in [from_id, to_id] that this node's disk
+        holds, oldest first, at most `limit` (0: all); and the id the next page starts
+        at (0: no more). Events retention dropped are left out: `task_page` names them."""
+        page = self.task_page(task, from_id, to_id, limit)
+        return page.events, page.next_id
+
+    def task_page(
+        self, task: TaskState, from_id: int = 0, to_id: int | None = None, limit: int = 0
+    ) -> TaskPage:
+        """A page of the task's durable events with ids in [from_id, to_id], at most
+        `limit` (0: all): those on this node's disk, read, and those retention dropped
+        from it, named (`gone`, `gone_span`) for the caller to read elsewhere (the
+        bucket, off the loop: nodeview/listing.py)."""
         end = self.log.durable_id if to_id is None else min(to_id, self.log.durable_id)
         start = max(from_id, task.first_event_id)
+        first = self.log.first_id
         if task.event_ids is None:  # from an older snapshot: scan its span of the log
-            span = self.log.read(start, min(end, task.last_event_id))
+            stop = min(end, task.last_event_id)
+            span = self.log.read(max(start, first), stop)
             mine = (e for e in span if e.task_id == task.task_id)
             events = self.shown(list(itertools.islice(mine, limit + 1 if limit else None)))
+            gone_span = (start, min(stop, first - 1)) if start < first and start <= stop else None
             if limit and len(events) > limit:
-                return events[:limit], events[limit].event_id
-            return events, 0
+                return TaskPage(events[:limit], events[limit].event_id, (), gone_span)
+            return TaskPage(events, 0, (), gone_span)
         ids = task.event_ids
         ids = ids[bisect.bisect_left(ids, start) : bisect.bisect_right(ids, end)]
         nxt = 0
         if limit and len(ids) > limit:
             ids, nxt = ids[:limit], ids[limit]
-        return self.shown(self.log.read_ids(ids)), nxt
+        cut = bisect.bisect_left(ids, first)  # those before it, retention dropped
+        return TaskPage(self.shown(self.log.read_ids(ids[cut:])), nxt, tuple(ids[:cut]))
 
     def shown(self, events: list[Event]) -> list[Event]:
         """`events` as every answer shows them: those of a redacted task, from before
@@ -522,6 +542,37 @@ class Store:
         self.redactor.close()
 
 
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """A page of a task's events as this node's disk holds them."""
+
+    events: list[Event]  # read from the disk, as answers show them
+    next_id: int  # where the next page starts; 0: none after this one
+    gone: tuple[int, ...] = ()  # ids of the page retention dropped from the disk
+    # a task without an event index (an older snapshot): the part of its span dropped
+    gone_span: tuple[int, int] | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.gone and self.gone_span is None
+
+
+class OlderHistory(Protocol):
+    """Where a node reads events its disk no longer holds (scheduler/bucket/history.py).
+    Every call blocks: run it on a thread."""
+
+    @property
+    def describe(self) -> str: ...
+
+    def read_ids(self, ids: Sequence[int]) -> tuple[list[Event], tuple[int, ...]]:
+        """The events with these ids (ascending); and the ids it does not hold."""
+        ...
+
+    def read_range(self, first: int, last: int, limit: int = 0) -> list[Event]:
+        """The events first..last it holds, in order, at most `limit` (0: all)."""
+        ...
+
+
 class NeedsFullReplay(Exception):
     """Store.task_at cannot answer from the task's own events."""
 
@@ -619,10 +670,11 @@ def _rebuilt(data: DataDir, until: int | None) -> State:
             until=until,
         )
         first.close_sync()
-        if first.first_id > 1 and (until is None or until >= first.first_id):
-            raise SnapshotError(
+        if first.first_id > 1:
+            raise HistoryGoneError(
                 f"events before {first.first_id} are not kept in {data.root} and no snapshot "
-                f"covers them"
+                f"covers them",
+                first=first.first_id,
             )
         if until is not None and state.last_event_id < until:
             raise LogError(f"the log ends at event {state.last_event_id}, before {until}")

@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from apollo11.scheduler import stepwords, waits
-from apollo11.scheduler.errors import ApolloError, NotFoundError
+from apollo11.scheduler.errors import ApolloError, BucketError, NotFoundError
 from apollo11.scheduler.flow import DEFAULT_PRIORITY
 from apollo11.scheduler.nodeview import (
     ACTION_KINDS,
@@ -34,9 +34,9 @@ from apollo11.scheduler.nodeview import (
     BeyondTheLog,
     NodeView,
     blocked,
-    events_page,
     operator_action,
     perform,
+    read_events,
     task_as_of,
     task_now,
     waiting,
@@ -189,7 +189,12 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             return render("base.html", 404, viewer=viewer, error=str(e))
         # the timeline and attempts of the first TIMELINE_EVENTS events (the page stays
         # cheap): the task's own events through its index, never a scan of the log
-        events, more = store().task_events(t, to_id=at or None, limit=TIMELINE_EVENTS)
+        # older than this node's disk (log retention): from the bucket, and it says so
+        try:
+            read = await read_events(store(), t, 0, at or 0, TIMELINE_EVENTS)
+        except BucketError as e:
+            return render("base.html", 503, viewer=viewer, error=f"the task's history: {e}")
+        events, more = read.events, read.next_id
         bars = timeline.bars(events)
         acts = timeline.actions(events)
         svg = timeline.layout(
@@ -212,6 +217,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             acts=acts,
             tries=attempts.in_step_order(attempts.attempts(events), list(t.steps)),
             tries_cut=TIMELINE_EVENTS if more else 0,
+            history=read.note,
             tail_chars=attempts.TAIL,
             as_of=at,
             display="" if gate.enabled else _default_display(),
@@ -239,14 +245,22 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
                 t = await task_now(store(), task_id)
             except NotFoundError as e:
                 return render("base.html", 404, viewer=viewer, error=str(e))
-            page = events_page(store(), t, int(raw_from or 0), 0, EVENTS_PAGE)
+            try:
+                page = await read_events(store(), t, int(raw_from or 0), 0, EVENTS_PAGE)
+            except BucketError as e:
+                return render("base.html", 503, viewer=viewer, error=f"the task's events: {e}")
         else:
-            # without a start, the log's last page
+            # without a start, the log's last page (a start before this node's disk:
+            # read from the bucket, when there is one)
+            bottom = 1 if store().older is not None else log.first_id
             tail = max(log.first_id, log.durable_id - EVENTS_PAGE + 1)
-            start = max(int(raw_from) if raw_from else tail, log.first_id, 1)
-            page = events_page(store(), None, start, 0, EVENTS_PAGE)
-            if start > log.first_id:
-                prev = max(log.first_id, start - EVENTS_PAGE)
+            start = max(int(raw_from) if raw_from else tail, bottom, 1)
+            try:
+                page = await read_events(store(), None, start, 0, EVENTS_PAGE)
+            except BucketError as e:
+                return render("base.html", 503, viewer=viewer, error=f"the event log: {e}")
+            if start > bottom:
+                prev = max(bottom, start - EVENTS_PAGE)
         return render(
             "events.html",
             viewer=viewer,
@@ -255,6 +269,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             task=task_id,
             nxt=page.next_id,
             prev=prev,
+            history=page.note,
         )
 
     async def act(

@@ -751,14 +751,18 @@ class GetEventsRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., from_event_id: _Optional[int] = ..., to_event_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class GetEventsResponse(_message.Message):
-    __slots__ = ("events", "next_event_id", "durable_event_id")
+    __slots__ = ("events", "next_event_id", "durable_event_id", "bucket_before", "gone_before")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     DURABLE_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    GONE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     next_event_id: int
     durable_event_id: int
-    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_event_id: _Optional[int] = ..., durable_event_id: _Optional[int] = ...) -> None: ...
+    bucket_before: int
+    gone_before: int
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_event_id: _Optional[int] = ..., durable_event_id: _Optional[int] = ..., bucket_before: _Optional[int] = ..., gone_before: _Optional[int] = ...) -> None: ...
 
 class StepActionRequest(_message.Message):
     __slots__ = ("task_id", "step", "operator", "reason")

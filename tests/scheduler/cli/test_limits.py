@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from apollo11.scheduler.cli import _limits, _submit, _tasks, app
 from apollo11.scheduler.client import (
+    EventsPage,
     InvalidArgumentError,
     KeyLoadView,
     LimitChange,
@@ -93,8 +94,8 @@ class FakeClient:
                 return LimitChange(41, limit, {"acme": 3.0})
             if name == "submit":
                 return Submission("t-1", True, 7)
-            if name == "events":  # `task` reads the task's failed attempts
-                return [], 0
+            if name == "events_page":  # `task` reads the task's failed attempts
+                return EventsPage([], 0)
             return TASK
 
         return call

@@ -57,8 +57,10 @@ class _OnePage:
     async def __aexit__(self, *exc: object) -> None:
         return None
 
-    async def events(self, **kw: object) -> tuple[list[object], int]:
-        return list(self.page), 0
+    async def events_page(self, **kw: object) -> object:
+        from apollo11.scheduler.client import EventsPage
+
+        return EventsPage(list(self.page), 0)
 
 
 def test_events_in_a_pipe_one_line_each(

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from apollo11.scheduler.cause import verdict_line
 from apollo11.scheduler.cli import _tasks, app
-from apollo11.scheduler.client import EventView
+from apollo11.scheduler.client import EventsPage, EventView
 from tests.scheduler.cli.test_limits import TASK
 
 TIMEOUT = {
@@ -98,9 +98,9 @@ class FakeClient:
         self.calls.append(("task", kw))
         return replace(TASK, waiting=None)
 
-    async def events(self, **kw: Any) -> tuple[list[EventView], int]:
+    async def events_page(self, **kw: Any) -> EventsPage:
         self.calls.append(("events", kw))
-        return EVENTS, 0
+        return EventsPage(EVENTS, 0)
 
 
 def test_task_shows_each_failed_attempts_cause_and_decision(
