@@ -36,11 +36,20 @@ class Web:
     def pid(self) -> int:
         return self.node.proc.pid
 
-    def healthz(self) -> int:
+    def healthz(self, wait_s: float = 0) -> int:
+        """/healthz's status; with `wait_s`, a connection refused at the door (cut
+        before its handshake) tries again for that long."""
         trust = ssl.create_default_context(cafile=str(self.pki.dir / "ca.pem"))
-        return httpx.get(
-            f"https://127.0.0.1:{self.port}/healthz", verify=trust, timeout=10
-        ).status_code
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return httpx.get(
+                    f"https://127.0.0.1:{self.port}/healthz", verify=trust, timeout=10
+                ).status_code
+            except httpx.ConnectError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
 
 @pytest.fixture
@@ -63,14 +72,26 @@ def _settled_rss(pid: int, *, below: float, within: float) -> float:
 
 
 def _dropped(web: Web) -> dict[str, float]:
-    """apollo11_http_connections_dropped_total, by reason."""
+    """apollo11_http_connections_dropped_total, by reason.
+
+    During a flood the scrape waits its turn: a source new to the port has the quiet
+    lane, but so do a flood's sources whose first SYNs the kernel dropped (their
+    retransmits arrive a second later, as new sources), and the lane is theirs as much
+    as the scrape's; a refused scrape is cut before its handshake and tries again."""
     trust = ssl.create_default_context(cafile=str(web.pki.dir / "ca.pem"))
-    metrics = httpx.get(
-        f"https://127.0.0.1:{web.port}/metrics",
-        headers={"Authorization": f"Bearer {web.pki.tokens['reader']}"},
-        verify=trust,
-        timeout=30,
-    ).text
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            metrics = httpx.get(
+                f"https://127.0.0.1:{web.port}/metrics",
+                headers={"Authorization": f"Bearer {web.pki.tokens['reader']}"},
+                verify=trust,
+                timeout=30,
+            ).text
+            break
+        except httpx.ConnectError:
+            assert time.monotonic() < deadline, "the scrape never got in"
+            time.sleep(0.2)
     return {
         x.split('reason="')[1].split('"')[0]: float(x.split()[-1])
         for x in metrics.splitlines()
@@ -192,7 +213,8 @@ def test_a_churn_from_many_sources_begins_handshakes_at_the_rate_in_all(tmp_path
         # and the lane of sources quiet until then
         began_at_most = 2 * (rate + rate * took) + 5
         assert dropped.get("handshake", 0) <= began_at_most, (dropped, took)
-        assert web.healthz() == 200
+        # the flood's last SYNs, retransmitted, may take the second's budget: a turn
+        assert web.healthz(wait_s=30) == 200
     finally:
         assert node.stop() == 0
 
