@@ -443,6 +443,14 @@ ARCHIVE_CORRUPT = Counter(
     "apollo11_archive_corrupt_objects_total",
     "Objects in the bucket found not to match their checksum (verify, restore, the shipper)",
 )
+ARCHIVE_HISTORY_READS = Counter(
+    "apollo11_archive_history_reads_total",
+    "Segments read for old history (events this node's disk no longer holds), by "
+    "where from: bucket (fetched and checked, a round trip) or cache (in memory)",
+    ["source"],
+)
+for _source in ("bucket", "cache"):
+    ARCHIVE_HISTORY_READS.labels(_source)
 ARCHIVE_LAST_UPLOAD = Gauge(
     "apollo11_archive_last_upload_timestamp_seconds",
     "When the shipper last put the catalog (wall clock, seconds)",

@@ -190,8 +190,10 @@ class BucketHistory:
             seg = self._cache.get(entry.key)
             if seg is not None:
                 self._cache.move_to_end(entry.key)
+                metrics.ARCHIVE_HISTORY_READS.labels("cache").inc()
                 return seg
         seg = _Segment(entry, fetch_segment(self.objects, entry))
+        metrics.ARCHIVE_HISTORY_READS.labels("bucket").inc()
         with self._lock:
             self.fetched += 1
             self._cache[entry.key] = seg

@@ -86,6 +86,8 @@ async def test_the_cache_keeps_a_few_segments_and_no_more(tmp_path: Path) -> Non
     history = BucketHistory(objects, cache_segments=2)
     segments = history.catalog().segments
     assert len(segments) >= 3
+    reads = metrics.ARCHIVE_HISTORY_READS
+    bucket, cache = reads.labels("bucket")._value.get(), reads.labels("cache")._value.get()
     history.read_ids([segments[0].first])
     history.read_ids([segments[0].first + 1])
     assert history.fetched == 1, "a second read of the same segment is served from memory"
@@ -93,6 +95,9 @@ async def test_the_cache_keeps_a_few_segments_and_no_more(tmp_path: Path) -> Non
     history.read_ids([segments[2].first])
     history.read_ids([segments[0].first])
     assert history.fetched == 4, "the oldest went when a third came: fetched again"
+    # what an operator sees of it: four round trips to the bucket, one read from memory
+    assert reads.labels("bucket")._value.get() - bucket == 4
+    assert reads.labels("cache")._value.get() - cache == 1
     await store.close()
 
 
