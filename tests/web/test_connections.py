@@ -36,20 +36,28 @@ class Web:
     def pid(self) -> int:
         return self.node.proc.pid
 
-    def healthz(self, wait_s: float = 0) -> int:
-        """/healthz's status; with `wait_s`, a connection refused at the door (cut
-        before its handshake) tries again for that long."""
+    def get(self, path: str, *, token: str | None = None, wait_s: float = 0) -> httpx.Response:
+        """GET `path` over HTTPS; with `wait_s`, a connection refused at the door (cut
+        before its handshake) tries again for that long.
+
+        During a flood a source new to the port has the quiet lane, but so do the
+        flood's sources whose first SYNs the kernel dropped (their retransmits arrive a
+        second later, as new sources): the lane is theirs as much as ours, so a read
+        beside a flood waits its turn."""
         trust = ssl.create_default_context(cafile=str(self.pki.dir / "ca.pem"))
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                return httpx.get(
-                    f"https://127.0.0.1:{self.port}/healthz", verify=trust, timeout=10
-                ).status_code
+                url = f"https://127.0.0.1:{self.port}{path}"
+                return httpx.get(url, headers=headers, verify=trust, timeout=30)
             except httpx.ConnectError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.2)
+
+    def healthz(self, wait_s: float = 0) -> int:
+        return self.get("/healthz", wait_s=wait_s).status_code
 
 
 @pytest.fixture
@@ -72,26 +80,8 @@ def _settled_rss(pid: int, *, below: float, within: float) -> float:
 
 
 def _dropped(web: Web) -> dict[str, float]:
-    """apollo11_http_connections_dropped_total, by reason.
-
-    During a flood the scrape waits its turn: a source new to the port has the quiet
-    lane, but so do a flood's sources whose first SYNs the kernel dropped (their
-    retransmits arrive a second later, as new sources), and the lane is theirs as much
-    as the scrape's; a refused scrape is cut before its handshake and tries again."""
-    trust = ssl.create_default_context(cafile=str(web.pki.dir / "ca.pem"))
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            metrics = httpx.get(
-                f"https://127.0.0.1:{web.port}/metrics",
-                headers={"Authorization": f"Bearer {web.pki.tokens['reader']}"},
-                verify=trust,
-                timeout=30,
-            ).text
-            break
-        except httpx.ConnectError:
-            assert time.monotonic() < deadline, "the scrape never got in"
-            time.sleep(0.2)
+    """apollo11_http_connections_dropped_total, by reason (read beside a flood too)."""
+    metrics = web.get("/metrics", token=web.pki.tokens["reader"], wait_s=30).text
     return {
         x.split('reason="')[1].split('"')[0]: float(x.split()[-1])
         for x in metrics.splitlines()
