@@ -75,13 +75,11 @@ async def _delays(c: Client, rate: int, seconds: float) -> list[int]:
     return delays
 
 
-_EXPORT_CPUS: set[int] | None = None  # --pin: where the export runs
-
-
-def _export(address: str, out: Path, *extra: str) -> str:
+def _export(address: str, out: Path, *extra: str, cpus: set[int] | None = None) -> str:
+    """One `apollo11 export` from `address`; with `cpus` (--pin), run there."""
     out.unlink(missing_ok=True)
     # taskset, not a preexec_fn: forking this process (gRPC's threads) runs no Python
-    pin = [] if _EXPORT_CPUS is None else ["taskset", "-c", ",".join(map(str, _EXPORT_CPUS))]
+    pin = [] if cpus is None else ["taskset", "-c", ",".join(map(str, cpus))]
     res = subprocess.run(
         [*pin, *APOLLO11, "export", "--server", address, "--output", str(out), *extra],
         cwd=ROOT, capture_output=True, text=True, check=True,
@@ -100,9 +98,9 @@ async def _backlog(address: str, tasks: int) -> None:
 
 async def _measure(
     primary: str, reader: str, root: Path, tasks: int, rate: int, seconds: float,
-    export_rate: float, rounds: int,
+    export_rate: float, rounds: int, cpus: set[int] | None = None,
 ) -> None:  # fmt: skip
-    said = _export(reader, root / "one.jsonl")
+    said = _export(reader, root / "one.jsonl", cpus=cpus)
     size = (root / "one.jsonl").stat().st_size
     print(f"export of {tasks} tasks: {said}; {size / 1e6:.1f} MB")
     assert re.search(r"(\d+) tasks/s", said) is not None
@@ -118,7 +116,7 @@ async def _measure(
                 n = 0
                 while not stop.is_set():
                     await asyncio.to_thread(
-                        _export, reader, root / "two.jsonl", "--rate", str(export_rate)
+                        _export, reader, root / "two.jsonl", "--rate", str(export_rate), cpus=cpus
                     )
                     n += 1
                 return n
@@ -161,17 +159,18 @@ async def _main(
             cluster.start()
             p = cluster.wait_formed()
             s = next(m for m in cluster.members if m is not p)
+            cpus = None
             if pin:
-                global _EXPORT_CPUS
                 assert p.proc is not None and s.proc is not None
                 os.sched_setaffinity(0, {0})
                 for pid, cpu in ((p.proc.pid, "0"), (s.proc.pid, "1")):  # every thread
                     subprocess.run(["taskset", "-a", "-cp", cpu, str(pid)], check=True,
                                    capture_output=True)  # fmt: skip
-                _EXPORT_CPUS = {1}
+                cpus = {1}  # the export beside the standby it reads, away from the primary
             await _backlog(p.address, tasks)
             cluster.wait_applied(s, cluster.wait_converged(timeout=120), timeout=120)
-            await _measure(p.address, s.address, root, tasks, rate, seconds, export_rate, rounds)
+            await _measure(p.address, s.address, root, tasks, rate, seconds, export_rate, rounds,
+                           cpus)  # fmt: skip
         finally:
             cluster.stop()
             etcd.stop()
