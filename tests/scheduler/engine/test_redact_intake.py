@@ -166,23 +166,29 @@ async def test_a_hold_racing_a_redaction_wins_and_the_redaction_says_so(tmp_path
         await _close(rig)
 
 
-async def test_a_redacted_task_owing_compensation_is_not_cancelled(tmp_path: Path) -> None:
-    """A cancel of a FAILED task owes the compensation of its succeeded steps, which
-    would run on the redaction's marker, not the data they undo: refused as retry and
-    skip are, naming the redaction; a redacted task that owes nothing is cancelled."""
-    undone: list[Any] = []
-    wf = Workflow("w")
-
-    def undo(ctx: StepContext) -> None:
-        undone.append(ctx.input)
-
-    wf.step(name="charge", idempotency=NotIdempotent(compensate=undo))(lambda ctx: "paid")
+def _charge_then_fail(undone: list[Any], *, compensate_on_cancel: bool) -> Workflow:
+    """`charge` succeeds (compensable), `ship` fails for good: a FAILED task whose
+    cancel owes `charge`'s compensation unless `compensate_on_cancel` is off."""
+    wf = Workflow("w", compensate_on_cancel=compensate_on_cancel)
+    wf.step(
+        name="charge", idempotency=NotIdempotent(compensate=lambda ctx: undone.append(ctx.input))
+    )(lambda ctx: "paid")
 
     @wf.step(after=["charge"], idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
     def ship(ctx: StepContext) -> None:
         raise StepError("no courier")
 
-    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
+    return wf
+
+
+async def test_a_redacted_task_owing_compensation_is_not_cancelled(tmp_path: Path) -> None:
+    """A cancel of a FAILED task owes the compensation of its succeeded steps, which
+    would run on the redaction's marker, not the data they undo: refused as retry and
+    skip are, naming the redaction; a redacted task that owes nothing is cancelled."""
+    undone: list[Any] = []
+    rig = await make_rig(
+        tmp_path / "d", FakeClock(), _charge_then_fail(undone, compensate_on_cancel=True)
+    )
     try:
         sub = await rig.engine.submit("w", {"ssn": SECRET})
         await _until(rig, sub.task_id, TaskStatus.FAILED)
@@ -198,22 +204,17 @@ async def test_a_redacted_task_owing_compensation_is_not_cancelled(tmp_path: Pat
 
 
 async def test_a_redacted_task_owing_nothing_is_cancelled(tmp_path: Path) -> None:
-    wf = Workflow("w", compensate_on_cancel=False)
-    wf.step(name="charge", idempotency=NotIdempotent(compensate=lambda ctx: None))(
-        lambda ctx: "paid"
+    undone: list[Any] = []
+    rig = await make_rig(
+        tmp_path / "d", FakeClock(), _charge_then_fail(undone, compensate_on_cancel=False)
     )
-
-    @wf.step(after=["charge"], idempotency=Idempotent(), retry=Retry(attempts=1, backoff_s=0))
-    def ship(ctx: StepContext) -> None:
-        raise StepError("no courier")
-
-    rig = await make_rig(tmp_path / "d", FakeClock(), wf)
     try:
         sub = await rig.engine.submit("w", {"ssn": SECRET})
         await _until(rig, sub.task_id, TaskStatus.FAILED)
         await rig.engine.redact_task(sub.task_id, operator="op", reason="erasure")
         await rig.engine.cancel_task(sub.task_id, operator="op", reason="stop")
         await _until(rig, sub.task_id, TaskStatus.CANCELLED)
+        assert undone == []
     finally:
         await _close(rig)
 
