@@ -31,7 +31,8 @@ def test_every_role_method_and_route_is_in_its_row() -> None:
     assert "Workers: `Connect` only" in rows["`worker`"]
     assert "/login` refuses a worker token" in rows["`worker`"]
     assert "`GET /metrics` (a bearer token or a session" in rows["`reader`"]
-    assert "`POST /tasks/{task_id}/{kind}` (retry, skip, cancel)" in rows["`operator`"]
+    acts = "`POST /tasks/{task_id}/{kind}` (retry, skip, cancel, hold, release, redact)"
+    assert acts in rows["`operator`"]
     assert "`GET /tasks`" not in rows["`operator`"], "a row names only what its role adds"
 
 

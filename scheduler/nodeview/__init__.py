@@ -5,7 +5,8 @@ pages (scheduler/web/) read and do, defined once so that both say the same.
   it structurally; neither server imports the node, which builds them);
 * `status.py`: what `apollo11 status`, GetStatus and the cluster page show;
 * `listing.py`: a task (now or as of an event) and a page of events;
-* `actions.py`: the operator's retry, skip and cancel, checked and done (or forwarded);
+* `actions.py`: the operator's retry, skip, cancel, hold, release and redact, checked
+  and done (or forwarded);
 * `checks.py`: a request's text fields, refused in the same words from either server.
 
 A package of its own so that the web pages load none of the gRPC server (api/'s
@@ -14,6 +15,7 @@ face), and the API none of the pages. Import from here, not from the modules ins
 
 from apollo11.scheduler.nodeview.actions import (
     ACTION_KINDS,
+    RPCS,
     ActionKind,
     OperatorAction,
     leading_engine,
@@ -52,6 +54,7 @@ __all__ = [
     "ACTION_KINDS",
     "MAX_ID",
     "MAX_REASON",
+    "RPCS",
     "ActionKind",
     "BeyondTheLog",
     "ClusterStatus",

@@ -1,6 +1,7 @@
-"""Operator actions, once: retry a step, skip a step, cancel or redact a task.
+"""Operator actions, once: retry a step, skip a step, cancel or redact a task, put a
+legal hold on it or release one.
 
-The gRPC servicer (RetryStep, SkipStep, CancelTask) and the web pages' forms
+The gRPC servicer (RetryStep, SkipStep, CancelTask, RedactTask) and the web pages' forms
 both build an `OperatorAction` with `operator_action()` (the fields checked: task
 id and step required, the reason required, the limits of checks.py) and do it with
 `on_engine` on the primary; the web, on a standby, `forward`s it to the primary
@@ -28,9 +29,20 @@ if TYPE_CHECKING:
     from apollo11.scheduler.log import Event
     from apollo11.scheduler.nodeview.ports import NodeView
 
-ActionKind = Literal["retry", "skip", "cancel", "redact"]
-# the web pages' forms (a redaction is the CLI's and the API's only)
-ACTION_KINDS: tuple[ActionKind, ...] = ("retry", "skip", "cancel")
+ActionKind = Literal["retry", "skip", "cancel", "redact", "hold", "release"]
+# the web pages' forms: every kind
+ACTION_KINDS: tuple[ActionKind, ...] = ("retry", "skip", "cancel", "hold", "release", "redact")
+# Each kind's RPC (the role it takes is the web form's too: tests/web/test_routes.py)
+RPCS: dict[ActionKind, str] = {
+    "retry": "RetryStep",
+    "skip": "SkipStep",
+    "cancel": "CancelTask",
+    "redact": "RedactTask",
+    "hold": "HoldTask",
+    "release": "ReleaseTask",
+}
+# A TASK_HELD records its principal only ("by"): no display name beside it.
+HOLDS: tuple[ActionKind, ...] = ("hold", "release")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +67,12 @@ def operator_action(
     task_id = required(task_id, "task_id")
     if kind == "skip":  # a retry without one retries every step failed for good (resume)
         step = required(step, "step")
-    shown = optional(display, "operator")
-    return OperatorAction(kind, task_id, required(reason, "reason", MAX_REASON), step, shown)
+    if kind == "release":  # why a hold ends is worth saying, but not required (the RPC's rule)
+        why = optional(reason, "reason", MAX_REASON) or ""
+    else:
+        why = required(reason, "reason", MAX_REASON)
+    shown = None if kind in HOLDS else optional(display, "operator")
+    return OperatorAction(kind, task_id, why, step, shown)
 
 
 def leading_engine(node: NodeView) -> Engine:
@@ -77,6 +93,10 @@ async def on_engine(engine: Engine, act: OperatorAction, *, operator: str) -> Ev
         return await engine.skip_step(
             act.task_id, act.step, operator=operator, reason=act.reason, display=act.display
         )
+    if act.kind in HOLDS:
+        return await engine.retention.hold(
+            act.task_id, operator=operator, reason=act.reason, held=act.kind == "hold"
+        )
     if act.kind == "redact":
         return await engine.redact_task(
             act.task_id, operator=operator, reason=act.reason, display=act.display
@@ -95,6 +115,10 @@ async def forward(client: Client, act: OperatorAction) -> int:
         return await client.skip_step(act.task_id, act.step, operator=shown, reason=act.reason)
     if act.kind == "redact":
         return await client.redact(act.task_id, operator=shown, reason=act.reason)
+    if act.kind == "hold":
+        return await client.hold(act.task_id, reason=act.reason)
+    if act.kind == "release":
+        return await client.release(act.task_id, reason=act.reason)
     return await client.cancel(act.task_id, operator=shown, reason=act.reason)
 
 

@@ -144,7 +144,8 @@ ROUTE_ROLES: dict[str, Role] = {
     "GET /events": Role.READER,
     # a bearer token or a session; anyone's with --metrics-open
     "GET /metrics": Role.READER,
-    # retry, skip, cancel: what their RPCs (RetryStep, SkipStep, CancelTask) need
+    # retry, skip, cancel, hold, release, redact: what their RPCs need (RetryStep,
+    # SkipStep, CancelTask, HoldTask, ReleaseTask, RedactTask: tests/web/test_routes.py)
     "POST /tasks/{task_id}/{kind}": Role.OPERATOR,
     "GET /schedules": Role.READER,
     "GET /schedules/{schedule_id}": Role.READER,

@@ -39,7 +39,7 @@ METHOD_NOTES = {"/apollo11.v1.Scheduler/SubmitShell": "where every node allows s
 ROUTE_NOTES = {
     "GET /": "the cluster",
     "GET /metrics": "a bearer token or a session; anyone's with `--metrics-open`",
-    "POST /tasks/{task_id}/{kind}": "retry, skip, cancel",
+    "POST /tasks/{task_id}/{kind}": "retry, skip, cancel, hold, release, redact",
     "POST /schedules/{schedule_id}/{kind}": "pause, unpause, trigger",
     "GET /limits": "flow control's limits, read only",
     "GET /static": "the stylesheet",

@@ -1,8 +1,9 @@
 """The operator's pages: server-rendered HTML, no front-end build step.
 
 Every page reads the node's live state (a standby shows its own, with its
-applied position). Actions (retry, skip, cancel) ask for a reason and a
-confirmation and produce the same audited events as the CLI: on the primary
+applied position). Actions (retry, skip, cancel, hold, release, redact) ask for
+a reason and a confirmation (a redaction, which cannot be undone: the task id
+typed again) and produce the same audited events as the CLI: on the primary
 through its engine, on a standby forwarded to the primary over gRPC with the
 session's token, so either way the event names the signed-in principal (and
 the display name typed beside it). guard.py decides who may read and act;
@@ -30,6 +31,7 @@ from apollo11.scheduler.errors import ApolloError, BucketError, NotFoundError
 from apollo11.scheduler.flow import DEFAULT_PRIORITY
 from apollo11.scheduler.nodeview import (
     ACTION_KINDS,
+    MAX_REASON,
     ActionKind,
     BeyondTheLog,
     NodeView,
@@ -195,6 +197,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         except BucketError as e:
             return render("base.html", 503, viewer=viewer, error=f"the task's history: {e}")
         events, more = read.events, read.next_id
+        redacted_at = await _redacted_at(store(), t, events)
         bars = timeline.bars(events)
         acts = timeline.actions(events)
         svg = timeline.layout(
@@ -213,6 +216,9 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             # a task under flow control, or submitted with another priority than 3
             priority=None if t.flow is None else t.flow.get("priority", DEFAULT_PRIORITY),
             fired=fired_by(t.schedule, store().state.schedules),
+            # a legal hold is the state's now (a past state does not keep one)
+            hold=None if at else store().state.holds.get(task_id),
+            redacted_at=redacted_at,
             svg=svg,
             acts=acts,
             tries=attempts.in_step_order(attempts.attempts(events), list(t.steps)),
@@ -284,10 +290,14 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
     ) -> Response:
         # before anything else: a forged or cross-site post is refused whole (403)
         viewer = gate.actor(request, csrf)
-        if confirm != "yes":
+        if kind == "redact" and confirm.strip() != task_id:
+            # it cannot be undone: the id typed again, not a tick made out of habit
+            error = f"type the task id ({task_id}) to confirm: a redaction cannot be undone"
+            return _back(gate, task_id, error=error)
+        if kind != "redact" and confirm != "yes":
             return _back(gate, task_id, error="tick 'I am sure' to confirm")
-        if not reason.strip():
-            return _back(gate, task_id, error="a reason is required")
+        if not reason.strip() and kind != "release":
+            return _back(gate, task_id, error=f"reason is required (up to {MAX_REASON} characters)")
         shown = display.strip() or None
         if shown == viewer.principal.name:
             shown = None  # the engine keeps no "as" that repeats the principal
@@ -298,13 +308,15 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
             event_id = await perform(node, op, operator=viewer.principal.name, token=viewer.token)
         except ApolloError as e:
             return _back(gate, task_id, error=f"{kind} refused: {e}")
-        who = timeline.who({"operator": viewer.principal.name, "as": shown})
+        # op's display, not the form's: a hold keeps none (its event records `by` only)
+        who = timeline.who({"operator": viewer.principal.name, "as": op.display})
         return _back(
             gate, task_id, message=f"{op.describe()} recorded as event {event_id} by {who}"
         )
 
-    # One route for the three actions: the form differs only in its step field (a
-    # cancel has none) and the kind in the path; any other kind is 404.
+    # One route for the actions: the form differs only in its step field (only retry
+    # and skip have one) and the kind in the path; any other kind is 404. The route's
+    # role is each kind's RPC's (tests/web/test_routes.py holds them equal).
     @app.post(ACT)
     async def action(
         request: Request,
@@ -319,7 +331,7 @@ def add_pages(app: FastAPI, node: NodeView, gate: Gate) -> None:
         which = ACTIONS.get(kind)
         if which is None:
             raise HTTPException(status_code=404)
-        if which == "cancel":
+        if which not in ("retry", "skip"):
             step = ""
         return await act(request, task_id, which, step, display, reason, confirm, csrf)
 
@@ -333,6 +345,21 @@ def _back(gate: Gate, task_id: str, *, message: str = "", error: str = "") -> Re
     response = RedirectResponse(f"/tasks/{quote(task_id)}", status_code=303)
     gate.flash.set(response, f"/tasks/{task_id}", Notice(message=message, error=error))
     return response
+
+
+async def _redacted_at(store: Store, t: Any, events: list[Any]) -> int | None:
+    """When the task was redacted (its TASK_REDACTED's time), None if it was not: from
+    the page's events when they reach it, else that one event read."""
+    if t.redacted is None:
+        return None
+    rid = int(t.redacted["event_id"])
+    found = [e for e in events if e.event_id == rid]
+    if not found:
+        try:
+            found = (await read_events(store, t, rid, rid, 1)).events
+        except BucketError:
+            return None  # the page still says who and why; only the time is missing
+    return int(found[0].timestamp) if found else None
 
 
 def _default_display() -> str:

@@ -12,7 +12,9 @@ pages, one test per node:
 - a schedule declared in code: the Schedules page lists it with its next time in UTC
   and in its zone, and an operator pauses it and triggers it from its page;
 - a workflow under flow control: a reader sees on the Limits page a limit's busiest
-  key values with what runs and waits, and on a waiting task's page why it waits.
+  key values with what runs and waits, and on a waiting task's page why it waits;
+- a task's legal hold and redaction: an operator holds, releases and redacts a
+  finished task from its page, and a reader sees each state and no form.
 
 Screenshots are kept in test-artifacts/. That a standby's statistics start afresh
 when it comes back (issue 19) needs a standby, so a cluster, not a browser:
@@ -492,4 +494,91 @@ def test_the_limits_page_and_a_waiting_task_in_a_browser(tmp_path: Path, chromiu
         page.close()
     finally:
         release.touch()
+        assert node.stop() == 0
+
+
+def test_hold_release_and_redact_a_task_in_a_browser(tmp_path: Path, chromium: Browser) -> None:
+    """Issue 34: an operator holds a finished task from its page, releases it, then
+    redacts it (the task id typed again); a reader sees all of it and no form."""
+    tokens = tmp_path / "tokens"
+    token = create_token(tokens, "olga", Role.OPERATOR)
+    reader = create_token(tokens, "rita", Role.READER)
+    port = free_port()
+    node = start_node(tmp_path / "d", "--http", f"127.0.0.1:{port}", "--tokens-file", str(tokens))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with SyncClient(node.address, token=token) as c:
+            task_id = c.submit("etl", {"step_seconds": 0}).task_id
+            assert c.wait(task_id).state == "SUCCEEDED"
+        url = f"{base}/tasks/{task_id}"
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        page.locator('input[name="token"]').fill(token)
+        page.locator("button.do-login").click()
+        page.wait_for_url(url)
+        assert page.locator("#hold-state").inner_text().startswith("not held")
+        assert page.locator("button.open-release").count() == 0
+
+        page.locator("button.open-hold").click()
+        form = page.locator("details.action-hold form")
+        form.locator('input[name="reason"]').fill("litigation 7")
+        form.locator('input[name="confirm"]').check()
+        form.locator("button.do-hold").click()
+        page.wait_for_selector("#message")
+        assert re.fullmatch(
+            r"hold recorded as event \d+ by olga", page.locator("#message").inner_text()
+        )
+        assert page.locator("#held-by").inner_text() == "olga"
+        assert page.locator("#held-reason").inner_text() == "litigation 7"
+        assert page.locator("#held").is_visible(), "the header says it is held"
+        assert page.locator("button.open-redact").count() == 0, "a held task is not redacted"
+        page.screenshot(path=str(ARTIFACTS / "task-held.png"), full_page=True)
+
+        # a reader sees the hold, and no form to change it
+        other = chromium.new_page(viewport={"width": 1280, "height": 900})
+        other.goto(url)
+        other.locator('input[name="token"]').fill(reader)
+        other.locator("button.do-login").click()
+        other.wait_for_url(url)
+        assert other.locator("#held-by").inner_text() == "olga"
+        assert other.locator("form[action$='/release']").count() == 0
+        assert "hold and redact need role operator" in other.locator("body").inner_text()
+
+        page.locator("button.open-release").click()
+        form = page.locator("details.action-release form")
+        form.locator('input[name="confirm"]').check()
+        form.locator("button.do-release").click()
+        page.wait_for_selector("#message")
+        assert "release recorded as event" in page.locator("#message").inner_text()
+        assert page.locator("#hold-state").inner_text().startswith("not held")
+        assert page.locator("#held").count() == 0
+
+        page.locator("button.open-redact").click()
+        form = page.locator("details.action-redact form")
+        form.locator('input[name="reason"]').fill("erasure request 12")
+        form.locator('input[name="confirm"]').fill(task_id[:-1])  # a typo: refused
+        form.locator("button.do-redact").click()
+        page.wait_for_selector("#error")
+        assert "type the task id" in page.locator("#error").inner_text()
+        assert page.locator("#redaction").count() == 0, "nothing redacted"
+        page.locator("button.open-redact").click()
+        form = page.locator("details.action-redact form")
+        form.locator('input[name="reason"]').fill("erasure request 12")
+        form.locator('input[name="confirm"]').fill(task_id)
+        form.locator("button.do-redact").click()
+        page.wait_for_selector("#message")
+        assert "redact recorded as event" in page.locator("#message").inner_text()
+        assert page.locator("#redacted-by").inner_text() == "olga"
+        assert page.locator("#redacted-reason").inner_text() == "erasure request 12"
+        assert page.locator("button.open-redact").count() == 0
+        result = page.locator('tr[data-step="collect"] td').nth(5).inner_text()
+        assert "$redacted" in result, result
+        page.screenshot(path=str(ARTIFACTS / "task-redacted.png"), full_page=True)
+
+        other.reload()
+        assert other.locator("#redacted-by").inner_text() == "olga"
+        assert other.locator("#hold-state").inner_text().startswith("not held")
+        other.close()
+        page.close()
+    finally:
         assert node.stop() == 0

@@ -277,7 +277,7 @@ def test_actions_need_a_reason_and_a_confirmation_and_are_audited(
     assert r.headers["location"] == f"/tasks/{task_id}", "no notice in the URL"
     assert notice(browser, r) == ("", "tick &#39;I am sure&#39; to confirm")
     r = browser.post(url, data={**form, "reason": " ", "confirm": "yes"})
-    assert notice(browser, r) == ("", "a reason is required")
+    assert notice(browser, r) == ("", "reason is required (up to 1024 characters)")
     r = browser.post(url, data={**form, "step": "collect", "reason": "r", "confirm": "yes"})
     assert "refused" in notice(browser, r)[1]
     r = browser.post(url, data={**form, "reason": "model fixed", "confirm": "yes"})

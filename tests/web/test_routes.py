@@ -148,3 +148,16 @@ async def test_the_guard_reads_the_table(web: Web, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(policy, "ROUTE_ROLES", gone)
     r = await client.get("/tasks/t1?as_of=x")
     assert r.status_code == 403 and "GET /tasks/{task_id} has no role in the policy" in r.text
+
+
+def test_each_action_form_takes_its_rpcs_role() -> None:
+    """The task page's forms (retry, skip, cancel, hold, release, redact) post to one
+    route: its role must be what each action's RPC takes, so that the web grants no
+    more and no less than `apollo11 hold` or `apollo11 redact`."""
+    from apollo11.scheduler.nodeview import ACTION_KINDS, RPCS
+    from apollo11.scheduler.security import METHOD_ROLES
+    from apollo11.scheduler.web.pages import ACT
+
+    assert {"hold", "release", "redact"} <= set(ACTION_KINDS)
+    for kind in ACTION_KINDS:
+        assert METHOD_ROLES[f"/apollo11.v1.Scheduler/{RPCS[kind]}"] == ROUTE_ROLES[f"POST {ACT}"]

@@ -133,3 +133,61 @@ def test_leading_engine_or_where_to_go() -> None:
 def test_a_retry_without_a_step_is_a_resume_of_the_steps_failed_for_good() -> None:
     act = actions.operator_action("retry", "t", reason="fixed")
     assert act.step == "" and act.describe() == "resume"
+
+
+class FakeRetention:
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+
+    async def hold(self, *args: Any, **kw: Any) -> Any:
+        return self.engine._record("hold", *args, **kw)
+
+
+class FakeHolder(FakeEngine):
+    """An engine with retention's holds (engine.retention.hold)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retention = FakeRetention(self)
+
+
+class FakeHoldClient(FakeEngine):
+    async def hold(self, *args: Any, **kw: Any) -> Any:
+        return self._record("hold", *args, **kw).event_id
+
+    async def release(self, *args: Any, **kw: Any) -> Any:
+        return self._record("release", *args, **kw).event_id
+
+
+def test_a_hold_needs_a_reason_a_release_does_not_and_neither_keeps_a_display() -> None:
+    with pytest.raises(InvalidArgumentError, match="reason is required"):
+        actions.operator_action("hold", "t1", reason="")
+    with pytest.raises(InvalidArgumentError, match="reason is 1025 characters"):
+        actions.operator_action("release", "t1", reason="r" * 1025)
+    # a TASK_HELD records its principal only: a typed name is not kept
+    hold = actions.operator_action("hold", "t1", reason="case 7", display="mallory")
+    assert hold == actions.OperatorAction("hold", "t1", "case 7", "", None)
+    assert actions.operator_action("release", "t1", reason="") == actions.OperatorAction(
+        "release", "t1", "", "", None
+    )
+
+
+@pytest.mark.parametrize(("kind", "held"), [("hold", True), ("release", False)])
+async def test_hold_and_release_on_the_engine_record_the_principal(
+    kind: actions.ActionKind, held: bool
+) -> None:
+    engine = FakeHolder()
+    act = actions.operator_action(kind, "t1", reason="case 7")
+    assert (await actions.on_engine(engine, act, operator="olga")).event_id == 7  # type: ignore[arg-type]
+    assert engine.calls == [
+        ("hold", ("t1",), {"operator": "olga", "reason": "case 7", "held": held})
+    ]
+
+
+@pytest.mark.parametrize("kind", ["hold", "release"])
+async def test_hold_and_release_forwarded_name_no_operator(kind: actions.ActionKind) -> None:
+    """From a standby: the session's token is the principal the primary records."""
+    client = FakeHoldClient()
+    act = actions.operator_action(kind, "t1", reason="case 7")
+    assert await actions.forward(client, act) == 7  # type: ignore[arg-type]
+    assert client.calls == [(kind, ("t1",), {"reason": "case 7"})]
