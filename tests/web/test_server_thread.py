@@ -17,6 +17,7 @@ import pytest
 
 from apollo11.scheduler.security import Principals
 from apollo11.scheduler.web import HttpServer
+from apollo11.scheduler.web.server import HTTP_NICE
 from tests.secure import Pki, make_pki
 
 WAIT_S = 30.0  # generous: a loaded 2-core machine
@@ -136,3 +137,18 @@ async def test_a_port_taken_is_an_error_from_start_and_leaves_no_thread(tmp_path
             await http.start()
         assert "address already in use" in str(e.value).lower()
     assert _http_threads() == []
+
+
+def _nice(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+
+
+async def test_the_http_thread_runs_below_the_nodes_threads(served: Served) -> None:
+    """A flood's handshakes on this port take their CPU from this thread's share,
+    not from the loop that serves the node's calls (issue 28)."""
+    (http_thread,) = _http_threads()
+    assert http_thread.native_id is not None
+    mine = _nice(threading.get_native_id())
+    assert _nice(http_thread.native_id) == min(19, mine + HTTP_NICE)
+    assert HTTP_NICE >= 10
