@@ -42,7 +42,7 @@ from apollo11.scheduler.security import Role, create_token
 from tests.nodes import ROOT, start_node
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Locator, Page
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
@@ -152,12 +152,7 @@ def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(
 
             page.goto(url)
             row = page.locator('tr[data-step="infer"]')
-            row.locator("button.open-retry").click()
-            form = row.locator("details.action-retry form")
-            form.locator('input[name="reason"]').fill("model server restarted")
-            form.locator('input[name="display"]').fill("Olga at the console")
-            form.locator('input[name="confirm"]').check()
-            form.locator("button.do-retry").click()
+            _act(row, "retry", reason="model server restarted", display="Olga at the console")
             page.wait_for_selector("#message")
             message = page.locator("#message").inner_text()
             assert "retry of infer recorded as event" in message
@@ -223,6 +218,29 @@ def test_sign_in_retry_a_failed_step_and_refuse_a_cross_site_post(
         assert (infer.override["operator"], infer.override["as"]) == ("olga", "Olga at the console")
     finally:
         assert node.stop() == 0
+
+
+def _act(
+    where: Page | Locator,
+    kind: str,
+    *,
+    reason: str | None = None,
+    display: str | None = None,
+    confirm: str | None = None,
+) -> None:
+    """Open `kind`'s action form under `where` (a page, or a step's row), fill it and
+    send it: `confirm` is typed (a redaction's task id), else the box is ticked."""
+    where.locator(f"button.open-{kind}").click()
+    form = where.locator(f"details.action-{kind} form")
+    if reason is not None:
+        form.locator('input[name="reason"]').fill(reason)
+    if display is not None:
+        form.locator('input[name="display"]').fill(display)
+    if confirm is None:
+        form.locator('input[name="confirm"]').check()
+    else:
+        form.locator('input[name="confirm"]').fill(confirm)
+    form.locator(f"button.do-{kind}").click()
 
 
 def _task_ids(page: Page) -> list[str]:
@@ -335,11 +353,7 @@ def test_the_task_list_and_a_task_page_in_a_browser(tmp_path: Path, chromium: Br
         url = f"{base}/tasks/{stuck.task_id}"
         page.goto(url)
         assert page.locator('tr[data-step="collect"] button.open-retry').count() == 1
-        page.locator("button.open-cancel").click()
-        form = page.locator("details.action-cancel form")
-        form.locator('input[name="reason"]').fill("not needed")
-        form.locator('input[name="confirm"]').check()
-        form.locator("button.do-cancel").click()
+        _act(page, "cancel", reason="not needed")
         page.wait_for_selector("#message")
         assert page.url == url, "no notice in the URL"
         assert "cancel recorded as event" in page.locator("#message").inner_text()
@@ -519,11 +533,7 @@ def test_hold_release_and_redact_a_task_in_a_browser(tmp_path: Path, chromium: B
         assert page.locator("#hold-state").inner_text().startswith("not held")
         assert page.locator("button.open-release").count() == 0
 
-        page.locator("button.open-hold").click()
-        form = page.locator("details.action-hold form")
-        form.locator('input[name="reason"]').fill("litigation 7")
-        form.locator('input[name="confirm"]').check()
-        form.locator("button.do-hold").click()
+        _act(page, "hold", reason="litigation 7")
         page.wait_for_selector("#message")
         assert re.fullmatch(
             r"hold recorded as event \d+ by olga", page.locator("#message").inner_text()
@@ -544,28 +554,17 @@ def test_hold_release_and_redact_a_task_in_a_browser(tmp_path: Path, chromium: B
         assert other.locator("form[action$='/release']").count() == 0
         assert "hold and redact need role operator" in other.locator("body").inner_text()
 
-        page.locator("button.open-release").click()
-        form = page.locator("details.action-release form")
-        form.locator('input[name="confirm"]').check()
-        form.locator("button.do-release").click()
+        _act(page, "release")
         page.wait_for_selector("#message")
         assert "release recorded as event" in page.locator("#message").inner_text()
         assert page.locator("#hold-state").inner_text().startswith("not held")
         assert page.locator("#held").count() == 0
 
-        page.locator("button.open-redact").click()
-        form = page.locator("details.action-redact form")
-        form.locator('input[name="reason"]').fill("erasure request 12")
-        form.locator('input[name="confirm"]').fill(task_id[:-1])  # a typo: refused
-        form.locator("button.do-redact").click()
+        _act(page, "redact", reason="erasure request 12", confirm=task_id[:-1])  # a typo
         page.wait_for_selector("#error")
         assert "type the task id" in page.locator("#error").inner_text()
         assert page.locator("#redaction").count() == 0, "nothing redacted"
-        page.locator("button.open-redact").click()
-        form = page.locator("details.action-redact form")
-        form.locator('input[name="reason"]').fill("erasure request 12")
-        form.locator('input[name="confirm"]').fill(task_id)
-        form.locator("button.do-redact").click()
+        _act(page, "redact", reason="erasure request 12", confirm=task_id)
         page.wait_for_selector("#message")
         assert "redact recorded as event" in page.locator("#message").inner_text()
         assert page.locator("#redacted-by").inner_text() == "olga"
