@@ -82,13 +82,13 @@ def bars(events: Iterable[Event]) -> list[Bar]:
 
 @dataclass(frozen=True, slots=True)
 class RecordedAction:
-    """An operator's retry, skip or cancel: `who` is the authenticated principal,
-    with the display name they typed beside it."""
+    """An operator's retry, skip, cancel, hold, release or redaction: `who` is the
+    authenticated principal, with the display name they typed beside it."""
 
     event_id: int
     timestamp: int
     action: str
-    step: str  # "" for a cancel (the whole task)
+    step: str  # "" for an act on the whole task
     who: str
     reason: str
 
@@ -105,16 +105,20 @@ def who(record: Mapping[str, Any] | None) -> str:
 def actions(events: Iterable[Event]) -> list[RecordedAction]:
     out = []
     for e in events:
+        by = who(e.payload)
         if e.event_type is EventType.MANUAL_OVERRIDE:
             what = str(e.payload.get("action", ""))
         elif e.event_type is EventType.TASK_CANCELLED:
             what = "cancel"
+        elif e.event_type is EventType.TASK_REDACTED:
+            what = "redact"
+        elif e.event_type is EventType.TASK_HELD:
+            # a hold records its principal as `by`, with no display name
+            what, by = ("hold" if e.payload.get("held") else "release"), str(e.payload["by"])
         else:
             continue
         reason = str(e.payload.get("reason") or "")
-        out.append(
-            RecordedAction(e.event_id, e.timestamp, what, e.step_name, who(e.payload), reason)
-        )
+        out.append(RecordedAction(e.event_id, e.timestamp, what, e.step_name, by, reason))
     return out
 
 

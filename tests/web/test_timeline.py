@@ -57,3 +57,26 @@ def test_durations_read_as_a_person_would_say_them() -> None:
         "1.5 h",
         "2 d",
     ]
+
+
+def test_the_recorded_actions_hold_release_and_redaction_too() -> None:
+    """The task page's actions table lists every operator's act on the task, with
+    the principal the event recorded (a hold's is `by`)."""
+    events = [
+        *EVENTS,
+        _e(8, EventType.MANUAL_OVERRIDE, "b", 7100, 7, "n2", action="retry", operator="ann",
+           reason="flaky"),
+        _e(9, EventType.TASK_HELD, "", 7200, 7, "n2", held=True, by="olga", reason="case 7"),
+        _e(10, EventType.TASK_HELD, "", 7300, 7, "n2", held=False, by="olga", reason=""),
+        _e(11, EventType.TASK_REDACTED, "", 7400, 7, "n2", operator="olga", reason="erasure",
+           **{"as": "Olga O."}),
+        _e(12, EventType.TASK_CANCELLED, "", 7500, 7, "n2", operator="bob", reason="stop"),
+    ]  # fmt: skip
+    got = [(a.event_id, a.action, a.step, a.who, a.reason) for a in timeline.actions(events)]
+    assert got == [
+        (8, "retry", "b", "ann", "flaky"),
+        (9, "hold", "", "olga", "case 7"),
+        (10, "release", "", "olga", ""),
+        (11, "redact", "", "olga (as Olga O.)", "erasure"),
+        (12, "cancel", "", "bob", "stop"),
+    ]
