@@ -13,13 +13,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import resource
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from apollo11.scheduler import metrics
-from apollo11.scheduler.bucket import build_data_dir, load_catalog, open_bucket, verify_archive
+from apollo11.scheduler.bucket import (
+    ObjectStore,
+    build_data_dir,
+    load_catalog,
+    open_bucket,
+    verify_archive,
+)
 from apollo11.scheduler.log import FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.testing.history import etl_history
@@ -27,18 +36,38 @@ from apollo11.scheduler.testing.seaweed import BUCKET, LocalSeaweed
 from tests.scheduler.bucket.helpers import Host, shipper
 
 
-def _pct(xs: list[float], p: float) -> float:
+def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0.0
 
 
-async def _run(root: Path, seconds: float, rate: int, segment_kb: int) -> None:
+def archived_store(
+    root: Path, name: str, *, segment_kb: int, fsync: FsyncPolicy, snapshot_interval: int
+) -> tuple[Store, ObjectStore]:
+    """An in-process store in `root`/n1 and a fresh prefix of the bucket for it."""
     cfg = StoreConfig(
-        log=LogConfig(segment_max_bytes=segment_kb * 1024, fsync=FsyncPolicy.ALWAYS),
-        snapshot_interval=1000,
+        log=LogConfig(segment_max_bytes=segment_kb * 1024, fsync=fsync),
+        snapshot_interval=snapshot_interval,
     )
     store = Store.open(root / "n1", config=cfg, instance_id="n1")
-    objects = open_bucket(f"s3://{BUCKET}/measure-{int(time.time())}")
+    return store, open_bucket(f"s3://{BUCKET}/{name}-{int(time.time())}")
+
+
+def beside_seaweed(run: Callable[[Path], Coroutine[Any, Any, None]]) -> None:
+    """`run(dir)` in a temporary directory, a real SeaweedFS serving the bucket."""
+    with tempfile.TemporaryDirectory() as d:
+        server = LocalSeaweed(Path(d) / "s3").start()
+        try:
+            os.environ.update(server.env())
+            asyncio.run(run(Path(d)))
+        finally:
+            server.stop()
+
+
+async def _run(root: Path, seconds: float, rate: int, segment_kb: int) -> None:
+    store, objects = archived_store(
+        root, "measure", segment_kb=segment_kb, fsync=FsyncPolicy.ALWAYS, snapshot_interval=1000
+    )
     s = shipper(Host(store), objects)
     s.poll_s = 0.2
     ship = asyncio.create_task(s.run())
@@ -92,12 +121,12 @@ async def _run(root: Path, seconds: float, rate: int, segment_kb: int) -> None:
     )
     print(
         f"segments uploaded: {len(catalog.segments)}, snapshots: {len(catalog.snapshots)}; "
-        f"upload lag (sealed -> in the catalog) p50 {_pct(lags, 0.5) * 1000:.0f} ms, "
-        f"p99 {_pct(lags, 0.99) * 1000:.0f} ms, max {max(lags, default=0) * 1000:.0f} ms"
+        f"upload lag (sealed -> in the catalog) p50 {pct(lags, 0.5) * 1000:.0f} ms, "
+        f"p99 {pct(lags, 0.99) * 1000:.0f} ms, max {max(lags, default=0) * 1000:.0f} ms"
     )
     print(
-        f"apollo11_archive_lag_events: p50 {_pct(lag_events, 0.5):.0f}, "
-        f"p99 {_pct(lag_events, 0.99):.0f}, max {max(lag_events, default=0):.0f}"
+        f"apollo11_archive_lag_events: p50 {pct(lag_events, 0.5):.0f}, "
+        f"p99 {pct(lag_events, 0.99):.0f}, max {max(lag_events, default=0):.0f}"
     )
     print(
         f"compression: {report.raw_bytes} -> {report.stored_bytes} bytes "
@@ -114,15 +143,7 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=2000)
     p.add_argument("--segment-kb", type=int, default=1024)
     a = p.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        server = LocalSeaweed(Path(d) / "s3").start()
-        try:
-            import os
-
-            os.environ.update(server.env())
-            asyncio.run(_run(Path(d), a.seconds, a.rate, a.segment_kb))
-        finally:
-            server.stop()
+    beside_seaweed(lambda root: _run(root, a.seconds, a.rate, a.segment_kb))
 
 
 if __name__ == "__main__":

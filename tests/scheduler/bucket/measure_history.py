@@ -15,37 +15,26 @@ the segment already cached (the next page of the same task, or a neighbour's).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
-import os
-import tempfile
 import time
 from pathlib import Path
 
-from apollo11.scheduler.bucket import BucketHistory, load_catalog, open_bucket
-from apollo11.scheduler.log import FsyncPolicy, LogConfig
-from apollo11.scheduler.state import Store, StoreConfig
+from apollo11.scheduler.bucket import BucketHistory, load_catalog
+from apollo11.scheduler.log import FsyncPolicy
 from apollo11.scheduler.testing.history import etl_history
-from apollo11.scheduler.testing.seaweed import BUCKET, LocalSeaweed
 from tests.scheduler.bucket.helpers import Host, ship_all, shipper
-
-
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0.0
+from tests.scheduler.bucket.measure import archived_store, beside_seaweed, pct
 
 
 def _ms(xs: list[float]) -> str:
-    return f"p50 {_pct(xs, 0.5) * 1000:.2f} ms, p99 {_pct(xs, 0.99) * 1000:.2f} ms"
+    return f"p50 {pct(xs, 0.5) * 1000:.2f} ms, p99 {pct(xs, 0.99) * 1000:.2f} ms"
 
 
 async def _run(root: Path, events: int, segment_kb: int, n_tasks: int) -> None:
-    cfg = StoreConfig(
-        log=LogConfig(segment_max_bytes=segment_kb * 1024, fsync=FsyncPolicy.UNSAFE_NEVER),
+    store, objects = archived_store(
+        root, "history", segment_kb=segment_kb, fsync=FsyncPolicy.UNSAFE_NEVER,
         snapshot_interval=5000,
-    )
-    store = Store.open(root / "n1", config=cfg, instance_id="n1")
-    objects = open_bucket(f"s3://{BUCKET}/history-{int(time.time())}")
+    )  # fmt: skip
     it = etl_history(10**7, seed=1, concurrency=50)
     while store.log.durable_id < events:
         await store.log.append_many(list(itertools.islice(it, 500)))
@@ -88,8 +77,8 @@ async def _run(root: Path, events: int, segment_kb: int, n_tasks: int) -> None:
     print(f"from the bucket, nothing cached (fetch+check): {_ms(cold)}")
     print(f"from the bucket, its segment cached:           {_ms(warm)}")
     print(
-        f"ratio, p50: bucket cold / disk {_pct(cold, 0.5) / _pct(disk, 0.5):.0f}x, "
-        f"cached / disk {_pct(warm, 0.5) / _pct(disk, 0.5):.2f}x"
+        f"ratio, p50: bucket cold / disk {pct(cold, 0.5) / pct(disk, 0.5):.0f}x, "
+        f"cached / disk {pct(warm, 0.5) / pct(disk, 0.5):.2f}x"
     )
 
 
@@ -99,13 +88,7 @@ def main() -> None:
     p.add_argument("--segment-kb", type=int, default=4096)
     p.add_argument("--tasks", type=int, default=50)
     a = p.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        server = LocalSeaweed(Path(d) / "s3").start()
-        try:
-            os.environ.update(server.env())
-            asyncio.run(_run(Path(d), a.events, a.segment_kb, a.tasks))
-        finally:
-            server.stop()
+    beside_seaweed(lambda root: _run(root, a.events, a.segment_kb, a.tasks))
 
 
 if __name__ == "__main__":
