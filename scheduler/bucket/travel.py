@@ -117,8 +117,7 @@ def state_from_bucket(
     if until is not None and state.last_event_id < until:
         raise LogError(f"the log ends at event {state.last_event_id}, before {until}")
     if until is not None:
-        later = _deciding_after(history, catalog, data_dir, state.last_event_id)
-        for task_id, rid in redactions_after(later, state.holds).items():
+        for task_id, rid in _later_redactions(history, catalog, data_dir, state).items():
             task = state.task(task_id)  # into memory: an archived one is changed too
             if task is not None:
                 hide_data(task, rid)
@@ -157,23 +156,57 @@ def _load_snapshot(objects: ObjectStore, snap: SnapshotEntry) -> State:
     return state
 
 
-def _deciding_after(
-    history: BucketHistory, catalog: Catalog, data_dir: str | os.PathLike[str], past: int
-) -> Sequence[Event]:
-    """The TASK_REDACTED and TASK_HELD after event `past`: from the disk where it holds
-    them, from the bucket below its first kept event."""
+def _later_redactions(
+    history: BucketHistory, catalog: Catalog, data_dir: str | os.PathLike[str], past: State
+) -> dict[str, int]:
+    """The redactions recorded after the past state that the fold takes (by task id,
+    the redaction's id), as `fold.redactions_after` judges them.
+
+    The directory's newest snapshot past it already names those up to its watermark
+    (`State.redacted`: the fold judged them, holds included): then only the disk's
+    records after that watermark are scanned. Without one, the records after the
+    past state are, from the disk where it holds them and from the bucket below it
+    (for a past state far back, most of the bucket)."""
     data = DataDir.open_existing(data_dir)
+    at = past.last_event_id
     names = (parse_segment_name(n) for n in os.listdir(data.log_dir))
     disk_first = min((f for f in names if f is not None), default=catalog.through + 1)
+    local = _newest_local(data, at, disk_first)
+    if local is not None:
+        known = {t: rid for t, rid in local.redacted.items() if rid > at}
+        after = _disk_deciding(data, local.last_event_id + 1)
+        for t, rid in redactions_after(after, local.holds).items():
+            if t not in local.redacted:  # the fold refuses a second redaction
+                known.setdefault(t, rid)
+        return known
     found: list[Event] = []
-    for entry in covering_range(catalog, past + 1, min(catalog.through, disk_first - 1)):
-        a, b = max(past + 1, entry.first), min(entry.last, disk_first - 1)
+    for entry in covering_range(catalog, at + 1, min(catalog.through, disk_first - 1)):
+        a, b = max(at + 1, entry.first), min(entry.last, disk_first - 1)
         found.extend(e for e in history.segment_events(entry, a, b) if e.event_type in _DECIDING)
+    found.extend(_disk_deciding(data, max(at + 1, disk_first)))
+    return redactions_after(found, past.holds)
+
+
+def _newest_local(data: DataDir, at: int, disk_first: int) -> State | None:
+    """The directory's newest readable snapshot past event `at` that its log runs on
+    from, or None."""
+    snapshots = Snapshots(data.snapshot_dir)
+    for mark in snapshots.watermarks():
+        if mark <= at or mark + 1 < disk_first:
+            return None
+        try:
+            return snapshots.load(mark)[1]
+        except SnapshotError:
+            continue  # an older one, or the scan: never a guess
+    return None
+
+
+def _disk_deciding(data: DataDir, start: int) -> list[Event]:
+    """The TASK_REDACTED and TASK_HELD of the directory's log from event `start` on."""
+    found: list[Event] = []
 
     def keep(events: Sequence[Event]) -> None:
         found.extend(e for e in events if e.event_type in _DECIDING)
 
-    EventLog.open(
-        data.root, read_only=True, replay_from=max(past + 1, disk_first), on_events=keep
-    ).close_sync()
+    EventLog.open(data.root, read_only=True, replay_from=start, on_events=keep).close_sync()
     return found

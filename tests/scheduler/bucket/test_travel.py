@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -61,10 +62,11 @@ def _finished_before(store: Store, before: int, skip: str = "") -> str:
     )
 
 
-async def _history(root: Path, url: str) -> tuple[int, int, int]:
+async def _history(root: Path, url: str) -> tuple[int, int, int, int]:
     """A node's history in the bucket at `url`, with a task redacted and one purged
     after snapshots the bucket keeps, and local retention past all of it. The ids
-    of the purge, of the redaction, and of the snapshot uploaded just before it."""
+    of the purge, of the redaction, of the snapshot uploaded just before it, and of
+    the log's last event."""
     cfg = dataclasses.replace(CONFIG, keep_all_segments=False, snapshots_keep=1)
     store = Store.open(root, config=cfg, instance_id="n1")
     s = shipper(Host(store), open_bucket(url))
@@ -91,15 +93,16 @@ async def _history(root: Path, url: str) -> tuple[int, int, int]:
         await ship_all(s)
         await ship_all(s)
     assert store.log.first_id > redact_id, "the disk no longer reaches back to the redaction"
+    end = store.log.durable_id
     await store.close()
-    return purge_id, redact_id, before
+    return purge_id, redact_id, before, end
 
 
 async def test_replay_until_starts_at_the_newest_bucket_snapshot_and_agrees_with_event_one(
     tmp_path: Path, archive_url: str
 ) -> None:
     data = tmp_path / "n1"
-    purge_id, redact_id, before = await _history(data, archive_url)
+    purge_id, redact_id, before, end = await _history(data, archive_url)
     catalog = load_catalog(open_bucket(archive_url))
     marks = [s.watermark for s in catalog.snapshots]
     assert before in marks, "the snapshot older than the redaction is still listed"
@@ -109,7 +112,8 @@ async def test_replay_until_starts_at_the_newest_bucket_snapshot_and_agrees_with
         "a redacted task's data in the snapshot": redact_id - 1,
         "right after the purge": purge_id,
         "at the redaction": redact_id,
-        "past the redaction": marks[-1] + 7,
+        "the bucket's last event": catalog.through,
+        "past the bucket's end, on the disk": end,
     }
     for what, n in cases.items():
         spy = _Spy(open_bucket(archive_url))
@@ -125,6 +129,16 @@ async def test_replay_until_starts_at_the_newest_bucket_snapshot_and_agrees_with
         assert whole.snapshot == 0
         assert got.state.last_event_id == whole.state.last_event_id == n, what
         assert got.state.to_dict() == whole.state.to_dict(), what
+    # without a local snapshot past N to name the later redactions, the records after
+    # N are scanned (the bucket's, then the disk's): the same answer
+    bare = tmp_path / "bare"
+    shutil.copytree(data, bare)
+    for f in (bare / "snapshots").iterdir():
+        f.unlink()
+    n = redact_id - 1
+    scanned = state_from_bucket(BucketHistory(open_bucket(archive_url)), bare, n)
+    whole = state_from_bucket(BucketHistory(open_bucket(archive_url)), data, n, from_snapshot=False)
+    assert scanned.state.to_dict() == whole.state.to_dict()
     assert start_for(catalog, marks[0] - 3) is None, "before the first: from event 1"
     assert start_for(catalog, before) is not None and start_for(catalog, before).watermark == before  # type: ignore[union-attr]
 
@@ -147,7 +161,7 @@ async def test_a_corrupt_snapshot_or_segment_stops_the_replay_naming_its_key(
     tmp_path: Path, archive_url: str
 ) -> None:
     data = tmp_path / "n1"
-    _, redact_id, _ = await _history(data, archive_url)
+    _, redact_id, _, _ = await _history(data, archive_url)
     objects = open_bucket(archive_url)
     catalog = load_catalog(objects)
     snap = start_for(catalog, redact_id)
