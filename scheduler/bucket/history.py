@@ -24,7 +24,6 @@ segment not in the cache; the answers that use it say so.
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -34,9 +33,8 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket.catalog import Catalog, SegmentEntry
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.verify import fetch_segment, load_catalog
-from apollo11.scheduler.errors import CorruptObjectError, LogError, SnapshotError
-from apollo11.scheduler.log import FRAME, DataDir, Event, EventLog, decode_batch
-from apollo11.scheduler.state import State, apply_all, paused_gc
+from apollo11.scheduler.errors import CorruptObjectError
+from apollo11.scheduler.log import FRAME, Event, decode_batch
 
 CACHE_SEGMENTS = 4  # objects kept in memory, decompressed...
 CACHE_BYTES = 256 * 1024 * 1024  # ...and at most this many raw bytes of them
@@ -204,38 +202,3 @@ class BucketHistory:
                 _, gone = self._cache.popitem(last=False)
                 total -= len(gone.raw)
         return seg
-
-
-def state_from_bucket(
-    history: BucketHistory, data_dir: str | os.PathLike[str], until: int | None
-) -> tuple[State, int]:
-    """Time travel offline (`apollo11 replay --until`) when the data directory's log no
-    longer starts early enough and no snapshot it keeps covers `until`: the bucket's
-    segments replayed from event 1, then the directory's own log from where the
-    bucket ends, up to `until`. The state, and the id below which events came from
-    the bucket. Slow (every event from the first), and the command says so."""
-    catalog = history.catalog()
-    if not catalog.segments or catalog.segments[0].first != 1:
-        start = catalog.segments[0].first if catalog.segments else 0
-        raise SnapshotError(
-            f"the bucket {history.describe} does not start at event 1 "
-            f"({'it is empty' if not start else f'it starts at {start}'}): the state "
-            f"before it cannot be rebuilt"
-        )
-    state = State()
-    end = catalog.through if until is None else min(until, catalog.through)
-    with paused_gc():
-        for entry in covering_range(catalog, 1, end):
-            apply_all(state, history.segment_events(entry, entry.first, min(end, entry.last)))
-        if until is None or until > catalog.through:
-            data = DataDir.open_existing(data_dir)
-            EventLog.open(
-                data.root,
-                read_only=True,
-                replay_from=catalog.through + 1,
-                on_events=lambda evs: apply_all(state, evs),
-                until=until,
-            ).close_sync()
-    if until is not None and state.last_event_id < until:
-        raise LogError(f"the log ends at event {state.last_event_id}, before {until}")
-    return state, end + 1

@@ -102,7 +102,7 @@ def export(
     began = time.monotonic()
     if output is None:
         sink = _Sink(sys.stdout.buffer, refs, inline_max_bytes)
-        written, skipped, gone = run(
+        written, skipped, gone, partial = run(
             _export(server, workflow, state, since_ms, until_ms, None, sink, rate)
         )
     else:
@@ -112,7 +112,7 @@ def export(
         with open(output, "ab") as f:
             sink = _Sink(f, refs, inline_max_bytes)
             after = start.after
-            written, skipped, gone = run(
+            written, skipped, gone, partial = run(
                 _export(server, workflow, state, since_ms, until_ms, after, sink, rate)
             )
             f.flush()
@@ -128,6 +128,14 @@ def export(
         print(
             f"not exported: {gone} listed task(s) gone when read (NOT_FOUND: purged by "
             "retention since the listing)",
+            file=sys.stderr,
+        )
+    if partial:
+        print(
+            f"incomplete: {partial} exported task(s) lack their oldest events: the node's "
+            "log retention dropped them and no bucket gave them back (a node without "
+            '--archive-url); their lines say so ("events_from", "incomplete"). '
+            "Export through a node with --archive-url for the whole history.",
             file=sys.stderr,
         )
 
@@ -160,8 +168,9 @@ async def _export(
     after: Any,
     sink: _Sink,
     rate: float,
-) -> tuple[int, int, int]:
-    """(written, already in the file, gone: listed, then NOT_FOUND when read)."""
+) -> tuple[int, int, int, int]:
+    """(written, already in the file, gone: listed, then NOT_FOUND when read,
+    incomplete: written without their oldest events, which the node no longer holds)."""
     async with client(server) as c:
         rows: list[Any] = []
         token = ""
@@ -175,7 +184,7 @@ async def _export(
         todo = [t for t in tasks if after is None or order_key(t) > after]
         window_size = _WINDOW if not rate else max(1, min(_WINDOW, int(rate / 10)))
         began = time.monotonic()
-        gone = 0
+        gone = partial = 0
         for i in range(0, len(todo), window_size):
             if rate:  # paced: the i-th task not before i / rate seconds in
                 await asyncio.sleep(max(0.0, began + i / rate - time.monotonic()))
@@ -185,22 +194,31 @@ async def _export(
                 if got is None:
                     gone += 1
                 else:
-                    sink.write(*got)
-        return len(todo) - gone, len(tasks) - len(todo), gone
+                    line, values, incomplete = got
+                    sink.write(line, values)
+                    partial += incomplete
+        return len(todo) - gone, len(tasks) - len(todo), gone, partial
 
 
-async def _line(c: Any, task_id: str, limit: int) -> tuple[bytes, dict[str, bytes]] | None:
-    """The task's line, or None when it is gone since the listing (retention purged it:
-    NOT_FOUND), which is no reason to fail the rest of the export."""
+async def _line(c: Any, task_id: str, limit: int) -> tuple[bytes, dict[str, bytes], bool] | None:
+    """The task's line, its values by reference, and whether its oldest events are
+    missing (the node's log retention dropped them and it has no bucket to read them
+    from: the line says so); or None when the task is gone since the listing
+    (retention purged it: NOT_FOUND), which is no reason to fail the rest of the export."""
     try:
         task = await c.task(task_id)
         events: list[Any] = []
+        gone, note = 0, ""
         nxt = task.first_event_id
         while nxt:
-            page, nxt = await c.events(
+            page = await c.events_page(
                 task_id=task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
             )
-            events.extend(page)
+            if page.gone_before > gone:
+                gone, note = page.gone_before, page.note
+            events.extend(page.events)
+            nxt = page.next_id
     except NotFoundError:
         return None
-    return task_line(task, events, limit)
+    line, values = task_line(task, events, limit, gone_before=gone, gone_note=note)
+    return line, values, bool(gone)

@@ -136,13 +136,25 @@ def by_reference(value: Any, limit: int, refs: dict[str, bytes]) -> Any:
 
 
 def task_line(
-    task: TaskView, events: Iterable[EventView], limit: int
+    task: TaskView,
+    events: Iterable[EventView],
+    limit: int,
+    *,
+    gone_before: int = 0,
+    gone_note: str = "",
 ) -> tuple[bytes, dict[str, bytes]]:
-    """One task's line (with its b"\\n") and the values it refers to by name."""
+    """One task's line (with its b"\\n") and the values it refers to by name.
+    `gone_before`: the node no longer holds the task's events below this id (its log
+    retention dropped them, and no bucket gave them back); the line says so, in
+    `events_from` and `incomplete` (`gone_note`, the node's sentence), never a
+    shorter history passed off as the whole."""
     refs: dict[str, bytes] = {}
     body = task.to_json()
     for key in _VOLATILE:
         body.pop(key, None)
+    if gone_before:
+        body["events_from"] = gone_before
+        body["incomplete"] = gone_note
     body["first_event_id"] = task.first_event_id
     body["idempotency_key"] = task.idempotency_key
     body["input"] = by_reference(task.input, limit, refs)

@@ -98,9 +98,9 @@ def _from_bucket(data_dir: Path, until: int | None, archive_url: str) -> State:
     from apollo11.scheduler.cli._shared import err
 
     history = BucketHistory(open_bucket(archive_url))
-    state, below = state_from_bucket(history, data_dir, until)
-    err.print(f"(events before {below} read from the bucket)", markup=False)
-    return state
+    travelled = state_from_bucket(history, data_dir, until)
+    err.print(travelled.note, markup=False)
+    return travelled.state
 
 
 def replay_check(

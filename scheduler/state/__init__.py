@@ -17,7 +17,7 @@ no storage (pyproject.toml's contract "The pure decisions").
 
 from apollo11.scheduler.state import merger, repair, scrub
 from apollo11.scheduler.state.archive import Archive
-from apollo11.scheduler.state.fold import apply, apply_all, hide_data, replay
+from apollo11.scheduler.state.fold import apply, apply_all, hide_data, redactions_after, replay
 from apollo11.scheduler.state.index import (
     State,
     Summary,
@@ -48,7 +48,7 @@ from apollo11.scheduler.state.repair import set_aside as set_aside_for_repair
 from apollo11.scheduler.state.schedule import OccurrenceRecord, ScheduleState, spec_dict
 from apollo11.scheduler.state.scrub import Damage, Scrubber
 from apollo11.scheduler.state.scrub import Targets as ScrubTargets
-from apollo11.scheduler.state.snapshot import SnapshotInfo, watermark_of
+from apollo11.scheduler.state.snapshot import SnapshotInfo, Snapshots, watermark_of
 from apollo11.scheduler.state.store import (
     NeedsFullReplay,
     OlderHistory,
@@ -76,6 +76,7 @@ __all__ = [
     "ScrubTargets",
     "Scrubber",
     "SnapshotInfo",
+    "Snapshots",
     "State",
     "StepState",
     "StepStatus",
@@ -96,6 +97,7 @@ __all__ = [
     "merger_pids",
     "outcome",
     "paused_gc",
+    "redactions_after",
     "reindex",
     "repair",
     "repair_done",

@@ -180,11 +180,11 @@ async def test_replay_until_reads_the_bucket_when_the_disk_no_longer_reaches(
     await store.close()
     with pytest.raises(HistoryGoneError, match=f"events before {first} are not kept"):
         state_at(tmp_path / "n1", until=UNTIL)
-    state, below = state_from_bucket(BucketHistory(objects), tmp_path / "n1", UNTIL)
-    assert state.to_dict() == expected
-    assert below == UNTIL + 1
-    whole, below = state_from_bucket(BucketHistory(objects), tmp_path / "n1", None)
-    assert whole.to_dict() == state_at(tmp_path / "n1").to_dict(), "the bucket, then the disk"
+    past = state_from_bucket(BucketHistory(objects), tmp_path / "n1", UNTIL)
+    assert past.state.to_dict() == expected
+    assert past.below == UNTIL + 1
+    whole = state_from_bucket(BucketHistory(objects), tmp_path / "n1", None)
+    assert whole.state.to_dict() == state_at(tmp_path / "n1").to_dict(), "the bucket, then the disk"
 
 
 async def test_a_segment_rewritten_since_the_catalog_was_read_is_read_anew(

@@ -62,6 +62,15 @@ def _attempts(html: str) -> str:
     return table
 
 
+def _exported(out: Path, task_id: str, server: str, env: dict[str, str]) -> tuple[dict, str]:  # type: ignore[type-arg]
+    """`apollo11 export` into `out`: the task's line, and what the command said."""
+    out.unlink(missing_ok=True)
+    done = _cli("export", "--output", str(out), server=server, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    return next(t for t in lines if t["task_id"] == task_id), done.stderr
+
+
 def _first_on_disk(data: Path) -> int:
     return min(f for p in (data / "log").iterdir() if (f := parse_segment_name(p.name)))
 
@@ -113,6 +122,8 @@ def test_old_events_come_back_from_the_bucket_and_a_corrupt_object_is_reported(
         assert "bucket" not in events_before.stderr, "all on disk so far"
         page_before = httpx.get(f"{base}/tasks/{task_id}").text
         assert 'id="history-note"' not in page_before
+        line_before, _ = _exported(tmp_path / "e.jsonl", task_id, node.address, env)
+        assert "incomplete" not in line_before
 
         _drop_until_gone(node, data, last)
         assert load_catalog(open_bucket(archive_url)).segments[0].first == 1
@@ -140,6 +151,10 @@ def test_old_events_come_back_from_the_bucket_and_a_corrupt_object_is_reported(
         listed = httpx.get(f"{base}/events", params={"task": task_id}).text
         assert re.findall(r"<tr><td>(\d+)</td>", listed) == [str(e.event_id) for e in evs]
         assert "read from the bucket" in listed
+        # export reads the task's oldest events back from the bucket too: the same line
+        line_after, said = _exported(tmp_path / "e.jsonl", task_id, node.address, env)
+        assert line_after == line_before
+        assert "incomplete" not in said
         assert node.stop() == 0
     finally:
         if node.alive():
@@ -188,6 +203,17 @@ def test_old_events_come_back_from_the_bucket_and_a_corrupt_object_is_reported(
             f"is set)" in bare.stderr
         )
         assert len(bare.stdout.splitlines()) < len(events_before.stdout.splitlines())
+        # export says which lines lack their oldest events, and stays idempotent
+        line, said = _exported(tmp_path / "a.jsonl", task_id, node.address, env)
+        again, _ = _exported(tmp_path / "b.jsonl", task_id, node.address, env)
+        assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+        assert line == again
+        assert line["events_from"] == first
+        assert line["incomplete"] == (
+            f"events before {first} are no longer on this node's disk and no --archive-url is set"
+        )
+        assert len(line["events"]) < len(line_before["events"])
+        assert re.search(r"incomplete: \d+ exported task\(s\) lack their oldest events", said)
         assert node.stop() == 0
     finally:
         if node.alive():

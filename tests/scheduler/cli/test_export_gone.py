@@ -1,5 +1,6 @@
 """`apollo11 export` over a fake client: a task retention purged between the listing
-and its line is skipped and counted, and a line carries no live hold."""
+and its line is skipped and counted, a line carries no live hold, and a line whose
+oldest events the node no longer holds says so."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from apollo11.scheduler.cli import _export, app
-from apollo11.scheduler.client import EventView, TaskSummaryView, TaskView
+from apollo11.scheduler.client import EventsPage, TaskSummaryView, TaskView
 from apollo11.scheduler.errors import NotFoundError
 
 
@@ -26,8 +27,9 @@ def _task(task_id: str, ms: int) -> TaskView:
 class _Client:
     """Lists t1..t3; t2 was purged by retention before its line was read."""
 
-    def __init__(self, held: dict[str, Any] | None = None) -> None:
+    def __init__(self, held: dict[str, Any] | None = None, gone: str = "") -> None:
         self.held = held
+        self.gone = gone  # this task's oldest events: no longer on the node's disk
 
     async def __aenter__(self) -> _Client:
         return self
@@ -44,12 +46,14 @@ class _Client:
             raise NotFoundError("task 't2' was purged by retention (event 40)")
         return dataclasses.replace(_task(task_id, int(task_id[1:])), held=self.held)
 
-    async def events(self, **kw: Any) -> tuple[list[EventView], int]:
-        return [], 0
+    async def events_page(self, **kw: Any) -> EventsPage:
+        return EventsPage([], 0, 0, 7 if kw["task_id"] == self.gone else 0)
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, out: Path, held: dict[str, Any] | None = None) -> Any:
-    monkeypatch.setattr(_export, "client", lambda server: _Client(held))
+def _run(
+    monkeypatch: pytest.MonkeyPatch, out: Path, held: dict[str, Any] | None = None, gone: str = ""
+) -> Any:
+    monkeypatch.setattr(_export, "client", lambda server: _Client(held, gone))
     return CliRunner().invoke(app, ["export", "--output", str(out)])
 
 
@@ -72,3 +76,18 @@ def test_a_line_carries_no_live_hold(tmp_path: Path, monkeypatch: pytest.MonkeyP
     _run(monkeypatch, held, hold)
     assert plain.read_bytes() == held.read_bytes()
     assert b'"held"' not in plain.read_bytes()
+
+
+def test_a_line_without_its_oldest_events_says_so_and_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "x.jsonl"
+    res = _run(monkeypatch, out, gone="t3")
+    assert res.exit_code == 0, res.output
+    lines = {(d := orjson.loads(line))["task_id"]: d for line in out.read_bytes().splitlines()}
+    assert "events_from" not in lines["t1"]
+    assert lines["t3"]["events_from"] == 7
+    assert lines["t3"]["incomplete"] == (
+        "events before 7 are no longer on this node's disk and no --archive-url is set"
+    )
+    assert "incomplete: 1 exported task(s) lack their oldest events" in res.stderr

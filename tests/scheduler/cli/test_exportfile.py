@@ -87,3 +87,13 @@ def test_times_are_iso_8601_and_a_bad_one_names_its_flag() -> None:
     assert parse_time("--until", None) is None
     with pytest.raises(ExportError, match="--until 'yesterday' is not a time"):
         parse_time("--until", "yesterday")
+
+
+def test_a_line_whose_oldest_events_are_gone_says_from_which_event_it_holds_them() -> None:
+    ev = EventView(40, 1, "n1", "t1", "s", "STEP_SUCCEEDED", {}, 5, 1)
+    note = "events before 37 are no longer on this node's disk and no --archive-url is set"
+    line, _ = task_line(_task("t1", 5, "x"), [ev], 1000, gone_before=37, gone_note=note)
+    body = orjson.loads(line)
+    assert body["events_from"] == 37 and body["incomplete"] == note
+    whole, _ = task_line(_task("t1", 5, "x"), [ev], 1000)
+    assert b"events_from" not in whole and b"incomplete" not in whole
