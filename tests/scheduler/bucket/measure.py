@@ -23,7 +23,7 @@ from typing import Any
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import (
-    ObjectStore,
+    S3Objects,
     build_data_dir,
     load_catalog,
     open_bucket,
@@ -43,14 +43,19 @@ def pct(xs: list[float], p: float) -> float:
 
 def archived_store(
     root: Path, name: str, *, segment_kb: int, fsync: FsyncPolicy, snapshot_interval: int
-) -> tuple[Store, ObjectStore]:
+) -> tuple[Store, S3Objects]:
     """An in-process store in `root`/n1 and a fresh prefix of the bucket for it."""
     cfg = StoreConfig(
         log=LogConfig(segment_max_bytes=segment_kb * 1024, fsync=fsync),
         snapshot_interval=snapshot_interval,
     )
     store = Store.open(root / "n1", config=cfg, instance_id="n1")
-    return store, open_bucket(f"s3://{BUCKET}/{name}-{int(time.time())}")
+    return store, open_bucket(bucket_url(name))
+
+
+def bucket_url(name: str) -> str:
+    """A prefix of the bucket no earlier run used."""
+    return f"s3://{BUCKET}/{name}-{time.time_ns()}"
 
 
 def beside_seaweed(run: Callable[[Path], Coroutine[Any, Any, None]]) -> None:

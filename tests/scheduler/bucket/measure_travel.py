@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,24 +25,24 @@ from apollo11.scheduler.bucket import (
     start_for,
     state_from_bucket,
 )
-from apollo11.scheduler.log import FsyncPolicy, LogConfig
-from apollo11.scheduler.state import Store, StoreConfig
+from apollo11.scheduler.log import FsyncPolicy
 from apollo11.scheduler.testing.history import etl_history
-from apollo11.scheduler.testing.seaweed import BUCKET, LocalSeaweed
 from tests.scheduler.bucket.helpers import Host, ship_all, shipper
+from tests.scheduler.bucket.measure import archived_store, beside_seaweed
 
 
-async def _build(root: Path, url: str, events: int, segment_kb: int) -> None:
-    cfg = StoreConfig(
-        log=LogConfig(segment_max_bytes=segment_kb * 1024, fsync=FsyncPolicy.UNSAFE_NEVER),
+async def _build(root: Path, events: int, segment_kb: int) -> str:
+    """The bucket's URL, once it holds the history and a snapshot its segments reach."""
+    store, objects = archived_store(
+        root, "travel", segment_kb=segment_kb, fsync=FsyncPolicy.UNSAFE_NEVER,
         snapshot_interval=5000,
-    )
-    store = Store.open(root, config=cfg, instance_id="n1")
+    )  # fmt: skip
+    url = objects.target.url
     it = etl_history(10**7, seed=1, concurrency=50)
     while store.log.durable_id < events:
         await store.log.append_many(list(itertools.islice(it, 500)))
     await store.wait_snapshot()
-    s = shipper(Host(store), open_bucket(url))
+    s = shipper(Host(store), objects)
     await ship_all(s, max_steps=10_000)
     # the shipper uploads the newest snapshot, which may lie past the last sealed
     # segment: a little more history until a snapshot the segments reach is listed
@@ -52,6 +50,7 @@ async def _build(root: Path, url: str, events: int, segment_kb: int) -> None:
         await store.log.append_many(list(itertools.islice(it, 500)))
         await ship_all(s, max_steps=10_000)
     await store.close()
+    return url
 
 
 def _run(root: Path, url: str, past: int, runs: int) -> None:
@@ -89,15 +88,12 @@ def main() -> None:
     p.add_argument("--past", type=int, default=100, help="N: the newest snapshot + this")
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        server = LocalSeaweed(Path(d) / "s3").start()
-        try:
-            os.environ.update(server.env())
-            url = f"s3://{BUCKET}/travel-{int(time.time())}"
-            asyncio.run(_build(Path(d) / "n1", url, a.events, a.segment_kb))
-            _run(Path(d) / "n1", url, a.past, a.runs)
-        finally:
-            server.stop()
+
+    async def both(root: Path) -> None:
+        url = await _build(root, a.events, a.segment_kb)
+        await asyncio.to_thread(_run, root / "n1", url, a.past, a.runs)
+
+    beside_seaweed(both)
 
 
 if __name__ == "__main__":
