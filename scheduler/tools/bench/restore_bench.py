@@ -323,6 +323,12 @@ def run_restore(url: str, data_dir: Path, env: Mapping[str, str]) -> dict[str, A
     }
 
 
+def _cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system, /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _peak_rss_kb(pid: int) -> int:
     text = Path(f"/proc/{pid}/status").read_text()
     m = re.search(r"^VmHWM:\s+(\d+) kB", text, re.M)
@@ -352,6 +358,7 @@ def start_node(
             port = _wait_serving(proc, log_path, t0 + timeout_s)
             ready = time.perf_counter() - t0
             rss = _peak_rss_kb(proc.pid)
+            cpu = _cpu_s(proc.pid)
             with SyncClient(f"127.0.0.1:{port}") as client:
                 states = {t: client.task(t).state for t in check}
         finally:
@@ -367,6 +374,7 @@ def start_node(
     )
     return {
         "ready_s": round(ready, 1),
+        "cpu_s": round(cpu, 1),
         "rss_peak_mb": _rss_mb(rss),
         "tasks": states,
         "said": line.strip()[-300:],
@@ -566,13 +574,14 @@ def summary_rows(r: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         ok = "met" if r["targets"][case] else "MISSED"
         yield (
             f"restore, {what}",
-            f"{rs['wall_s']} s (RSS peak {rs['rss_peak_mb']} MB; load1 mean "
+            f"{rs['wall_s']} s, {rs['cpu_s']} s CPU (RSS peak {rs['rss_peak_mb']} MB; load1 mean "
             f"{rs['load'].get('load1_mean')}, cpu some avg10 mean "
             f"{rs['load'].get('cpu_some_avg10_mean')} %)",
         )
         yield (
             "  node on it, until it serves",
-            f"{nd['ready_s']} s (RSS peak {nd['rss_peak_mb']} MB); tasks {nd['tasks']}",
+            f"{nd['ready_s']} s, {nd['cpu_s']} s CPU (RSS peak {nd['rss_peak_mb']} MB); "
+            f"tasks {nd['tasks']}",
         )
         yield (
             "  restore + node ready",
