@@ -18,12 +18,14 @@ from apollo11.scheduler.archiveurl import Target, parse_url
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry, SnapshotEntry
 from apollo11.scheduler.bucket.history import BucketHistory, Cover, covering, state_from_bucket
 from apollo11.scheduler.bucket.objects import MemoryObjects, ObjectStore, S3Objects, open_bucket
+from apollo11.scheduler.bucket.packing import CATALOG
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.restore import build_data_dir
 from apollo11.scheduler.bucket.shipper import Shipper
 from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify_archive
 
 __all__ = [
+    "CATALOG",
     "BucketHistory",
     "Catalog",
     "Cover",

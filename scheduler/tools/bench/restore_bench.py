@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from apollo11.scheduler import defaults
-from apollo11.scheduler.bucket import Catalog, Shipper, load_catalog, open_bucket
-from apollo11.scheduler.bucket.packing import CATALOG
+from apollo11.scheduler.bucket import CATALOG, Catalog, Shipper, load_catalog, open_bucket
 from apollo11.scheduler.client import SyncClient
 from apollo11.scheduler.errors import BucketError
 from apollo11.scheduler.log import Draft, EventType, FsyncPolicy, LogConfig

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.bucket import MemoryObjects, build_data_dir, load_catalog
-from apollo11.scheduler.bucket.packing import CATALOG
+from apollo11.scheduler.bucket import CATALOG, MemoryObjects, build_data_dir, load_catalog
 from apollo11.scheduler.errors import ApolloError, BucketError
 from apollo11.scheduler.state import Store, state_at
 from tests.scheduler.bucket.helpers import CONFIG, Host, open_store, ship_all, shipper, write
