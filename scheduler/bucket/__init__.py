@@ -19,6 +19,7 @@ from apollo11.scheduler.archiveurl import Target, parse_url
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry, SnapshotEntry
 from apollo11.scheduler.bucket.history import BucketHistory, Cover, covering
 from apollo11.scheduler.bucket.objects import MemoryObjects, ObjectStore, S3Objects, open_bucket
+from apollo11.scheduler.bucket.packing import CATALOG
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.restore import build_data_dir
 from apollo11.scheduler.bucket.shipper import Shipper
@@ -26,6 +27,7 @@ from apollo11.scheduler.bucket.travel import Travelled, start_for, state_from_bu
 from apollo11.scheduler.bucket.verify import Report, load_catalog, repair, verify_archive
 
 __all__ = [
+    "CATALOG",
     "BucketHistory",
     "Catalog",
     "Cover",

@@ -389,17 +389,53 @@ def bench_archive(
     ] = False,
     as_json: BenchJson = False,
     workdir: BenchDir = None,
+    restore_events: Annotated[
+        int,
+        typer.Option(
+            "--restore-events",
+            min=0,
+            help="Only the restore, measured for real: a bucket of this many events "
+            "(10000000 for the target) built, restored by `apollo11 restore` with and "
+            "without a snapshot, a node started on each.",
+        ),
+    ] = 0,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep",
+            help="With --restore-events: build the bucket in this directory and keep it; "
+            "a run on a directory that holds one measures it again without building.",
+        ),
+    ] = None,
 ) -> None:
     """The archive on a real SeaweedFS: append p99 at 10,000 events/s without and with
     it side by side, the bucket's lag, the compression, a node's restore timed
     and extrapolated to 10^7 events, and the data directory's size over a soak with
-    task and log retention on (kept flat?). Exits 1 if a target is missed."""
+    task and log retention on (kept flat?). With --restore-events N, only the
+    restore, at N events for real. Exits 1 if a target is missed."""
+    if restore_events:
+        _bench_restore(restore_events, as_json, workdir, keep)
+        return
     from apollo11.scheduler.tools.bench import archive_bench
 
     result = _measure(
         archive_bench.run, archive_bench.summary_rows, "archive", quick, as_json, workdir
     )
     why = archive_bench.failed(result)
+    if why:
+        raise fail(f"bench archive {why}")
+
+
+def _bench_restore(events: int, as_json: bool, workdir: Path | None, keep: Path | None) -> None:
+    from apollo11.scheduler.tools.bench import restore_bench
+
+    def run(_quick: bool, wd: str | None, progress: Any) -> Any:
+        return restore_bench.run(events, wd, progress, keep=str(keep) if keep else None)
+
+    result = _measure(
+        run, restore_bench.summary_rows, "archive --restore-events", False, as_json, workdir
+    )
+    why = restore_bench.failed(result)
     if why:
         raise fail(f"bench archive {why}")
 

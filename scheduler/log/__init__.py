@@ -23,6 +23,7 @@ from apollo11.scheduler.log.record import (
     Event,
     EventType,
     check_record,
+    check_records,
     decode_batch,
 )
 from apollo11.scheduler.log.redact import (
@@ -53,6 +54,7 @@ __all__ = [
     "RawBatch",
     "Segment",
     "check_record",
+    "check_records",
     "cut_after",
     "cut_unsynced",
     "decode_batch",

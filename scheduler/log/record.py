@@ -39,6 +39,7 @@ from apollo11.scheduler.errors import (
 
 HEADER = Struct("<IIQQQIBBHH")
 FRAME = Struct("<II")  # crc32, body_len: enough to know how long a record claims to be
+_IDENTITY = Struct("<IIQQ")  # crc32, body_len, event_id, term: what a check reads
 HEADER_SIZE = HEADER.size  # 42
 _FIXED_BODY = HEADER_SIZE - 8  # body bytes before the strings
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # framing sanity bound, far above any payload cap
@@ -257,6 +258,45 @@ def check_record(
     if zlib.crc32(buf[offset + 4 : end]) != crc:
         raise CorruptLogError("record checksum mismatch", path=path, offset=base + offset)
     return RecordInfo(offset, end, event_id, term)
+
+
+def check_records(buf: bytes, first_id: int, path: str) -> tuple[int, int, int]:
+    """Check every record of a whole segment's bytes in one tight loop (framing, CRC,
+    ids running on from `first_id`, terms never going down) without decoding them:
+    (last id, first term, last term). CorruptLogError at the first that fails, or
+    when the bytes end inside a record; `first_id - 1, 0, 0` for no bytes.
+
+    What the archive checks a segment with, before it uploads one and after it
+    downloads one: check_record per record made a tuple and a call of each, and
+    took twice as long (10^7 records in a restore: docs/benchmarks.md)."""
+    head = _IDENTITY.unpack_from
+    crc32 = zlib.crc32
+    view = memoryview(buf)
+    size = len(buf)
+    pos = 0
+    expect = first_id
+    first_term = term = 0
+    while pos < size:
+        if pos + HEADER_SIZE > size:
+            raise CorruptLogError("the segment ends inside a record", path=path, offset=pos)
+        crc, body_len, eid, t = head(buf, pos)
+        if body_len < _FIXED_BODY or body_len > MAX_RECORD_BYTES:
+            raise CorruptLogError(f"impossible record length {body_len}", path=path, offset=pos)
+        end = pos + 8 + body_len
+        if end > size:
+            raise CorruptLogError("the segment ends inside a record", path=path, offset=pos)
+        if crc32(view[pos + 4 : end]) != crc:
+            raise CorruptLogError("record checksum mismatch", path=path, offset=pos)
+        if eid != expect:
+            raise CorruptLogError(f"expected event {expect}, found {eid}", path=path, offset=pos)
+        if t < term:
+            raise CorruptLogError(f"term goes down from {term} to {t}", path=path, offset=pos)
+        if eid == first_id:
+            first_term = t
+        term = t
+        expect += 1
+        pos = end
+    return expect - 1, first_term, term
 
 
 def decode_record(

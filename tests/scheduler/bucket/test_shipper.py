@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.bucket import MemoryObjects, build_data_dir, load_catalog
+from apollo11.scheduler.bucket import CATALOG, MemoryObjects, build_data_dir, load_catalog
 from apollo11.scheduler.errors import ApolloError, BucketError
 from apollo11.scheduler.state import Store, state_at
 from tests.scheduler.bucket.helpers import CONFIG, Host, open_store, ship_all, shipper, write
@@ -73,6 +73,30 @@ async def test_restore_from_memory_matches_the_node_and_refuses_a_full_directory
     assert state_at(tmp_path / "r").to_dict() == expected
     with pytest.raises(ApolloError, match="is not empty: restore builds a new data directory"):
         await asyncio.to_thread(build_data_dir, objects, tmp_path / "r")
+
+
+async def test_a_node_on_a_restored_directory_does_not_replay_what_the_restore_did(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "n1")
+    await write(store, 60)
+    await store.wait_snapshot()
+    objects = MemoryObjects()
+    await ship_all(shipper(Host(store), objects))
+    await store.close()
+    catalog = load_catalog(objects)
+    # the worst case: a bucket without a snapshot, every event replayed by the restore
+    bare = MemoryObjects()
+    for seg in catalog.segments:
+        bare.put(seg.key, objects.get(seg.key) or b"")
+    bare.put(CATALOG, dataclasses.replace(catalog, snapshots=()).encode())
+    said = await asyncio.to_thread(build_data_dir, bare, tmp_path / "r")
+    assert f"full replay + {catalog.through} events" in said
+    restored = open_store(tmp_path / "r")
+    assert (restored.recovery.snapshot, restored.recovery.replayed) == (catalog.through, 0)
+    await restored.close()
+    expected = state_at(tmp_path / "n1", until=catalog.through).to_dict()
+    assert state_at(tmp_path / "r").to_dict() == expected
 
 
 async def test_an_empty_bucket_has_nothing_to_restore(tmp_path: Path) -> None:
