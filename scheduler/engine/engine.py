@@ -183,6 +183,9 @@ class Engine:
         self.problems: dict[str, str] = {}  # task -> why it cannot be scheduled
         self.decisions = 0  # tasks decided, and the time it took (the bench reads these)
         self.decide_seconds = 0.0
+        # passes of the loop, and STARTED batches appended (the bench reads these too)
+        self.passes = 0
+        self.start_batches = 0
         self.steps = StepRunner(
             store=store,
             executor=self.executor,
@@ -382,6 +385,7 @@ class Engine:
                 # node steps down within moments and stops this engine.
                 continue
             t0 = time.perf_counter()
+            self.passes += 1
             flow = self.store.state.occupancy.active
             if flow:
                 free = min(self.concurrency - self._slots_used, self.executor.free_slots())
@@ -700,6 +704,7 @@ class Engine:
         gate, drafts = self._start_gate, self._starting
         self._start_gate, self._starting = None, []
         assert gate is not None
+        self.start_batches += 1
         task = asyncio.ensure_future(self._commit_starts(drafts, gate))
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
