@@ -59,6 +59,7 @@ class Timers:
         self._order = itertools.count()  # ties, without comparing keys
         self._sleeper: asyncio.Task[None] | None = None
         self._sleeping_until: float | None = None
+        self.wakes = 0  # times the sleeper fired (the bench reads it)
 
     def __contains__(self, key: object) -> bool:
         return key in self._due
@@ -129,6 +130,7 @@ class Timers:
                     await self._clock.sleep(delay)
                     self._sleeping_until = None
                     continue
+                self.wakes += 1
                 self._fire(self._pop_due(self._clock.now()))
         finally:
             if self._sleeper is me:

@@ -388,6 +388,7 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
     # between the clean tasks' passes show as more of both
     passes: dict[str, list[int]] = {"steady5": [], "flaky5": []}
     batches: dict[str, list[int]] = {"steady5": [], "flaky5": []}
+    wakes: dict[str, list[int]] = {"steady5": [], "flaky5": []}  # the timers' own
     failed = started = paced = 0
     for r in range(rounds):
         for wf in ("flaky5", "steady5") if r % 2 else ("steady5", "flaky5"):
@@ -399,6 +400,7 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
                 stall[wf].append(stall_us)
                 passes[wf].append(rig.engine.passes)
                 batches[wf].append(rig.engine.start_batches)
+                wakes[wf].append(rig.engine._timers.wakes)
                 if wf == "flaky5":
                     for e in rig.store.log.read():
                         if e.event_type is EventType.STEP_FAILED:
@@ -432,6 +434,8 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
         "failing_passes": passes["flaky5"],
         "baseline_start_batches": batches["steady5"],
         "failing_start_batches": batches["flaky5"],
+        "baseline_timer_wakes": wakes["steady5"],
+        "failing_timer_wakes": wakes["flaky5"],
         # what a failure costs against a successful attempt, and the ratio if it cost
         # the same: the target asks for a failed attempt at most ~1.1 of a success's
         "failure_cost": round(failure_cost(cpu_ratio, attempts, failed), 2),
