@@ -106,3 +106,23 @@ async def test_an_old_snapshot_without_such_a_task_is_still_used(
         assert store.state.tasks["t"].exhausted == {"step": "right", "then": "pause"}
     finally:
         await store.close()
+
+
+async def test_a_node_that_refused_its_newest_snapshot_writes_a_new_one_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else the refused one stays its newest for up to a snapshot interval, and a
+    standby being seeded then would be sent it (and refuse it too)."""
+    root = tmp_path / "d"
+    state, position = await _write(root, _paused_with_right_failed_too("t"))
+    old = _old_snapshot(root, state, position, monkeypatch)
+    store = Store.open(root, config=StoreConfig(log=LOG), instance_id="n1")
+    try:
+        await store.log.append_many([_retry("t", "left")])  # one batch, far below 1,000
+        await store.wait_snapshot()
+        newest = store.snapshots.watermarks()[0]
+        assert newest > old
+        _, loaded = store.snapshots.load(newest)  # format 3: read as it is
+        assert loaded.tasks["t"].to_dict() == store.state.tasks["t"].to_dict()
+    finally:
+        await store.close()
