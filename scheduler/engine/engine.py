@@ -1067,6 +1067,8 @@ class _FlowPorts:
 
 
 _FLOW_TIMER = "\x00flow"  # a timer key's step part that no step can be named
+_AGAIN_TIMER = "\x00again"  # the same, for a record the log refused (`_decide_again`)
+AGAIN_S = 1.0
 
 
 def _window(task: TaskState, step: str) -> float:
@@ -1074,7 +1076,3 @@ def _window(task: TaskState, step: str) -> float:
     a durable main's wait (a sleep, an event's deadline) fires at its own time."""
     st = task.steps.get(step)
     return 0.0 if st is None or st.status is StepStatus.WAITING else RETRY_WINDOW_S
-
-
-_AGAIN_TIMER = "\x00again"  # the same, for a record the log refused (`_decide_again`)
-AGAIN_S = 1.0
