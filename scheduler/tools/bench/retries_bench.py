@@ -384,6 +384,11 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {"steady5": [], "flaky5": []}
     snaps: dict[str, list[int]] = {"steady5": [], "flaky5": []}
     stall: dict[str, list[float]] = {"steady5": [], "flaky5": []}
+    # the engine's passes and STARTED batches a round: retries started on their own
+    # between the clean tasks' passes show as more of both
+    passes: dict[str, list[int]] = {"steady5": [], "flaky5": []}
+    batches: dict[str, list[int]] = {"steady5": [], "flaky5": []}
+    wakes: dict[str, list[int]] = {"steady5": [], "flaky5": []}  # the timers' own
     failed = started = paced = 0
     for r in range(rounds):
         for wf in ("flaky5", "steady5") if r % 2 else ("steady5", "flaky5"):
@@ -393,6 +398,9 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
                 cpu[wf].append(us)
                 snaps[wf].append(int(taken))
                 stall[wf].append(stall_us)
+                passes[wf].append(rig.engine.passes)
+                batches[wf].append(rig.engine.start_batches)
+                wakes[wf].append(rig.engine._timers.wakes)
                 if wf == "flaky5":
                     for e in rig.store.log.read():
                         if e.event_type is EventType.STEP_FAILED:
@@ -422,6 +430,12 @@ async def _throughput(root: Path, n: int, rounds: int) -> dict[str, Any]:
         "failing_snapshots": snaps["flaky5"],
         "baseline_snapshot_stall_us_per_task": [round(x) for x in stall["steady5"]],
         "failing_snapshot_stall_us_per_task": [round(x) for x in stall["flaky5"]],
+        "baseline_passes": passes["steady5"],
+        "failing_passes": passes["flaky5"],
+        "baseline_start_batches": batches["steady5"],
+        "failing_start_batches": batches["flaky5"],
+        "baseline_timer_wakes": wakes["steady5"],
+        "failing_timer_wakes": wakes["flaky5"],
         # what a failure costs against a successful attempt, and the ratio if it cost
         # the same: the target asks for a failed attempt at most ~1.1 of a success's
         "failure_cost": round(failure_cost(cpu_ratio, attempts, failed), 2),

@@ -5,13 +5,18 @@ when a slot frees."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 from pathlib import Path
 
 from apollo11.scheduler.clock import FakeClock
+from apollo11.scheduler.engine import Engine, SubmitItem
+from apollo11.scheduler.engine.engine import RETRY_WINDOW_S
+from apollo11.scheduler.engine.timers import window_end
 from apollo11.scheduler.log import EventType
 from apollo11.scheduler.state import TaskStatus
-from apollo11.scheduler.workflow import Idempotent, Retry, StepContext, Workflow
-from tests.scheduler.test_engine import make_rig
+from apollo11.scheduler.state.store import Store
+from apollo11.scheduler.workflow import Idempotent, Registry, Retry, StepContext, Workflow
+from tests.scheduler.test_engine import CFG, make_rig
 
 
 class _HeldClock(FakeClock):
@@ -80,3 +85,61 @@ async def test_a_retry_due_while_every_slot_is_taken_is_decided_once(tmp_path: P
     finally:
         await engine.stop()
         await rig.store.close()
+
+
+async def test_a_hundred_retries_due_together_wake_once_a_window_none_before_its_time(
+    tmp_path: Path,
+) -> None:
+    """Retries due within one window (RETRY_WINDOW_S) wake the engine once for them
+    all, at its end or with a pass already running, never before their recorded
+    delay: before, each woke the loop on its own (engine.py, timers.py)."""
+    flaky = Workflow("flaky")
+
+    @flaky.step(idempotency=Idempotent(), retry=Retry(attempts=3, backoff_s=0.2, jitter=0.5))
+    async def s(ctx: StepContext) -> None:
+        if ctx.attempt == 1:
+            raise TimeoutError("upstream down")
+
+    registry = Registry()
+    registry.register(flaky)
+    store = Store.open(tmp_path / "d", config=CFG, instance_id="n1")
+    store.log.term = store.log.last_term + 1
+    await store.log.append(EventType.TERM_STARTED, "", payload={"node": "n1"})
+    # no retry budget: the hundred are due together, not paced apart
+    engine = Engine(store, registry, node_id="n1", concurrency=128, retry_budget=None)
+    wakes: list[int] = []
+    fire = engine._timers._fire
+
+    def counted(keys: list[Hashable]) -> None:
+        wakes.append(len(keys))
+        fire(keys)
+
+    engine._timers._fire = counted
+    await engine.start()
+    try:
+        # one batch: their first attempts start in one pass and fail close together
+        ids = [t.task_id for t in await engine.submit_many([SubmitItem("flaky")] * 100)]
+        async with asyncio.timeout(60):
+            for task_id in ids:
+                assert (await engine.wait(task_id)).status is TaskStatus.SUCCEEDED
+        failed: dict[str, tuple[int, float]] = {}
+        started: dict[str, int] = {}
+        for e in store.log.read():
+            if e.event_type is EventType.STEP_FAILED:
+                failed[e.task_id] = (e.timestamp, float(e.payload["retry_in_s"]))
+            elif e.event_type is EventType.STEP_STARTED and e.attempt == 2:
+                started[e.task_id] = e.timestamp
+        assert set(started) == set(ids)
+        windows = set()
+        for task_id in ids:
+            failed_ms, retry_in_s = failed[task_id]
+            due = failed_ms / 1000 + retry_in_s  # as retry.due_at reads the log
+            # never before its recorded delay (a timestamp is the ms it falls in)
+            assert started[task_id] >= due * 1000 - 1, task_id
+            windows.add(window_end(due, RETRY_WINDOW_S))
+        # one wake-up a window at most (fewer: a pass took them first), and fewer
+        # windows than retries: several shared one
+        assert len(wakes) <= len(windows) < len(ids)
+    finally:
+        await engine.stop()
+        await store.close()
