@@ -12,7 +12,12 @@ never purged a task, so an archive without retention pays nothing.
 
 from __future__ import annotations
 
-from apollo11.scheduler.state import Archive, State
+import logging
+
+from apollo11.scheduler.errors import SnapshotError
+from apollo11.scheduler.state import Archive, State, Store
+
+log = logging.getLogger(__name__)
 
 
 def first_needed(state: State, watermark: int) -> int:
@@ -33,3 +38,19 @@ def first_needed(state: State, watermark: int) -> int:
             if task.task_id not in gone:
                 low = min(low, task.first_event_id)
     return low
+
+
+def snapshot_keep_from(store: Store, watermark: int) -> int:
+    """`first_needed` of the store's snapshot at `watermark` (pinned by the caller),
+    read from its files; 0 (nothing dropped on its account) when they cannot be read:
+    its upload goes on, and a node that opens it reports what is wrong with it."""
+    try:
+        _, state = store.snapshots.load(watermark)
+        try:
+            return first_needed(state, watermark)
+        finally:
+            if isinstance(state.archive, Archive):
+                state.archive.close()
+    except SnapshotError as e:  # a damaged chunk too (ChunkDamaged)
+        log.warning("archive: snapshot %d not read for retention: %s", watermark, e)
+        return 0

@@ -15,6 +15,11 @@ uploads resume where the catalog ends when it answers again, and what was not
 uploaded is kept on disk meanwhile (`retention_floor`: local retention never
 deletes a segment the bucket does not hold).
 
+When it has nothing to upload, the primary carries retention to the bucket
+(expiry.py decides: the oldest segments only purged tasks' events fill, which no
+restore needs): the catalog without them first, then the deletes; a listing once
+per primary (and after a failure) deletes what a cut-off drop left.
+
 Standbys run the same task and upload nothing: they read the catalog every
 `watch_s`, for their retention floor and for the moment one of them is
 promoted (its first cycle reads the catalog afresh).
@@ -35,7 +40,7 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import packing
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SnapshotEntry, decode
 from apollo11.scheduler.bucket.expiry import Expiry, expired, garbage, keys_of, unreferenced
-from apollo11.scheduler.bucket.needed import first_needed
+from apollo11.scheduler.bucket.needed import snapshot_keep_from
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.redaction import rewrite_task
@@ -47,7 +52,7 @@ from apollo11.scheduler.errors import (
     CorruptObjectError,
 )
 from apollo11.scheduler.log import Segment, check_record
-from apollo11.scheduler.state import Archive, Store
+from apollo11.scheduler.state import Store
 
 log = logging.getLogger(__name__)
 
@@ -450,7 +455,7 @@ class Shipper:
         if info is None:
             return view.catalog
         try:
-            keep_from = self._first_needed(store, info.watermark) if purging else 0
+            keep_from = snapshot_keep_from(store, info.watermark) if purging else 0
             chunks = []
             for chunk in info.chunks:
                 path = os.path.join(snaps.directory, chunk)
@@ -488,16 +493,6 @@ class Shipper:
             metrics.ARCHIVE_DELETED.labels("superseded").inc()
             metrics.ARCHIVE_DELETED_BYTES.inc(sizes.get(key, 0))
         return written
-
-    @staticmethod
-    def _first_needed(store: Store, watermark: int) -> int:
-        """The snapshot's `keep_from` (needed.py), read from its files (pinned)."""
-        _, state = store.snapshots.load(watermark)
-        try:
-            return first_needed(state, watermark)
-        finally:
-            if isinstance(state.archive, Archive):
-                state.archive.close()
 
     def _known_chunk(self, catalog: Catalog, path: str, name: str) -> ObjectRef | None:
         st = os.stat(path)

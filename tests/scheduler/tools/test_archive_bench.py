@@ -54,3 +54,11 @@ def test_the_soak_is_a_target_only_when_it_ran() -> None:
     r["soak"] = {"flat": False}
     assert ab.targets(r)["disk_flat"] is False
     assert "disk_flat" not in ab.targets(_result(1.05, 120.0))
+
+
+def test_the_bucket_is_a_target_beside_the_disk_when_the_soak_archived() -> None:
+    r = _result(1.05, 120.0)
+    r["soak"] = {"flat": True}
+    assert "bucket_flat" not in ab.targets(r)
+    r["soak"]["bucket"] = {"flat": False}
+    assert ab.targets(r)["bucket_flat"] is False
