@@ -10,9 +10,10 @@ Flat: the end within FLAT_TOLERANCE of the steady level, and the last quarter's
 median not above the steady level by more than that (a slow growth shows there
 first). Tasks purged along the way are counted, so a flat disk is not a silent sweep.
 With the archive, the bucket's size under the prefix (one listing) is sampled beside
-the disk and judged the same way (`bucket_flat`), with the segments it dropped.
+the disk and judged by `bucket_flatness` (`bucket_flat`), with the segments it dropped.
 
-The judgement is pure (`flatness`; tests/scheduler/tools/test_archive_bench.py).
+The judgements are pure (`flatness`, `bucket_flatness`;
+tests/scheduler/tools/test_archive_bench.py).
 """
 
 from __future__ import annotations
@@ -74,6 +75,27 @@ def flatness(samples: list[int], tolerance: float = FLAT_TOLERANCE) -> dict[str,
         "tail_over_steady": round(tail / steady, 3) if steady else None,
         "flat": within and tail <= (1 + tolerance) * steady,
     }
+
+
+def bucket_flatness(
+    samples: list[int], expired: int, tolerance: float = FLAT_TOLERANCE
+) -> dict[str, Any]:
+    """`flatness` of the bucket's size samples, judged one way: the end and the last
+    quarter's median not above the steady level by more than `tolerance` (a drop below
+    it is retention at work: the bucket falls in steps, a segment run and a snapshot at
+    a time), and segments were dropped at all (`expired`): without that, a bucket
+    growing slowly over a short soak can pass for flat."""
+    r = flatness(samples, tolerance)
+    if "steady_bytes" not in r:
+        return r
+    steady = r["steady_bytes"]
+    tail = steady * r["tail_over_steady"]
+    r["flat"] = (
+        expired > 0
+        and r["end_bytes"] <= (1 + tolerance) * steady
+        and tail <= (1 + tolerance) * steady
+    )
+    return r
 
 
 def _workflow() -> Workflow:
@@ -172,7 +194,14 @@ async def soak(
         # the bucket beside the disk: segments every task of which was purged leave it
         # (scheduler/bucket/expiry.py), superseded snapshots too
         **(
-            {"bucket": {"segments_expired": expired, **held, "sizes": bucket, **flatness(bucket)}}
+            {
+                "bucket": {
+                    "segments_expired": expired,
+                    **held,
+                    "sizes": bucket,
+                    **bucket_flatness(bucket, expired),
+                }
+            }
             if shipper is not None
             else {}
         ),

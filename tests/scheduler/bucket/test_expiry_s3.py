@@ -145,6 +145,15 @@ async def test_segments_of_purged_tasks_leave_the_bucket_and_a_restore_keeps_the
         assert not have & purged
     finally:
         await restored.close()
+    # --all-segments: every segment the bucket still holds, the same tasks
+    whole_dir = tmp_path / "whole"
+    await asyncio.to_thread(lambda: build_data_dir(objects, whole_dir, all_segments=True))
+    whole = Store.open(whole_dir, instance_id="w")
+    try:
+        assert whole.log.first_id == start
+        assert _live(whole) == kept
+    finally:
+        await whole.close()
 
 
 class _CutAfter(S3Objects):
