@@ -455,7 +455,21 @@ ARCHIVE_LAST_UPLOAD = Gauge(
     "apollo11_archive_last_upload_timestamp_seconds",
     "When the shipper last put the catalog (wall clock, seconds)",
 )
+ARCHIVE_DELETED = Counter(
+    "apollo11_archive_deleted_objects_total",
+    "Objects deleted from the archive's bucket, by why: expired (segments every task of "
+    "which retention purged, docs/archive.md), superseded (snapshots and chunks no "
+    "catalog entry names any more), garbage (left by a cut-off deletion)",
+    ["why"],
+)
+ARCHIVE_DELETED_BYTES = Counter(
+    "apollo11_archive_deleted_bytes_total",
+    "Stored (compressed) bytes of the objects deleted from the archive's bucket that the "
+    "catalog named (expired and superseded)",
+)
 for _kind in ("segment", "snapshot", "chunk", "catalog"):
     ARCHIVE_UPLOADS.labels(_kind)
+for _why in ("expired", "superseded", "garbage"):
+    ARCHIVE_DELETED.labels(_why)
 for _form in ("raw", "stored"):
     ARCHIVE_BYTES.labels(_form)

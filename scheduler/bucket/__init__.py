@@ -5,6 +5,8 @@ packing.py  zstd, content-addressed names, checksums
 span.py     a segment's event range and terms, every record checked
 catalog.py  the bucket's manifest: segments, snapshots, terms, the checksum chain
 plan.py     the shipper's pure decision: what to upload next, in a sentence
+expiry.py   the pure decision of retention in the bucket: which old segments go
+needed.py   what a snapshot's live tasks need of the log (a snapshot entry's keep_from)
 shipper.py  the primary's background task (a thread for every blocking call)
 verify.py   reading the bucket back, every byte checked
 restore.py  a node's data directory built from the bucket

@@ -20,7 +20,7 @@ value, not only by a missing event id.
 
 Made to grow (issue 34's later items):
 - retention drops the oldest entries and moves `chain_base` to the chain
-  value of the last one dropped: the rest still verifies;
+  value of the last one dropped: the rest still verifies (expiry.py);
 - redaction rewrites a segment (payloads removed, record CRCs recomputed) to a
   new object; its entry's `sha256` and `key` become the new object's, and
   `origin` keeps the SHA-256 the chain was made over (a redaction record says
@@ -85,6 +85,11 @@ class SnapshotEntry:
     position: tuple[int, int, int]  # the log position after the watermark
     file: ObjectRef
     chunks: tuple[ObjectRef, ...]
+    # The first event id a task alive in this snapshot has (its watermark + 1 when
+    # none is); 0: not known (an older catalog, or nothing ever purged). Every segment
+    # ending before it holds only purged tasks' events: retention may drop it
+    # (expiry.py). Older catalogs have no such field, and read as 0.
+    keep_from: int = 0
 
 
 def link(prev: str, first: int, last: int, last_term: int, sha256: str) -> str:
@@ -258,6 +263,7 @@ def _catalog(b: dict[str, Any]) -> Catalog:
                 (int(s["position"][0]), int(s["position"][1]), int(s["position"][2])),
                 _ref(s["file"]),
                 tuple(_ref(c) for c in s["chunks"]),
+                int(s.get("keep_from", 0)),
             )
             for s in b["snapshots"]
         ),

@@ -33,11 +33,25 @@ from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket.catalog import Catalog, SegmentEntry
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.verify import fetch_segment, load_catalog
-from apollo11.scheduler.errors import CorruptObjectError
+from apollo11.scheduler.errors import BucketError, CorruptObjectError
 from apollo11.scheduler.log import FRAME, Event, decode_batch
 
 CACHE_SEGMENTS = 4  # objects kept in memory, decompressed...
 CACHE_BYTES = 256 * 1024 * 1024  # ...and at most this many raw bytes of them
+# reads started over because retention dropped a segment from under them: a drop
+# happens at most once per shipper cycle, so more than a few in a row is not that
+EXPIRED_RETRIES = 3
+
+
+class _Expired(Exception):
+    """A segment the catalog named when the read began was dropped by retention."""
+
+
+def _moving() -> BucketError:
+    return BucketError(
+        f"retention dropped segments from the bucket during each of {EXPIRED_RETRIES} reads "
+        f"in a row: try again"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +153,17 @@ class BucketHistory:
         the bucket does not hold (before its first segment, or past its end)."""
         if not ids:
             return [], ()
-        cover = covering(self.catalog(ids[-1]), ids)
+        for _ in range(EXPIRED_RETRIES):
+            try:
+                return self._read_ids(self.catalog(ids[-1]), ids)
+            except _Expired:
+                continue  # the catalog as it is now (read by `_segment`) says what is left
+        raise _moving()
+
+    def _read_ids(
+        self, catalog: Catalog, ids: Sequence[int]
+    ) -> tuple[list[Event], tuple[int, ...]]:
+        cover = covering(catalog, ids)
         out: list[Event] = []
         for entry, wanted in cover.reads:
             seg = self._segment(entry)
@@ -149,8 +173,16 @@ class BucketHistory:
 
     def read_range(self, first: int, last: int, limit: int = 0) -> list[Event]:
         """Events first..last the bucket holds, in order, at most `limit` (0: all)."""
+        for _ in range(EXPIRED_RETRIES):
+            try:
+                return self._read_range(self.catalog(last), first, last, limit)
+            except _Expired:
+                continue
+        raise _moving()
+
+    def _read_range(self, catalog: Catalog, first: int, last: int, limit: int) -> list[Event]:
         out: list[Event] = []
-        for entry in covering_range(self.catalog(last), first, last):
+        for entry in covering_range(catalog, first, last):
             seg = self._segment(entry)
             a, b = max(first, entry.first), min(last, entry.last)
             if limit:
@@ -176,6 +208,10 @@ class BucketHistory:
                 with self._lock:
                     self._catalog = fresh
                 now = next((s for s in fresh.segments if s.first == entry.first), None)
+                if now is None and fresh.segments and entry.last < fresh.segments[0].first:
+                    # retention dropped it (expiry.py) since the catalog was read: not
+                    # damage, history purged; the read starts over from the fresh one
+                    raise _Expired(entry.key) from None
                 if now is None or now.key == entry.key:
                     raise
                 return self._fetch(now)

@@ -79,6 +79,11 @@ class ObjectStore(Protocol):
         """Remove the object (a redacted segment's old bytes); none there is fine."""
         ...
 
+    def usage(self) -> tuple[int, int]:
+        """The objects under the prefix and their bytes as stored, from one listing:
+        what the bucket really holds (benchmarks; the catalog says what it names)."""
+        ...
+
     def probe(self) -> str:
         """At start: BucketConfigError when the bucket does not exist or the
         credentials are refused; BucketError when it cannot be reached (the node
@@ -204,6 +209,20 @@ class S3Objects:
             raise self._fail(f"listing {under}", e) from e
         return sorted(names)
 
+    def usage(self) -> tuple[int, int]:
+        count = total = 0
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.target.bucket, Prefix=self.target.key("")
+            )
+            for page in pages:
+                for o in page.get("Contents", ()):
+                    count += 1
+                    total += int(o["Size"])
+        except (self._errors.BotoCoreError, self._errors.ClientError) as e:
+            raise self._fail("listing the prefix", e) from e
+        return count, total
+
     def probe(self) -> str:
         try:
             self._client.head_bucket(Bucket=self.target.bucket)
@@ -291,6 +310,10 @@ class MemoryObjects:
     def list(self, under: str) -> list[str]:
         self._check()
         return sorted(k for k in self.objects if k.startswith(under))
+
+    def usage(self) -> tuple[int, int]:
+        self._check()
+        return len(self.objects), sum(len(v) for v in self.objects.values())
 
     def probe(self) -> str:
         self._check()

@@ -64,6 +64,14 @@ def segment_object(first_id: int, sha256: str) -> str:
     return f"{SEGMENTS}{first_id:020d}-{sha256}.seg.zst"
 
 
+def segment_first(key: str) -> int | None:
+    """The first event id of a segment object's key; None for another key."""
+    if not key.startswith(SEGMENTS):
+        return None
+    stem = key[len(SEGMENTS) :].partition("-")[0]
+    return int(stem) if stem.isdigit() else None
+
+
 def snapshot_object(watermark: int, sha256: str) -> str:
     return f"{SNAPSHOTS}{watermark:020d}-{sha256}.snap.zst"
 

@@ -34,7 +34,7 @@ from typing import Literal
 
 from apollo11.scheduler.bucket.catalog import Catalog
 
-StepKind = Literal["idle", "blocked", "segment", "snapshot", "rewind", "redact"]
+StepKind = Literal["idle", "blocked", "segment", "snapshot", "rewind", "redact", "expire"]
 
 
 @dataclass(frozen=True, slots=True)

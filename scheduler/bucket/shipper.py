@@ -15,6 +15,11 @@ uploads resume where the catalog ends when it answers again, and what was not
 uploaded is kept on disk meanwhile (`retention_floor`: local retention never
 deletes a segment the bucket does not hold).
 
+When it has nothing to upload, the primary carries retention to the bucket
+(expiry.py decides: the oldest segments only purged tasks' events fill, which no
+restore needs): the catalog without them first, then the deletes; a listing once
+per primary (and after a failure) deletes what a cut-off drop left.
+
 Standbys run the same task and upload nothing: they read the catalog every
 `watch_s`, for their retention floor and for the moment one of them is
 promoted (its first cycle reads the catalog afresh).
@@ -34,6 +39,8 @@ from typing import Any, Protocol, TypeVar
 from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import packing
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SnapshotEntry, decode
+from apollo11.scheduler.bucket.expiry import Expiry, expired, garbage, keys_of, unreferenced
+from apollo11.scheduler.bucket.needed import snapshot_keep_from
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
 from apollo11.scheduler.bucket.redaction import rewrite_task
@@ -104,6 +111,9 @@ class Shipper:
         self._known_through = 0  # the bucket's end as last read: the lag while it fails
         # redactions whose segments this primary has rewritten in the bucket: task -> id
         self._redacted: dict[str, int] = {}
+        # has this primary listed the bucket for what a cut-off deletion left (expiry.py)?
+        self._swept = False
+        self.expired = 0  # segments this node dropped from the bucket (retention)
 
     # ------------------------------------------------------------ for the node
 
@@ -140,6 +150,8 @@ class Shipper:
         primary = h.role == "primary"
         # a standby's copy is up to watch_s old: read afresh when it is promoted
         promoted, self._was_primary = primary and not self._was_primary, primary
+        if promoted:
+            self._swept = False
         stale = not primary and self._clock() - self._read_at >= self.watch_s
         if self.catalog is None or stale or promoted:
             self.catalog = await self._call(self._read_catalog)
@@ -152,7 +164,9 @@ class Shipper:
             frozen = Segment(seg.first_id, seg.path, seg.size, seg.last_id)
             self.catalog = await self._call(self._upload_segment, frozen, view)
         elif step.kind == "snapshot":
-            self.catalog = await self._call(self._upload_snapshot, store, view)
+            # nothing ever purged: no segment can expire, and the archive is not read
+            purging = bool(store.state.purged or store.state.tombstones)
+            self.catalog = await self._call(self._upload_snapshot, store, view, purging)
         elif step.kind == "rewind":
             self.catalog = await self._call(
                 self._write_catalog, view.catalog, view.catalog.rewound(step.first), view.term
@@ -165,8 +179,48 @@ class Shipper:
                 self._say(step)
                 self.catalog = await self._call(self._redact, view, ids, rid)
                 self._redacted[task_id] = rid
+            else:
+                step = await self._expire(view, step)
         self.failures = 0
         return step
+
+    async def _expire(self, view: View, idle: Step) -> Step:
+        """Retention in the bucket (expiry.py): the oldest segments no live task and no
+        restore needs leave the catalog, then the bucket; and, once per primary (and
+        after a failure), what a cut-off deletion left is found by a listing."""
+        drop = expired(view.catalog)
+        if drop is not None:
+            step = Step("expire", drop.sentence)
+            self._say(step)
+            self.catalog = await self._call(self._drop, view, drop)
+            self.expired += drop.segments
+            return step
+        if not self._swept:
+            left = await self._call(self._sweep, view.catalog)
+            self._swept = True
+            if left:
+                step = Step("expire", f"retention: deleted {left} objects a cut-off drop left")
+                self._say(step)
+                return step
+        return idle
+
+    def _drop(self, view: View, drop: Expiry) -> Catalog:
+        # the catalog first: an object it names is never gone; a cut before the
+        # deletes leaves objects no one names (`_sweep` finds them)
+        written = self._write_catalog(view.catalog, drop.catalog, view.term)
+        sizes = keys_of(view.catalog)
+        for key in drop.keys:
+            self.objects.delete(key)
+            metrics.ARCHIVE_DELETED.labels("expired").inc()
+            metrics.ARCHIVE_DELETED_BYTES.inc(sizes.get(key, 0))
+        return written
+
+    def _sweep(self, catalog: Catalog) -> int:
+        left = garbage(catalog, self.objects.list(packing.SEGMENTS))
+        for key in left:
+            self.objects.delete(key)
+            metrics.ARCHIVE_DELETED.labels("garbage").inc()
+        return len(left)
 
     def _redaction_due(self, store: Store, catalog: Catalog) -> tuple[str, int, list[int]] | None:
         """The oldest redaction the bucket holds (its event is in it, so every record of
@@ -257,7 +311,7 @@ class Shipper:
         self.sentence = step.sentence
         if step.kind == "blocked":
             self.host.notice(f"archive: {step.sentence}")
-        elif step.kind in ("rewind", "segment", "snapshot"):
+        elif step.kind in ("rewind", "segment", "snapshot", "expire"):
             log.info("archive: %s", step.sentence)
         else:
             log.debug("archive: %s", step.sentence)
@@ -265,6 +319,7 @@ class Shipper:
     def _failed(self, e: Exception) -> float:
         """Reset on error: the catalog is read again; how long to wait."""
         self.catalog = None
+        self._swept = False  # a deletion may have been cut off: list the bucket again
         self.failures += 1
         self._lag_meanwhile()
         metrics.ARCHIVE_FAILURES.inc()
@@ -394,12 +449,13 @@ class Shipper:
         )
         return self._write_catalog(view.catalog, new, view.term)
 
-    def _upload_snapshot(self, store: Store, view: View) -> Catalog:
+    def _upload_snapshot(self, store: Store, view: View, purging: bool) -> Catalog:
         snaps = store.snapshots
         info = snaps.newest_pinned()  # retention keeps it and its chunks until unpinned
         if info is None:
             return view.catalog
         try:
+            keep_from = snapshot_keep_from(store, info.watermark) if purging else 0
             chunks = []
             for chunk in info.chunks:
                 path = os.path.join(snaps.directory, chunk)
@@ -423,11 +479,20 @@ class Shipper:
                 (info.position.event_id, info.position.segment_id, info.position.offset),
                 file,
                 tuple(chunks),
+                keep_from,
             )
             new = view.catalog.with_snapshot(entry)
-            return self._write_catalog(view.catalog, new, view.term)
+            written = self._write_catalog(view.catalog, new, view.term)
         finally:
             snaps.unpin(info.watermark)
+        # the snapshot the catalog no longer keeps (SNAPSHOTS_KEPT), and its chunks no
+        # newer one shares: deleted after the catalog that stopped naming them
+        sizes = keys_of(view.catalog)
+        for key in unreferenced(view.catalog, written):
+            self.objects.delete(key)
+            metrics.ARCHIVE_DELETED.labels("superseded").inc()
+            metrics.ARCHIVE_DELETED_BYTES.inc(sizes.get(key, 0))
+        return written
 
     def _known_chunk(self, catalog: Catalog, path: str, name: str) -> ObjectRef | None:
         st = os.stat(path)

@@ -12,13 +12,16 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
+from apollo11.scheduler.errors import BucketError, InvalidArgumentError, NotFoundError
 from apollo11.scheduler.historynote import history_note
 
 if TYPE_CHECKING:
     from apollo11.scheduler.log import Event
     from apollo11.scheduler.nodeview.ports import NodeView
     from apollo11.scheduler.state import Store, TaskState
+
+
+RANGE_READS = 3  # bucket reads of one page, at most, while retention moves the disk's start
 
 
 class BeyondTheLog(InvalidArgumentError):
@@ -137,10 +140,21 @@ async def read_events(
     if older is None:
         hot = events_page(store, None, start, to, limit)
         return EventPage(hot.events, hot.next_id, hot.durable, gone_before=first)
-    end = min(end_at, first - 1, begin + limit - 1)
-    cold = store.shown(await asyncio.to_thread(older.read_range, begin, end, limit))
-    if store.log.first_id != first:  # retention ran meanwhile: the disk ends elsewhere now
-        return await read_events(store, task, start, to, limit)
+    for _ in range(RANGE_READS):
+        end = min(end_at, first - 1, begin + limit - 1)
+        cold = store.shown(await asyncio.to_thread(older.read_range, begin, end, limit))
+        moved = store.log.first_id
+        if moved == first:
+            break
+        # retention dropped a segment from the disk during the bucket read: the disk
+        # part would start after the bucket part ended. Read again up to where it starts
+        # now; a few tries, since retention may run again meanwhile (never unbounded).
+        first = moved
+    else:
+        raise BucketError(
+            f"retention moved this node's first event on disk during each of {RANGE_READS} "
+            f"reads of the bucket: try again"
+        )
     gone = 0
     if not cold or cold[0].event_id != begin:  # the bucket starts later than asked
         gone = cold[0].event_id if cold else first

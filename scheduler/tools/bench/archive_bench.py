@@ -99,6 +99,11 @@ def targets(r: Mapping[str, Any]) -> dict[str, bool]:
         "append_p99_ratio": rt is not None and rt <= RATIO_TARGET,
         "restore_10m": rs["all_segments_10m_s"] <= RESTORE_TARGET_S,
         **({"disk_flat": bool(r["soak"]["flat"])} if "soak" in r else {}),
+        **(
+            {"bucket_flat": bool(r["soak"]["bucket"]["flat"])}
+            if "bucket" in r.get("soak", {})
+            else {}
+        ),
     }
 
 
@@ -418,5 +423,27 @@ def _soak_rows(r: Mapping[str, Any], met: Callable[[bool], str]) -> list[tuple[s
             f"end x{s['end_over_steady']} of steady "
             f"(flat: within {archive_soak.FLAT_TOLERANCE:.0%}: {met(r['targets']['disk_flat'])}); "
             f"{s['purged']:,} of {s['tasks']:,} tasks purged",
+        ),
+        *_bucket_rows(r, met),
+    ]
+
+
+def _bucket_rows(r: Mapping[str, Any], met: Callable[[bool], str]) -> list[tuple[str, str]]:
+    b = r["soak"].get("bucket")
+    if b is None:
+        return []
+    if "steady_bytes" not in b:
+        return [("bucket over the soak", f"too few samples ({b['samples']})")]
+    mb = 1024 * 1024
+    return [
+        (
+            "bucket over the soak (stored bytes under the prefix)",
+            f"start {b['start_bytes'] / mb:.1f} MB, max {b['max_bytes'] / mb:.1f} MB, "
+            f"end {b['end_bytes'] / mb:.1f} MB, steady {b['steady_bytes'] / mb:.1f} MB: "
+            f"end x{b['end_over_steady']} of steady "
+            f"(flat: within {archive_soak.FLAT_TOLERANCE:.0%}: "
+            f"{met(r['targets']['bucket_flat'])}); {b['segments_expired']:,} segments dropped, "
+            f"{b.get('segments_held', 0)} held at the end (from event "
+            f"{b.get('first_event_in_bucket', 0):,})",
         ),
     ]

@@ -9,8 +9,11 @@ of the second half of the samples, once retention has caught up with the warm-up
 Flat: the end within FLAT_TOLERANCE of the steady level, and the last quarter's
 median not above the steady level by more than that (a slow growth shows there
 first). Tasks purged along the way are counted, so a flat disk is not a silent sweep.
+With the archive, the bucket's size under the prefix (one listing) is sampled beside
+the disk and judged by `bucket_flatness` (`bucket_flat`), with the segments it dropped.
 
-The judgement is pure (`flatness`; tests/scheduler/tools/test_archive_bench.py).
+The judgements are pure (`flatness`, `bucket_flatness`;
+tests/scheduler/tools/test_archive_bench.py).
 """
 
 from __future__ import annotations
@@ -74,6 +77,27 @@ def flatness(samples: list[int], tolerance: float = FLAT_TOLERANCE) -> dict[str,
     }
 
 
+def bucket_flatness(
+    samples: list[int], expired: int, tolerance: float = FLAT_TOLERANCE
+) -> dict[str, Any]:
+    """`flatness` of the bucket's size samples, judged one way: the end and the last
+    quarter's median not above the steady level by more than `tolerance` (a drop below
+    it is retention at work: the bucket falls in steps, a segment run and a snapshot at
+    a time), and segments were dropped at all (`expired`): without that, a bucket
+    growing slowly over a short soak can pass for flat."""
+    r = flatness(samples, tolerance)
+    if "steady_bytes" not in r:
+        return r
+    steady = r["steady_bytes"]
+    tail = steady * r["tail_over_steady"]
+    r["flat"] = (
+        expired > 0
+        and r["end_bytes"] <= (1 + tolerance) * steady
+        and tail <= (1 + tolerance) * steady
+    )
+    return r
+
+
 def _workflow() -> Workflow:
     wf = Workflow("soak")
 
@@ -101,6 +125,7 @@ async def soak(
     store.log.term = store.log.last_term + 1
     await store.log.append(EventType.TERM_STARTED, "", payload={"node_id": "n1"})
     running: list[asyncio.Task[None]] = []
+    shipper: Shipper | None = None
     if shipper_for is not None:
         shipper = shipper_for(store)
         store.retention_floor = shipper.retention_floor
@@ -110,11 +135,17 @@ async def soak(
     engine = Engine(store, registry, node_id="n1", concurrency=256, retention=options)
     await engine.start()
     samples: list[int] = []
+    bucket: list[int] = []  # the bucket's stored bytes under the prefix, with the archive
     submitted = 0
+
+    def bucket_bytes() -> int:
+        return 0 if shipper is None else shipper.objects.usage()[1]
 
     async def sample() -> None:
         while True:
             samples.append(await asyncio.to_thread(dir_bytes, root))
+            if shipper is not None:
+                bucket.append(await asyncio.to_thread(bucket_bytes))
             await asyncio.sleep(SAMPLE_S)
 
     running.append(asyncio.create_task(sample()))
@@ -127,11 +158,23 @@ async def soak(
                 submitted += 1
             await asyncio.sleep(0.02)
         samples.append(await asyncio.to_thread(dir_bytes, root))
+        if shipper is not None:
+            bucket.append(await asyncio.to_thread(bucket_bytes))
     finally:
         for t in running:
             t.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         purged = engine.retention.purged
+        expired = shipper.expired if shipper is not None else 0
+        catalog = shipper.catalog if shipper is not None else None
+        held = (
+            {
+                "segments_held": len(catalog.segments),
+                "first_event_in_bucket": catalog.segments[0].first,
+            }
+            if catalog is not None and catalog.segments
+            else {}
+        )
         in_state = len(store.state.tasks)
         first_kept = store.log.first_id
         last = store.log.durable_id
@@ -148,4 +191,18 @@ async def soak(
         "first_event_kept": first_kept,
         "sizes": samples,
         **flatness(samples),
+        # the bucket beside the disk: segments every task of which was purged leave it
+        # (scheduler/bucket/expiry.py), superseded snapshots too
+        **(
+            {
+                "bucket": {
+                    "segments_expired": expired,
+                    **held,
+                    "sizes": bucket,
+                    **bucket_flatness(bucket, expired),
+                }
+            }
+            if shipper is not None
+            else {}
+        ),
     }

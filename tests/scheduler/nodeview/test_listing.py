@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from apollo11.scheduler.errors import InvalidArgumentError, NotFoundError
+from apollo11.scheduler.errors import BucketError, InvalidArgumentError, NotFoundError
 from apollo11.scheduler.nodeview import listing
 from apollo11.scheduler.state import State
 
@@ -103,3 +103,60 @@ async def test_as_of_beyond_the_log_carries_its_figures() -> None:
     # purged since: its history went with it, and the answer says so
     with pytest.raises(NotFoundError, match="'t0' was purged by retention \\(event 9\\)"):
         await listing.task_as_of(node, "t0", 3)
+
+
+class _Ev(NamedTuple):
+    event_id: int
+
+
+class _MovingLog(FakeLog):
+    def read(self, start: int, end: int) -> Any:
+        self.reads.append((start, end))
+        return iter(_Ev(i) for i in range(max(start, self.first_id), end + 1))
+
+
+class _Older:
+    """The bucket, holding events 1..: each range read lets retention move the disk's
+    first event by `step` (0: never), as a sweep running beside the read would."""
+
+    def __init__(self, log: _MovingLog, step: int) -> None:
+        self.log = log
+        self.step = step
+        self.reads: list[tuple[int, int]] = []
+
+    def read_range(self, first: int, last: int, limit: int = 0) -> list[_Ev]:
+        self.reads.append((first, last))
+        assert len(self.reads) < 50, "unbounded: read again for every move"
+        self.log.first_id += self.step
+        return [_Ev(i) for i in range(first, last + 1)][: limit or None]
+
+
+def _moving(first: int, durable: int, step: int) -> tuple[Any, _Older]:
+    store = _store(first, durable)
+    store.log = _MovingLog(first, durable)
+    store.older = _Older(store.log, step)
+    return store, store.older
+
+
+async def test_a_range_read_while_retention_moves_the_disk_has_no_hole() -> None:
+    store, older = _moving(first=6, durable=30, step=0)
+    older.step = 3  # the first read's: the disk starts at 9 once it is back
+
+    def once(first: int, last: int, limit: int = 0) -> list[_Ev]:
+        got = _Older.read_range(older, first, last, limit)
+        older.step = 0
+        return got
+
+    older.read_range = once  # type: ignore[method-assign]
+    page = await listing.read_events(store, None, 1, 0, 20)
+    assert [e.event_id for e in page.events] == list(range(1, 21))
+    assert older.reads == [(1, 5), (1, 8)]
+    assert page.bucket_before == 9
+
+
+async def test_a_range_read_gives_up_after_a_few_moves_of_the_disk() -> None:
+    # failed first: read_events called itself for every move, without end
+    store, older = _moving(first=6, durable=10_000, step=2)
+    with pytest.raises(BucketError, match="retention moved this node's first event"):
+        await listing.read_events(store, None, 1, 0, 20)
+    assert len(older.reads) == listing.RANGE_READS

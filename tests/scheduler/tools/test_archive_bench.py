@@ -54,3 +54,28 @@ def test_the_soak_is_a_target_only_when_it_ran() -> None:
     r["soak"] = {"flat": False}
     assert ab.targets(r)["disk_flat"] is False
     assert "disk_flat" not in ab.targets(_result(1.05, 120.0))
+
+
+def test_the_bucket_is_a_target_beside_the_disk_when_the_soak_archived() -> None:
+    r = _result(1.05, 120.0)
+    r["soak"] = {"flat": True}
+    assert "bucket_flat" not in ab.targets(r)
+    r["soak"]["bucket"] = {"flat": False}
+    assert ab.targets(r)["bucket_flat"] is False
+
+
+def test_the_bucket_is_flat_when_it_drops_and_does_not_climb() -> None:
+    from apollo11.scheduler.tools.bench import archive_soak as soak
+
+    # retention's steps: down to well below the level at the end is flat
+    saw = [0, 100, 300, 500, 300, 600, 400, 550, 300, 600, 500, 250]
+    r = soak.bucket_flatness(saw, expired=12)
+    assert r["end_over_steady"] < 0.75 and r["flat"] is True
+    assert soak.flatness(saw)["flat"] is False, "the disk's two-sided test would fail it"
+    # nothing dropped: a bucket that grows slowly is not flat, whatever its shape
+    slow = [0, 400, 800, 1000, 1200, 1300, 1400, 1500, 1550, 1600, 1650, 1700]
+    assert soak.flatness(slow)["flat"] is True
+    assert soak.bucket_flatness(slow, expired=0)["flat"] is False
+    growing = [10 * i for i in range(1, 21)]
+    assert soak.bucket_flatness(growing, expired=5)["flat"] is False
+    assert soak.bucket_flatness([1, 2], expired=1) == {"samples": 2, "flat": False}

@@ -1,0 +1,130 @@
+"""Retention in the bucket's catalog (scheduler/bucket/expiry.py): which segments go,
+decided from the catalog alone."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+from apollo11.scheduler.bucket import Catalog, ObjectRef, SnapshotEntry
+from apollo11.scheduler.bucket.catalog import decode
+from apollo11.scheduler.bucket.expiry import expired, garbage, unreferenced
+from apollo11.scheduler.bucket.packing import segment_first, segment_object
+
+
+def _ref(name: str, key: str) -> ObjectRef:
+    return ObjectRef(name, key, f"{abs(hash(key)):064x}"[:64], 100, 10)
+
+
+def _catalog(*ranges: tuple[int, int]) -> Catalog:
+    c = Catalog.empty("c", "test")
+    for first, last in ranges:
+        ref = ObjectRef(f"{first}.seg", segment_object(first, f"{first:064x}"), "a" * 64, 100, 10)
+        c = c.with_segment(first=first, last=last, first_term=1, last_term=1, ref=ref)
+    return c
+
+
+def _snap(watermark: int, keep_from: int, chunks: tuple[str, ...] = ()) -> SnapshotEntry:
+    return SnapshotEntry(
+        watermark,
+        1,
+        (watermark, 0, 0),
+        _ref(f"s{watermark}", f"snapshots/{watermark}"),
+        tuple(_ref(c, f"chunks/{c}") for c in chunks),
+        keep_from,
+    )
+
+
+SEGS = ((1, 10), (11, 20), (21, 30), (31, 40))
+
+
+def test_segments_before_the_first_live_task_and_the_snapshot_go() -> None:
+    c = _catalog(*SEGS).with_snapshot(_snap(35, keep_from=21))
+    drop = expired(c)
+    assert drop is not None
+    assert [s.first for s in drop.catalog.segments] == [21, 31]
+    assert drop.catalog.chain_base == c.segments[1].chain
+    assert drop.catalog.problems() == [], "what is left still verifies"
+    assert drop.catalog.chain == c.chain
+    assert drop.keys == (c.segments[0].key, c.segments[1].key)
+    assert (drop.segments, drop.events, drop.stored) == (2, 20, 20)
+    assert "dropping 2 segments 1..20" in drop.sentence
+    assert drop.catalog.restorable() == c.restorable(), "a restore starts where it did"
+    assert expired(drop.catalog) is None, "once: the same catalog drops nothing more"
+
+
+def test_a_live_task_in_the_first_segment_keeps_everything() -> None:
+    assert expired(_catalog(*SEGS).with_snapshot(_snap(35, keep_from=5))) is None
+    assert expired(_catalog(*SEGS).with_snapshot(_snap(35, keep_from=10))) is None
+    assert expired(_catalog(*SEGS).with_snapshot(_snap(35, keep_from=11))) is not None
+
+
+def test_nothing_goes_without_what_the_snapshot_knew() -> None:
+    assert expired(_catalog(*SEGS)) is None, "no snapshot: a restore needs every segment"
+    assert expired(_catalog(*SEGS).with_snapshot(_snap(35, keep_from=0))) is None
+    # a snapshot past the segments is not restorable: the one before it counts
+    c = _catalog(*SEGS).with_snapshot(_snap(15, keep_from=16)).with_snapshot(_snap(50, 51))
+    drop = expired(c)
+    assert drop is not None and [s.first for s in drop.catalog.segments] == [11, 21, 31]
+
+
+def test_never_past_the_newest_restorable_snapshot_nor_the_last_segment() -> None:
+    # every task purged (keep_from is the watermark + 1): the segments after the
+    # snapshot stay, a restore replays them
+    drop = expired(_catalog(*SEGS).with_snapshot(_snap(25, keep_from=26)))
+    assert drop is not None and [s.first for s in drop.catalog.segments] == [21, 31]
+    # a snapshot at the very end: the last segment stays all the same
+    drop = expired(_catalog(*SEGS).with_snapshot(_snap(40, keep_from=41)))
+    assert drop is not None and [s.first for s in drop.catalog.segments] == [31]
+    assert drop.catalog.restorable() is not None
+
+
+def test_snapshots_that_can_no_longer_start_a_restore_leave_with_their_objects() -> None:
+    c = (
+        _catalog(*SEGS)
+        .with_snapshot(_snap(8, keep_from=0, chunks=("a", "b")))
+        .with_snapshot(_snap(25, keep_from=0, chunks=("a", "c")))
+        .with_snapshot(_snap(35, keep_from=31, chunks=("a", "c", "d")))
+    )
+    drop = expired(c)
+    assert drop is not None
+    assert [s.first for s in drop.catalog.segments] == [31]
+    assert [s.watermark for s in drop.catalog.snapshots] == [35]
+    gone = set(drop.keys)
+    assert {"snapshots/8", "snapshots/25", "chunks/b"} <= gone
+    assert not gone & {"chunks/a", "chunks/c", "chunks/d", "snapshots/35"}, "still named"
+
+
+def test_the_catalog_reads_back_with_keep_from_and_an_old_one_without() -> None:
+    c = _catalog(*SEGS).with_snapshot(_snap(35, keep_from=21))
+    assert decode(c.encode(), name="catalog.json") == c
+    old = c.encode().replace(b',"keep_from":21', b"")
+    # the body's checksum covers the field: an older catalog is one written without it
+    doc = orjson.loads(old)
+    body = orjson.dumps(doc["body"], option=orjson.OPT_SORT_KEYS)
+    doc["sha256"] = hashlib.sha256(body).hexdigest()
+    back = decode(orjson.dumps(doc), name="catalog.json")
+    assert back.snapshots[0].keep_from == 0 and expired(back) is None
+
+
+def test_unreferenced_names_what_the_new_catalog_stopped_naming() -> None:
+    old = _catalog(*SEGS).with_snapshot(_snap(35, keep_from=0, chunks=("a",)))
+    assert unreferenced(old, old) == ()
+    new = old.rewound(31)
+    assert unreferenced(old, new) == (old.segments[-1].key, "chunks/a", "snapshots/35")
+
+
+def test_garbage_is_the_segment_objects_below_the_catalogs_first() -> None:
+    c = _catalog(*SEGS[2:])
+    listed = [
+        segment_object(1, "f" * 64),
+        segment_object(11, "e" * 64),
+        *(s.key for s in c.segments),
+    ]
+    listed.append("segments/not-ours")
+    assert garbage(c, listed) == listed[:2]
+    assert garbage(_catalog(*SEGS), listed) == []
+    assert garbage(Catalog.empty("c", "t"), listed) == []
+    assert segment_first(segment_object(42, "0" * 64)) == 42
+    assert segment_first("chunks/x") is None
