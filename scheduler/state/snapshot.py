@@ -11,13 +11,9 @@ but its tasks, and the list of archive chunks holding every task that went
 quiet before it (see `apollo11.scheduler.state.archive`). A task a line is loaded one
 at a time: parsing one document of 100,000 tasks first left a recovered node at
 twice the memory its state needs (docs/benchmarks.md, bench durable). Format 1
-(the tasks inside the document) is still read. Format 3 is format 2 written by a
-node whose failed-for-good steps keep their own on_exhausted (`StepState.exhausted`):
-an older snapshot holding a paused task with another step failed for good cannot say
-what follows the operator's retry, and is refused (see `_modes_unknown`). Files are
-written atomically (temp file, fsync, rename, directory fsync); the newest `keep`
-are kept, and an unreadable one falls back to the one before it, then to a full
-replay.
+(the tasks inside the document) is still read. Files are written atomically (temp file, fsync,
+rename, directory fsync); the newest `keep` are kept, and an unreadable one
+falls back to the one before it, then to a full replay.
 
 Taking a snapshot has two halves. `capture` runs on the event loop and
 serializes only what changed since the previous snapshot plus the active
@@ -63,11 +59,8 @@ MAGIC = b"A11SNAP1"
 HEADER = Struct("<8sIQ")
 PREFIX = "snapshot-"
 SUFFIX = ".snap"
-# 1: the tasks inside the document; 2: a task a line, steps without their own
-# on_exhausted (both still read, see `_modes_unknown`); 3: with it
-SNAPSHOT_FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
-MODES_FORMAT = 3  # the first format whose failed-for-good steps keep their own mode
+SNAPSHOT_FORMAT = 2  # 1: the tasks inside the document (still read)
+READABLE_FORMATS = (1, 2)
 DEFAULT_INTERVAL = defaults.SNAPSHOT_INTERVAL
 DEFAULT_KEEP = 3
 ENCODE_SLICE = 64  # quiet tasks encoded between the writer's pauses (see `_encode_paced`)
@@ -318,13 +311,6 @@ class Snapshots:
             s = doc["state"]
             tasks = _tasks_of(s["tasks"]) if doc["format"] == 1 else _tasks_in(lines)
             del lines
-            if doc["format"] < MODES_FORMAT:
-                for t in tasks:
-                    unknown = _modes_unknown(t)
-                    if unknown is not None:
-                        raise SnapshotError(
-                            f"snapshot {path} predates {unknown}; replaying the log"
-                        )
             active_ids = {t.task_id for t in tasks}
             state = State(
                 tasks={t.task_id: t for t in tasks},
@@ -487,26 +473,6 @@ def _tasks_of(docs: list[Any]) -> list[TaskState]:
         out.append(TaskState.from_dict(d))
         docs[i] = None
     return out
-
-
-def _modes_unknown(task: TaskState) -> str | None:
-    """What a snapshot written before steps kept their own on_exhausted lacks for
-    `task` (None: nothing that matters). A task paused (or about to be) with another
-    step failed for good pauses again, compensates or fails when the operator retries
-    the first, as that step's FAILED said (`exhausted`, state/fold.py): such a snapshot
-    dropped it. The log holds it, so the snapshot is refused and the log replayed (an
-    older snapshot, then the whole log; a standby with no log that far back is refilled
-    from the primary): a replay and a standby then agree, as they read the same
-    FAILEDs. The workflow's rule today is not asked: it may differ from the one that
-    judged the failure, and the fold has no registry. Tasks archived are finished, and
-    nothing follows a retry of theirs that the mode would change."""
-    ending = task.paused if task.paused is not None else task.exhausted
-    if ending is None or task.cancelled is not None or task.compensating is not None:
-        return None
-    for name, step in task.steps.items():
-        if step.final and step.exhausted is None and name != ending.get("step"):
-            return f"the mode of task {task.task_id}'s step {name}, failed for good while paused"
-    return None
 
 
 def _tasks_in(lines: bytes) -> list[TaskState]:

@@ -197,7 +197,7 @@ class Store:
                 continue
             rec = Recovery(info.watermark, counter.n, time.perf_counter() - started)
             log.info("%s", rec)
-            return cls(event_log, state, snapshots, cfg, rec)._after_fallback()
+            return cls(event_log, state, snapshots, cfg, rec)
         state = State()
         counter = _Counter(state)
         event_log = EventLog.open(
@@ -210,17 +210,7 @@ class Store:
             )
         rec = Recovery(None, counter.n, time.perf_counter() - started)
         log.info("%s", rec)
-        return cls(event_log, state, snapshots, cfg, rec)._after_fallback()
-
-    def _after_fallback(self) -> Store:
-        """A newer snapshot than the one recovery used was refused (damaged, past the
-        log's end, or written before a format this state needs): snapshot at the first
-        batch, not a snapshot interval later. Until then the refused one is the newest
-        on disk, and a standby being seeded would be sent it (and refuse it too)."""
-        marks = self.snapshots.watermarks()
-        if marks and (self.recovery.snapshot is None or marks[0] > self.recovery.snapshot):
-            self._since_snapshot = self.config.snapshot_interval
-        return self
+        return cls(event_log, state, snapshots, cfg, rec)
 
     # ------------------------------------------------------------ applying
 
