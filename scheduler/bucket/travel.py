@@ -160,45 +160,23 @@ def _later_redactions(
     history: BucketHistory, catalog: Catalog, data_dir: str | os.PathLike[str], past: State
 ) -> dict[str, int]:
     """The redactions recorded after the past state that the fold takes (by task id,
-    the redaction's id), as `fold.redactions_after` judges them.
+    the redaction's id), as `fold.redactions_after` judges them: from the records
+    after the past state, from the disk where it holds them and from the bucket below
+    it (for a past state far back, most of the bucket).
 
-    The directory's newest snapshot past it already names those up to its watermark
-    (`State.redacted`: the fold judged them, holds included): then only the disk's
-    records after that watermark are scanned. Without one, the records after the
-    past state are, from the disk where it holds them and from the bucket below it
-    (for a past state far back, most of the bucket)."""
+    Never from a newer local snapshot's `redacted`: a TASK_PURGED's `forget` list
+    takes a purged task out of it, and the past state still holds that task
+    (tests/scheduler/bucket/test_travel.py, a redaction of a task purged since)."""
     data = DataDir.open_existing(data_dir)
     at = past.last_event_id
     names = (parse_segment_name(n) for n in os.listdir(data.log_dir))
     disk_first = min((f for f in names if f is not None), default=catalog.through + 1)
-    local = _newest_local(data, at, disk_first)
-    if local is not None:
-        known = {t: rid for t, rid in local.redacted.items() if rid > at}
-        after = _disk_deciding(data, local.last_event_id + 1)
-        for t, rid in redactions_after(after, local.holds).items():
-            if t not in local.redacted:  # the fold refuses a second redaction
-                known.setdefault(t, rid)
-        return known
     found: list[Event] = []
     for entry in covering_range(catalog, at + 1, min(catalog.through, disk_first - 1)):
         a, b = max(at + 1, entry.first), min(entry.last, disk_first - 1)
         found.extend(e for e in history.segment_events(entry, a, b) if e.event_type in _DECIDING)
     found.extend(_disk_deciding(data, max(at + 1, disk_first)))
     return redactions_after(found, past.holds)
-
-
-def _newest_local(data: DataDir, at: int, disk_first: int) -> State | None:
-    """The directory's newest readable snapshot past event `at` that its log runs on
-    from, or None."""
-    snapshots = Snapshots(data.snapshot_dir)
-    for mark in snapshots.watermarks():
-        if mark <= at or mark + 1 < disk_first:
-            return None
-        try:
-            return snapshots.load(mark)[1]
-        except SnapshotError:
-            continue  # an older one, or the scan: never a guess
-    return None
 
 
 def _disk_deciding(data: DataDir, start: int) -> list[Event]:

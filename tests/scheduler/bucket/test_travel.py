@@ -176,3 +176,50 @@ async def test_a_corrupt_snapshot_or_segment_stops_the_replay_naming_its_key(
     objects.put(snap.file.key, good)  # a snapshot's key holding other bytes
     with pytest.raises(CorruptObjectError, match=snap.file.key):
         state_from_bucket(BucketHistory(objects), data, redact_id)
+
+
+async def test_a_redaction_after_n_of_a_task_purged_since_is_still_hidden(
+    tmp_path: Path, archive_url: str
+) -> None:
+    """Review finding: the later redactions were read from the newest local snapshot's
+    `redacted`, which a TASK_PURGED's `forget` list empties: a task redacted after N,
+    then purged and forgotten, showed its data from a bucket snapshot older than the
+    redaction, where the replay from event 1 hid it."""
+    root = tmp_path / "n1"
+    cfg = dataclasses.replace(CONFIG, keep_all_segments=False, snapshots_keep=1)
+    store = Store.open(root, config=cfg, instance_id="n1")
+    s = shipper(Host(store), open_bucket(archive_url))
+    store.retention_floor = s.retention_floor
+    for seed in (1, 2):
+        await write(store, 30, seed=seed)
+        await store.wait_snapshot()
+        await ship_all(s)
+    before = load_catalog(open_bucket(archive_url)).snapshots[-1].watermark
+    x = _finished_before(store, before)
+    payload = {"operator": "ana", "reason": "gdpr"}
+    redact_id = (await store.log.append(EventType.TASK_REDACTED, x, payload=payload)).event_id
+    store.redactor.drain()
+    seed = 10
+    while not s.redacted(x, redact_id):  # the bucket rewritten for it
+        assert seed < 20, "the shipper never rewrote the bucket for the redaction"
+        await write(store, 30, seed=seed)
+        seed += 1
+        await store.wait_snapshot()
+        await ship_all(s)
+        await ship_all(s)
+    await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": [x], "forget": [x]})
+    assert x not in store.state.redacted
+    for seed in (3, 4):  # newer local snapshots, which no longer name the redaction
+        await write(store, 30, seed=seed)
+        await store.wait_snapshot()
+        await ship_all(s)
+        await ship_all(s)
+    await store.close()
+    n = redact_id - 1
+    got = state_from_bucket(BucketHistory(open_bucket(archive_url)), root, n)
+    whole = state_from_bucket(BucketHistory(open_bucket(archive_url)), root, n, from_snapshot=False)
+    assert got.snapshot > 0, "started from a bucket snapshot"
+    shown, yardstick = got.state.task(x), whole.state.task(x)
+    assert shown is not None and yardstick is not None
+    assert yardstick.to_dict()["input"] == {"$redacted": redact_id}
+    assert shown.to_dict() == yardstick.to_dict()
