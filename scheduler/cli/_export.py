@@ -135,7 +135,8 @@ def export(
             f"incomplete: {partial} exported task(s) lack their oldest events: the node's "
             "log retention dropped them and no bucket gave them back (a node without "
             '--archive-url); their lines say so ("events_from", "incomplete"). '
-            "Export through a node with --archive-url for the whole history.",
+            "Export through a node with --archive-url, to a new --output file (a resumed "
+            "export keeps the lines it wrote), for the whole history.",
             file=sys.stderr,
         )
 
