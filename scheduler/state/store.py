@@ -203,7 +203,11 @@ class Store:
         event_log = EventLog.open(
             data.root, config=cfg.log, instance_id=instance_id, on_events=counter, clock=clock
         )
-        if event_log.first_id > 1 and counter.n == 0 and event_log.durable_id >= event_log.first_id:
+        # A log that no longer starts at event 1 (retention cut it behind a snapshot, a
+        # standby was seeded from one, a restore) holds only the tail of history:
+        # replayed alone it would be a state without the tasks before it, with no error.
+        if event_log.first_id > 1 and event_log.durable_id >= event_log.first_id:
+            event_log.close_sync()
             raise SnapshotError(
                 f"the log starts at event {event_log.first_id} and no snapshot covers the "
                 f"events before it"

@@ -497,3 +497,28 @@ async def test_a_quiet_task_changed_while_its_snapshot_is_written_cancels_that_s
     written = store.snapshots.write(cap)
     assert set(written.archived) == {t.task_id for t in quiet}
     await store.close()
+
+
+async def test_a_log_cut_before_its_first_snapshot_is_refused_not_half_replayed(
+    tmp_path: Path,
+) -> None:
+    """Review finding: with every snapshot refused (or gone) the store replayed a log
+    whose first segment no longer starts at event 1 without a word, and came up without
+    the tasks before it (a node under --log-retention, a seeded standby, a restore)."""
+    from apollo11.scheduler.errors import SnapshotError
+
+    root = tmp_path / "d"
+    store = Store.open(
+        root,
+        config=StoreConfig(log=LOG, snapshot_interval=50),
+        instance_id="n1",
+    )
+    await _drive(store, 100)
+    await store.close()
+    segments = sorted((root / "log").glob("*.seg"))
+    assert len(segments) > 2
+    segments[0].unlink()  # what log retention deletes once a snapshot covers it
+    for s in (root / "snapshots").glob("snapshot-*.snap"):
+        s.write_bytes(b"garbage")
+    with pytest.raises(SnapshotError, match="no snapshot covers the events before it"):
+        _store(root)
