@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,19 @@ class NodeProc:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def drained(self) -> NodeProc:
+        """Keep reading the node's output into `lines` on a thread, for a test that
+        does not read it as it goes: a full pipe would stall the node."""
+        out = self.proc.stdout
+        assert out is not None
+
+        def drain() -> None:
+            for line in out:
+                self.lines.append(line)
+
+        threading.Thread(target=drain, daemon=True).start()
+        return self
 
 
 def start_node(

@@ -49,11 +49,11 @@ from apollo11.scheduler.bucket import (
     open_bucket,
     verify_archive,
 )
-from apollo11.scheduler.errors import BucketError
 from apollo11.scheduler.log import FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.testing import LocalSeaweed, etl_history
 from apollo11.scheduler.tools.bench import archive_soak
+from apollo11.scheduler.tools.bench.shipping import ship_until_idle
 
 RATE = 10_000  # events/s
 BATCH = 100  # events an append; RATE / BATCH appends a second
@@ -239,21 +239,7 @@ async def _history(root: Path, url: str, events: int) -> dict[str, Any]:
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     t1 = time.perf_counter()
-    # what is left: every sealed segment (the open one stays on disk, as on a node)
-    # (the cancelled task's last call may still finish on its thread: the catalog is
-    # read afresh, and a write it overtook is refused and read again, as in run())
-    ship.catalog = None
-    for _ in range(100_000):
-        try:
-            step = await ship.cycle()
-        except BucketError:
-            ship.catalog = None
-            await asyncio.sleep(0.2)
-            continue
-        if step.kind in ("idle", "blocked"):
-            break
-    else:
-        raise RuntimeError(f"still shipping: {ship.sentence}")
+    await ship_until_idle(ship)  # what is left
     ship_s = time.perf_counter() - t1
     await store.close()
     return {"events": n, "write_s": round(write_s, 2), "ship_rest_s": round(ship_s, 2)}

@@ -49,6 +49,7 @@ from apollo11.scheduler.errors import BucketError
 from apollo11.scheduler.log import Draft, EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.state import Store, StoreConfig
 from apollo11.scheduler.testing import LocalSeaweed, etl_history
+from apollo11.scheduler.tools.bench.shipping import ship_until_idle
 
 TARGET_S = 300.0
 SEGMENT_BYTES = defaults.SEGMENT_MAX_BYTES  # as a node writes them
@@ -113,7 +114,7 @@ async def build_history(
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     t1 = time.perf_counter()
-    await _ship_all(ship)
+    await ship_until_idle(ship)
     # The snapshot last uploaded may be past the last sealed segment (the writer
     # outran the shipper, which uploads one once the segments are in): a node writes
     # on, and so does this, a segment more, after which the segments reach it.
@@ -121,7 +122,7 @@ async def build_history(
         if ship.catalog is not None and ship.catalog.restorable() is not None:
             break
         await _write_until(store, it, _sealed_end(store) + 1, ship, progress)
-        await _ship_all(ship)
+        await ship_until_idle(ship)
     if ship.catalog is None or ship.catalog.restorable() is None:
         raise RuntimeError(f"no restorable snapshot in the bucket: {ship.sentence}")
     ship_s = time.perf_counter() - t1
@@ -157,24 +158,6 @@ async def _write_until(
                 f"written {store.log.durable_id:,} events in {said - t0:.0f} s; "
                 f"{through:,} in the bucket"
             )
-
-
-async def _ship_all(ship: Shipper) -> None:
-    """Cycle until the shipper is idle: every sealed segment in the bucket, and the
-    newest snapshot if the last one uploaded is restorable. (A call of a cancelled
-    run() may still finish on its thread: a write it overtook is refused, and the
-    catalog read again, as in Shipper.run.)"""
-    ship.catalog = None
-    for _ in range(100_000):
-        try:
-            step = await ship.cycle()
-        except BucketError:
-            ship.catalog = None
-            await asyncio.sleep(0.2)
-            continue
-        if step.kind in ("idle", "blocked"):
-            return
-    raise RuntimeError(f"still shipping: {ship.sentence}")
 
 
 def _first_and_last_task(store: Store, through: int) -> list[str]:

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -31,16 +30,7 @@ ARGS = ("--segment-max-bytes", "4096", "--snapshot-interval", "60", "--log-reten
 
 
 def _start(data: Path, env: dict[str, str], *args: str) -> NodeProc:
-    node = start_node(data, *ARGS, *args, env=env)
-    out = node.proc.stdout
-    assert out is not None
-
-    def drain() -> None:  # a full pipe would stall the node
-        for line in out:
-            node.lines.append(line)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return node
+    return start_node(data, *ARGS, *args, env=env).drained()
 
 
 def _cli(*args: str, server: str = "", env: dict[str, str]) -> subprocess.CompletedProcess[str]:

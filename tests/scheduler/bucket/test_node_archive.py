@@ -8,7 +8,6 @@ import itertools
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -23,16 +22,7 @@ ARGS = ("--segment-max-bytes", "4096", "--snapshot-interval", "60")
 
 
 def _start(data: Path, url: str, env: dict[str, str]) -> NodeProc:
-    node = start_node(data, "--archive-url", url, *ARGS, env=env)
-    out = node.proc.stdout
-    assert out is not None
-
-    def drain() -> None:  # the node's log lines, kept: a full pipe would stall it
-        for line in out:
-            node.lines.append(line)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return node
+    return start_node(data, "--archive-url", url, *ARGS, env=env).drained()
 
 
 def _sealed_end(data: Path) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -28,16 +27,7 @@ ARGS = (
 
 
 def _start(data: Path, url: str, env: dict[str, str]) -> NodeProc:
-    node = start_node(data, "--archive-url", url, *ARGS, env=env)
-    out = node.proc.stdout
-    assert out is not None
-
-    def drain() -> None:  # a full pipe would stall the node
-        for line in out:
-            node.lines.append(line)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return node
+    return start_node(data, "--archive-url", url, *ARGS, env=env).drained()
 
 
 def _run(c: SyncClient, n: int) -> list[str]:
