@@ -16,6 +16,10 @@ from apollo11.v1 import scheduler_pb2 as pb
 # Trailing metadata of a FAILED_PRECONDITION answered by a standby: the primary's
 # address, which the client retries the write on.
 LEADER_METADATA = "apollo11-leader"
+# Trailing metadata of an UNAVAILABLE answered by a node that knows no primary (an
+# election is under way), set to "1": a worker passing over a frozen primary keeps
+# passing it over while the others elect, not a transport failure's UNAVAILABLE.
+ELECTION_METADATA = "apollo11-election"
 
 
 def _names(enum: Any, prefix: str) -> dict[str, Any]:

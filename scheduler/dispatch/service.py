@@ -23,9 +23,9 @@ import grpc
 from apollo11.scheduler import metrics
 from apollo11.scheduler.dispatch.conn import WorkerConn, to_pb
 from apollo11.scheduler.dispatch.remote import RefusedError, RemoteExecutor
-from apollo11.scheduler.errors import ApolloError, NotLeaderError
+from apollo11.scheduler.errors import ApolloError, NoLeaderError, NotLeaderError
 from apollo11.scheduler.security import WorkerNameRefused, current_principal, worker_name
-from apollo11.scheduler.wire import LEADER_METADATA
+from apollo11.scheduler.wire import ELECTION_METADATA, LEADER_METADATA
 from apollo11.v1 import worker_pb2 as wpb
 
 log = logging.getLogger(__name__)
@@ -181,4 +181,6 @@ async def _refuse_not_leader(context: grpc.aio.ServicerContext, e: ApolloError) 
     if isinstance(e, NotLeaderError) and e.leader:
         context.set_trailing_metadata(((LEADER_METADATA, e.leader),))
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+    if isinstance(e, NoLeaderError):
+        context.set_trailing_metadata(((ELECTION_METADATA, "1"),))
     await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))

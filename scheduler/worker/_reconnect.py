@@ -9,7 +9,10 @@
 * A primary that fell silent (frozen: its socket open, nothing on it): it is
   passed over, and so are redirects to it, for SUSPECT_TRIES decisions, while the
   standbys elect another (a frozen primary is still the leader in etcd until its
-  lease runs out); after that it is tried again, in case it was only slow.
+  lease runs out); an answer saying an election is under way (the
+  `apollo11-election` trailer) does not count, as the silent one is no longer the
+  leader then. After that it is tried again, in case it was only slow, with a
+  short wait for its answer (DOUBT_WAIT_S, doubling while it stays silent).
 * ALREADY_EXISTS: another instance with this worker's name is connected. It may be
   this worker's own ghost (a stream the primary has not yet timed out), so retry,
   slowly, on the same primary.
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -37,6 +40,9 @@ MAX_REDIRECTS = 3
 # Decisions for which a silent primary is passed over: about three rounds of the
 # other endpoints (0.2 + 0.4 + 0.8 s of waits), longer than an election takes.
 SUSPECT_TRIES = 6
+# The first wait for a Registered from it then (a live primary answers in far less),
+# doubling each time it stays silent, up to the worker's connect timeout.
+DOUBT_WAIT_S = 1.0
 
 FATAL = frozenset(
     {
@@ -58,6 +64,7 @@ class Ended:
     leader: str | None = None
     registered: bool = False  # it got as far as Registered
     silent: bool = False  # the primary stopped talking (frozen), the stream still open
+    election: bool = False  # the node said no primary is known: an election under way
 
     def describe(self) -> str:
         what = self.code.name if self.code is not None else "no status"
@@ -71,6 +78,8 @@ class Next:
     endpoint: str
     delay_s: float
     sentence: str
+    # how long to wait for its Registered; None: the worker's connect timeout
+    wait_s: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +111,9 @@ class Reconnect:
         self._redirects = 0
         self._suspect: str | None = None  # a primary that fell silent: passed over
         self._suspect_tries = 0
+        # ...and once the passes run out, tried with a short wait, doubling
+        self._doubted: str | None = None
+        self._doubts = 0
 
     def first(self) -> str:
         return self.endpoints[self._cursor]
@@ -115,9 +127,17 @@ class Reconnect:
             self._failures = 0
             self._redirects = 0
             self._suspect = None
+            self._doubted, self._doubts = None, 0
         if ended.silent:
             self._suspect, self._suspect_tries = ep, SUSPECT_TRIES
-        elif self._suspect is not None:
+            self._doubted, self._doubts = ep, 0
+        elif ep == self._doubted and not ended.registered:
+            # tried again and still no answer: passed over again, then a longer wait
+            self._suspect, self._suspect_tries = ep, SUSPECT_TRIES
+            self._doubts += 1
+        elif self._suspect is not None and not ended.election:
+            # (an election under way: the silent one's lease lapsed, it is not the
+            # primary whatever else happens; the passes are kept for what follows)
             self._suspect_tries -= 1
             if self._suspect_tries <= 0:
                 self._suspect = None  # perhaps it was only slow: it may be tried again
@@ -143,7 +163,7 @@ class Reconnect:
             and self._redirects < MAX_REDIRECTS
         ):
             self._redirects += 1
-            return Next(
+            return self._next(
                 ended.leader, 0.0, f"{ep} is not the primary: following it to {ended.leader}"
             )
         self._redirects = 0
@@ -159,4 +179,13 @@ class Reconnect:
             delay = self._jittered(min(self._max, self._base * 2 ** max(0, rounds - 1)))
         nxt = self.endpoints[self._cursor]
         lost = "stream lost" if ended.registered else f"cannot connect to {ep}"
-        return Next(nxt, delay, f"{lost}: {ended.describe()}, reconnecting to {nxt}")
+        return self._next(nxt, delay, f"{lost}: {ended.describe()}, reconnecting to {nxt}")
+
+    def _next(self, endpoint: str, delay_s: float, sentence: str) -> Next:
+        """A primary that fell silent and is tried again gets a short wait for its
+        Registered: a frozen one would hold the worker for its whole connect timeout,
+        past the new primary's wait for its workers (it adopts their running
+        attempts for --worker-heartbeat-timeout, then runs them again)."""
+        if endpoint != self._doubted:
+            return Next(endpoint, delay_s, sentence)
+        return Next(endpoint, delay_s, sentence, DOUBT_WAIT_S * 2**self._doubts)

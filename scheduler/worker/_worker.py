@@ -47,7 +47,7 @@ from apollo11.scheduler.client._connection import (
 )
 from apollo11.scheduler.errors import ApolloError, InvalidArgumentError
 from apollo11.scheduler.steplimits import MIN_MEMORY, effective, format_size
-from apollo11.scheduler.wire import LEADER_METADATA
+from apollo11.scheduler.wire import ELECTION_METADATA, LEADER_METADATA
 from apollo11.scheduler.worker import _codec as codec
 from apollo11.scheduler.worker._attempt import Isolation, RunningAttempt
 from apollo11.scheduler.worker._fence import Enforcement
@@ -271,10 +271,10 @@ class Worker:
         if self._enforcement is not None:  # how, and why not the other way
             log.info("%s", self._enforcement.sentence)
         reconnect = Reconnect(self.endpoints, name=self.name)
-        endpoint = reconnect.first()
+        endpoint, wait_s = reconnect.first(), self.connect_timeout_s
         try:
             while not self._finished.is_set():
-                ended = await self._connect(endpoint)
+                ended = await self._connect(endpoint, wait_s)
                 if self._finished.is_set():
                     break
                 decision = reconnect.after(ended)
@@ -283,6 +283,7 @@ class Worker:
                     raise WorkerRefusedError(decision.sentence)
                 self._log_reconnect(decision.sentence, lost=ended.registered)
                 endpoint = decision.endpoint
+                wait_s = min(decision.wait_s or self.connect_timeout_s, self.connect_timeout_s)
                 if decision.delay_s > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._finished.wait(), decision.delay_s)
@@ -342,8 +343,8 @@ class Worker:
             self._channels[ep] = ch
         return ch
 
-    async def _connect(self, ep: str) -> Ended:
-        """One stream, handshake to end; says how it ended."""
+    async def _connect(self, ep: str, wait_s: float) -> Ended:
+        """One stream, handshake to end (`wait_s` for its Registered); says how it ended."""
         session = _Session(ep)
         call = codec.open_stream(self._channel(ep), self._metadata)
         tasks: list[asyncio.Task[Any]] = []
@@ -365,7 +366,7 @@ class Worker:
             for message in codec.results(resend):
                 await call.write(message)
             tasks = [
-                asyncio.create_task(self._read(call, session)),
+                asyncio.create_task(self._read(call, session, wait_s)),
                 asyncio.create_task(self._write(call, session)),
                 asyncio.create_task(self._listen(session)),
                 asyncio.create_task(self._finished.wait()),
@@ -384,7 +385,7 @@ class Worker:
         except _PrimarySilent as e:
             return Ended(ep, None, str(e), registered=True, silent=True)
         except TimeoutError:
-            return Ended(ep, None, f"no Registered within {self.connect_timeout_s:g} s")
+            return Ended(ep, None, f"no Registered within {wait_s:g} s")
         except (asyncio.InvalidStateError, grpc.aio.UsageError):
             # a write on a call the server already ended: its status says why
             return await self._ended(call, session, "")
@@ -415,19 +416,24 @@ class Worker:
             return Ended(session.endpoint, None, fallback or "the stream ended", None, registered)
         if code is grpc.StatusCode.OK:
             details = details or "the primary ended the stream"
-        return Ended(session.endpoint, code, details or "", _leader(trailer), registered)
+        leader, election = _trailer(trailer)
+        return Ended(session.endpoint, code, details or "", leader, registered, election=election)
 
     def _ended_by(self, e: grpc.aio.AioRpcError, session: _Session) -> Ended:
+        leader, election = _trailer(e.trailing_metadata())
         return Ended(
             session.endpoint,
             e.code(),
             e.details() or "",
-            _leader(e.trailing_metadata()),
+            leader,
             session.registration is not None,
+            election=election,
         )
 
-    async def _read(self, call: grpc.aio.StreamStreamCall[Any, Any], session: _Session) -> None:
-        first = await asyncio.wait_for(call.read(), self.connect_timeout_s)
+    async def _read(
+        self, call: grpc.aio.StreamStreamCall[Any, Any], session: _Session, wait_s: float
+    ) -> None:
+        first = await asyncio.wait_for(call.read(), wait_s)
         if first is grpc.aio.EOF:
             return
         self._registered(codec.registration(first), session)
@@ -694,8 +700,12 @@ class Worker:
         self._channels.clear()
 
 
-def _leader(trailer: Any) -> str | None:
+def _trailer(trailer: Any) -> tuple[str | None, bool]:
+    """The primary a refusal names, and whether it says an election is under way."""
+    leader, election = None, False
     for key, value in trailer or ():
         if key == LEADER_METADATA:
-            return str(value)
-    return None
+            leader = str(value)
+        elif key == ELECTION_METADATA:
+            election = True
+    return leader, election

@@ -11,7 +11,7 @@ import pytest
 
 from apollo11.scheduler.dispatch import RemoteExecutor, WorkersService
 from apollo11.scheduler.errors import ApolloError, NoLeaderError, NotLeaderError
-from apollo11.scheduler.wire import LEADER_METADATA
+from apollo11.scheduler.wire import ELECTION_METADATA, LEADER_METADATA
 from apollo11.v1 import worker_pb2 as wpb
 from apollo11.v1 import worker_pb2_grpc as wpbg
 
@@ -85,3 +85,11 @@ async def test_a_node_that_knows_no_primary_refuses_once_it_read_the_register(
     refused = await _refusal(leaderless)
     assert refused.code() is grpc.StatusCode.UNAVAILABLE
     assert "no primary is known" in (refused.details() or "")
+    # what tells a worker passing over a frozen primary that an election is under way
+    assert (ELECTION_METADATA, "1") in tuple(refused.trailing_metadata() or ())
+
+
+async def test_a_standby_says_no_election(standby: str) -> None:
+    refused = await _refusal(standby)
+    keys = [k for k, _ in tuple(refused.trailing_metadata() or ())]
+    assert ELECTION_METADATA not in keys

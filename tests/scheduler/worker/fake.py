@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import orjson
 
-from apollo11.scheduler.wire import LEADER_METADATA
+from apollo11.scheduler.wire import ELECTION_METADATA, LEADER_METADATA
 from apollo11.v1 import worker_pb2 as pb
 from apollo11.v1 import worker_pb2_grpc as pbg
 
@@ -67,6 +67,7 @@ class Refusal:
     code: grpc.StatusCode
     details: str
     leader: str | None = None
+    election: bool = False  # a node that knows no primary says so, as a node does
 
 
 @dataclass
@@ -122,10 +123,21 @@ class Conn:
 
 
 class FakePrimary(pbg.WorkersServicer):
-    def __init__(self, *, node_id: str = "n1", term: int = 3, interval_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        *,
+        node_id: str = "n1",
+        term: int = 3,
+        interval_s: float = 0.2,
+        pings: bool = False,
+    ) -> None:
         self.node_id = node_id
         self.term = term
         self.interval_s = interval_s
+        self.pings = pings  # says it does (Registered.pings); sends none itself
+        # frozen: as a SIGSTOPped process, a new stream is never answered (counted)
+        self.frozen = False
+        self.frozen_streams = 0
         self.refuse: Refusal | None = None
         self.stale: Sequence[pb.AttemptToken] = ()
         self.refused = 0
@@ -144,7 +156,14 @@ class FakePrimary(pbg.WorkersServicer):
             self.refused += 1
             if self.refuse.leader:
                 context.set_trailing_metadata(((LEADER_METADATA, self.refuse.leader),))
+            elif self.refuse.election:
+                context.set_trailing_metadata(((ELECTION_METADATA, "1"),))
             await context.abort(self.refuse.code, self.refuse.details)
+        if self.frozen:
+            self.frozen_streams += 1
+            while await context.read() is not grpc.aio.EOF:  # never answered
+                pass
+            return
         first = await context.read()
         assert first.WhichOneof("body") == "register"
         conn = Conn(first.register, context)
@@ -157,6 +176,7 @@ class FakePrimary(pbg.WorkersServicer):
                     heartbeat_timeout_s=self.interval_s * 5,
                     stale=list(self.stale),
                     name=self.registered_as,
+                    pings=self.pings,
                 )
             )
         )

@@ -109,3 +109,60 @@ def test_a_silent_primary_is_passed_over_redirects_too_then_tried_again() -> Non
     r.after(Ended("b:1", grpc.StatusCode.UNAVAILABLE, "gone", registered=True))
     d = r.after(Ended("c:1", precondition, "standby", "a:1"))
     assert d == Next("a:1", 0.0, "c:1 is not the primary: following it to a:1")
+
+
+def test_an_election_under_way_keeps_a_silent_primary_passed_over() -> None:
+    """Found in CI: the standbys answered "no primary is known" six times in 0.5 s,
+    which used up the silent primary's passes; the worker went back to it (frozen:
+    no answer for 5 s) and missed the new primary's wait for its workers. While an
+    election is under way the silent one is not the primary (its lease lapsed): an
+    answer that says so passes it over without counting."""
+    from apollo11.scheduler.worker._reconnect import SUSPECT_TRIES
+
+    r = policy()
+    r.after(Ended("a:1", None, "silent", registered=True, silent=True))
+    ep, seen = "b:1", []
+    for _ in range(SUSPECT_TRIES * 3):
+        d = r.after(Ended(ep, grpc.StatusCode.UNAVAILABLE, "no primary", election=True))
+        assert isinstance(d, Next)
+        seen.append(d.endpoint)
+        ep = d.endpoint
+    assert "a:1" not in seen
+    # an UNAVAILABLE without it (a node down, a refused connection) still counts
+    for _ in range(SUSPECT_TRIES + 2):
+        d = r.after(Ended(ep, grpc.StatusCode.UNAVAILABLE, "connection refused"))
+        assert isinstance(d, Next)
+        seen.append(d.endpoint)
+        ep = d.endpoint
+    assert "a:1" in seen
+
+
+def test_a_silent_primary_tried_again_is_given_a_short_wait_that_doubles() -> None:
+    """When the passes run out, the silent one is tried with a short wait for its
+    Registered (a primary that was only slow answers in far less), doubling each
+    time it stays silent, so a frozen one costs its workers little."""
+    from apollo11.scheduler.worker._reconnect import DOUBT_WAIT_S, SUSPECT_TRIES
+
+    def until_a(r: Reconnect) -> Next:
+        ep = "b:1"
+        for _ in range(SUSPECT_TRIES + 2):
+            d = r.after(Ended(ep, grpc.StatusCode.FAILED_PRECONDITION, "standby", "a:1"))
+            assert isinstance(d, Next)
+            if d.endpoint == "a:1":
+                return d
+            ep = d.endpoint
+        raise AssertionError("a:1 was never tried again")
+
+    r = policy()
+    d = r.after(Ended("a:1", None, "silent", registered=True, silent=True))
+    assert isinstance(d, Next) and d.wait_s is None, "the others: the usual wait"
+    assert until_a(r).wait_s == DOUBT_WAIT_S
+    # still no answer: passed over again, then tried with twice the wait
+    d = r.after(Ended("a:1", None, f"no Registered within {DOUBT_WAIT_S:g} s"))
+    assert isinstance(d, Next) and d.endpoint != "a:1"
+    assert until_a(r).wait_s == 2 * DOUBT_WAIT_S
+    # it answers: forgiven, the usual wait from then on
+    r.after(Ended("a:1", grpc.StatusCode.UNAVAILABLE, "gone", registered=True))
+    d = r.after(Ended("b:1", grpc.StatusCode.FAILED_PRECONDITION, "standby", "a:1"))
+    assert d == Next("a:1", 0.0, "b:1 is not the primary: following it to a:1")
+    assert d.wait_s is None

@@ -424,3 +424,55 @@ async def test_an_endpoint_that_is_down_is_passed_over(primary: FakePrimary) -> 
     async with running(worker):
         conn = await primary.next_conn()
         assert conn.register.name == "w1"
+
+
+@contextlib.asynccontextmanager
+async def _frozen_primary_and_standbys() -> AsyncIterator[tuple[FakePrimary, ...]]:
+    """A primary that pings (then freezes, as a SIGSTOPped process) and two standbys."""
+    a = FakePrimary(node_id="n1", pings=True, interval_s=0.1)
+    b, c = FakePrimary(node_id="n2"), FakePrimary(node_id="n3")
+    async with serving(a), serving(b), serving(c):
+        yield a, b, c
+
+
+async def test_a_frozen_primary_is_not_tried_while_an_election_is_under_way() -> None:
+    """The worker hears nothing from its primary and goes to the standbys, which say
+    an election is under way for longer than the frozen one's passes: it is not
+    tried again (a try waits for an answer that never comes), and the worker is with
+    the new primary as soon as there is one."""
+    async with _frozen_primary_and_standbys() as (a, b, c):
+        no_primary = Refusal(grpc.StatusCode.UNAVAILABLE, "no primary is known", election=True)
+        worker = Worker([a.address, b.address, c.address], registry(), name="w1")
+        async with running(worker):
+            await a.next_conn()
+            b.refuse = c.refuse = no_primary
+            a.frozen = True
+            await _until(lambda: b.refused + c.refused >= 12, "the standbys asked, often")
+            b.refuse = None
+            conn = await b.next_conn()
+    assert conn.register.name == "w1"
+    assert a.frozen_streams == 0
+
+
+async def test_a_frozen_primary_tried_again_costs_the_worker_little() -> None:
+    """The standbys still name the frozen primary (its lease has not lapsed): after
+    its passes the worker tries it again, and gives up on it soon, not after its
+    connect timeout (60 s here), so it reaches the new primary within the time that
+    one waits for its workers."""
+    async with _frozen_primary_and_standbys() as (a, b, c):
+        worker = Worker(
+            [a.address, b.address, c.address], registry(), name="w1", connect_timeout_s=60.0
+        )
+        async with running(worker):
+            await a.next_conn()
+            b.refuse = c.refuse = Refusal(
+                grpc.StatusCode.FAILED_PRECONDITION, "not the primary", leader=a.address
+            )
+            a.frozen = True
+            await _until(lambda: a.frozen_streams >= 1, "the frozen one tried again")
+            c.refuse = Refusal(
+                grpc.StatusCode.FAILED_PRECONDITION, "not the primary", leader=b.address
+            )
+            b.refuse = None
+            conn = await b.next_conn()
+    assert conn.register.name == "w1"
