@@ -131,10 +131,12 @@ class Reconnect:
         if ended.silent:
             self._suspect, self._suspect_tries = ep, SUSPECT_TRIES
             self._doubted, self._doubts = ep, 0
-        elif ep == self._doubted and not ended.registered:
+        elif ep == self._doubted and ended.code is None:
             # tried again and still no answer: passed over again, then a longer wait
             self._suspect, self._suspect_tries = ep, SUSPECT_TRIES
             self._doubts += 1
+        elif ep == self._doubted:
+            self._doubted, self._doubts = None, 0  # it answered (a status): alive
         elif self._suspect is not None and not ended.election:
             # (an election under way: the silent one's lease lapsed, it is not the
             # primary whatever else happens; the passes are kept for what follows)

@@ -161,8 +161,16 @@ def test_a_silent_primary_tried_again_is_given_a_short_wait_that_doubles() -> No
     d = r.after(Ended("a:1", None, f"no Registered within {DOUBT_WAIT_S:g} s"))
     assert isinstance(d, Next) and d.endpoint != "a:1"
     assert until_a(r).wait_s == 2 * DOUBT_WAIT_S
-    # it answers: forgiven, the usual wait from then on
+    # it registers the worker: forgiven, the usual wait from then on
     r.after(Ended("a:1", grpc.StatusCode.UNAVAILABLE, "gone", registered=True))
     d = r.after(Ended("b:1", grpc.StatusCode.FAILED_PRECONDITION, "standby", "a:1"))
     assert d == Next("a:1", 0.0, "b:1 is not the primary: following it to a:1")
     assert d.wait_s is None
+    # any answer with a status (it restarted as a standby) forgives it as well
+    r = policy()
+    r.after(Ended("a:1", None, "silent", registered=True, silent=True))
+    assert until_a(r).wait_s == DOUBT_WAIT_S
+    d = r.after(Ended("a:1", grpc.StatusCode.FAILED_PRECONDITION, "standby", "b:1"))
+    assert d == Next("b:1", 0.0, "a:1 is not the primary: following it to b:1")
+    d = r.after(Ended("b:1", grpc.StatusCode.FAILED_PRECONDITION, "standby", "a:1"))
+    assert isinstance(d, Next) and d.endpoint == "a:1" and d.wait_s is None
