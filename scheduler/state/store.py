@@ -477,10 +477,15 @@ class Store:
             return
         written = fut.result()
         self.log.mark_end("snapshot")
+        watermark = written.info.watermark
+        # A task this snapshot archived that a purge took while it was written: the fold
+        # hid it only if there was an archive then (not before the first snapshot)
+        purged = self.state.purged
+        late = [t for t in written.archived if purged.get(t, 0) > watermark]
         self.state.archive = Archive(written.chunks)
         # no chunk holds these purged tasks now: nothing left to hide
         self.state.tombstones -= written.purged
-        watermark = written.info.watermark
+        self.state.tombstones.update(late)
         if not self.config.keep_all_segments:
             marks = self.snapshots.watermarks()
             if len(marks) >= self.config.snapshots_keep:
