@@ -50,6 +50,9 @@ async def test_older_snapshots_and_chunks_are_rewritten_and_still_replay(tmp_pat
     needle = f"s3://bucket/{task.task_id}/".encode()  # in each step's result
     assert any(n.endswith(".arc") for n in _holding(snaps, needle))
     marks = store.snapshots.watermarks()
+    originals = [
+        Path(snaps, n).read_bytes() for n in sorted(os.listdir(snaps)) if n.endswith(".snap")
+    ]
     red = await store.log.append(
         EventType.TASK_REDACTED, task.task_id, payload={"operator": "ana", "reason": "r"}
     )
@@ -83,6 +86,12 @@ async def test_older_snapshots_and_chunks_are_rewritten_and_still_replay(tmp_pat
         elif name.endswith(".snap"):
             raw = Path(path).read_bytes()
             assert redacted_snapshot(raw, redactions, where=path) == raw
+    # many redactions at once (the pass after a start) go over the task lines: the same
+    many = {**redactions, **{f"task-9-{i:07d}": 1 for i in range(20)}}
+    for raw in originals:
+        once = redacted_snapshot(raw, redactions, where="original")
+        assert needle not in once and redacted_snapshot(raw, many, where="original") == once
+    assert any(needle in raw for raw in originals), "a snapshot line held it"
     reopened = _store(tmp_path)
     shown = reopened.state.peek(task.task_id)
     assert shown is not None and shown.input == {"$redacted": red.event_id}
