@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import aiofiles
-import aiofiles.os
 import grpc
 
 from apollo11.replicator import records
@@ -308,10 +307,12 @@ class ReplicationService(rpbg.ReplicationServicer):
         files = [*info.chunks, os.path.basename(info.path)]  # the snapshot file last
         for i, name in enumerate(files):
             path = os.path.join(directory, name)
-            size = (await aiofiles.os.stat(path)).st_size
             off = 0
             # aiofiles: a snapshot can be large and this is off the hot path.
             async with aiofiles.open(path, "rb") as f:
+                # the size of the file opened: a redaction may replace the path's file
+                # meanwhile (Snapshots.redact), and a smaller one would never end here
+                size = os.fstat(f.fileno()).st_size
                 while True:
                     data = await f.read(SNAPSHOT_CHUNK)
                     last_of_file = off + len(data) >= size

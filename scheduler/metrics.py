@@ -459,17 +459,18 @@ ARCHIVE_DELETED = Counter(
     "apollo11_archive_deleted_objects_total",
     "Objects deleted from the archive's bucket, by why: expired (segments every task of "
     "which retention purged, docs/archive.md), superseded (snapshots and chunks no "
-    "catalog entry names any more), garbage (left by a cut-off deletion)",
+    "catalog entry names any more), redacted (snapshots and chunks replaced by their "
+    "copies without a redacted task's data), garbage (left by a cut-off deletion)",
     ["why"],
 )
 ARCHIVE_DELETED_BYTES = Counter(
     "apollo11_archive_deleted_bytes_total",
     "Stored (compressed) bytes of the objects deleted from the archive's bucket that the "
-    "catalog named (expired and superseded)",
+    "catalog named (expired, superseded and redacted)",
 )
 for _kind in ("segment", "snapshot", "chunk", "catalog"):
     ARCHIVE_UPLOADS.labels(_kind)
-for _why in ("expired", "superseded", "garbage"):
+for _why in ("expired", "superseded", "redacted", "garbage"):
     ARCHIVE_DELETED.labels(_why)
 for _form in ("raw", "stored"):
     ARCHIVE_BYTES.labels(_form)

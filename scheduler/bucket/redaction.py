@@ -12,19 +12,30 @@ objects are deleted: a cut at any point leaves a catalog that names whole object
 and the next pass (the primary's, or a new primary's: each redaction is checked once
 per primary) finds what is left to do. A segment already rewritten comes back the
 same and is left alone.
+
+Then the snapshots and archive chunks the catalog names: each is read and checked
+(its SHA-256), and the ones holding the task's data (a snapshot taken before the
+redaction, a chunk archived before it) are rewritten by the functions the members
+apply to their own files (`redacted_snapshot`, `redacted_chunk`), under their new
+SHA-256 and key; the catalog then names the new objects (a chunk shared by several
+snapshots, in each of them), and the old ones are deleted. The same order, the same
+idempotence: a file already rewritten comes back the same.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Callable, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from apollo11.scheduler.bucket import packing
-from apollo11.scheduler.bucket.catalog import Catalog, SegmentEntry
+from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry
 from apollo11.scheduler.bucket.objects import ObjectStore
-from apollo11.scheduler.bucket.verify import fetch_segment
+from apollo11.scheduler.bucket.verify import fetch, fetch_segment
 from apollo11.scheduler.log import expunged
+from apollo11.scheduler.state import Chunk, redacted_chunk, redacted_snapshot
 
 
 def holding(catalog: Catalog, ids: Sequence[int]) -> list[int]:
@@ -81,3 +92,75 @@ def leftovers(objects: ObjectStore, entry: SegmentEntry) -> list[str]:
         return []
     prefix = packing.segment_object(entry.first, "").partition("-")[0] + "-"
     return [k for k in objects.list(prefix) if k != entry.key]
+
+
+def rewrite_snapshots(
+    objects: ObjectStore,
+    catalog: Catalog,
+    redactions: Mapping[str, int],
+    put: Callable[[str, bytes, str], int],
+) -> tuple[Catalog, list[str]]:
+    """The catalog naming the snapshot and chunk objects rewritten without the data of
+    the tasks `redactions` names (task id -> its TASK_REDACTED), uploaded through `put`;
+    and the keys of the objects they replace (to delete once that catalog is written).
+    Every object is checked by its SHA-256 as it is read: damage is an error naming
+    its key, never skipped."""
+    new_refs: dict[str, ObjectRef] = {}  # old key -> its replacement (or itself)
+    snapshots = []
+    for s in catalog.snapshots:
+        chunks = []
+        for ref in s.chunks:
+            if ref.key not in new_refs:
+                new_refs[ref.key] = _rewritten_chunk(objects, ref, redactions, put)
+            chunks.append(new_refs[ref.key])
+        file = s.file
+        raw = fetch(objects, file)
+        new = redacted_snapshot(raw, redactions, where=file.key)
+        if new != raw:
+            sha = packing.digest(new)
+            name = packing.snapshot_object(s.watermark, sha)
+            file = ObjectRef(file.name, name, sha, len(new), put(name, new, "snapshot"))
+        snapshots.append(dataclasses.replace(s, file=file, chunks=tuple(chunks)))
+    rewritten = dataclasses.replace(catalog, snapshots=tuple(snapshots))
+    named = {r.key for s in snapshots for r in (s.file, *s.chunks)}
+    stale = [r.key for s in catalog.snapshots for r in (s.file, *s.chunks) if r.key not in named]
+    return rewritten, list(dict.fromkeys(stale))
+
+
+def unnamed_files(named: Iterable[str], listed: Iterable[str]) -> list[str]:
+    """Snapshot and chunk objects (of those `listed` under `snapshots/` and `chunks/`)
+    the catalog does not name (`named`): former versions a redaction pass cut off
+    between its catalog and its deletes left (they may hold the data), or a snapshot
+    upload cut off before its catalog. No one's history: the primary, which alone
+    uploads, lists them only between its own steps."""
+    keep = set(named)
+    return [k for k in listed if k not in keep]
+
+
+def _rewritten_chunk(
+    objects: ObjectStore,
+    ref: ObjectRef,
+    redactions: Mapping[str, int],
+    put: Callable[[str, bytes, str], int],
+) -> ObjectRef:
+    """`ref`, or the object of its chunk rewritten without the redacted tasks' data. A
+    chunk is read through its file format (an index, then the entries): here, through a
+    temporary file."""
+    raw = fetch(objects, ref)
+    with tempfile.TemporaryDirectory(prefix="apollo11-redact-") as tmp:
+        path = os.path.join(tmp, ref.name)
+        with open(path, "wb") as f:
+            f.write(raw)
+        del raw
+        chunk = Chunk(path)
+        try:
+            out = path + ".new"
+            if not redacted_chunk(chunk, redactions, out):
+                return ref
+        finally:
+            chunk.close()
+        with open(out, "rb") as f:
+            new = f.read()
+    sha = packing.digest(new)
+    name = packing.chunk_object(ref.name, sha)
+    return ObjectRef(ref.name, name, sha, len(new), put(name, new, "chunk"))

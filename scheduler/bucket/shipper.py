@@ -43,7 +43,7 @@ from apollo11.scheduler.bucket.expiry import Expiry, expired, garbage, keys_of, 
 from apollo11.scheduler.bucket.needed import snapshot_keep_from
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
-from apollo11.scheduler.bucket.redaction import rewrite_task
+from apollo11.scheduler.bucket.redaction import rewrite_snapshots, rewrite_task, unnamed_files
 from apollo11.scheduler.bucket.span import span_of
 from apollo11.scheduler.errors import (
     BucketConflictError,
@@ -175,9 +175,13 @@ class Shipper:
             due = self._redaction_due(store, view.catalog)
             if due is not None:
                 task_id, rid, ids = due
-                step = Step("redact", f"rewriting the bucket's segments of redacted task {task_id}")
+                step = Step(
+                    "redact",
+                    f"rewriting the bucket's segments, snapshots and chunks of redacted "
+                    f"task {task_id}",
+                )
                 self._say(step)
-                self.catalog = await self._call(self._redact, view, ids, rid)
+                self.catalog = await self._call(self._redact, view, task_id, ids, rid)
                 self._redacted[task_id] = rid
             else:
                 step = await self._expire(view, step)
@@ -231,6 +235,8 @@ class Shipper:
         for task_id, rid in sorted(redacted.items(), key=lambda kv: kv[1]):
             if rid > catalog.through or self._redacted.get(task_id) == rid:
                 continue
+            if not store.snapshots_redacted(task_id, rid):
+                continue  # the files a snapshot upload reads still hold the data
             ids = store.state.redacted_records.get(task_id)  # the task may be purged
             if ids is None:
                 self._redacted[task_id] = rid  # not indexed: see docs/archive.md
@@ -238,13 +244,25 @@ class Shipper:
             return task_id, rid, ids
         return None
 
-    def _redact(self, view: View, ids: list[int], rid: int) -> Catalog:
+    def _redact(self, view: View, task_id: str, ids: list[int], rid: int) -> Catalog:
         new, stale = rewrite_task(self.objects, view.catalog, ids, rid, self._put)
+        new, stale_files = rewrite_snapshots(self.objects, new, {task_id: rid}, self._put)
         written = view.catalog
-        if new.segments != view.catalog.segments:  # the catalog first, then the deletes
+        if new != view.catalog:  # the catalog first, then the deletes
             written = self._write_catalog(view.catalog, new, view.term)
         for key in stale:
             self.objects.delete(key)
+        sizes = keys_of(view.catalog)
+        for key in stale_files:
+            self.objects.delete(key)
+            metrics.ARCHIVE_DELETED.labels("redacted").inc()
+            metrics.ARCHIVE_DELETED_BYTES.inc(sizes.get(key, 0))
+        # and what an earlier pass cut off before its deletes left (a new primary checks
+        # every redaction once): found by a listing, as `leftovers` finds old segments
+        listed = self.objects.list(packing.SNAPSHOTS) + self.objects.list(packing.CHUNKS)
+        for key in unnamed_files(keys_of(written), listed):
+            self.objects.delete(key)
+            metrics.ARCHIVE_DELETED.labels("garbage").inc()
         return written
 
     # -------------------------------------------------------------- the world

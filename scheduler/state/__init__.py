@@ -16,7 +16,7 @@ no storage (pyproject.toml's contract "The pure decisions").
 """
 
 from apollo11.scheduler.state import merger, repair, scrub
-from apollo11.scheduler.state.archive import Archive
+from apollo11.scheduler.state.archive import Archive, Chunk, redacted_chunk
 from apollo11.scheduler.state.fold import apply, apply_all, hide_data, redactions_after, replay
 from apollo11.scheduler.state.index import (
     State,
@@ -48,7 +48,12 @@ from apollo11.scheduler.state.repair import set_aside as set_aside_for_repair
 from apollo11.scheduler.state.schedule import OccurrenceRecord, ScheduleState, spec_dict
 from apollo11.scheduler.state.scrub import Damage, Scrubber
 from apollo11.scheduler.state.scrub import Targets as ScrubTargets
-from apollo11.scheduler.state.snapshot import SnapshotInfo, Snapshots, watermark_of
+from apollo11.scheduler.state.snapshot import (
+    SnapshotInfo,
+    Snapshots,
+    redacted_snapshot,
+    watermark_of,
+)
 from apollo11.scheduler.state.store import (
     NeedsFullReplay,
     OlderHistory,
@@ -66,6 +71,7 @@ __all__ = [
     "REPAIRING",
     "TERMINAL",
     "Archive",
+    "Chunk",
     "Damage",
     "DurableState",
     "NeedsFullReplay",
@@ -97,6 +103,8 @@ __all__ = [
     "merger_pids",
     "outcome",
     "paused_gc",
+    "redacted_chunk",
+    "redacted_snapshot",
     "redactions_after",
     "reindex",
     "repair",

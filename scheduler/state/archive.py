@@ -51,7 +51,7 @@ import heapq
 import os
 import zlib
 from array import array
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from struct import Struct
 from typing import Any
 
@@ -60,6 +60,7 @@ import orjson
 from apollo11.scheduler import jsondepth
 from apollo11.scheduler.errors import SnapshotError
 from apollo11.scheduler.log import fsync_dir
+from apollo11.scheduler.state.fold import hide_data
 from apollo11.scheduler.state.index import Summary, TaskStore, summarize
 from apollo11.scheduler.state.model import TaskState, TaskStatus
 
@@ -172,6 +173,30 @@ def write_chunk(path: str, records: Iterable[Record], level: int) -> int:
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path))
     return len(keyed)
+
+
+def redacted_chunk(chunk: Chunk, redactions: Mapping[str, int], out: str) -> bool:
+    """Write `chunk` to `out` with the tasks `redactions` names (task id -> its
+    TASK_REDACTED) holding no data (`hide_data`, as the fold does); False, and nothing
+    written, when it holds none of them or holds them hidden already. ChunkDamaged when
+    its bytes fail their checks: damage is reported, never rewritten."""
+    if not any(task_id in chunk for task_id in redactions):
+        return False
+    records = []
+    changed = False
+    for record in chunk.records():
+        rid = redactions.get(record[0])
+        if rid is not None:
+            task = _decode(record[1])
+            before = encode_entry(task)
+            hide_data(task, rid)
+            after = encode_entry(task)
+            if after[1] != before[1]:
+                record, changed = after, True
+        records.append(record)
+    if changed:
+        write_chunk(out, records, chunk.level)
+    return changed
 
 
 class Chunk:

@@ -31,12 +31,16 @@ class Redactor:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apollo11-redact")
         self.pending: list[Future[int]] = []
         self.done: dict[str, float] = {}  # task id -> seconds its last rewrite took
+        # a TASK_REDACTED came since the store last looked: its snapshots are rewritten
+        # too (Store, Snapshots.redact), without a second pass over every batch
+        self.arrived = False
 
     def observe(self, events: Sequence[Event]) -> None:
         """After the state applied a durable batch: a TASK_REDACTED in it is rewritten;
         a task the state forgot (a TASK_PURGED's "forget") is forgotten here too."""
         for e in events:
             if e.event_type is EventType.TASK_REDACTED:
+                self.arrived = True
                 self.rewrite(e.task_id, e.event_id)
             elif e.event_type is EventType.TASK_PURGED:
                 for task_id in e.payload.get("forget") or ():

@@ -24,11 +24,12 @@ and does all the I/O, so appends never wait for it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from struct import Struct
 from typing import Any
@@ -48,8 +49,10 @@ from apollo11.scheduler.state.archive import (
     encode_entry,
     merge_plan,
     purged_chunk_name,
+    redacted_chunk,
     write_chunk,
 )
+from apollo11.scheduler.state.fold import hide_data
 from apollo11.scheduler.state.index import State, reindex
 from apollo11.scheduler.state.model import DURATION_HISTORY, TaskState
 
@@ -65,6 +68,10 @@ DEFAULT_INTERVAL = defaults.SNAPSHOT_INTERVAL
 DEFAULT_KEEP = 3
 ENCODE_SLICE = 64  # quiet tasks encoded between the writer's pauses (see `_encode_paced`)
 ENCODE_PAUSES_MAX_S = 0.5  # the pauses of one snapshot add up to this at most
+# up to this many redactions a snapshot file is searched for their ids first (one scan
+# each); more (the pass after a start) go over its task lines once
+FEW_REDACTIONS = 8
+TASK_LINE = b'{"task_id":"'  # how a task's line starts (TaskState.to_dict's first key)
 
 
 def snapshot_name(watermark: int) -> str:
@@ -95,6 +102,9 @@ class Capture:
     chunks: tuple[Chunk, ...]  # the archive as of the capture
     # purged tasks (retention) to drop from the chunks that hold them
     tombstones: frozenset[str] = frozenset()
+    # redacted tasks (task id -> TASK_REDACTED) whose data the files already in the
+    # directory may still hold: rewritten without it first (`Snapshots.redact`)
+    redactions: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +113,8 @@ class Written:
     chunks: tuple[Chunk, ...]
     archived: tuple[str, ...]  # task ids now in the archive
     purged: frozenset[str] = frozenset()  # purged task ids no chunk holds any more
+    # the capture's redactions, when no file in the directory holds their data now
+    redacted: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _state_meta(state: State) -> dict[str, Any]:
@@ -151,7 +163,12 @@ class _TaskJsonCache:
             del self._by_id[task_id]
 
 
-def capture(state: State, position: Position, cache: _TaskJsonCache | None = None) -> Capture:
+def capture(
+    state: State,
+    position: Position,
+    cache: _TaskJsonCache | None = None,
+    redactions: Mapping[str, int] | None = None,
+) -> Capture:
     """Serialize the state at this instant (call on the loop, between batches)."""
     if position.event_id != state.last_event_id:
         raise SnapshotError(
@@ -182,6 +199,7 @@ def capture(state: State, position: Position, cache: _TaskJsonCache | None = Non
         quiet,
         chunks,
         frozenset(state.tombstones),
+        dict(redactions or {}),
     )
 
 
@@ -233,6 +251,70 @@ def _upgraded(chunk: Chunk) -> Chunk:
     old one, and older snapshots naming it find the same tasks."""
     write_chunk(chunk.path, list(chunk.records()), chunk.level)
     return Chunk(chunk.path)
+
+
+def redacted_snapshot(raw: bytes, redactions: Mapping[str, int], *, where: str) -> bytes:
+    """A snapshot file's bytes with the tasks `redactions` names (task id -> its
+    TASK_REDACTED) holding no data (`hide_data`, as the fold does); `raw` itself when
+    none of its tasks in memory is one of them, or each is hidden already. The same
+    function for a node's files and the bucket's objects. SnapshotError when `raw`
+    fails its checks: damage is reported, never rewritten."""
+    if len(raw) < HEADER.size:
+        raise SnapshotError(f"snapshot {where} is truncated")
+    magic, crc, length = HEADER.unpack_from(raw)
+    body = raw[HEADER.size :]
+    if magic != MAGIC or len(body) != length or zlib.crc32(body) != crc:
+        raise SnapshotError(f"snapshot {where} fails its checks")
+    if len(redactions) <= FEW_REDACTIONS and not any(t.encode() in body for t in redactions):
+        return raw  # the common case: not a byte of the tasks here
+    end = body.find(b"\n")
+    head, lines = (body, b"") if end < 0 else (body[:end], body[end + 1 :])
+    changed = False
+    if lines:
+        out = []
+        for line in lines.split(b"\n"):
+            hit = _line_task_id(line) in redactions
+            hidden = _hidden(orjson.loads(line), redactions) if hit else None
+            if hidden is not None:
+                line, changed = hidden, True
+            out.append(line)
+        lines = b"\n".join(out)
+    doc = orjson.loads(head)
+    tasks = doc.get("state", {}).get("tasks")
+    if isinstance(tasks, list):  # format 1: the tasks inside the document
+        for i, d in enumerate(tasks):
+            hidden = _hidden(d, redactions) if d.get("task_id") in redactions else None
+            if hidden is not None:
+                tasks[i], changed = orjson.loads(hidden), True
+        if changed:
+            head = orjson.dumps(doc)
+    if not changed:
+        return raw
+    return b"".join(_framed((head, b"\n", lines) if lines else (head,)))
+
+
+def _line_task_id(line: bytes) -> str:
+    """The id of the task a snapshot's line holds, without parsing the line: the first
+    key TaskState.to_dict writes (a line of another shape, or an id with an escape in
+    it, is parsed)."""
+    if line.startswith(TASK_LINE):
+        end = line.find(b'"', len(TASK_LINE))
+        if end > 0 and b"\\" not in line[len(TASK_LINE) : end]:
+            return line[len(TASK_LINE) : end].decode()
+    return str(orjson.loads(line).get("task_id", ""))
+
+
+def _hidden(d: dict[str, Any], redactions: Mapping[str, int]) -> bytes | None:
+    """A task's JSON with its data hidden, when `redactions` names it and it still
+    holds some; None otherwise (the line is then left byte for byte as it was)."""
+    task = TaskState.from_dict(d)
+    rid = redactions.get(task.task_id)
+    if rid is None:
+        return None
+    before = jsondepth.dumps(task.to_dict())
+    hide_data(task, rid)
+    after = jsondepth.dumps(task.to_dict())
+    return None if after == before else after
 
 
 def watermark_of(name: str) -> int | None:
@@ -388,7 +470,15 @@ class Snapshots:
                 f"task {changed[0]} changed while snapshot {cap.watermark} was being written "
                 f"({len(changed)} in all); the next snapshot will include it"
             )
-        chunks = [c if c.has_summaries else _upgraded(c) for c in cap.chunks]
+        chunks = list(cap.chunks)
+        redacted: Mapping[str, int] = {}
+        if cap.redactions:
+            # before anything reads the chunks: a merge or an upgrade of an old copy
+            # would carry the data into a new file
+            rewritten, whole = self.redact(cap.redactions)
+            chunks = [Chunk(c.path) if c.path in rewritten else c for c in chunks]
+            redacted = cap.redactions if whole else {}
+        chunks = [c if c.has_summaries else _upgraded(c) for c in chunks]
         if cap.tombstones:
             chunks = [_without(c, cap.tombstones, cap.watermark) for c in chunks]
             entries = [e for e in entries if e[0] not in cap.tombstones]
@@ -412,7 +502,41 @@ class Snapshots:
         self._retain(set(names))
         info = SnapshotInfo(cap.watermark, cap.term, cap.position, names, path)
         archived = tuple(t.task_id for t in cap.quiet)
-        return Written(info, tuple(chunks), archived, cap.tombstones)
+        return Written(info, tuple(chunks), archived, cap.tombstones, redacted)
+
+    def redact(self, redactions: Mapping[str, int]) -> tuple[set[str], bool]:
+        """Rewrite every snapshot file and archive chunk in the directory that holds one
+        of the redacted tasks' data (task id -> its TASK_REDACTED) without it, each in
+        place (atomically, under its own name: the snapshots naming a chunk stay whole,
+        and each still loads, replays and seeds a standby as before, only without the
+        data). The paths of the chunks rewritten, and whether every file was read: a
+        damaged one is reported (the scrub mends it from the log or a peer) and the
+        redaction is not counted as carried out. Call on the writer thread."""
+        rewritten: set[str] = set()
+        whole = True
+        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                if name.endswith(CHUNK_SUFFIX):
+                    chunk = Chunk(path)
+                    try:
+                        if redacted_chunk(chunk, redactions, path):
+                            rewritten.add(path)
+                    finally:
+                        chunk.close()
+                elif watermark_of(name) is not None:
+                    with open(path, "rb") as f:
+                        raw = f.read()
+                    new = redacted_snapshot(raw, redactions, where=path)
+                    if new != raw:
+                        write_atomic(path, new)
+            except FileNotFoundError:
+                continue  # retention took it meanwhile
+            except (SnapshotError, OSError) as e:
+                whole = False
+                log.error("redaction: %s still holds a redacted task's data: %s", path, e)
+        return rewritten, whole
 
     def _retain(self, live_chunks: set[str]) -> None:
         """Keep the newest `keep` snapshots and every chunk one of them needs."""

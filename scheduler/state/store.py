@@ -143,6 +143,13 @@ class Store:
         # a redacted task's records rewritten on this member's disk (state/redactor.py)
         self.redactor = Redactor(log_, state)
         self._observers.append(self.redactor.observe)
+        # Redactions no snapshot file or archive chunk here holds the data of any more
+        # (task id -> its TASK_REDACTED): each snapshot's write rewrites the older files
+        # for the others first (Snapshots.redact), and a redaction asks for one at once.
+        # Empty at start: the first snapshot looks again at every redaction the state
+        # knows (a crash part way, a directory seeded or restored).
+        self._files_redacted: dict[str, int] = {}
+        self._redaction_snapshot = bool(state.redacted)
 
     @classmethod
     def open(
@@ -227,7 +234,15 @@ class Store:
         for fn in self._observers:
             fn(events)
         self._since_snapshot += len(events)
-        if (
+        if self.redactor.arrived:
+            self.redactor.arrived = False
+            self._redaction_snapshot = True
+        if self._snapshot_task is None and not self._snapshot_soon and self._redaction_snapshot:
+            # A redaction is rare, and the files before it hold the data: a snapshot
+            # now, whatever the interval, rewrites them (the eviction is cut short)
+            self._snapshot_soon = True
+            asyncio.get_running_loop().call_soon(self._snapshot_between_batches)
+        elif (
             self._since_snapshot >= self.config.snapshot_interval
             and self._snapshot_task is None
             and self._evicting is None  # else the capture evicts the rest at once
@@ -296,10 +311,16 @@ class Store:
             out.append(e)
         return out
 
+    def snapshots_redacted(self, task_id: str, rid: int) -> bool:
+        """Does no snapshot file or archive chunk on this member's disk hold redacted
+        task `task_id`'s data (its TASK_REDACTED `rid`) any more?"""
+        return self._files_redacted.get(task_id) == rid
+
     def redaction_settled(self, task_id: str, rid: int) -> bool:
         """Are redacted task `task_id`'s records (TASK_REDACTED `rid`) rewritten here and
-        in the bucket: nothing but its state entry still knows the data was there."""
-        if not self.redactor.rewritten(task_id):
+        in the bucket, and its snapshots here too: nothing but its state entry still
+        knows the data was there."""
+        if not self.redactor.rewritten(task_id) or not self.snapshots_redacted(task_id, rid):
             return False
         return self.bucket_redacted is None or self.bucket_redacted(task_id, rid)
 
@@ -446,7 +467,12 @@ class Store:
         self._evict_rest()
         t0 = time.perf_counter()
         self._snapshot_at = time.monotonic()
-        cap = capture(self.state, self.log.position(), self.snapshots.task_json)
+        redacted = self.state.redacted
+        done = {t: r for t, r in self._files_redacted.items() if redacted.get(t) == r}
+        self._files_redacted = done  # a forgotten task's entry goes with it
+        todo = {t: r for t, r in redacted.items() if done.get(t) != r}
+        self._redaction_snapshot = False
+        cap = capture(self.state, self.log.position(), self.snapshots.task_json, todo)
         self.last_snapshot_stall_s = time.perf_counter() - t0
         metrics.SNAPSHOT_STALL_SECONDS.observe(self.last_snapshot_stall_s)
         self._since_snapshot = 0
@@ -471,16 +497,36 @@ class Store:
         if isinstance(exc, SnapshotRaced):
             log.info("snapshot skipped: %s", exc)
             self._since_snapshot = self.config.snapshot_interval  # again at the next chance
+            if any(self._files_redacted.get(t) != r for t, r in self.state.redacted.items()):
+                # again at once, not at the next batch: none may come (a quiet cluster)
+                self._redaction_snapshot = True
+                if not self._closing:
+                    self._snapshot_soon = True
+                    asyncio.get_running_loop().call_soon(self._snapshot_between_batches)
             return
         if exc is not None:
             log.error("snapshot failed (the log is unaffected; will retry): %s", exc)
             return
+        if self._redaction_snapshot and not self._closing:  # one came during the write
+            self._snapshot_soon = True
+            asyncio.get_running_loop().call_soon(self._snapshot_between_batches)
         written = fut.result()
+        self._files_redacted.update(written.redacted)
+        if written.redacted:
+            log.info(
+                "redaction: no snapshot or archive chunk here holds the data of %s any more",
+                ", ".join(sorted(written.redacted)),
+            )
         self.log.mark_end("snapshot")
+        watermark = written.info.watermark
+        # A task this snapshot archived that a purge took while it was written: the fold
+        # hid it only if there was an archive then (not before the first snapshot)
+        purged = self.state.purged
+        late = [t for t in written.archived if purged.get(t, 0) > watermark]
         self.state.archive = Archive(written.chunks)
         # no chunk holds these purged tasks now: nothing left to hide
         self.state.tombstones -= written.purged
-        watermark = written.info.watermark
+        self.state.tombstones.update(late)
         if not self.config.keep_all_segments:
             marks = self.snapshots.watermarks()
             if len(marks) >= self.config.snapshots_keep:
@@ -530,6 +576,19 @@ class Store:
         if self._evict_next is not None:
             self._evict_next.cancel()
         self._evict_slice(limit=sys.maxsize)
+
+    async def redactions_written(self) -> None:
+        """Wait for what the redactions applied so far asked of this member's disk: its
+        records rewritten (the Redactor) and the snapshot that rewrites the older
+        snapshot files and chunks (`snapshots_redacted` says whether it carried each
+        one: a failed write is logged, and the next snapshot tries again)."""
+        while self._snapshot_soon or self._snapshot_task is not None:
+            if self._snapshot_task is not None:
+                with contextlib.suppress(Exception):
+                    await self._snapshot_task
+            else:
+                await asyncio.sleep(0)
+        self.redactor.drain()
 
     async def wait_snapshot(self) -> None:
         if self._snapshot_task is not None:

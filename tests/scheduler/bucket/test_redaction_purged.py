@@ -65,7 +65,7 @@ async def test_a_purge_before_the_bucket_rewrite_still_rewrites_the_bucket(
     )
     # retention purges it before the redaction's segment is sealed and shipped
     await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": [task_id]})
-    store.redactor.drain()
+    await store.redactions_written()
     await write(store, 30, seed=7)
     steps = await ship_all(s)
     steps += await ship_all(s)
@@ -87,7 +87,7 @@ async def test_a_redaction_and_a_purge_in_one_batch_rewrite_the_disk(tmp_path: P
             Draft(EventType.TASK_PURGED, "", "", {"tasks": [task.task_id]}),
         ]
     )
-    store.redactor.drain()
+    await store.redactions_written()
     assert _plain(store.log.read_ids(ids), task.task_id) == []
     await store.close()
     # and what the fold keeps survives a snapshot and a restart
@@ -110,7 +110,7 @@ async def test_a_purged_task_redacted_is_rewritten_and_every_replay_agrees(
     await store.log.append(
         EventType.TASK_REDACTED, task.task_id, payload={"operator": "ana", "reason": "r"}
     )
-    store.redactor.drain()
+    await store.redactions_written()
     assert store.state.redacted_records[task.task_id] == ids
     assert _plain(store.log.read_ids(ids), task.task_id) == []
     assert _plain(store.shown(store.log.read_ids(ids)), task.task_id) == []
@@ -152,7 +152,7 @@ async def test_an_old_object_whose_delete_failed_is_deleted_by_a_later_pass(
     await store.log.append(
         EventType.TASK_REDACTED, task_id, payload={"operator": "ana", "reason": "r"}
     )
-    store.redactor.drain()
+    await store.redactions_written()
     await write(store, 30, seed=7)
     with pytest.raises(BucketError, match="refused"):
         await ship_all(s)
@@ -181,7 +181,7 @@ async def test_a_node_killed_after_the_catalog_leaves_a_new_primary_to_delete(
     await store.log.append(
         EventType.TASK_REDACTED, task_id, payload={"operator": "ana", "reason": "r"}
     )
-    store.redactor.drain()
+    await store.redactions_written()
     await write(store, 30, seed=7)
     await ship_all(shipper(Host(store), objects))
     # as if killed between the catalog write and the deletes: an old object put back
@@ -225,7 +225,7 @@ async def test_a_segment_redacted_twice_keeps_its_object_when_a_catalog_write_fa
         await store.log.append(
             EventType.TASK_REDACTED, task.task_id, payload={"operator": "a", "reason": "r"}
         )
-        store.redactor.drain()
+        await store.redactions_written()
         await write(store, 30, seed=len(task.task_id))
         if task is second:
             shared = [
@@ -274,7 +274,7 @@ async def test_a_forgotten_redaction_is_carried_out_first_and_stays_done(
         EventType.TASK_REDACTED, task_id, payload={"operator": "ana", "reason": "r"}
     )
     await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": [task_id]})
-    store.redactor.drain()
+    await store.redactions_written()
     assert not store.redaction_settled(task_id, red.event_id)  # the bucket holds the data
     await write(store, 30, seed=7)
     await ship_all(s)
@@ -299,7 +299,7 @@ async def test_a_forgotten_redaction_is_carried_out_first_and_stays_done(
             Draft(EventType.TASK_PURGED, "", "", {"tasks": [], "forget": [task.task_id]}),
         ]
     )
-    standby.redactor.drain()
+    await standby.redactions_written()
     assert task.task_id not in standby.state.redacted
     assert _plain(standby.log.read_ids(ids), task.task_id) == []
     await standby.close()

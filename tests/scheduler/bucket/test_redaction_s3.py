@@ -45,7 +45,7 @@ async def test_a_redaction_rewrites_the_buckets_segments_and_verify_still_passes
     red = await store.log.append(
         EventType.TASK_REDACTED, task.task_id, payload={"operator": "ana", "reason": "r"}
     )
-    store.redactor.drain()
+    await store.redactions_written()
     await write(store, 30, seed=7)  # the redaction's segment sealed and uploaded
     steps = await ship_all(s)
     assert any(st.kind == "redact" and task.task_id in st.sentence for st in steps), steps

@@ -86,7 +86,7 @@ async def _history(root: Path, url: str) -> tuple[int, int, int, int]:
             EventType.TASK_REDACTED, redacted, payload={"operator": "ana", "reason": "gdpr"}
         )
     ).event_id
-    store.redactor.drain()
+    await store.redactions_written()
     for seed in (3, 4):
         await write(store, 30, seed=seed)
         await store.wait_snapshot()
@@ -198,7 +198,7 @@ async def test_a_redaction_after_n_of_a_task_purged_since_is_still_hidden(
     x = _finished_before(store, before)
     payload = {"operator": "ana", "reason": "gdpr"}
     redact_id = (await store.log.append(EventType.TASK_REDACTED, x, payload=payload)).event_id
-    store.redactor.drain()
+    await store.redactions_written()
     seed = 10
     while not s.redacted(x, redact_id):  # the bucket rewritten for it
         assert seed < 20, "the shipper never rewrote the bucket for the redaction"

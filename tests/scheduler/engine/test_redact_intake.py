@@ -230,7 +230,7 @@ async def test_a_purged_redacted_task_leaves_the_state_once_rewritten(tmp_path: 
         sweep = rig.engine.retention
         await rig.engine.redact_task(task_id, operator="op", reason="erasure")
         assert await sweep._purge([task_id]) == 1
-        rig.store.redactor.drain()
+        await rig.store.redactions_written()
         await sweep.sweep()
         assert task_id in rig.store.state.redacted  # the bucket still holds the data
         bucket_done = True

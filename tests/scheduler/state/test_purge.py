@@ -3,6 +3,7 @@ every replay, purged tasks gone from memory, the archive and the snapshot."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from apollo11.scheduler.clock import FakeClock
@@ -152,4 +153,26 @@ async def test_a_rewritten_chunk_rebuilt_from_the_log_holds_its_tasks_but_the_pu
     assert sorted(set(new.task_ids())) == kept
     store.install_chunk(new)
     assert {t.task_id: t.to_dict() for t in store.state.iter_tasks()} == everyone
+    await store.close()
+
+
+async def test_a_purge_during_the_first_snapshot_does_not_bring_the_task_back(
+    tmp_path: Path,
+) -> None:
+    """The first snapshot archives a quiet task; a purge of it lands while that snapshot
+    is written, when the state has no archive yet to hide it from: once the snapshot is
+    in place, the task must still read as purged."""
+    store = _store(tmp_path / "d", interval=10_000)
+    await _run(store, "t0", "key-0")
+    assert store.state.archive is None  # no snapshot yet
+    gate = threading.Event()
+    store._snap_io.submit(gate.wait)  # the writer thread held until the purge is in
+    written = store.snapshot_now()  # captures t0, quiet: archived by this snapshot
+    await store.log.append(EventType.TASK_PURGED, "", payload={"tasks": ["t0"]})
+    assert store.state.peek("t0") is None
+    gate.set()
+    await written
+    assert "t0" in written.result().archived
+    assert store.state.peek("t0") is None
+    assert "t0" not in {t.task_id for t in store.state.iter_tasks()}
     await store.close()
