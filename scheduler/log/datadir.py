@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -90,10 +91,15 @@ def write_atomic(path: str, data: bytes, *more: bytes) -> None:
     """temp file, fsync, rename, fsync the directory: all or nothing. `data` and then
     `more`, written one after the other (not joined first: a copy of a big file)."""
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        for part in (data, *more):
-            f.write(part)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            for part in (data, *more):
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk must not keep the half
+            os.unlink(tmp)
+        raise
     fsync_dir(os.path.dirname(path) or ".")

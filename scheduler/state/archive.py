@@ -47,6 +47,7 @@ lack is decoded once from their entries, and a merge rewrites them as 04.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import os
 import zlib
@@ -137,10 +138,20 @@ def _hash(task_id: str) -> int:
 
 def write_chunk(path: str, records: Iterable[Record], level: int) -> int:
     """Write a chunk durably (temp, fsync, rename, dir fsync); return its entry count."""
+    tmp = path + ".tmp"
+    try:
+        return _write_chunk(tmp, path, records, level)
+    except BaseException:
+        # a full disk must not keep the half (nothing else deletes it until a restart)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_chunk(tmp: str, path: str, records: Iterable[Record], level: int) -> int:
     keyed: list[tuple[int, int]] = []
     by_key: list[tuple[int, int]] = []
     summaries: list[tuple[str, bytes]] = []
-    tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(MAGIC)
         off = len(MAGIC)

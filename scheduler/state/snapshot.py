@@ -558,7 +558,17 @@ class Snapshots:
             _unlink(os.path.join(self.directory, snapshot_name(w)))
             self._chunks_of.pop(w, None)
         for name in os.listdir(self.directory):
-            if (name.endswith(CHUNK_SUFFIX) and name not in needed) or name.endswith(".tmp"):
+            # (not a `.tmp`: a chunk being rebuilt or redacted beside this write)
+            if name.endswith(CHUNK_SUFFIX) and name not in needed:
+                _unlink(os.path.join(self.directory, name))
+
+    def discard_leftovers(self) -> None:
+        """Delete the temp files a crash left half written (the directory's owner, as
+        it opens it: nothing of this process is writing one yet)."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in os.listdir(self.directory):
+            if name.endswith(".tmp"):
                 _unlink(os.path.join(self.directory, name))
 
 

@@ -178,6 +178,7 @@ class Store:
         started = time.perf_counter()
         data = DataDir.open(data_dir)
         snapshots = Snapshots(data.snapshot_dir, keep=cfg.snapshots_keep)
+        snapshots.discard_leftovers()
         # A standby seeded from a snapshot has no log yet: it starts after the watermark.
         fresh_log = not any(n.endswith(".seg") for n in os.listdir(data.log_dir))
         for info, state in snapshots.candidates():

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import shutil
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -522,3 +523,49 @@ async def test_a_log_cut_before_its_first_snapshot_is_refused_not_half_replayed(
         s.write_bytes(b"garbage")
     with pytest.raises(SnapshotError, match="no snapshot covers the events before it"):
         _store(root)
+
+
+def test_a_snapshot_leaves_a_file_being_written_beside_it(tmp_path: Path) -> None:
+    """Found in make check: a GetTask that met a damaged chunk rebuilt it (temp file,
+    rename) while a snapshot's retention deleted every `.tmp` in the directory; the
+    rename failed and the read answered INTERNAL. Retention leaves them: only the
+    store, opening its directory, deletes what a crash left."""
+    root = tmp_path / "d"
+    n = asyncio.run(_write_history(root, 12))
+    log = EventLog.open(root, config=LOG, read_only=True)
+    state = apply_all(State(), list(log.read()))
+    snaps_dir = tmp_path / "snaps"
+    snaps_dir.mkdir()
+    in_progress = snaps_dir / "00000000000000000005-0.arc.tmp"
+    in_progress.write_bytes(b"a chunk being rebuilt")
+    Snapshots(str(snaps_dir)).write(capture(state, log.position_after(n)))
+    log.close_sync()
+    assert in_progress.exists()
+
+
+async def test_the_store_opening_deletes_what_a_crash_left_half_written(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    store = _store(root, interval=20)
+    await _drive(store, 10)
+    await store.close()
+    left = [root / "snapshots" / "00000000000000000005-0.arc.tmp", root / "snapshots" / "x.tmp"]
+    for p in left:
+        p.write_bytes(b"half")
+    store = _store(root, interval=20)
+    await store.close()
+    assert not any(p.exists() for p in left)
+
+
+def test_a_chunk_write_that_fails_leaves_no_half_behind(tmp_path: Path) -> None:
+    """Retention no longer deletes `.tmp` files (above): a write that fails part way
+    (a full disk) deletes its own."""
+    from apollo11.scheduler.state.archive import write_chunk
+
+    def records() -> Iterator[tuple[str, bytes, bytes, str]]:
+        yield "t1", b"{}", b"{}", ""
+        raise OSError(28, "No space left on device")
+
+    path = tmp_path / "00000000000000000005-0.arc"
+    with pytest.raises(OSError, match="No space"):
+        write_chunk(str(path), records(), 0)
+    assert list(tmp_path.iterdir()) == []
