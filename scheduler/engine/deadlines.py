@@ -11,9 +11,14 @@ docs/bench-history/retries.md, "Dec 7: the attempts' timeouts").
 
 Here a deadline is a tuple in a heap of our own (compared in C) and a dict entry;
 cancelling one drops the dict entry, and the heap entry is dropped when it surfaces
-(or in a sweep once most of the heap is dead). The loop holds one timer, for the
-earliest deadline. A deadline fires when its `call_later` would have: in the loop's
-pass that finds its time come (the loop's clock and its resolution).
+(or in a sweep once most of the heap is dead). The loop holds one timer, armed for
+the earliest deadline when none is armed or a deadline comes before it; it is left
+armed when every deadline is cancelled (most attempts of a busy engine end before a
+new one begins, each its own timeout armed and cancelled: one loop timer a whole
+timeout apart instead of one an attempt). When it fires it calls what is due and
+arms itself for the next deadline, if any. A deadline fires when its `call_later`
+would have: in the loop's pass that finds its time come (the loop's clock and its
+resolution).
 """
 
 from __future__ import annotations
@@ -59,11 +64,12 @@ class Deadlines:
         if live.pop(n, None) is None:
             return
         heap = self._heap
-        if not live:  # nothing left to wait for: no timer left on the loop either
+        if not live:
+            # The loop's timer stays (it fires once, finds nothing, and is not armed
+            # again): a step that returns without awaiting (a no-op, a cached answer)
+            # ends its attempt before anything else runs, and would otherwise arm and
+            # cancel a loop timer every time, which is what this class saves.
             heap.clear()
-            if self._handle is not None:
-                self._handle.cancel()
-                self._handle = None
             return
         # attempts mostly end in the order they began: the dead surface at the top
         while heap and heap[0][1] not in live:
