@@ -7,15 +7,16 @@ thousands of entries in the event loop's own heap, whose entries compare in Pyth
 a sleep) sifted through them, and a cancelled one left the heap by a pop or a purge
 that sifted again. With 10 % of steps failing once that was ~35 comparisons a failure,
 the largest single cost a failure added beyond its attempt (profiled:
-docs/bench-history/retries.md, "Dec 7: the attempts' timeouts").
+docs/bench-history/retries.md, "Dec 7: the attempts' timeouts off the event loop's
+heap").
 
 Here a deadline is a tuple in a heap of our own (compared in C) and a dict entry;
 cancelling one drops the dict entry, and the heap entry is dropped when it surfaces
 (or in a sweep once most of the heap is dead). The loop holds one timer, armed for
 the earliest deadline when none is armed or a deadline comes before it; it is left
-armed when every deadline is cancelled (most attempts of a busy engine end before a
-new one begins, each its own timeout armed and cancelled: one loop timer a whole
-timeout apart instead of one an attempt). When it fires it calls what is due and
+armed when every deadline is cancelled (a step that returns without awaiting ends
+its attempt before the next begins: its timeout alone, armed and cancelled, would
+otherwise be a loop timer an attempt). When it fires it calls what is due and
 arms itself for the next deadline, if any. A deadline fires when its `call_later`
 would have: in the loop's pass that finds its time come (the loop's clock and its
 resolution).
