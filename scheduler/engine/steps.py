@@ -22,6 +22,7 @@ import orjson
 from apollo11.scheduler import jsondepth, logfmt, metrics, tracing
 from apollo11.scheduler.cause import Cause, of_class
 from apollo11.scheduler.clock import Clock
+from apollo11.scheduler.engine.deadlines import Deadlines
 from apollo11.scheduler.engine.decide import FailLost, own_exhaustion_moot, starts_nothing
 from apollo11.scheduler.engine.executor import (
     Attempt,
@@ -157,6 +158,7 @@ class StepRunner:
         self._ended = ended
         # why a running attempt was given up on by us: the payload of its FAILED event
         self._cancel_why: dict[Key, dict[str, Any]] = {}
+        self._deadlines = Deadlines()  # the running attempts' timeouts
         self._timeouts: dict[Key, tuple[int, float]] = {}  # (workflow, step) -> (samples, s)
         self._metric_children: dict[Key, tuple[Any, Any, Any, Any]] = {}
         self._cause_children: dict[tuple[str, str, str], Any] = {}  # rules are declared: bounded
@@ -292,9 +294,9 @@ class StepRunner:
         error: dict[str, Any] | None = None
         cause: Cause | None = None  # the failure's, judged as it is (not read back from error)
         run = asyncio.current_task()
-        # A bare timer, not asyncio.timeout: cheaper bookkeeping, at thousands of
-        # steps a second (docs/benchmarks.md).
-        timer = asyncio.get_running_loop().call_later(limit_s, self._time_out, key, limit_s, run)
+        # A deadline, not asyncio.timeout nor a loop timer of its own: cheaper
+        # bookkeeping at thousands of steps a second (deadlines.py).
+        deadline = self._deadlines.add(limit_s, self._time_out, key, limit_s, run)
         try:
             # may_begin is asked again right before the attempt begins: turns of the
             # loop (or a SIGSTOP) may separate the commit's lease check from it.
@@ -308,7 +310,7 @@ class StepRunner:
         except Exception as e:  # an executor's own fault fails the attempt, like the step's
             outcome = failure(e)
         finally:
-            timer.cancel()
+            self._deadlines.cancel(deadline)
         if isinstance(outcome, NotBegun):
             # Its STARTED is committed: the next leader fails it as lost.
             self._lapsed(f"step {task_id}/{name} attempt {attempt} not begun")
