@@ -587,8 +587,10 @@ class Store:
             if self._snapshot_task is not None:
                 with contextlib.suppress(Exception):
                     await self._snapshot_task
-            else:
-                await asyncio.sleep(0)
+            # An await of a future already done does not yield: its done callback
+            # (which clears _snapshot_task) would never run, and this loop would spin
+            # for ever (found as a test that hung one run in four).
+            await asyncio.sleep(0)
         self.redactor.drain()
 
     async def wait_snapshot(self) -> None:

@@ -8,6 +8,7 @@ import shutil
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -569,3 +570,20 @@ def test_a_chunk_write_that_fails_leaves_no_half_behind(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="No space"):
         write_chunk(str(path), records(), 0)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(30)
+async def test_waiting_for_redactions_returns_when_a_snapshot_has_just_ended(
+    tmp_path: Path,
+) -> None:
+    """Found as a test that hung one run in four: `redactions_written` awaited a
+    snapshot future already done, which does not yield, so its done callback (which
+    clears it) never ran and the loop spun for ever."""
+    store = _store(tmp_path / "d")
+    ended: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    ended.add_done_callback(store._snapshot_done)
+    store._snapshot_task = ended
+    ended.set_exception(OSError(28, "No space left on device"))  # its callback: soon
+    await store.redactions_written()
+    assert store._snapshot_task is None
+    await store.close()
