@@ -128,13 +128,23 @@ def rewrite_snapshots(
 
 
 def unnamed_files(named: Iterable[str], listed: Iterable[str]) -> list[str]:
-    """Snapshot and chunk objects (of those `listed` under `snapshots/` and `chunks/`)
-    the catalog does not name (`named`): former versions a redaction pass cut off
-    between its catalog and its deletes left (they may hold the data), or a snapshot
-    upload cut off before its catalog. No one's history: the primary, which alone
-    uploads, lists them only between its own steps."""
+    """Former versions of the snapshot and chunk objects the catalog names (`named`),
+    among those `listed` under `snapshots/` and `chunks/`: the same file (the key
+    before its `-<sha256>`) under another key, which a redaction pass cut off between
+    its catalog and its deletes left (they may hold the data).
+
+    Only those: an object of a file the catalog does not name at all may be a
+    deposed primary's snapshot upload whose catalog write is still to come (its
+    conditional write passes when no one wrote the catalog meanwhile); deleting it
+    would leave that catalog naming objects that are gone."""
     keep = set(named)
-    return [k for k in listed if k not in keep]
+    files = {_file_of(k) for k in keep}
+    return [k for k in listed if k not in keep and _file_of(k) in files]
+
+
+def _file_of(key: str) -> str:
+    """`chunks/<name>-<sha256>.zst` -> `chunks/<name>` (a SHA-256 has no `-`)."""
+    return key.rsplit("-", 1)[0]
 
 
 def _rewritten_chunk(

@@ -445,6 +445,16 @@ class Chunk:
             self._v2_summaries = sorted(summarize(_decode(e)) for _, e in self.entries())
         return self._v2_summaries
 
+    def replaced(self) -> bool:
+        """Is the file at `path` another than the one this chunk reads (rewritten in
+        place since it was opened: a redaction), or gone?"""
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        held = os.fstat(self._fd)
+        return (on_disk.st_dev, on_disk.st_ino) != (held.st_dev, held.st_ino)
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

@@ -476,7 +476,9 @@ class Snapshots:
             # before anything reads the chunks: a merge or an upgrade of an old copy
             # would carry the data into a new file
             rewritten, whole = self.redact(cap.redactions)
-            chunks = [Chunk(c.path) if c.path in rewritten else c for c in chunks]
+            # ...and any rewritten by an earlier pass whose write then failed: the
+            # archive still reads the old file, which holds the data a merge would copy
+            chunks = [Chunk(c.path) if c.path in rewritten or c.replaced() else c for c in chunks]
             redacted = cap.redactions if whole else {}
         chunks = [c if c.has_summaries else _upgraded(c) for c in chunks]
         if cap.tombstones:
