@@ -9,8 +9,14 @@ a thread like the event loop's to the kernel's scheduler: a churn of 3,000 such
 connections a second from 40 addresses took the pool to half of the machine's
 two cores, the loop that serves the calls waited for a core, and a client on a
 connection already open kept a third of its rate (docs/bench-history/overload.md,
-Dec 6). Giving the pool's threads a lower priority made it worse: the node's own
-calls need the pool too.
+Dec 6).
+
+The pool's threads run POOL_NICE below the node's own (Linux keeps a nice value per
+thread, as for the HTTP port's thread, web/server.py): when the event loop and a
+flood's handshakes both want a core, the loop gets most of it. The node's own calls
+need the pool too (their reads and writes), but each costs it little next to a
+handshake; beside a paced churn the client kept x0.76 of its rate instead of x0.62
+(median of eight cells each, docs/bench-history/overload.md, Dec 7 morning).
 
 So the node watches the CPU time of the pool's threads (/proc/self/task), and while
 it is over budget it attaches a classic BPF filter to the gRPC listening sockets
@@ -51,6 +57,10 @@ DROP_EASE = 0.05  # a tick, once under half the budget: from DROP_MAX to 0 in 7.
 DROP_STEP = 0.05  # what `drop` is rounded to: fewer filters attached
 LOG_EVERY_S = 10.0
 GRPC_POOL_THREAD = "event_engine"  # gRPC core's thread pool (work_stealing_thread_pool.cc)
+# How much lower than the node's own threads the pool's run (their nice value): a
+# tenth of a core beside a busy loop, all it wants beside an idle one. A thread the
+# pool starts runs at the node's own until the next tick (TICK_S).
+POOL_NICE = 10
 
 SO_ATTACH_FILTER = 26
 SO_DETACH_FILTER = 27
@@ -131,6 +141,16 @@ def listening_fds(ports: Iterable[int]) -> list[int]:
     return found
 
 
+def lower(tids: Iterable[int], by: int) -> None:
+    """Threads `tids` of this process at `by` above the node's own nice value (its main
+    thread's); a thread gone meanwhile, or a system refusing it, is left as it is."""
+    with contextlib.suppress(OSError):
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + by)
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
 def _identity(fd: int) -> tuple[int, int]:
     """Which file `fd` is: its device and inode."""
     st = os.fstat(fd)
@@ -145,6 +165,7 @@ class PoolCpu:
         self._dir = task_dir
         self._seen: dict[str, float] = {}
         self.total = 0.0
+        self.started: list[int] = []  # the pool's threads first seen by the last sample
 
     def sample(self) -> float:
         now: dict[str, float] = {}
@@ -160,6 +181,7 @@ class PoolCpu:
             fields = stat[name_end + 2 :].split()
             now[tid] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
         self.total += sum(max(0.0, cpu - self._seen.get(tid, 0.0)) for tid, cpu in now.items())
+        self.started = [int(tid) for tid in now if tid not in self._seen]
         self._seen = now
         return self.total
 
@@ -188,10 +210,12 @@ class ConnectionShedder:
             return
         cpu = PoolCpu()
         used_before, at = cpu.sample(), self.clock()
+        lower(cpu.started, POOL_NICE)
         try:
             while True:
                 await asyncio.sleep(TICK_S)
                 used_now, now = cpu.sample(), self.clock()
+                lower(cpu.started, POOL_NICE)
                 used = (used_now - used_before) / max(1e-3, now - at)
                 used_before, at = used_now, now
                 drop = next_drop(self.drop, used, self.budget)

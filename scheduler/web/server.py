@@ -33,7 +33,13 @@ from apollo11.scheduler.web import scrape
 from apollo11.scheduler.web.acceptor import Acceptor
 from apollo11.scheduler.web.bridge import on_loop
 from apollo11.scheduler.web.guard import Gate, PageRefused, allowed_hosts
-from apollo11.scheduler.web.listener import ConnectionLimits, Connections, GuardedHttp, Ticket
+from apollo11.scheduler.web.listener import (
+    ConnectionLimits,
+    Connections,
+    GuardedHttp,
+    Ticket,
+    accept_ceiling,
+)
 from apollo11.scheduler.web.pages import add_pages
 
 if TYPE_CHECKING:
@@ -161,6 +167,7 @@ class HttpServer:
                 per_source=s.http_max_connections_per_source,
                 rate_in_all=s.http_new_connections_per_s,
                 burst_in_all=max(1, round(s.http_new_connections_per_s)),
+                accepts_per_s=accept_ceiling(s.http_new_connections_per_s),
             )
         )
         self._host = host or "0.0.0.0"

@@ -229,3 +229,62 @@ def test_a_churn_on_the_client_port_is_shed_and_a_client_connected_goes_on(
     assert node.dropped_ratio() == 0
     with node.client(retries=0) as fresh:
         fresh.status()
+
+
+def _nice(pid: int, tid: int) -> int:
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])
+
+
+def _pool_nices(pid: int) -> list[int]:
+    """The nice value of each of gRPC core's pool threads in process `pid`."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == "event_engine":
+                out.append(_nice(pid, int(tid)))
+        except OSError:  # ended meanwhile
+            continue
+    return out
+
+
+def test_lower_sets_a_thread_below_the_process_and_not_twice() -> None:
+    done = threading.Event()
+    started = threading.Event()
+    tids: list[int] = []
+
+    def run() -> None:
+        tids.append(threading.get_native_id())
+        started.set()
+        done.wait()
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        started.wait()
+        mine = os.getpriority(os.PRIO_PROCESS, os.getpid())
+        connshed.lower(tids, 5)
+        connshed.lower(tids, 5)  # a thread seen again is not lowered further
+        assert _nice(os.getpid(), tids[0]) == min(19, mine + 5)
+        assert os.getpriority(os.PRIO_PROCESS, os.getpid()) == mine, "the node's own unchanged"
+    finally:
+        done.set()
+        t.join()
+
+
+def test_grpc_cores_pool_runs_below_the_nodes_own_threads(node: Flooded) -> None:
+    """Before: the pool's threads (each flood handshake's CPU) ran at the node's own
+    nice, and took a core from the loop that serves the calls as often as it did."""
+    pid = node.proc.proc.pid
+    main = _nice(pid, pid)
+    with node.client() as c:
+        c.submit("etl")  # the pool served it: its threads are there
+    want = min(19, main + connshed.POOL_NICE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        nices = _pool_nices(pid)
+        if nices and all(n == want for n in nices):
+            break
+        time.sleep(0.2)
+    assert nices and all(n == want for n in nices), f"pool threads at {nices}, node at {main}"
+    assert _nice(pid, pid) == main, "the node's own threads unchanged"

@@ -19,7 +19,13 @@ import pytest
 from apollo11.lease.local_etcd import free_port
 from apollo11.scheduler.tools.bench import flood
 from apollo11.scheduler.tools.bench.overload_bench import rss_mb
-from apollo11.scheduler.web.listener import ConnectionLimits, Connections, refusal
+from apollo11.scheduler.web.listener import (
+    ACCEPTS_PER_S,
+    ConnectionLimits,
+    Connections,
+    accept_ceiling,
+    refusal,
+)
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
 
@@ -145,6 +151,15 @@ def test_accepts_over_their_rate_leave_connections_in_the_kernel() -> None:
     assert 0 < pause <= 1.0
     now[0] += pause
     assert conns.wait_s() == 0.0
+
+
+def test_the_accept_ceiling_leaves_room_for_all_the_port_admits() -> None:
+    # Before: 1,000 a second whatever the port admitted (100 and a lane of as many):
+    # a flood's refusals took the HTTP thread's CPU, and the machine's
+    assert accept_ceiling(100) == ACCEPTS_PER_S == 200
+    assert accept_ceiling(10) == ACCEPTS_PER_S, "a floor: a burst of quiet sources"
+    assert accept_ceiling(500) == 1000, "the rate in all and the quiet lane"
+    assert LIMITS.accepts_per_s == accept_ceiling(LIMITS.rate_in_all)
 
 
 def test_a_churn_from_one_source_is_refused_before_its_handshakes(web: Web) -> None:
