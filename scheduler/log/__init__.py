@@ -11,7 +11,7 @@ import-linter contract says so).
 
 from apollo11.scheduler.log.config import DEFAULT_SEGMENT_MAX_BYTES, FsyncPolicy, LogConfig
 from apollo11.scheduler.log.cut import NothingInCommonError, cut_after, cut_unsynced
-from apollo11.scheduler.log.datadir import DataDir, fsync_dir, write_atomic
+from apollo11.scheduler.log.datadir import DataDir, fsync_dir, temp_beside, write_atomic
 from apollo11.scheduler.log.eventlog import Draft, EventLog
 from apollo11.scheduler.log.expunge import expunge, expunged
 from apollo11.scheduler.log.manifest import load as load_manifest
@@ -69,5 +69,6 @@ __all__ = [
     "remove_manifest",
     "rewrite_segment",
     "segment_name",
+    "temp_beside",
     "write_atomic",
 ]

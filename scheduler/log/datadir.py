@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from dataclasses import dataclass
 
 import orjson
@@ -87,10 +88,24 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def temp_beside(path: str) -> str:
+    """A new empty file beside `path`, named `<name>.<random>.tmp`, for a write that
+    renames it over `path`: each writer its own, so two writes of one path (a merge
+    and a redaction rewriting the same chunk) never truncate or rename each other's
+    half. Its mode is a data file's (mkstemp's own is 0600)."""
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=directory or ".")
+    try:
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
+    return tmp
+
+
 def write_atomic(path: str, data: bytes, *more: bytes) -> None:
     """temp file, fsync, rename, fsync the directory: all or nothing. `data` and then
     `more`, written one after the other (not joined first: a copy of a big file)."""
-    tmp = f"{path}.tmp"
+    tmp = temp_beside(path)
     try:
         with open(tmp, "wb") as f:
             for part in (data, *more):

@@ -60,7 +60,7 @@ import orjson
 
 from apollo11.scheduler import jsondepth
 from apollo11.scheduler.errors import SnapshotError
-from apollo11.scheduler.log import fsync_dir
+from apollo11.scheduler.log import fsync_dir, temp_beside
 from apollo11.scheduler.state.fold import hide_data
 from apollo11.scheduler.state.index import Summary, TaskStore, summarize
 from apollo11.scheduler.state.model import TaskState, TaskStatus
@@ -138,7 +138,7 @@ def _hash(task_id: str) -> int:
 
 def write_chunk(path: str, records: Iterable[Record], level: int) -> int:
     """Write a chunk durably (temp, fsync, rename, dir fsync); return its entry count."""
-    tmp = path + ".tmp"
+    tmp = temp_beside(path)
     try:
         return _write_chunk(tmp, path, records, level)
     except BaseException:
