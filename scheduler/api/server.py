@@ -88,6 +88,7 @@ log = logging.getLogger(__name__)
 MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 MAX_EVENTS = 10_000
+MAX_TASKS_READ = 256  # GetTasks
 MAX_SUBMIT_BATCH = 1000
 DEFAULT_EVENTS = 100
 WATCH_PAGE = 256  # events of a task's history read between two turns of the event loop
@@ -313,15 +314,54 @@ class SchedulerService(pbg.SchedulerServicer):
         self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.Task:
         if not request.as_of_event_id:
-            task = await self._task(request.task_id)
-            why = blocked(self.node, task.task_id)
-            held = waiting(self.node, task.task_id)
-            state = self._state
-            hold = state.holds.get(task.task_id)
-            return codec.task_to_pb(task, state.last_event_id, why, held, hold)
+            return self._task_pb(await self._task(request.task_id))
         at = request.as_of_event_id
         task_id = required(request.task_id, "task_id")
         return codec.task_to_pb(await task_as_of(self.node, task_id, at), at)
+
+    def _task_pb(self, task: TaskState) -> pb.Task:
+        why = blocked(self.node, task.task_id)
+        held = waiting(self.node, task.task_id)
+        state = self._state
+        return codec.task_to_pb(task, state.last_event_id, why, held, state.holds.get(task.task_id))
+
+    @rpc
+    async def GetTasks(
+        self, request: pb.GetTasksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetTasksResponse:
+        """Tasks with their events, a turn of the event loop between two: an export's
+        reads cost the node one call for up to 256 tasks (a GetTask and a GetEvents a
+        task spent three times the handlers' own work in gRPC's, a profile showed), and
+        the dispatch of new work goes between them."""
+        ids = list(request.task_ids)
+        if len(ids) > MAX_TASKS_READ:
+            raise InvalidArgumentError(
+                f"task_ids has {len(ids)} ids, over the limit of {MAX_TASKS_READ}"
+            )
+        for i, task_id in enumerate(ids):
+            required(task_id, f"task_ids[{i}]")
+        store = self._store()
+        budget = MAX_EVENTS
+        out = pb.GetTasksResponse()
+        for i, task_id in enumerate(ids):
+            if i:
+                await asyncio.sleep(0)
+            try:
+                task = await task_now(store, task_id)
+            except NotFoundError:
+                out.tasks.add(task_id=task_id)
+                continue
+            item = out.tasks.add(task_id=task_id, found=True, task=self._task_pb(task))
+            if not budget:  # the rest of the events: GetEvents
+                item.next_event_id = task.first_event_id
+                continue
+            page = await read_events(store, task, 0, 0, budget)
+            budget -= len(page.events)
+            item.events.extend(codec.event_to_pb(e) for e in page.events)
+            item.next_event_id = page.next_id
+            item.bucket_before = page.bucket_before
+            item.gone_before = page.gone_before
+        return out
 
     @rpc
     async def ListTasks(

@@ -32,7 +32,11 @@ from apollo11.scheduler.cli._shared import Server, client, fail, run
 from apollo11.scheduler.cli._tasks import TASK_STATES
 from apollo11.scheduler.errors import NotFoundError
 
-_WINDOW = 16  # tasks read at once: enough to hide a round trip, little load on the node
+# Tasks read at once (one GetTasks call): fewer calls cost the node less (each is a
+# turn of gRPC's machinery), more hold its event loop longer between two turns of
+# its own work (the node yields between tasks, not within one).
+_WINDOW = 64
+Line = tuple[bytes, dict[str, bytes], bool]
 _EVENTS_PAGE = 10000  # GetEvents' most
 
 
@@ -184,13 +188,22 @@ async def _export(
         tasks = selected(rows, since_ms, until_ms)
         todo = [t for t in tasks if after is None or order_key(t) > after]
         window_size = _WINDOW if not rate else max(1, min(_WINDOW, int(rate / 10)))
+        batched = True
         began = time.monotonic()
         gone = partial = 0
         for i in range(0, len(todo), window_size):
             if rate:  # paced: the i-th task not before i / rate seconds in
                 await asyncio.sleep(max(0.0, began + i / rate - time.monotonic()))
-            window = todo[i : i + window_size]
-            lines = await asyncio.gather(*(_line(c, t.task_id, sink.limit) for t in window))
+            window = [t.task_id for t in todo[i : i + window_size]]
+            if batched:
+                try:
+                    lines = await _lines(c, window, sink.limit)
+                except Exception as e:
+                    if not _unimplemented(e):
+                        raise
+                    batched = False  # a node of an older release: a task at a time
+            if not batched:
+                lines = await asyncio.gather(*(_line(c, t, sink.limit) for t in window))
             for got in lines:
                 if got is None:
                     gone += 1
@@ -201,25 +214,68 @@ async def _export(
         return len(todo) - gone, len(tasks) - len(todo), gone, partial
 
 
-async def _line(c: Any, task_id: str, limit: int) -> tuple[bytes, dict[str, bytes], bool] | None:
+def _unimplemented(e: Exception) -> bool:
+    # grpc is imported by the client, not here: a node sets gRPC's environment before
+    # anything imports it (cli/_grpcenv.py), and every command's module is loaded then
+    import grpc
+
+    from apollo11.scheduler.client import ApiError
+
+    return isinstance(e, ApiError) and e.code is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def _lines(c: Any, task_ids: list[str], limit: int) -> list[Line | None]:
+    """`_line` of each task, read in one call (GetTasks); a task whose events did not
+    all fit in it reads the rest a page at a time."""
+    out: list[Line | None] = []
+    for read in await c.tasks_with_events(task_ids):
+        if read.task is None:
+            out.append(None)
+            continue
+        page = read.page
+        events = list(page.events)
+        gone, note = (page.gone_before, page.note) if page.gone_before else (0, "")
+        try:
+            more = await _rest(c, read.task, page.next_id)
+        except NotFoundError:
+            out.append(None)
+            continue
+        if more is not None:
+            events.extend(more[0])
+            if more[1] > gone:
+                gone, note = more[1], more[2]
+        line, values = task_line(read.task, events, limit, gone_before=gone, gone_note=note)
+        out.append((line, values, bool(gone)))
+    return out
+
+
+async def _rest(c: Any, task: Any, nxt: int) -> tuple[list[Any], int, str] | None:
+    """The task's events from `nxt` on (None: there are none), and the oldest gone."""
+    if not nxt:
+        return None
+    events: list[Any] = []
+    gone, note = 0, ""
+    while nxt:
+        page = await c.events_page(
+            task_id=task.task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
+        )
+        if page.gone_before > gone:
+            gone, note = page.gone_before, page.note
+        events.extend(page.events)
+        nxt = page.next_id
+    return events, gone, note
+
+
+async def _line(c: Any, task_id: str, limit: int) -> Line | None:
     """The task's line, its values by reference, and whether its oldest events are
     missing (the node's log retention dropped them and it has no bucket to read them
     from: the line says so); or None when the task is gone since the listing
     (retention purged it: NOT_FOUND), which is no reason to fail the rest of the export."""
     try:
         task = await c.task(task_id)
-        events: list[Any] = []
-        gone, note = 0, ""
-        nxt = task.first_event_id
-        while nxt:
-            page = await c.events_page(
-                task_id=task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
-            )
-            if page.gone_before > gone:
-                gone, note = page.gone_before, page.note
-            events.extend(page.events)
-            nxt = page.next_id
+        more = await _rest(c, task, task.first_event_id)
     except NotFoundError:
         return None
+    events, gone, note = more if more is not None else ([], 0, "")
     line, values = task_line(task, events, limit, gone_before=gone, gone_note=note)
     return line, values, bool(gone)

@@ -45,6 +45,7 @@ from apollo11.scheduler.client._views import (
     SentEvent,
     StatusView,
     Submission,
+    TaskRead,
     TaskView,
     TermView,
 )
@@ -763,6 +764,27 @@ class Client:
             int(resp.gone_before),
         )
 
+    async def tasks_with_events(self, task_ids: Sequence[str]) -> list[TaskRead]:
+        """Up to 256 tasks, each with its events, in one call (GetTasks): what an
+        export reads. In the order asked; at most 10,000 events in all, the rest of a
+        task's from `TaskRead.page.next_id` on (`events_page`)."""
+        resp = await self._call(
+            "scheduler", "GetTasks", build.get_tasks_request(task_ids), write=False, retry=True
+        )
+        return [
+            TaskRead(
+                t.task_id,
+                convert.task_from_pb(t.task) if t.found else None,
+                EventsPage(
+                    [convert.event_from_pb(e) for e in t.events],
+                    int(t.next_event_id),
+                    int(t.bucket_before),
+                    int(t.gone_before),
+                ),
+            )
+            for t in resp.tasks
+        ]
+
     async def status(self) -> StatusView:
         """The cluster as the primary sees it (member lag and connections are the
         primary's knowledge); the first node that answers when no primary does."""
@@ -1084,6 +1106,10 @@ class SyncClient:
         return self._run(
             self._client.events_page(task_id=task_id, from_id=from_id, to_id=to_id, limit=limit)
         )
+
+    def tasks_with_events(self, task_ids: Sequence[str]) -> list[TaskRead]:
+        """As Client.tasks_with_events."""
+        return self._run(self._client.tasks_with_events(task_ids))
 
     def status(self) -> StatusView:
         return self._run(self._client.status())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -111,6 +111,10 @@ def events_request(task_id: str, from_id: int, to_id: int, limit: int) -> pb.Get
     return pb.GetEventsRequest(
         task_id=task_id, from_event_id=from_id, to_event_id=to_id, limit=limit
     )
+
+
+def get_tasks_request(task_ids: Sequence[str]) -> pb.GetTasksRequest:
+    return pb.GetTasksRequest(task_ids=task_ids)
 
 
 def step_action_request(

@@ -180,6 +180,18 @@ class EventsPage:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskRead:
+    """One task of `Client.tasks_with_events`: `task` None when there is no such task
+    (purged since it was listed, say); `page` its events from its first on, and
+    `page.next_id` where the rest start when they did not all fit (read them with
+    `events_page`)."""
+
+    task_id: str
+    task: TaskView | None
+    page: EventsPage
+
+
+@dataclass(frozen=True, slots=True)
 class MemberView:
     node_id: str
     role: str

@@ -95,6 +95,7 @@ METHOD_ROLES: dict[str, Role] = {
     "/apollo11.v1.Scheduler/ListTasks": Role.READER,
     "/apollo11.v1.Scheduler/WatchTask": Role.READER,
     "/apollo11.v1.Scheduler/GetEvents": Role.READER,
+    "/apollo11.v1.Scheduler/GetTasks": Role.READER,
     "/apollo11.v1.Scheduler/ListWorkflows": Role.READER,
     "/apollo11.v1.Scheduler/DescribeWorkflow": Role.READER,
     "/apollo11.v1.Scheduler/RetryStep": Role.OPERATOR,

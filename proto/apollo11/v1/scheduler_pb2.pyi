@@ -764,6 +764,36 @@ class GetEventsResponse(_message.Message):
     gone_before: int
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_event_id: _Optional[int] = ..., durable_event_id: _Optional[int] = ..., bucket_before: _Optional[int] = ..., gone_before: _Optional[int] = ...) -> None: ...
 
+class GetTasksRequest(_message.Message):
+    __slots__ = ("task_ids",)
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TaskWithEvents(_message.Message):
+    __slots__ = ("task_id", "found", "task", "events", "next_event_id", "bucket_before", "gone_before")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    GONE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    found: bool
+    task: Task
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    next_event_id: int
+    bucket_before: int
+    gone_before: int
+    def __init__(self, task_id: _Optional[str] = ..., found: _Optional[bool] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_event_id: _Optional[int] = ..., bucket_before: _Optional[int] = ..., gone_before: _Optional[int] = ...) -> None: ...
+
+class GetTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskWithEvents]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskWithEvents, _Mapping]]] = ...) -> None: ...
+
 class StepActionRequest(_message.Message):
     __slots__ = ("task_id", "step", "operator", "reason")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from apollo11.scheduler.cli import _export, app
-from apollo11.scheduler.client import EventsPage, TaskSummaryView, TaskView
+from apollo11.scheduler.client import EventsPage, TaskRead, TaskSummaryView, TaskView
 from apollo11.scheduler.errors import NotFoundError
 
 
@@ -48,6 +48,18 @@ class _Client:
 
     async def events_page(self, **kw: Any) -> EventsPage:
         return EventsPage([], 0, 0, 7 if kw["task_id"] == self.gone else 0)
+
+    async def tasks_with_events(self, task_ids: list[str]) -> list[TaskRead]:
+        """What GetTasks answers: the same, a window at a time."""
+        reads = []
+        for task_id in task_ids:
+            try:
+                task: TaskView | None = await self.task(task_id)
+            except NotFoundError:
+                task = None
+            page = await self.events_page(task_id=task_id)
+            reads.append(TaskRead(task_id, task, page))
+        return reads
 
 
 def _run(
