@@ -1,5 +1,5 @@
 """`apollo11 export`: tasks and their events as JSON lines, through the client API
-(ListTasks, GetTask, GetEvents: the reader role is enough, and any node answers).
+(ListTasks, GetTasks, GetEvents: the reader role is enough, and any node answers).
 
 The file's shape, order, resume point and references are `_exportfile.py`'s. Here:
 list the tasks once (the set is fixed when the export starts), skip those an earlier,
