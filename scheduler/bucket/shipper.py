@@ -18,7 +18,10 @@ deletes a segment the bucket does not hold).
 When it has nothing to upload, the primary carries retention to the bucket
 (expiry.py decides: the oldest segments only purged tasks' events fill, which no
 restore needs): the catalog without them first, then the deletes; a listing once
-per primary (and after a failure) deletes what a cut-off drop left.
+per primary (and after a failure) deletes what a cut-off drop, upload or rewrite
+left (expiry.py: `garbage`, `strays`). A damaged object a redaction pass reads is
+mended from this node's copy (mending.py), or the redaction is reported as not
+carried and tried again, while the rest goes on.
 
 Standbys run the same task and upload nothing: they read the catalog every
 `watch_s`, for their retention floor and for the moment one of them is
@@ -39,7 +42,14 @@ from typing import Any, Protocol, TypeVar
 from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import packing
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SnapshotEntry, decode
-from apollo11.scheduler.bucket.expiry import Expiry, expired, garbage, keys_of, unreferenced
+from apollo11.scheduler.bucket.expiry import (
+    Expiry,
+    expired,
+    garbage,
+    keys_of,
+    strays,
+    unreferenced,
+)
 from apollo11.scheduler.bucket.mending import Mender
 from apollo11.scheduler.bucket.needed import snapshot_keep_from
 from apollo11.scheduler.bucket.objects import ObjectStore
@@ -243,10 +253,10 @@ class Shipper:
             self.expired += drop.segments
             return step
         if not self._swept:
-            left = await self._call(self._sweep, view.catalog)
+            self.catalog, said = await self._call(self._sweep, view.catalog, view.term)
             self._swept = True
-            if left:
-                step = Step("expire", f"retention: deleted {left} objects a cut-off drop left")
+            if said:
+                step = Step("expire", f"retention: deleted {said}")
                 self._say(step)
                 return step
         return idle
@@ -262,12 +272,32 @@ class Shipper:
             metrics.ARCHIVE_DELETED_BYTES.inc(sizes.get(key, 0))
         return written
 
-    def _sweep(self, catalog: Catalog) -> int:
-        left = garbage(catalog, self.objects.list(packing.SEGMENTS))
-        for key in left:
+    def _sweep(self, catalog: Catalog, term: int) -> tuple[Catalog, str]:
+        """Delete what cut-off drops, uploads and rewrites left (expiry.py); the
+        catalog as it now is, and what was deleted ("" for nothing)."""
+        listed = [
+            *self.objects.list(packing.SEGMENTS),
+            *self.objects.list(packing.SNAPSHOTS),
+            *self.objects.list(packing.CHUNKS),
+        ]
+        left = garbage(catalog, listed)
+        below = set(left)
+        stray = [k for k in strays(catalog, listed) if k not in below]
+        written = catalog
+        if stray:
+            # listed before this write: a deposed primary's upload whose objects are
+            # among them read an older catalog, so its conditional write now fails
+            written = self._write_catalog(catalog, catalog, term)
+        for key in left + stray:
             self.objects.delete(key)
             metrics.ARCHIVE_DELETED.labels("garbage").inc()
-        return len(left)
+        said = []
+        if left:
+            said.append(f"{len(left)} objects a cut-off drop left")
+        if stray:
+            said.append(f"{len(stray)} objects cut-off uploads or rewrites left")
+            log.info("archive: deleted objects no catalog names: %s", ", ".join(stray))
+        return written, "; ".join(said)
 
     def _redaction_due(self, store: Store, catalog: Catalog) -> tuple[str, int, list[int]] | None:
         """The oldest redaction the bucket holds (its event is in it, so every record of
