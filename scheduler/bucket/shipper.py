@@ -524,10 +524,21 @@ class Shipper:
 
         Same key, same content (packing.py): an object already there of the size
         this build compresses to is a finished upload whose catalog entry was cut
-        off (a kill -9, a lost connection), reused as is."""
+        off (a kill -9, a lost connection), reused as is once read back and found to
+        hold `raw` (rare: only a resumed upload finds one); a damaged one is said and
+        put again from `raw`, this node's copy."""
         packed = packing.pack(raw)
         if self.objects.size(name) == len(packed):
-            return len(packed)
+            there = self.objects.get(name)
+            if there == packed or (there is not None and _holds(there, raw, name)):
+                return len(packed)
+            metrics.ARCHIVE_CORRUPT.inc()
+            metrics.ARCHIVE_REPAIRED.inc()
+            log.error(
+                "archive: damaged in the bucket: %s does not hold the bytes its key names "
+                "(a cut-off upload's object): put again from this node's copy",
+                name,
+            )
         self.objects.put(name, packed)
         metrics.ARCHIVE_UPLOADS.labels(kind).inc()
         metrics.ARCHIVE_BYTES.labels("raw").inc(len(raw))
@@ -616,3 +627,11 @@ class Shipper:
         if sha is None:
             sha = self._hashes[key] = packing.digest(raw)
         return raw, sha
+
+
+def _holds(data: bytes, raw: bytes, name: str) -> bool:
+    """Does object `data` decompress to `raw`? (Another compressor may have packed it.)"""
+    try:
+        return packing.unpack(data, name=name, sha256=packing.digest(raw)) == raw
+    except CorruptObjectError:
+        return False

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import load_catalog, open_bucket, packing, verify_archive
 from apollo11.scheduler.bucket.catalog import Catalog
 from apollo11.scheduler.bucket.expiry import keys_of
 from apollo11.scheduler.bucket.objects import S3Objects
 from apollo11.scheduler.errors import BucketError
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
-from tests.scheduler.bucket.test_damage_s3 import _redact, _secret
+from tests.scheduler.bucket.test_damage_s3 import _damage, _redact, _secret
 from tests.scheduler.bucket.test_redaction_snapshots_s3 import _objects_holding
 
 pytestmark = pytest.mark.timeout(300)
@@ -138,4 +139,25 @@ async def test_the_sweep_never_deletes_what_a_deposed_primarys_upload_will_name(
     assert verify_archive(objects).ok
     await ship_all(shipper(Host(store), objects, "n2"))  # and the upload is done anew
     assert verify_archive(objects).ok
+    await store.close()
+
+
+async def test_a_damaged_object_a_cut_off_upload_left_is_put_again_not_reused(
+    tmp_path: Path, archive_url: str
+) -> None:
+    """A resumed upload reuses an object already at its key: only when it holds the
+    bytes (checked), never because it has the size."""
+    store = open_store(tmp_path / "n1")
+    await write(store, 60)
+    cut = _KilledBeforeCatalog(open_bucket(archive_url).target)
+    cut.under, cut.armed = packing.SEGMENTS, True
+    with pytest.raises(BucketError, match="killed"):
+        await ship_all(shipper(Host(store), cut))
+    key = next(k for k in cut.put_keys if k.startswith(packing.SEGMENTS))
+    _damage(cut, key, "flipped")  # the same size, other bytes
+    corrupt = metrics.ARCHIVE_CORRUPT._value.get()
+    await ship_all(shipper(Host(store), cut, "n2"))
+    assert key in keys_of(load_catalog(cut))
+    assert verify_archive(cut).ok
+    assert metrics.ARCHIVE_CORRUPT._value.get() > corrupt
     await store.close()
