@@ -443,6 +443,17 @@ ARCHIVE_CORRUPT = Counter(
     "apollo11_archive_corrupt_objects_total",
     "Objects in the bucket found not to match their checksum (verify, restore, the shipper)",
 )
+ARCHIVE_REPAIRED = Counter(
+    "apollo11_archive_repaired_objects_total",
+    "Damaged objects in the bucket (a checksum that fails, an object missing while the "
+    "catalog names it) the shipper put back from this node's own copy",
+)
+ARCHIVE_REDACTIONS_PENDING = Gauge(
+    "apollo11_archive_redactions_pending",
+    "Redactions the primary's shipper could not carry to the bucket: an object holding "
+    "the task's records is damaged and this node holds no copy of it (retried; its log "
+    "names the key)",
+)
 ARCHIVE_HISTORY_READS = Counter(
     "apollo11_archive_history_reads_total",
     "Segments read for old history (events this node's disk no longer holds), by "

@@ -35,6 +35,13 @@ delete) leaves objects no catalog names, never a catalog naming an object gone; 
 segment objects among them are below the catalog's first segment, and `garbage` finds
 them the next time the bucket is listed (a new primary's first idle cycle, or this
 one's after a failure).
+
+An upload cut off between its objects and its catalog (kill -9) leaves objects no
+catalog names too. Most are named again when the upload resumes (the same content,
+the same key); those it never names (a newer snapshot went up instead, a segment
+rewritten on disk meanwhile) are `strays`: found by the same listing, and deleted
+after the shipper has written the catalog again (a fence: an upload still in flight
+elsewhere, whose objects may be among them, can no longer write its catalog).
 """
 
 from __future__ import annotations
@@ -120,5 +127,35 @@ def garbage(catalog: Catalog, listed: Iterable[str]) -> list[str]:
     for key in listed:
         first = packing.segment_first(key)
         if first is not None and first < start:
+            out.append(key)
+    return out
+
+
+def strays(catalog: Catalog, listed: Iterable[str]) -> list[str]:
+    """Objects (of those `listed` under `segments/`, `snapshots/` and `chunks/`) that no
+    upload from this catalog on can name: a segment object within the catalog's range
+    it does not name (uploads add segments after its end), a snapshot object at or
+    before its newest snapshot it does not name (uploads add newer ones), a chunk
+    object it does not name (a snapshot upload puts its chunks again if missing).
+    What uploads and rewrites cut off before their catalog left; never the segments
+    `garbage` finds. An empty catalog's listing is left alone."""
+    named = keys_of(catalog)
+    newest = catalog.snapshots[-1].watermark if catalog.snapshots else None
+    start = catalog.segments[0].first if catalog.segments else None
+    out = []
+    for key in listed:
+        if key in named:
+            continue
+        first = packing.segment_first(key)
+        if first is not None:
+            if start is not None and start <= first <= catalog.through:
+                out.append(key)
+        elif newest is None:
+            continue
+        elif key.startswith(packing.SNAPSHOTS):
+            mark = packing.snapshot_watermark(key)
+            if mark is not None and mark <= newest:
+                out.append(key)
+        elif key.startswith(packing.CHUNKS):
             out.append(key)
     return out

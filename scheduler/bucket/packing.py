@@ -76,5 +76,13 @@ def snapshot_object(watermark: int, sha256: str) -> str:
     return f"{SNAPSHOTS}{watermark:020d}-{sha256}.snap.zst"
 
 
+def snapshot_watermark(key: str) -> int | None:
+    """The watermark of a snapshot object's key; None for another key."""
+    if not key.startswith(SNAPSHOTS):
+        return None
+    stem = key[len(SNAPSHOTS) :].partition("-")[0]
+    return int(stem) if stem.isdigit() else None
+
+
 def chunk_object(name: str, sha256: str) -> str:
     return f"{CHUNKS}{name}-{sha256}.zst"

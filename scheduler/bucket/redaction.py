@@ -20,6 +20,11 @@ apply to their own files (`redacted_snapshot`, `redacted_chunk`), under their ne
 SHA-256 and key; the catalog then names the new objects (a chunk shared by several
 snapshots, in each of them), and the old ones are deleted. The same order, the same
 idempotence: a file already rewritten comes back the same.
+
+Objects are read through `read_segment` and `read_file` (by default straight from
+the bucket, checked): the shipper's mend a damaged object from the node's own copy
+(mending.py). One that cannot be read is left as it is, the rest rewritten, and it
+is returned among the damaged (the redaction is then not carried to the bucket).
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from apollo11.scheduler.bucket import packing
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SegmentEntry
+from apollo11.scheduler.bucket.mending import Read
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.verify import fetch, fetch_segment
+from apollo11.scheduler.errors import CorruptObjectError
 from apollo11.scheduler.log import expunged
 from apollo11.scheduler.state import Chunk, redacted_chunk, redacted_snapshot
 
@@ -54,20 +61,30 @@ def rewrite_task(
     ids: Sequence[int],
     redaction_id: int,
     put: Callable[[str, bytes, str], int],
-) -> tuple[Catalog, list[str]]:
-    """The catalog naming the rewritten objects (uploaded through `put`), and the keys
+    read_segment: Callable[[SegmentEntry], Read] | None = None,
+) -> tuple[Catalog, list[str], list[CorruptObjectError]]:
+    """The catalog naming the rewritten objects (uploaded through `put`), the keys
     of the objects they replace (to delete once that catalog is written): this pass's
-    and any an earlier pass left (`leftovers`)."""
+    and any an earlier pass left (`leftovers`); and the objects it could not read."""
+    if read_segment is None:
+        read_segment = lambda e: Read(fetch_segment(objects, e), e.sha256)  # noqa: E731
     entries: list[SegmentEntry] = list(catalog.segments)
     stale: list[str] = []
+    damaged: list[CorruptObjectError] = []
     for i in holding(catalog, ids):
         e = entries[i]
         stale += leftovers(objects, e)
-        raw = fetch_segment(objects, e)
-        new = expunged(raw, ids, redaction_id, e.key)
-        if new == raw:
+        try:
+            got = read_segment(e)
+        except CorruptObjectError as err:
+            damaged.append(err)
             continue
-        sha = packing.digest(new)
+        raw = got.raw
+        new = expunged(raw, ids, redaction_id, e.key)
+        if new == raw and got.sha256 == e.sha256:
+            continue
+        # (the same bytes under another SHA-256: a copy that replaces a damaged object)
+        sha = got.sha256 if new == raw else packing.digest(new)
         name = packing.segment_object(e.first, sha)
         stored = put(name, new, "segment")
         entries[i] = dataclasses.replace(
@@ -78,7 +95,7 @@ def rewrite_task(
     # catalog write failed is a leftover then, and this pass's rewrite now
     named = {e.key for e in entries}
     stale = [k for k in dict.fromkeys(stale) if k not in named]
-    return dataclasses.replace(catalog, segments=tuple(entries)), stale
+    return dataclasses.replace(catalog, segments=tuple(entries)), stale, damaged
 
 
 def leftovers(objects: ObjectStore, entry: SegmentEntry) -> list[str]:
@@ -99,32 +116,46 @@ def rewrite_snapshots(
     catalog: Catalog,
     redactions: Mapping[str, int],
     put: Callable[[str, bytes, str], int],
-) -> tuple[Catalog, list[str]]:
+    read_file: Callable[[ObjectRef], Read] | None = None,
+) -> tuple[Catalog, list[str], list[CorruptObjectError]]:
     """The catalog naming the snapshot and chunk objects rewritten without the data of
     the tasks `redactions` names (task id -> its TASK_REDACTED), uploaded through `put`;
-    and the keys of the objects they replace (to delete once that catalog is written).
-    Every object is checked by its SHA-256 as it is read: damage is an error naming
-    its key, never skipped."""
+    the keys of the objects they replace (to delete once that catalog is written); and
+    the objects it could not read. Every object is checked by its SHA-256 as it is
+    read: damage is reported naming its key, never skipped."""
+    if read_file is None:
+        read_file = lambda r: Read(fetch(objects, r), r.sha256)  # noqa: E731
     new_refs: dict[str, ObjectRef] = {}  # old key -> its replacement (or itself)
+    damaged: dict[str, CorruptObjectError] = {}
     snapshots = []
     for s in catalog.snapshots:
         chunks = []
         for ref in s.chunks:
             if ref.key not in new_refs:
-                new_refs[ref.key] = _rewritten_chunk(objects, ref, redactions, put)
+                try:
+                    new_refs[ref.key] = _rewritten_chunk(read_file, ref, redactions, put)
+                except CorruptObjectError as err:
+                    damaged[ref.key] = err
+                    new_refs[ref.key] = ref
             chunks.append(new_refs[ref.key])
         file = s.file
-        raw = fetch(objects, file)
+        try:
+            got = read_file(file)
+        except CorruptObjectError as err:
+            damaged[file.key] = err
+            snapshots.append(dataclasses.replace(s, chunks=tuple(chunks)))
+            continue
+        raw = got.raw
         new = redacted_snapshot(raw, redactions, where=file.key)
-        if new != raw:
-            sha = packing.digest(new)
+        if new != raw or got.sha256 != file.sha256:
+            sha = got.sha256 if new == raw else packing.digest(new)
             name = packing.snapshot_object(s.watermark, sha)
             file = ObjectRef(file.name, name, sha, len(new), put(name, new, "snapshot"))
         snapshots.append(dataclasses.replace(s, file=file, chunks=tuple(chunks)))
     rewritten = dataclasses.replace(catalog, snapshots=tuple(snapshots))
     named = {r.key for s in snapshots for r in (s.file, *s.chunks)}
     stale = [r.key for s in catalog.snapshots for r in (s.file, *s.chunks) if r.key not in named]
-    return rewritten, list(dict.fromkeys(stale))
+    return rewritten, list(dict.fromkeys(stale)), list(damaged.values())
 
 
 def unnamed_files(named: Iterable[str], listed: Iterable[str]) -> list[str]:
@@ -148,7 +179,7 @@ def _file_of(key: str) -> str:
 
 
 def _rewritten_chunk(
-    objects: ObjectStore,
+    read_file: Callable[[ObjectRef], Read],
     ref: ObjectRef,
     redactions: Mapping[str, int],
     put: Callable[[str, bytes, str], int],
@@ -156,7 +187,9 @@ def _rewritten_chunk(
     """`ref`, or the object of its chunk rewritten without the redacted tasks' data. A
     chunk is read through its file format (an index, then the entries): here, through a
     temporary file."""
-    raw = fetch(objects, ref)
+    got = read_file(ref)
+    raw, got_sha = got.raw, got.sha256
+    del got
     with tempfile.TemporaryDirectory(prefix="apollo11-redact-") as tmp:
         path = os.path.join(tmp, ref.name)
         with open(path, "wb") as f:
@@ -165,12 +198,13 @@ def _rewritten_chunk(
         chunk = Chunk(path)
         try:
             out = path + ".new"
-            if not redacted_chunk(chunk, redactions, out):
-                return ref
+            changed = redacted_chunk(chunk, redactions, out)
         finally:
             chunk.close()
-        with open(out, "rb") as f:
+        if not changed and got_sha == ref.sha256:
+            return ref
+        with open(out if changed else path, "rb") as f:
             new = f.read()
-    sha = packing.digest(new)
+    sha = packing.digest(new) if changed else got_sha
     name = packing.chunk_object(ref.name, sha)
     return ObjectRef(ref.name, name, sha, len(new), put(name, new, "chunk"))

@@ -18,7 +18,10 @@ deletes a segment the bucket does not hold).
 When it has nothing to upload, the primary carries retention to the bucket
 (expiry.py decides: the oldest segments only purged tasks' events fill, which no
 restore needs): the catalog without them first, then the deletes; a listing once
-per primary (and after a failure) deletes what a cut-off drop left.
+per primary (and after a failure) deletes what a cut-off drop, upload or rewrite
+left (expiry.py: `garbage`, `strays`). A damaged object a redaction pass reads is
+mended from this node's copy (mending.py), or the redaction is reported as not
+carried and tried again, while the rest goes on.
 
 Standbys run the same task and upload nothing: they read the catalog every
 `watch_s`, for their retention floor and for the moment one of them is
@@ -39,7 +42,15 @@ from typing import Any, Protocol, TypeVar
 from apollo11.scheduler import metrics
 from apollo11.scheduler.bucket import packing
 from apollo11.scheduler.bucket.catalog import Catalog, ObjectRef, SnapshotEntry, decode
-from apollo11.scheduler.bucket.expiry import Expiry, expired, garbage, keys_of, unreferenced
+from apollo11.scheduler.bucket.expiry import (
+    Expiry,
+    expired,
+    garbage,
+    keys_of,
+    strays,
+    unreferenced,
+)
+from apollo11.scheduler.bucket.mending import Mender
 from apollo11.scheduler.bucket.needed import snapshot_keep_from
 from apollo11.scheduler.bucket.objects import ObjectStore
 from apollo11.scheduler.bucket.plan import Sealed, Step, View, decide
@@ -60,6 +71,7 @@ POLL_S = 1.0  # between cycles with nothing to do: a sealed segment waits this l
 WATCH_S = 30.0  # a standby reads the catalog this often
 BACKOFF_MAX_S = 10.0
 ERROR_LOG_EVERY_S = 30.0
+REDACTION_RETRY_S = 300.0  # a redaction a damaged object held back is tried again
 
 T = TypeVar("T")
 
@@ -90,6 +102,7 @@ class Shipper:
         poll_s: float = POLL_S,
         watch_s: float = WATCH_S,
         backoff_max_s: float = BACKOFF_MAX_S,
+        redaction_retry_s: float = REDACTION_RETRY_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.host = host
@@ -99,6 +112,7 @@ class Shipper:
         self.poll_s = poll_s
         self.watch_s = watch_s
         self.backoff_max_s = backoff_max_s
+        self.redaction_retry_s = redaction_retry_s
         self._clock = clock
         self.catalog: Catalog | None = None  # as last read or written; None: read it
         self._read_at = 0.0
@@ -111,6 +125,8 @@ class Shipper:
         self._known_through = 0  # the bucket's end as last read: the lag while it fails
         # redactions whose segments this primary has rewritten in the bucket: task -> id
         self._redacted: dict[str, int] = {}
+        # redactions a damaged object (no copy here) held back: task -> (id, retry at)
+        self._held: dict[str, tuple[int, float]] = {}
         # has this primary listed the bucket for what a cut-off deletion left (expiry.py)?
         self._swept = False
         self.expired = 0  # segments this node dropped from the bucket (retention)
@@ -152,6 +168,7 @@ class Shipper:
         promoted, self._was_primary = primary and not self._was_primary, primary
         if promoted:
             self._swept = False
+            self._held.clear()
         stale = not primary and self._clock() - self._read_at >= self.watch_s
         if self.catalog is None or stale or promoted:
             self.catalog = await self._call(self._read_catalog)
@@ -181,11 +198,47 @@ class Shipper:
                     f"task {task_id}",
                 )
                 self._say(step)
-                self.catalog = await self._call(self._redact, view, task_id, ids, rid)
-                self._redacted[task_id] = rid
+                mender = Mender(
+                    self.objects,
+                    [
+                        Segment(s.first_id, s.path, s.size, s.last_id)
+                        for s in store.log.segments[:-1]
+                    ],
+                    store.snapshots.directory,
+                )
+                self.catalog, damaged = await self._call(
+                    self._redact, view, task_id, ids, rid, mender
+                )
+                step = self._redacted_or_held(task_id, rid, damaged) or step
             else:
                 step = await self._expire(view, step)
         self.failures = 0
+        return step
+
+    def _redacted_or_held(
+        self, task_id: str, rid: int, damaged: list[CorruptObjectError]
+    ) -> Step | None:
+        """Done, or held back by objects damaged with no copy here: said (the log, the
+        node's notice, a gauge), never skipped, and tried again after
+        `redaction_retry_s` while the other work goes on."""
+        if not damaged:
+            self._redacted[task_id] = rid
+            self._held.pop(task_id, None)
+            metrics.ARCHIVE_REDACTIONS_PENDING.set(len(self._held))
+            return None
+        self._held[task_id] = (rid, self._clock() + self.redaction_retry_s)
+        metrics.ARCHIVE_REDACTIONS_PENDING.set(len(self._held))
+        step = Step(
+            "redact",
+            f"the redaction of task {task_id} is not carried to the bucket: "
+            + "; ".join(str(e) for e in damaged)
+            + f"; the rest of it is, and it is tried again in {self.redaction_retry_s:.0f} s "
+            "(`apollo11 archive verify --repair-from DATA_DIR` puts the object back from "
+            "a node that holds it)",
+        )
+        self.sentence = step.sentence
+        log.error("archive: %s", step.sentence)
+        self.host.notice(f"archive: {step.sentence}")
         return step
 
     async def _expire(self, view: View, idle: Step) -> Step:
@@ -200,10 +253,10 @@ class Shipper:
             self.expired += drop.segments
             return step
         if not self._swept:
-            left = await self._call(self._sweep, view.catalog)
+            self.catalog, said = await self._call(self._sweep, view.catalog, view.term)
             self._swept = True
-            if left:
-                step = Step("expire", f"retention: deleted {left} objects a cut-off drop left")
+            if said:
+                step = Step("expire", f"retention: deleted {said}")
                 self._say(step)
                 return step
         return idle
@@ -219,12 +272,32 @@ class Shipper:
             metrics.ARCHIVE_DELETED_BYTES.inc(sizes.get(key, 0))
         return written
 
-    def _sweep(self, catalog: Catalog) -> int:
-        left = garbage(catalog, self.objects.list(packing.SEGMENTS))
-        for key in left:
+    def _sweep(self, catalog: Catalog, term: int) -> tuple[Catalog, str]:
+        """Delete what cut-off drops, uploads and rewrites left (expiry.py); the
+        catalog as it now is, and what was deleted ("" for nothing)."""
+        listed = [
+            *self.objects.list(packing.SEGMENTS),
+            *self.objects.list(packing.SNAPSHOTS),
+            *self.objects.list(packing.CHUNKS),
+        ]
+        left = garbage(catalog, listed)
+        below = set(left)
+        stray = [k for k in strays(catalog, listed) if k not in below]
+        written = catalog
+        if stray:
+            # listed before this write: a deposed primary's upload whose objects are
+            # among them read an older catalog, so its conditional write now fails
+            written = self._write_catalog(catalog, catalog, term)
+        for key in left + stray:
             self.objects.delete(key)
             metrics.ARCHIVE_DELETED.labels("garbage").inc()
-        return len(left)
+        said = []
+        if left:
+            said.append(f"{len(left)} objects a cut-off drop left")
+        if stray:
+            said.append(f"{len(stray)} objects cut-off uploads or rewrites left")
+            log.info("archive: deleted objects no catalog names: %s", ", ".join(stray))
+        return written, "; ".join(said)
 
     def _redaction_due(self, store: Store, catalog: Catalog) -> tuple[str, int, list[int]] | None:
         """The oldest redaction the bucket holds (its event is in it, so every record of
@@ -232,9 +305,16 @@ class Shipper:
         redacted = store.state.redacted
         if len(self._redacted) > len(redacted):  # the state forgot some: so does this
             self._redacted = {t: r for t, r in self._redacted.items() if t in redacted}
+        if any(t not in redacted for t in self._held):
+            self._held = {t: h for t, h in self._held.items() if t in redacted}
+            metrics.ARCHIVE_REDACTIONS_PENDING.set(len(self._held))
+        now = self._clock()
         for task_id, rid in sorted(redacted.items(), key=lambda kv: kv[1]):
             if rid > catalog.through or self._redacted.get(task_id) == rid:
                 continue
+            held = self._held.get(task_id)
+            if held is not None and held[0] == rid and now < held[1]:
+                continue  # damaged, no copy here: reported; the others go on meanwhile
             if not store.snapshots_redacted(task_id, rid):
                 continue  # the files a snapshot upload reads still hold the data
             ids = store.state.redacted_records.get(task_id)  # the task may be purged
@@ -244,9 +324,19 @@ class Shipper:
             return task_id, rid, ids
         return None
 
-    def _redact(self, view: View, task_id: str, ids: list[int], rid: int) -> Catalog:
-        new, stale = rewrite_task(self.objects, view.catalog, ids, rid, self._put)
-        new, stale_files = rewrite_snapshots(self.objects, new, {task_id: rid}, self._put)
+    def _redact(
+        self, view: View, task_id: str, ids: list[int], rid: int, mender: Mender | None = None
+    ) -> tuple[Catalog, list[CorruptObjectError]]:
+        """The pass (redaction.py); reads through `mender` (this node's copies), or
+        straight from the bucket; what it could not read is returned, not raised."""
+        if mender is None:
+            mender = Mender(self.objects, [], "")
+        new, stale, damaged = rewrite_task(
+            self.objects, view.catalog, ids, rid, self._put, mender.segment
+        )
+        new, stale_files, damaged_files = rewrite_snapshots(
+            self.objects, new, {task_id: rid}, self._put, mender.file
+        )
         written = view.catalog
         if new != view.catalog:  # the catalog first, then the deletes
             written = self._write_catalog(view.catalog, new, view.term)
@@ -263,7 +353,7 @@ class Shipper:
         for key in unnamed_files(keys_of(written), listed):
             self.objects.delete(key)
             metrics.ARCHIVE_DELETED.labels("garbage").inc()
-        return written
+        return written, damaged + damaged_files
 
     # -------------------------------------------------------------- the world
 
@@ -434,10 +524,21 @@ class Shipper:
 
         Same key, same content (packing.py): an object already there of the size
         this build compresses to is a finished upload whose catalog entry was cut
-        off (a kill -9, a lost connection), reused as is."""
+        off (a kill -9, a lost connection), reused as is once read back and found to
+        hold `raw` (rare: only a resumed upload finds one); a damaged one is said and
+        put again from `raw`, this node's copy."""
         packed = packing.pack(raw)
         if self.objects.size(name) == len(packed):
-            return len(packed)
+            there = self.objects.get(name)
+            if there == packed or (there is not None and _holds(there, raw, name)):
+                return len(packed)
+            metrics.ARCHIVE_CORRUPT.inc()
+            metrics.ARCHIVE_REPAIRED.inc()
+            log.error(
+                "archive: damaged in the bucket: %s does not hold the bytes its key names "
+                "(a cut-off upload's object): put again from this node's copy",
+                name,
+            )
         self.objects.put(name, packed)
         metrics.ARCHIVE_UPLOADS.labels(kind).inc()
         metrics.ARCHIVE_BYTES.labels("raw").inc(len(raw))
@@ -526,3 +627,11 @@ class Shipper:
         if sha is None:
             sha = self._hashes[key] = packing.digest(raw)
         return raw, sha
+
+
+def _holds(data: bytes, raw: bytes, name: str) -> bool:
+    """Does object `data` decompress to `raw`? (Another compressor may have packed it.)"""
+    try:
+        return packing.unpack(data, name=name, sha256=packing.digest(raw)) == raw
+    except CorruptObjectError:
+        return False

@@ -9,8 +9,13 @@ import orjson
 
 from apollo11.scheduler.bucket import Catalog, ObjectRef, SnapshotEntry
 from apollo11.scheduler.bucket.catalog import decode
-from apollo11.scheduler.bucket.expiry import expired, garbage, unreferenced
-from apollo11.scheduler.bucket.packing import segment_first, segment_object
+from apollo11.scheduler.bucket.expiry import expired, garbage, strays, unreferenced
+from apollo11.scheduler.bucket.packing import (
+    segment_first,
+    segment_object,
+    snapshot_object,
+    snapshot_watermark,
+)
 
 
 def _ref(name: str, key: str) -> ObjectRef:
@@ -128,3 +133,27 @@ def test_garbage_is_the_segment_objects_below_the_catalogs_first() -> None:
     assert garbage(Catalog.empty("c", "t"), listed) == []
     assert segment_first(segment_object(42, "0" * 64)) == 42
     assert segment_first("chunks/x") is None
+
+
+def test_strays_are_what_no_upload_from_this_catalog_on_can_name() -> None:
+    c = _catalog((11, 20), (21, 30)).with_snapshot(_snap(25, keep_from=0, chunks=("a",)))
+    named = [e.key for e in c.segments] + ["snapshots/25", "chunks/a"]
+    old_snap = snapshot_object(20, "b" * 64)
+    listed = [
+        *named,
+        segment_object(21, "c" * 64),  # another version of a named segment: a stray
+        segment_object(5, "d" * 64),  # below the first segment: garbage's, not a stray
+        segment_object(31, "e" * 64),  # after the end: the next upload may name it
+        old_snap,  # an older snapshot no catalog named
+        snapshot_object(25, "f" * 64),  # the newest's watermark, another version
+        snapshot_object(40, "f" * 64),  # newer: an upload in flight may name it
+        "chunks/b-" + "a" * 64 + ".zst",  # a chunk no entry names
+    ]
+    assert strays(c, listed) == [
+        segment_object(21, "c" * 64),
+        old_snap,
+        snapshot_object(25, "f" * 64),
+        "chunks/b-" + "a" * 64 + ".zst",
+    ]
+    assert strays(Catalog.empty("c", "test"), listed) == []
+    assert snapshot_watermark(old_snap) == 20 and snapshot_watermark("chunks/x") is None
