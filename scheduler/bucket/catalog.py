@@ -25,7 +25,9 @@ Made to grow (issue 34's later items):
   new object; its entry's `sha256` and `key` become the new object's, and
   `origin` keeps the SHA-256 the chain was made over (a redaction record says
   why, in the log itself);
-- export reads the segments named here, in order.
+- export reads the segments named here, in order;
+- `redacted_through`: the redactions already carried to the objects, so that a
+  new primary does not check each one again.
 
 The file is JSON (a person can read it with `aws s3 cp - | jq`), with the
 SHA-256 of its canonical body beside the body: a damaged catalog is refused,
@@ -106,6 +108,10 @@ class Catalog:
     chain_base: str
     segments: tuple[SegmentEntry, ...]
     snapshots: tuple[SnapshotEntry, ...]
+    # Every redaction whose TASK_REDACTED id is at most this one has been carried to
+    # the bucket's objects: a new primary checks only those after it (each pass reads
+    # the archive's snapshots). 0 in a catalog written before it existed.
+    redacted_through: int = 0
 
     @classmethod
     def empty(cls, cluster_id: str, cluster: str) -> Catalog:
@@ -152,7 +158,12 @@ class Catalog:
         segments = tuple(s for s in self.segments if s.first < first)
         end = segments[-1].last if segments else first - 1
         snapshots = tuple(s for s in self.snapshots if s.watermark <= end)
-        return dataclasses.replace(self, segments=segments, snapshots=snapshots)
+        # a redaction past the new end was a deposed primary's: its id may be another
+        # event's in the history that replaces it
+        redacted = min(self.redacted_through, end)
+        return dataclasses.replace(
+            self, segments=segments, snapshots=snapshots, redacted_through=redacted
+        )
 
     def chunk(self, name: str, sha256: str) -> ObjectRef | None:
         """A chunk already in the bucket with this name and content (uploaded with an
@@ -267,4 +278,5 @@ def _catalog(b: dict[str, Any]) -> Catalog:
             )
             for s in b["snapshots"]
         ),
+        redacted_through=int(b.get("redacted_through", 0)),
     )

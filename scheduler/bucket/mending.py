@@ -10,11 +10,19 @@ archive chunk of the same name in its snapshot directory.
 
 - The copy holds the object's very bytes (its SHA-256 is the catalog's): it is put
   back at the same key (the key is the content's, so the catalog is unchanged).
-- The copy differs (the node has rewritten it for a redaction, as the pass is about
-  to): its bytes are handed to the pass, which puts them up under their own key and
-  replaces the damaged object, as it replaces any object it rewrites.
-- No copy: a `CorruptObjectError` saying so; the pass leaves that object as it is,
-  does the rest, and the shipper reports the redaction as not carried to the bucket.
+- A segment copy that differs (the node has rewritten it for a redaction, as the
+  pass is about to), every record CRC-checked and its range and terms the catalog's:
+  its bytes are handed to the pass, which puts them up under their own key and
+  replaces the damaged object, as it replaces any object it rewrites. Only once every
+  redaction the node knows is rewritten on its disk (`settled`): a copy whose rewrite
+  for an earlier redaction failed would put that task's data back in the bucket.
+- A snapshot file or chunk that differs: not used. Nothing here could check it
+  against the catalog's entry (its SHA-256 is all the entry says; another node's file
+  of the same name is another file), and a damaged copy would go up under a valid
+  checksum of its own.
+- No usable copy: a `CorruptObjectError` saying so; the pass leaves that object as it
+  is, does the rest, and the shipper reports the redaction as not carried to the
+  bucket.
 """
 
 from __future__ import annotations
@@ -46,10 +54,18 @@ class Mender:
     """The reads of one pass, on the shipper's thread: `segments` are this node's
     sealed segments (copied on the event loop), `snapshots` its snapshot directory."""
 
-    def __init__(self, objects: ObjectStore, segments: Sequence[Segment], snapshots: str) -> None:
+    def __init__(
+        self,
+        objects: ObjectStore,
+        segments: Sequence[Segment],
+        snapshots: str,
+        *,
+        settled: bool = False,
+    ) -> None:
         self.objects = objects
         self.segments = segments
         self.snapshots = snapshots
+        self.settled = settled  # every redaction this node knows, rewritten on its disk
 
     def segment(self, entry: SegmentEntry) -> Read:
         try:
@@ -68,12 +84,19 @@ class Mender:
                     f"{_reason(damage)}, and this node's copy {seg.path} fails its check too: {e}",
                     key=damage.key,
                 ) from damage
-            if (span.last, span.first_term, span.last_term) == (
+            if (span.last, span.first_term, span.last_term) != (
                 entry.last,
                 entry.first_term,
                 entry.last_term,
             ):
-                return self._mend(damage, raw, seg.path, entry.sha256)
+                continue
+            if packing.digest(raw) != entry.sha256 and not self.settled:
+                raise CorruptObjectError(
+                    f"{_reason(damage)}, and this node's copy {seg.path} differs from it "
+                    f"while a redaction's rewrite of this node's log is unfinished",
+                    key=damage.key,
+                ) from damage
+            return self._mend(damage, raw, seg.path, entry.sha256)
         raise CorruptObjectError(_no_copy(damage), key=damage.key) from damage
 
     def file(self, ref: ObjectRef) -> Read:
@@ -90,7 +113,11 @@ class Mender:
                 raw = f.read()
         except FileNotFoundError:
             raise CorruptObjectError(_no_copy(damage), key=damage.key) from damage
-        # the pass reads it through the file's own format, every check of it
+        if packing.digest(raw) != ref.sha256:
+            raise CorruptObjectError(
+                f"{_reason(damage)}, and this node's copy {path} is not the same file",
+                key=damage.key,
+            ) from damage
         return self._mend(damage, raw, path, ref.sha256)
 
     def _damaged(self, e: CorruptObjectError) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -205,9 +206,11 @@ class Shipper:
                         for s in store.log.segments[:-1]
                     ],
                     store.snapshots.directory,
+                    settled=all(store.redactor.rewritten(t) for t in store.state.redacted),
                 )
+                through = self._carried_through(store, view.catalog, task_id)
                 self.catalog, damaged = await self._call(
-                    self._redact, view, task_id, ids, rid, mender
+                    self._redact, view, task_id, ids, rid, mender, through
                 )
                 step = self._redacted_or_held(task_id, rid, damaged) or step
             else:
@@ -288,7 +291,21 @@ class Shipper:
             # listed before this write: a deposed primary's upload whose objects are
             # among them read an older catalog, so its conditional write now fails
             written = self._write_catalog(catalog, catalog, term)
-        for key in left + stray:
+        for key in left:
+            self.objects.delete(key)
+            metrics.ARCHIVE_DELETED.labels("garbage").inc()
+        for i, key in enumerate(stray):
+            # a stray is one no catalog names *yet*: were this node deposed meanwhile, a
+            # new primary could reuse it for an upload and name it. Each delete after
+            # a look that the catalog is still this fence's.
+            if not self._still(written):
+                log.warning(
+                    "archive: the catalog changed during the sweep: %d of its objects "
+                    "left for the next one",
+                    len(stray) - i,
+                )
+                stray = stray[:i]
+                break
             self.objects.delete(key)
             metrics.ARCHIVE_DELETED.labels("garbage").inc()
         said = []
@@ -298,6 +315,11 @@ class Shipper:
             said.append(f"{len(stray)} objects cut-off uploads or rewrites left")
             log.info("archive: deleted objects no catalog names: %s", ", ".join(stray))
         return written, "; ".join(said)
+
+    def _still(self, catalog: Catalog) -> bool:
+        """Is the bucket's catalog still `catalog`?"""
+        now = self.objects.get_tagged(packing.CATALOG)
+        return now is not None and decode(now[0], name=packing.CATALOG) == catalog
 
     def _redaction_due(self, store: Store, catalog: Catalog) -> tuple[str, int, list[int]] | None:
         """The oldest redaction the bucket holds (its event is in it, so every record of
@@ -310,6 +332,9 @@ class Shipper:
             metrics.ARCHIVE_REDACTIONS_PENDING.set(len(self._held))
         now = self._clock()
         for task_id, rid in sorted(redacted.items(), key=lambda kv: kv[1]):
+            if rid <= catalog.redacted_through:  # carried by this primary or one before
+                self._redacted[task_id] = rid
+                continue
             if rid > catalog.through or self._redacted.get(task_id) == rid:
                 continue
             held = self._held.get(task_id)
@@ -324,11 +349,31 @@ class Shipper:
             return task_id, rid, ids
         return None
 
+    def _carried_through(self, store: Store, catalog: Catalog, task_id: str) -> int:
+        """The catalog's `redacted_through` once `task_id`'s redaction is carried: the
+        highest id up to which every redaction the state holds is (those the state
+        forgot, their tasks purged, no longer matter)."""
+        through = catalog.redacted_through
+        for t, r in sorted(store.state.redacted.items(), key=lambda kv: kv[1]):
+            if r <= through:
+                continue
+            if t != task_id and self._redacted.get(t) != r:
+                break
+            through = r
+        return through
+
     def _redact(
-        self, view: View, task_id: str, ids: list[int], rid: int, mender: Mender | None = None
+        self,
+        view: View,
+        task_id: str,
+        ids: list[int],
+        rid: int,
+        mender: Mender | None = None,
+        through: int = 0,
     ) -> tuple[Catalog, list[CorruptObjectError]]:
         """The pass (redaction.py); reads through `mender` (this node's copies), or
-        straight from the bucket; what it could not read is returned, not raised."""
+        straight from the bucket; what it could not read is returned, not raised.
+        `through`: the catalog's `redacted_through` if the pass is whole."""
         if mender is None:
             mender = Mender(self.objects, [], "")
         new, stale, damaged = rewrite_task(
@@ -337,6 +382,9 @@ class Shipper:
         new, stale_files, damaged_files = rewrite_snapshots(
             self.objects, new, {task_id: rid}, self._put, mender.file
         )
+        damaged += damaged_files
+        if not damaged and through > new.redacted_through:
+            new = dataclasses.replace(new, redacted_through=through)
         written = view.catalog
         if new != view.catalog:  # the catalog first, then the deletes
             written = self._write_catalog(view.catalog, new, view.term)
@@ -353,7 +401,7 @@ class Shipper:
         for key in unnamed_files(keys_of(written), listed):
             self.objects.delete(key)
             metrics.ARCHIVE_DELETED.labels("garbage").inc()
-        return written, damaged + damaged_files
+        return written, damaged
 
     # -------------------------------------------------------------- the world
 
@@ -495,15 +543,8 @@ class Shipper:
             )
         signed = new.signed(term=term, writer=self.node_id, now_ms=int(self._clock() * 1000))
         if not signed.cluster_id and self.host.cluster_id:
-            signed = Catalog(
-                self.host.cluster_id,
-                self.cluster,
-                signed.term,
-                signed.writer,
-                signed.written_ms,
-                signed.chain_base,
-                signed.segments,
-                signed.snapshots,
+            signed = dataclasses.replace(
+                signed, cluster_id=self.host.cluster_id, cluster=self.cluster
             )
         try:
             self.objects.put_if(

@@ -3,19 +3,23 @@ decided from the catalog alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import orjson
 
-from apollo11.scheduler.bucket import Catalog, ObjectRef, SnapshotEntry
+from apollo11.scheduler.bucket import Catalog, ObjectRef, Shipper, SnapshotEntry
 from apollo11.scheduler.bucket.catalog import decode
 from apollo11.scheduler.bucket.expiry import expired, garbage, strays, unreferenced
+from apollo11.scheduler.bucket.objects import MemoryObjects
 from apollo11.scheduler.bucket.packing import (
+    CATALOG,
     segment_first,
     segment_object,
     snapshot_object,
     snapshot_watermark,
 )
+from tests.scheduler.bucket.helpers import Host
 
 
 def _ref(name: str, key: str) -> ObjectRef:
@@ -157,3 +161,33 @@ def test_strays_are_what_no_upload_from_this_catalog_on_can_name() -> None:
     ]
     assert strays(Catalog.empty("c", "test"), listed) == []
     assert snapshot_watermark(old_snap) == 20 and snapshot_watermark("chunks/x") is None
+
+
+class _NewPrimaryMidSweep(MemoryObjects):
+    """After the sweep's first delete, another primary writes the catalog (this node
+    was deposed meanwhile): it may name a stray the sweep listed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: list[str] = []
+
+    def delete(self, name: str) -> None:
+        super().delete(name)
+        self.deleted.append(name)
+        if len(self.deleted) == 1:
+            now = decode(self.objects[CATALOG], name=CATALOG)
+            self.objects[CATALOG] = dataclasses.replace(now, term=now.term + 1).encode()
+
+
+def test_a_sweep_stops_deleting_strays_once_another_primary_writes_the_catalog() -> None:
+    objects = _NewPrimaryMidSweep()
+    c = _catalog((11, 20), (21, 30))
+    objects.objects[CATALOG] = c.encode()
+    stray = [segment_object(21, ch * 64) for ch in "bcd"]
+    for key in [*(e.key for e in c.segments), *stray]:
+        objects.objects[key] = b"x"
+    s = Shipper(Host(None), objects, node_id="n1", cluster="test")
+    _, said = s._sweep(c, term=1)
+    assert objects.deleted == [stray[0]], "one delete, then the catalog is another's"
+    assert all(k in objects.objects for k in stray[1:])
+    assert "1 objects" in said

@@ -6,11 +6,13 @@ matched and named objects that were gone. Only former versions of named files go
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from apollo11.scheduler.bucket import load_catalog, verify_archive
 from apollo11.scheduler.bucket.catalog import Catalog
 from apollo11.scheduler.bucket.objects import MemoryObjects
+from apollo11.scheduler.bucket.packing import CATALOG
 from apollo11.scheduler.log import EventType
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
 from tests.scheduler.bucket.test_redaction_snapshots_s3 import _secret_task, _until
@@ -35,9 +37,12 @@ async def test_listing_delete_races_a_deposed_primarys_upload(tmp_path: Path) ->
     # a newer local snapshot: n1 decides to upload it
     await write(store, 60, seed=9)
     await store.wait_snapshot()
+    # a catalog from a release before `redacted_through`: the new primary checks
+    # each redaction once
+    objects.put(CATALOG, dataclasses.replace(load_catalog(objects), redacted_through=0).encode())
     a.catalog = load_catalog(objects)
     view_a = await a._view(store, True, a.catalog)
-    b = shipper(Host(store), objects, "n2")  # promoted: checks each redaction once
+    b = shipper(Host(store), objects, "n2")  # promoted
     b.catalog = load_catalog(objects)
     view_b = await b._view(store, True, b.catalog)
     due = b._redaction_due(store, b.catalog)

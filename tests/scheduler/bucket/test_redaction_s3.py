@@ -73,6 +73,11 @@ async def test_a_redaction_rewrites_the_buckets_segments_and_verify_still_passes
     assert any(e.first <= ids[0] <= e.last for _, e in changed)
     steps = await ship_all(s)
     assert not [st for st in steps if st.kind == "redact"], "done once"
+    assert load_catalog(objects).redacted_through == red.event_id
+    # a new primary (a failover): the catalog says the redaction is carried, and no
+    # pass reads the archive's snapshots again to find nothing to rewrite
+    again = await ship_all(shipper(Host(store), objects, node_id="n2"))
+    assert not [st for st in again if st.kind == "redact"], "not checked again"
     await store.close()
 
     await asyncio.to_thread(build_data_dir, objects, tmp_path / "restored", all_segments=True)
