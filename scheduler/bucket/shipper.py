@@ -166,10 +166,13 @@ class Shipper:
             return Step("idle", "waiting for the store to open")
         primary = h.role == "primary"
         # a standby's copy is up to watch_s old: read afresh when it is promoted
-        promoted, self._was_primary = primary and not self._was_primary, primary
+        changed, self._was_primary = primary != self._was_primary, primary
+        promoted = primary and changed
+        if changed:  # what a primary held back is the next primary's to find and say
+            self._held.clear()
+            metrics.ARCHIVE_REDACTIONS_PENDING.set(0)
         if promoted:
             self._swept = False
-            self._held.clear()
         stale = not primary and self._clock() - self._read_at >= self.watch_s
         if self.catalog is None or stale or promoted:
             self.catalog = await self._call(self._read_catalog)

@@ -123,3 +123,19 @@ def test_a_conditional_put_is_refused_when_the_object_changed_or_appeared() -> N
     assert now is not None
     objects.put_if("catalog.json", b"mine", etag=now[1])
     assert objects.get("catalog.json") == b"mine"
+
+
+async def test_a_demoted_primary_no_longer_counts_redactions_held_back(tmp_path: Path) -> None:
+    from apollo11.scheduler import metrics
+
+    store = open_store(tmp_path / "n1")
+    await write(store, 10)
+    host = Host(store)
+    s = shipper(host, MemoryObjects())
+    await ship_all(s)
+    s._held["t"] = (5, 1e18)  # a redaction a damaged object held back, as said
+    metrics.ARCHIVE_REDACTIONS_PENDING.set(1)
+    host.role = "standby"
+    await s.cycle()
+    assert metrics.ARCHIVE_REDACTIONS_PENDING._value.get() == 0  # the primary's to say
+    await store.close()
