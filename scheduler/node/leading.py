@@ -220,10 +220,17 @@ class Leading:
                 await asyncio.wait_for(view.acked.wait(), deadline - time.monotonic())
             if h.store is not None:
                 last = h.store.log.durable_id
-        if self.left.is_set():
+        if self.left.is_set() or self.loop.role != "primary":
+            # The loop's demotion changes the role first and sets `left` only once it
+            # has stopped the engine and resigned (awaits): one begun is not finished
+            # yet, and handing over from a node already leaving would claim its exit.
+            if not self.left.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.left.wait(), budget)
+            why = self.last_demotion if self.left.is_set() else f"now {self.loop.role}"
             raise NodeUnavailableError(
                 f"switchover to {target} called off: this node stopped being the primary "
-                f"meanwhile ({self.last_demotion})"
+                f"meanwhile ({why})"
             )
         if view.acked_id < last:
             self.handover = ""

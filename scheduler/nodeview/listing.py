@@ -141,7 +141,9 @@ async def read_events(
         hot = events_page(store, None, start, to, limit)
         return EventPage(hot.events, hot.next_id, hot.durable, gone_before=first)
     for _ in range(RANGE_READS):
-        end = min(end_at, first - 1, begin + limit - 1)
+        # up to the disk's start, not `limit` ids on: retention may have cut the
+        # bucket's front past `begin` (the read stops at `limit` events it holds)
+        end = min(end_at, first - 1)
         cold = store.shown(await asyncio.to_thread(older.read_range, begin, end, limit))
         moved = store.log.first_id
         if moved == first:

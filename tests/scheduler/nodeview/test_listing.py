@@ -119,16 +119,17 @@ class _Older:
     """The bucket, holding events 1..: each range read lets retention move the disk's
     first event by `step` (0: never), as a sweep running beside the read would."""
 
-    def __init__(self, log: _MovingLog, step: int) -> None:
+    def __init__(self, log: _MovingLog, step: int, held: int = 1) -> None:
         self.log = log
         self.step = step
+        self.held = held  # the bucket's first event: retention dropped those before it
         self.reads: list[tuple[int, int]] = []
 
     def read_range(self, first: int, last: int, limit: int = 0) -> list[_Ev]:
         self.reads.append((first, last))
         assert len(self.reads) < 50, "unbounded: read again for every move"
         self.log.first_id += self.step
-        return [_Ev(i) for i in range(first, last + 1)][: limit or None]
+        return [_Ev(i) for i in range(max(first, self.held), last + 1)][: limit or None]
 
 
 def _moving(first: int, durable: int, step: int) -> tuple[Any, _Older]:
@@ -152,6 +153,19 @@ async def test_a_range_read_while_retention_moves_the_disk_has_no_hole() -> None
     assert [e.event_id for e in page.events] == list(range(1, 21))
     assert older.reads == [(1, 5), (1, 8)]
     assert page.bucket_before == 9
+
+
+async def test_a_page_from_before_the_bucket_starts_where_the_bucket_does() -> None:
+    # failed first: the bucket was read for ids 1..5 only, held none of them, and the
+    # page jumped to the disk's 20, saying 10..19 were gone (the bucket holds them)
+    store, older = _moving(first=20, durable=30, step=0)
+    older.held = 10  # retention cut the bucket's front less far than the disk's
+    page = await listing.read_events(store, None, 1, 0, 5)
+    assert [e.event_id for e in page.events] == [10, 11, 12, 13, 14]
+    assert (page.gone_before, page.bucket_before, page.next_id) == (10, 20, 15)
+    # and past the bucket's end, the disk carries on
+    page = await listing.read_events(store, None, 1, 0, 14)
+    assert [e.event_id for e in page.events] == list(range(10, 24))
 
 
 async def test_a_range_read_gives_up_after_a_few_moves_of_the_disk() -> None:
