@@ -104,10 +104,24 @@ async def _demoted(node: Node, caplog: pytest.LogCaptureFixture, because: str) -
 
 
 async def test_the_fence_lapsing_demotes_through_the_loop(
-    pair: Pair, caplog: pytest.LogCaptureFixture
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     old = pair.primary
-    old.roles.fence.renewed_at = time.monotonic() - 1000  # as if paused for 1000 s just now
+    # As if paused for 1000 s just now. A real pause stops the renewals too: one sent
+    # before it ends with the time it was sent, 1000 s ago. Setting `renewed_at` alone
+    # did not: a renewal in flight then ended with a time from just before, and under
+    # load the fence never lapsed. So the renewals hang first (the one in flight ends).
+    lease = old.roles.fence._lease()
+    hung = asyncio.Event()
+
+    async def paused() -> bool:
+        hung.set()
+        await asyncio.Event().wait()
+        return True
+
+    monkeypatch.setattr(lease, "renew", paused)
+    await asyncio.wait_for(hung.wait(), 20)
+    old.roles.fence.renewed_at = time.monotonic() - 1000
     assert not old.lease_valid(), "no ack from the moment the fence lapsed"
     await _demoted(old, caplog, "the lease was not renewed for")
     # it may lead again (a tie goes to the smallest node id): in a new term
