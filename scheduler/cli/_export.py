@@ -229,41 +229,11 @@ async def _lines(c: Any, task_ids: list[str], limit: int) -> list[Line | None]:
     all fit in it reads the rest a page at a time."""
     out: list[Line | None] = []
     for read in await c.tasks_with_events(task_ids):
-        if read.task is None:
-            out.append(None)
-            continue
-        page = read.page
-        events = list(page.events)
-        gone, note = (page.gone_before, page.note) if page.gone_before else (0, "")
         try:
-            more = await _rest(c, read.task, page.next_id)
+            out.append(None if read.task is None else await _built(c, read.task, read.page, limit))
         except NotFoundError:
             out.append(None)
-            continue
-        if more is not None:
-            events.extend(more[0])
-            if more[1] > gone:
-                gone, note = more[1], more[2]
-        line, values = task_line(read.task, events, limit, gone_before=gone, gone_note=note)
-        out.append((line, values, bool(gone)))
     return out
-
-
-async def _rest(c: Any, task: Any, nxt: int) -> tuple[list[Any], int, str] | None:
-    """The task's events from `nxt` on (None: there are none), and the oldest gone."""
-    if not nxt:
-        return None
-    events: list[Any] = []
-    gone, note = 0, ""
-    while nxt:
-        page = await c.events_page(
-            task_id=task.task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
-        )
-        if page.gone_before > gone:
-            gone, note = page.gone_before, page.note
-        events.extend(page.events)
-        nxt = page.next_id
-    return events, gone, note
 
 
 async def _line(c: Any, task_id: str, limit: int) -> Line | None:
@@ -272,10 +242,25 @@ async def _line(c: Any, task_id: str, limit: int) -> Line | None:
     from: the line says so); or None when the task is gone since the listing
     (retention purged it: NOT_FOUND), which is no reason to fail the rest of the export."""
     try:
-        task = await c.task(task_id)
-        more = await _rest(c, task, task.first_event_id)
+        return await _built(c, await c.task(task_id), None, limit)
     except NotFoundError:
         return None
-    events, gone, note = more if more is not None else ([], 0, "")
-    line, values = task_line(task, events, limit, gone_before=gone, gone_note=note)
-    return line, values, bool(gone)
+
+
+async def _built(c: Any, task: Any, got: Any, limit: int) -> Line:
+    """The line of `task` from its events: `got` (the page GetTasks held, None for
+    none) and the pages from where it ended (from the task's first event without it);
+    the oldest of them that says events are gone names where they start."""
+    pages = [] if got is None else [got]
+    nxt = task.first_event_id if got is None else got.next_id
+    while nxt:
+        page = await c.events_page(
+            task_id=task.task_id, from_id=nxt, to_id=task.last_event_id, limit=_EVENTS_PAGE
+        )
+        pages.append(page)
+        nxt = page.next_id
+    events = [e for page in pages for e in page.events]
+    gone = max(pages, key=lambda page: page.gone_before, default=None)
+    before, note = (gone.gone_before, gone.note) if gone and gone.gone_before else (0, "")
+    line, values = task_line(task, events, limit, gone_before=before, gone_note=note)
+    return line, values, bool(before)
