@@ -17,8 +17,8 @@ from apollo11.scheduler.bucket.expiry import keys_of
 from apollo11.scheduler.bucket.objects import S3Objects
 from apollo11.scheduler.errors import BucketError
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
-from tests.scheduler.bucket.test_damage_s3 import _damage, _redact, _secret
-from tests.scheduler.bucket.test_redaction_snapshots_s3 import _objects_holding
+from tests.scheduler.bucket.test_damage_s3 import _damage, _redact
+from tests.scheduler.bucket.test_redaction_snapshots_s3 import _objects_holding, _secret_task
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -85,7 +85,7 @@ async def test_a_segment_object_a_cut_off_upload_left_with_redacted_data_is_dele
 ) -> None:
     store = open_store(tmp_path / "n1")
     await write(store, 10)
-    await _secret(store, "secret-a", "zq-cutoff-a-3d81")
+    await _secret_task(store, "secret-a", "zq-cutoff-a-3d81")
     await write(store, 60, seed=3)
     cut = _KilledBeforeCatalog(open_bucket(archive_url).target)
     cut.under, cut.armed = packing.SEGMENTS, True  # the first segment's upload: cut

@@ -21,37 +21,16 @@ from apollo11.scheduler.bucket import (
     verify_archive,
 )
 from apollo11.scheduler.bucket.catalog import Catalog
-from apollo11.scheduler.log import Draft, EventType
+from apollo11.scheduler.log import EventType
 from apollo11.scheduler.state import Store
 from tests.scheduler.bucket.helpers import Host, open_store, ship_all, shipper, write
-from tests.scheduler.bucket.test_redaction_snapshots_s3 import _objects_holding, _until
+from tests.scheduler.bucket.test_redaction_snapshots_s3 import (
+    _objects_holding,
+    _secret_task,
+    _until,
+)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-async def _secret(store: Store, task_id: str, marker: str) -> None:
-    await store.log.append_many(
-        [
-            Draft(
-                EventType.TASK_SUBMITTED,
-                task_id,
-                payload={
-                    "workflow": "etl",
-                    "version": 1,
-                    "input": {"who": marker},
-                    "steps": {"collect": []},
-                },
-            ),
-            Draft(EventType.STEP_STARTED, task_id, "collect", attempt=1),
-            Draft(
-                EventType.STEP_SUCCEEDED,
-                task_id,
-                "collect",
-                {"result": {"note": marker}},
-                attempt=1,
-            ),
-        ]
-    )
 
 
 async def _redact(store: Store, task_id: str) -> int:
@@ -89,7 +68,7 @@ async def test_a_damaged_segment_is_put_back_from_this_nodes_copy_and_the_redact
 ) -> None:
     store = open_store(tmp_path / "n1")
     await write(store, 10)
-    await _secret(store, "secret-a", "zq-damage-a-51c2")
+    await _secret_task(store, "secret-a", "zq-damage-a-51c2")
     first = store.log.durable_id - 2  # the task's submit
     await write(store, 60, seed=3)
     await store.wait_snapshot()
@@ -121,10 +100,10 @@ async def test_without_a_copy_the_redaction_is_reported_retried_and_others_go_on
 ) -> None:
     store = open_store(tmp_path / "n1")
     await write(store, 10)
-    await _secret(store, "secret-a", "zq-damage-a-51c2")
+    await _secret_task(store, "secret-a", "zq-damage-a-51c2")
     first = store.log.durable_id - 2
     await write(store, 60, seed=3)
-    await _secret(store, "secret-b", "zq-damage-b-9e07")
+    await _secret_task(store, "secret-b", "zq-damage-b-9e07")
     await write(store, 30, seed=5)
     await store.wait_snapshot()
     objects = open_bucket(archive_url)

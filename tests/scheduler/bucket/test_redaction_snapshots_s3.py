@@ -53,8 +53,8 @@ def _objects_holding(objects: ObjectStore, needle: bytes) -> list[str]:
     return found
 
 
-async def _secret_task(store: Store) -> str:
-    task_id = "secret-task"
+async def _secret_task(store: Store, task_id: str = "secret-task", marker: str = MARKER) -> str:
+    """A finished task whose input and result hold `marker`."""
     await store.log.append_many(
         [
             Draft(
@@ -63,7 +63,7 @@ async def _secret_task(store: Store) -> str:
                 payload={
                     "workflow": "etl",
                     "version": 1,
-                    "input": {"who": MARKER},
+                    "input": {"who": marker},
                     "steps": {"collect": []},
                 },
             ),
@@ -72,7 +72,7 @@ async def _secret_task(store: Store) -> str:
                 EventType.STEP_SUCCEEDED,
                 task_id,
                 "collect",
-                {"result": {"note": MARKER}},
+                {"result": {"note": marker}},
                 attempt=1,
             ),
         ]
