@@ -229,8 +229,12 @@ class Shipper:
         `redaction_retry_s` while the other work goes on."""
         if not damaged:
             self._redacted[task_id] = rid
-            self._held.pop(task_id, None)
+            was_held = self._held.pop(task_id, None) is not None
             metrics.ARCHIVE_REDACTIONS_PENDING.set(len(self._held))
+            if was_held:  # the notice said it was not: say that it is now
+                sentence = f"the redaction of task {task_id} is now carried to the bucket"
+                log.warning("archive: %s", sentence)
+                self.host.notice(f"archive: {sentence}")
             return None
         self._held[task_id] = (rid, self._clock() + self.redaction_retry_s)
         metrics.ARCHIVE_REDACTIONS_PENDING.set(len(self._held))

@@ -150,5 +150,7 @@ async def test_without_a_copy_the_redaction_is_reported_retried_and_others_go_on
     assert s.redacted("secret-a", rid_a)
     assert _objects_holding(objects, b"zq-damage-a-51c2") == []
     assert metrics.ARCHIVE_REDACTIONS_PENDING._value.get() == 0
+    # and the node's notice no longer says it is not carried
+    assert "secret-a" in host.notices[-1] and "now carried" in host.notices[-1], host.notices
     assert verify_archive(objects).ok
     await store.close()
