@@ -171,6 +171,15 @@ def bench_overload(
             "continued every 2 s.",
         ),
     ] = False,
+    flood_cpu: Annotated[
+        int | None,
+        typer.Option(
+            "--flood-cpu",
+            min=0,
+            help="With --connections: the flood on this CPU alone, the node and the client "
+            "on the others (as a flood from another host).",
+        ),
+    ] = None,
     port: Annotated[
         list[str] | None,
         typer.Option("--port", help="With --connections: grpc, peer or http (repeatable)."),
@@ -212,6 +221,7 @@ def bench_overload(
                 churn_rate=churn_rate,
                 flood_idle=flood_idle,
                 interleave=interleave,
+                flood_cpu=flood_cpu,
             )
 
         rows = connflood_bench.summary_rows

@@ -177,6 +177,7 @@ def _flood(
     seconds: float,
     rate: float | None = None,
     idle: bool = False,
+    cpu: int | None = None,
 ) -> tuple[int, float]:
     """Offer `pattern` to `port` for `seconds` from a process of its own; returns
     connections attempted and the CPU seconds that process used for them.
@@ -187,7 +188,7 @@ def _flood(
     which an unprivileged process cannot set back at all)."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    attack = ctx.Process(target=_flood_to, args=(out, port, pattern, seconds, rate, idle))
+    attack = ctx.Process(target=_flood_to, args=(out, port, pattern, seconds, rate, idle, cpu))
     attack.start()
     try:
         # read before the join: a child whose queue is unread may not exit
@@ -205,6 +206,7 @@ def _flood_here(
     seconds: float,
     rate: float | None,
     idle: bool,
+    cpu: int | None,
 ) -> tuple[int, float]:
     # A session of its own: where the kernel groups each session's processes for
     # fair shares (sched_autogroup_enabled, on by default), a flood in the bench's
@@ -218,6 +220,8 @@ def _flood_here(
     os.setpriority(os.PRIO_PROCESS, 0, 10)
     if idle:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if cpu is not None:  # as if from another host: see run()
+        os.sched_setaffinity(0, {cpu})
     sources = [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(FLOOD_SOURCES)]
     cpu0 = sum(os.times()[:2])
     tried = asyncio.run(_offer(port, pattern, seconds, rate, sources))
@@ -345,6 +349,7 @@ def _cell(
     churn_rate: float | None,
     flood_idle: bool,
     interleave: bool,
+    flood_on: int | None = None,
 ) -> dict[str, Any]:
     base.mkdir(parents=True)
     pki = _pki(base / "pki")
@@ -366,7 +371,7 @@ def _cell(
         rss0, fds0 = rss_mb(proc.pid), flood.open_fds(proc.pid)
         cpu0, began = flood.cpu_seconds(proc.pid), time.monotonic()
         threads0 = flood.thread_cpu(proc.pid)
-        args = (ports[port_name], pattern, measure_s + 3, churn_rate, flood_idle)
+        args = (ports[port_name], pattern, measure_s + 3, churn_rate, flood_idle, flood_on)
         attack = floods.submit(_flood, *args)
         while not attack.done():
             sample()
@@ -455,6 +460,39 @@ def run(
     churn_rate: float | None = None,
     flood_idle: bool = False,
     interleave: bool = False,
+    flood_cpu: int | None = None,
+) -> dict[str, Any]:
+    """With `flood_cpu`, the flood runs on that CPU alone and this process, the node and
+    the client on the others (the affinity is inherited): a flood from another host
+    costs this one only the node's work, where on one machine the flood's own system
+    calls (a loopback connect carries both ends of the handshake) take the cores the
+    node and the client run on, whatever its priority."""
+    previous = os.sched_getaffinity(0)
+    if flood_cpu is not None:
+        rest = previous - {flood_cpu}
+        if flood_cpu not in previous or not rest:
+            raise ValueError(
+                f"--flood-cpu {flood_cpu}: one of this process's CPUs "
+                f"({', '.join(map(str, sorted(previous)))}) and not the only one"
+            )
+        os.sched_setaffinity(0, rest)
+    try:
+        return _run(quick, workdir, progress, ports, patterns, churn_rate, flood_idle,
+                    interleave, flood_cpu)  # fmt: skip
+    finally:
+        os.sched_setaffinity(0, previous)
+
+
+def _run(
+    quick: bool,
+    workdir: str | None,
+    progress: Callable[[str], None],
+    ports: Sequence[str],
+    patterns: Sequence[flood.Pattern],
+    churn_rate: float | None,
+    flood_idle: bool,
+    interleave: bool,
+    flood_cpu: int | None,
 ) -> dict[str, Any]:
     measure_s = 5.0 if quick else 10.0
     settle_s = 20.0 if quick else 30.0
@@ -477,6 +515,7 @@ def run(
                             churn_rate,
                             flood_idle,
                             interleave,
+                            flood_cpu,
                         )
                     )
     finally:
@@ -488,6 +527,7 @@ def run(
         "churn_rate": churn_rate,
         "flood_sched": "SCHED_IDLE, nice 10" if flood_idle else "nice 10",
         "interleave": interleave,
+        "flood_cpu": flood_cpu,
         "cells": cells,
     }
 
