@@ -16,6 +16,8 @@
    measured on the primary. With `--pin`, the primary and this process run on CPU 0,
    the standby and the export on CPU 1: on one 2-core machine the standby would
    otherwise take the primary's CPU, which on a real deployment is another host's.
+   Without `--standby`, `--pin` puts the export alone on CPU 1: what the primary's
+   dispatch then loses is its own work serving the export.
 """
 
 from __future__ import annotations
@@ -145,6 +147,11 @@ async def _measure(
           f"{l99 / a99 if a99 else float('nan'):.2f}x")  # fmt: skip
 
 
+def _pin(pid: int, cpu: str) -> None:
+    """Every thread of `pid` on `cpu`."""
+    subprocess.run(["taskset", "-a", "-cp", cpu, str(pid)], check=True, capture_output=True)
+
+
 async def _main(
     tasks: int, rate: int, seconds: float, export_rate: float, rounds: int, standby: bool,
     pin: bool,
@@ -153,10 +160,15 @@ async def _main(
         root = Path(tmp)
         if not standby:
             node = start_node(root / "n1", "--workflows", WORKFLOWS)
+            cpus = None
+            if pin:  # the export as if from another host: its own CPU, the node the other
+                os.sched_setaffinity(0, {0})
+                _pin(node.proc.pid, "0")
+                cpus = {1}
             try:
                 await _backlog(node.address, tasks)
                 await _measure(node.address, node.address, root, tasks, rate, seconds,
-                               export_rate, rounds)  # fmt: skip
+                               export_rate, rounds, cpus)  # fmt: skip
             finally:
                 node.stop()
             return
@@ -170,9 +182,8 @@ async def _main(
             if pin:
                 assert p.proc is not None and s.proc is not None
                 os.sched_setaffinity(0, {0})
-                for pid, cpu in ((p.proc.pid, "0"), (s.proc.pid, "1")):  # every thread
-                    subprocess.run(["taskset", "-a", "-cp", cpu, str(pid)], check=True,
-                                   capture_output=True)  # fmt: skip
+                _pin(p.proc.pid, "0")
+                _pin(s.proc.pid, "1")
                 cpus = {1}  # the export beside the standby it reads, away from the primary
             await _backlog(p.address, tasks)
             cluster.wait_applied(s, cluster.wait_converged(timeout=120), timeout=120)
@@ -191,7 +202,12 @@ def main() -> None:
     ap.add_argument("--export-rate", type=float, default=0, help="the exports' --rate")
     ap.add_argument("--rounds", type=int, default=3, help="alone/beside windows, alternated")
     ap.add_argument("--standby", action="store_true", help="export from a standby")
-    ap.add_argument("--pin", action="store_true", help="with --standby: a CPU each side")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="a CPU each side: the primary and the probes on CPU 0, the export (and "
+        "the standby it reads) on CPU 1",
+    )
     a = ap.parse_args()
     asyncio.run(_main(a.tasks, a.rate, a.seconds, a.export_rate, a.rounds, a.standby, a.pin))
 
