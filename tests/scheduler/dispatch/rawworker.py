@@ -26,6 +26,7 @@ class RawWorker:
         self.channel: grpc.aio.Channel | None = None
         self.call: Any = None
         self.inbox: asyncio.Queue[wpb.DispatchMessage] = asyncio.Queue()
+        self._kept: list[wpb.DispatchMessage] = []  # read by `next`, of another kind
         self._reader: asyncio.Task[None] | None = None
         self._beater: asyncio.Task[None] | None = None
         # grpc.aio takes one write at a time on a call: a second one while the first
@@ -74,8 +75,15 @@ class RawWorker:
                 await self.heartbeat()
 
     async def next(self, kind: str, timeout: float = 10, *, pings: bool = False) -> Any:
-        """The next message of `kind` (others are dropped, and so are the primary's
-        pings, empty Acks, unless `pings`)."""
+        """The next message of `kind`. Messages of other kinds are kept for the calls
+        that ask for them: the primary sends what it has queued in one go, an
+        assignment before an ack queued earlier, and a loaded machine queues both
+        before its sender wakes. The primary's pings (empty Acks) are dropped unless
+        `pings`."""
+        for i, msg in enumerate(self._kept):
+            if msg.WhichOneof("body") == kind:
+                del self._kept[i]
+                return getattr(msg, kind)
         async with asyncio.timeout(timeout):
             while True:
                 msg = await self.inbox.get()
@@ -84,6 +92,7 @@ class RawWorker:
                     continue
                 if body == kind:
                     return getattr(msg, kind)
+                self._kept.append(msg)
 
     async def result(self, a: wpb.Assignment, value: Any = None, **outcome: Any) -> None:
         r = wpb.StepResult(token=a.token, task_id=a.task_id, step=a.step, attempt=a.attempt)

@@ -45,7 +45,21 @@ async def _one_assigned(start: Any) -> tuple[Node, RawWorker, str, Any]:
     return node, w, task_id, a
 
 
-async def test_a_worker_runs_the_steps_and_the_started_names_it(start: Any) -> None:
+@pytest.mark.parametrize("sender", ["prompt", "late"])
+async def test_a_worker_runs_the_steps_and_the_started_names_it(
+    start: Any, monkeypatch: pytest.MonkeyPatch, sender: str
+) -> None:
+    if sender == "late":
+        # A loaded machine: the node's sender wakes after the result's ack and the next
+        # step's assignment are both queued, and sends them in one drain, the
+        # assignment first (what a make test at load 13 met).
+        work = WorkerConn.work
+
+        async def late(self: WorkerConn) -> None:
+            await work(self)
+            await asyncio.sleep(0.3)
+
+        monkeypatch.setattr(WorkerConn, "work", late)
     node = await start()
     w = RawWorker(f"127.0.0.1:{node.port}")
     reg = await w.connect()
