@@ -9,7 +9,6 @@ the standby reconnects with capped backoff and rate-limited error logs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -35,6 +34,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 2.0
 MAX_INFLIGHT = 64  # batches staged but not yet durable
 SILENCE_S = 3.0  # six missed heartbeats
+STOP_CHECK_S = 1.0  # a follower ends within ms of its cancellation; else it is cancelled again
 
 
 class Diverged(Exception):
@@ -64,10 +64,22 @@ class Follower:
         self.task = asyncio.create_task(self._run(), name=f"follow {self.address}")
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
+        task = self.task
+        if task is not None:
+            # Cancelled again for as long as it runs on: the role loop waits here before
+            # it may campaign, and a cancellation lost on the way (_end_if_cancelled has
+            # the one known) must not keep a cluster without a primary.
+            while not task.done():
+                task.cancel()
+                if not (await asyncio.wait((task,), timeout=STOP_CHECK_S))[0]:
+                    log.warning(
+                        "the follower of %s runs on %gs after it was cancelled: "
+                        "cancelling it again",
+                        self.address,
+                        STOP_CHECK_S,
+                    )
+            if not task.cancelled():
+                task.exception()  # retrieved: it ended as it was being stopped
             self.task = None
         self.connected = False
 
@@ -93,6 +105,7 @@ class Follower:
                 self._rate_limited(f"following {self.address}: {_describe(e)}")
             finally:
                 self.connected = False
+            _end_if_cancelled()
             await asyncio.sleep(delay)
             delay = min(MAX_BACKOFF_S, delay * 2)
 
@@ -266,6 +279,20 @@ def _write_at(path: Path, mode: str, offset: int, data: bytes, sync: bool) -> No
         if sync:
             f.flush()
             os.fsync(f.fileno())
+
+
+def _end_if_cancelled() -> None:
+    """Raise the cancellation this task was asked for, if it got lost on the way.
+
+    grpc.aio loses one that lands while a call waits for its preparation after the
+    call already ended: the preparation task swallows it, and the call's own
+    outcome comes back instead (the primary's refusal, or a clean end). The task
+    still counts the request (`cancelling()`), and stop() waits for the task: a
+    standby whose role loop stopped following a primary that had just stepped
+    down kept retrying it, and never campaigned."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _describe(e: BaseException) -> str:

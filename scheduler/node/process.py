@@ -1,5 +1,6 @@
 """The node process: serve one node until a signal, and the process around it
-(fatal-error stacks, the open-files limit, a subreaper's orphans, memory given back)."""
+(fatal-error stacks, stacks on SIGUSR1, the open-files limit, a subreaper's orphans,
+memory given back)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from apollo11.scheduler import childguard, memtrim
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.loop_errors import LoopErrorLog, thread_died
-from apollo11.scheduler.node import files
+from apollo11.scheduler.node import files, stacks
 from apollo11.scheduler.node.node import Node
 from apollo11.scheduler.state import merger_pids
 
@@ -42,6 +43,8 @@ async def serve(settings: NodeSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     # SIGHUP re-reads the tokens file: a deleted line's token is refused from then on.
     loop.add_signal_handler(signal.SIGHUP, lambda: log.warning("%s", node.reload_principals()))
+    # SIGUSR1 logs every task's and thread's stack: what a node that hangs waits for.
+    stacks.install(loop)
     log.info("%s", raised)
     if shrunk is not None:
         log.warning("%s", shrunk)

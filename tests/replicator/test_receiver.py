@@ -172,3 +172,81 @@ async def test_a_primary_of_another_cluster_is_not_followed(tmp_path: Path) -> N
         # its welcome names cluster c2: refused, the stream dropped, nothing written
         assert (await asyncio.wait_for(primary.hellos.get(), 10)).last_event_id == 0
         assert node.store.log.durable_id == 0 and not f.connected
+
+
+class EndingPeer(rpbg.ReplicationServicer):
+    """Ends every stream as it opens: refusing it after the hello, as a primary that
+    just stepped down does, or closing it."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse = refuse
+
+    async def Follow(
+        self, request_iterator: AsyncIterator[rpb.StandbyMessage], context: Any
+    ) -> AsyncIterator[rpb.PrimaryMessage]:
+        await anext(aiter(request_iterator))
+        if self.refuse:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "n1 is not the primary")
+        return
+        yield  # a stream handler
+
+
+@pytest.mark.parametrize("peer", ["refusing", "closing", "absent"])
+async def test_a_stop_that_lands_as_the_stream_ends_stops_the_follower(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, peer: str
+) -> None:
+    """The role loop stops the follower before it campaigns. A cancellation that came
+    as a stream ended (with the call's status in, its preparation not yet done) was
+    lost inside grpc.aio: the follower retried forever, and stop() never returned."""
+    server, address = await _serve(EndingPeer(refuse=peer == "refusing"))
+    if peer == "absent":
+        await server.stop(None)  # nobody listens there: the connection is refused
+    follower = Follower(_standby(tmp_path), address, 1, leader_id="n1")
+    stub = rpbg.ReplicationStub
+
+    def cancelled_as_it_ends(channel: grpc.aio.Channel) -> Any:
+        real = stub(channel)
+
+        def follow(requests: Any) -> Any:
+            call = real.Follow(requests)
+            # stop()'s cancel, at the moment the call's status arrives
+            call.add_done_callback(lambda _: follower.task and follower.task.cancel())
+            return call
+
+        return SimpleNamespace(Follow=follow)
+
+    monkeypatch.setattr(rpbg, "ReplicationStub", cancelled_as_it_ends)
+    follower.start()
+    task = follower.task
+    assert task is not None
+    try:
+        await asyncio.wait((task,), timeout=30)
+        assert task.cancelled(), "the follower goes on after it was cancelled"
+    finally:
+        task.cancel()
+        await follower.stop()
+        await server.stop(None)
+        await follower.node.store.close()
+
+
+async def test_stop_cancels_again_a_follower_that_lost_its_cancellation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever else may lose a cancellation one day, stop() returns, and says so."""
+
+    async def deaf(self: Follower) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        await asyncio.Event().wait()  # ended by the second cancellation only
+
+    monkeypatch.setattr(Follower, "_run", deaf)
+    monkeypatch.setattr(receiver, "STOP_CHECK_S", 0.05)
+    follower = Follower(_standby(tmp_path), "127.0.0.1:1", 1)
+    follower.start()
+    try:
+        await asyncio.sleep(0)  # in its first wait
+        await asyncio.wait_for(follower.stop(), 30)
+        assert follower.task is None
+        assert "runs on 0.05s after it was cancelled: cancelling it again" in caplog.text
+    finally:
+        await follower.node.store.close()
