@@ -45,6 +45,7 @@ from aetcd import rpc
 
 from apollo11.lease.base import LeaderInfo, Lease, LeaseUnavailable, MemberInfo, NodeIdTaken, World
 from apollo11.lease.etcd_client import EtcdCredentials, explain_refusal, make_client
+from apollo11.scheduler.cancelling import end_if_cancelled, stop_task
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +328,7 @@ class EtcdLease(Lease):
                 raise
             except Exception as e:  # the connection is the requests' to reset, not ours
                 log.debug("etcd watch on %s ended: %s", prefix.decode(), e)
+            end_if_cancelled()  # (aetcd's calls are grpc.aio's: one lost is not retried)
             self._changed.set()
             await asyncio.sleep(pause)
             pause = min(2.0, pause * 2)
@@ -500,9 +502,7 @@ class EtcdLease(Lease):
 
     async def close(self) -> None:
         if self._watching is not None:
-            self._watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watching
+            await stop_task(self._watching, "the etcd watch")
             self._watching = None
         member_lease, self._member_lease_id = self._member_lease_id, None
         if member_lease is not None and self._client is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from apollo11.replicator.channel import peer_channel
+from apollo11.scheduler.cancelling import end_if_cancelled, stop_task
 from apollo11.scheduler.errors import ApolloError, StaleTermError
 from apollo11.scheduler.identity import ForeignClusterError
 from apollo11.v1 import replication_pb2 as rpb
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 2.0
 MAX_INFLIGHT = 64  # batches staged but not yet durable
 SILENCE_S = 3.0  # six missed heartbeats
-STOP_CHECK_S = 1.0  # a follower ends within ms of its cancellation; else it is cancelled again
 
 
 class Diverged(Exception):
@@ -64,22 +64,10 @@ class Follower:
         self.task = asyncio.create_task(self._run(), name=f"follow {self.address}")
 
     async def stop(self) -> None:
-        task = self.task
-        if task is not None:
-            # Cancelled again for as long as it runs on: the role loop waits here before
-            # it may campaign, and a cancellation lost on the way (_end_if_cancelled has
-            # the one known) must not keep a cluster without a primary.
-            while not task.done():
-                task.cancel()
-                if not (await asyncio.wait((task,), timeout=STOP_CHECK_S))[0]:
-                    log.warning(
-                        "the follower of %s runs on %gs after it was cancelled: "
-                        "cancelling it again",
-                        self.address,
-                        STOP_CHECK_S,
-                    )
-            if not task.cancelled():
-                task.exception()  # retrieved: it ended as it was being stopped
+        if self.task is not None:
+            # The role loop waits here before it may campaign: a cancellation lost on
+            # the way must not keep a cluster without a primary.
+            await stop_task(self.task, f"the follower of {self.address}")
             self.task = None
         self.connected = False
 
@@ -105,7 +93,7 @@ class Follower:
                 self._rate_limited(f"following {self.address}: {_describe(e)}")
             finally:
                 self.connected = False
-            _end_if_cancelled()
+            end_if_cancelled()  # (one grpc.aio lost is not retried)
             await asyncio.sleep(delay)
             delay = min(MAX_BACKOFF_S, delay * 2)
 
@@ -279,20 +267,6 @@ def _write_at(path: Path, mode: str, offset: int, data: bytes, sync: bool) -> No
         if sync:
             f.flush()
             os.fsync(f.fileno())
-
-
-def _end_if_cancelled() -> None:
-    """Raise the cancellation this task was asked for, if it got lost on the way.
-
-    grpc.aio loses one that lands while a call waits for its preparation after the
-    call already ended: the preparation task swallows it, and the call's own
-    outcome comes back instead (the primary's refusal, or a clean end). The task
-    still counts the request (`cancelling()`), and stop() waits for the task: a
-    standby whose role loop stopped following a primary that had just stepped
-    down kept retrying it, and never campaigned."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 def _describe(e: BaseException) -> str:

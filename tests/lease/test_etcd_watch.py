@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 import pytest
@@ -9,12 +11,12 @@ import pytest
 from apollo11.lease import MemberInfo
 from apollo11.lease.etcd import EtcdLease
 from apollo11.lease.local_etcd import LocalEtcd
-
-pytestmark = pytest.mark.etcd
+from apollo11.scheduler import cancelling
 
 TTL = 60.0  # no record lapses (a change of its own) while a wait waits
 
 
+@pytest.mark.etcd
 async def test_a_change_between_the_read_and_the_first_wait_wakes_it(
     etcd_server: LocalEtcd, cluster_name: str
 ) -> None:
@@ -37,3 +39,54 @@ async def test_a_change_between_the_read_and_the_first_wait_wakes_it(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_cancellation_lost_inside_the_watch_still_ends_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # aetcd's calls are grpc.aio's, which can swallow a cancellation and return the
+    # call's own outcome instead (scheduler/cancelling.py): the watch must not go on
+    # after close() cancelled it, and close() must not wait for ever.
+    calls = 0
+
+    async def conn(self: EtcdLease) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(60)  # close() cancels the call in flight here ...
+            raise ConnectionError("connection reset")  # ... and its outcome comes back
+        await asyncio.sleep(60)  # a watch that went on
+
+    monkeypatch.setattr(EtcdLease, "_conn", conn)
+    lease = EtcdLease(["http://127.0.0.1:1"], cluster="x", ttl_s=TTL)
+    await lease.wait_change(0.05)  # starts the watch
+    await _closes(lease)
+    assert calls == 1, "the watch tried again after it was cancelled"
+    assert "cancelling it again" not in caplog.text
+
+
+async def test_close_cancels_again_a_watch_that_runs_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def deaf(self: EtcdLease) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        await asyncio.Event().wait()  # ended by the second cancellation only
+
+    monkeypatch.setattr(EtcdLease, "_watch", deaf)
+    monkeypatch.setattr(cancelling, "CHECK_S", 0.05)
+    lease = EtcdLease(["http://127.0.0.1:1"], cluster="x", ttl_s=TTL)
+    await lease.wait_change(0.05)
+    await _closes(lease)
+    assert "the etcd watch runs on 0.05s after it was cancelled" in caplog.text
+
+
+async def _closes(lease: EtcdLease) -> None:
+    closing = asyncio.create_task(lease.close())
+    done, _ = await asyncio.wait({closing}, timeout=30)
+    if not done:
+        closing.cancel()  # (its cancellation reaches the watch it waits for)
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+    assert done, "close() waits for the watch for ever"

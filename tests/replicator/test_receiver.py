@@ -15,6 +15,7 @@ import pytest
 
 from apollo11.replicator import receiver
 from apollo11.replicator.receiver import Follower
+from apollo11.scheduler import cancelling
 from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.v1 import replication_pb2 as rpb
@@ -240,7 +241,7 @@ async def test_stop_cancels_again_a_follower_that_lost_its_cancellation(
         await asyncio.Event().wait()  # ended by the second cancellation only
 
     monkeypatch.setattr(Follower, "_run", deaf)
-    monkeypatch.setattr(receiver, "STOP_CHECK_S", 0.05)
+    monkeypatch.setattr(cancelling, "CHECK_S", 0.05)
     follower = Follower(_standby(tmp_path), "127.0.0.1:1", 1)
     follower.start()
     try:
