@@ -212,8 +212,8 @@ class SchedulerService(pbg.SchedulerServicer):
         self.schedules = ScheduleCalls(node, clock, self._json, lambda: self._state)
         self.limits = LimitCalls(node)
         # An export's reads, a task or a page at a time, give way to dispatch.
-        self._task_reads = GiveWay(lambda: dispatching(node), clock)
-        self._pages_listed = GiveWay(lambda: dispatching(node), clock)
+        self._task_reads = GiveWay(lambda: dispatching(node))
+        self._pages_listed = GiveWay(lambda: dispatching(node))
 
     def _store(self) -> Store:
         store = self.node.store

@@ -20,19 +20,19 @@ the dispatch it waits for. Where dispatch is quiet, the reads go at full speed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from apollo11.scheduler.clock import Clock
     from apollo11.scheduler.nodeview.ports import NodeView
 
 SHARE = 0.1  # of a loop that dispatch keeps busy, what bulk reads may still take
 MIN_WAIT_S = 0.005
 POLL_S = 0.001  # how soon a waiting read looks again whether dispatch is over
 FIRST_SLICE_S = 0.001  # the slice assumed before one is measured
-MAX_SLICE_S = 0.1  # a slice measured longer (the wall clock stepped) counts as this
 
 
 def wait_s(dispatching: bool, waited_s: float, slice_s: float) -> float:
@@ -57,23 +57,31 @@ class GiveWay:
     One per kind of read on a node (a task read, a page listed): its slices are alike,
     and the last one's length says what the next one will cost."""
 
-    def __init__(self, busy: Callable[[], bool], clock: Clock) -> None:
+    def __init__(
+        self,
+        busy: Callable[[], bool],
+        *,
+        now: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        # The loop's own time, not the node's Clock: a test's clock that moves only
+        # when told to would hold every read of its node still.
         self._busy = busy
-        self._clock = clock
+        self._now = now
+        self._sleep = sleep
         self.slice_s = FIRST_SLICE_S
         self.waits = 0  # slices that waited for dispatch (tests, and a curious reader)
 
     @contextlib.asynccontextmanager
     async def slice(self) -> AsyncIterator[None]:
-        clock = self._clock
-        start = now = clock.now()
+        start = now = self._now()
         waited = False
         while left := wait_s(self._busy(), now - start, self.slice_s):
-            await clock.sleep(min(left, POLL_S))
-            now = clock.now()
+            await self._sleep(min(left, POLL_S))
+            now = self._now()
             waited = True
         self.waits += waited
         try:
             yield
         finally:
-            self.slice_s = min(max(0.0, clock.now() - now), MAX_SLICE_S)
+            self.slice_s = self._now() - now

@@ -39,7 +39,7 @@ async def test_a_slice_starts_once_dispatch_is_over() -> None:
         return polls <= 3  # the dispatch ends before the read has waited its share
 
     clock = FakeClock()
-    pace = GiveWay(busy, clock)
+    pace = GiveWay(busy, now=clock.now, sleep=clock.sleep)
     async with pace.slice():
         assert polls == 4  # started when it found the loop quiet, not before
     assert pace.waits == 1
@@ -48,7 +48,7 @@ async def test_a_slice_starts_once_dispatch_is_over() -> None:
 
 async def test_a_loop_always_dispatching_does_not_starve_the_read() -> None:
     clock = FakeClock()
-    pace = GiveWay(lambda: True, clock)
+    pace = GiveWay(lambda: True, now=clock.now, sleep=clock.sleep)
     for _ in range(3):
         async with pace.slice():
             clock.advance(0.002)  # the slice's own work
@@ -60,7 +60,7 @@ async def test_a_loop_always_dispatching_does_not_starve_the_read() -> None:
 
 async def test_a_quiet_loop_never_sleeps() -> None:
     clock = FakeClock()
-    pace = GiveWay(lambda: False, clock)
+    pace = GiveWay(lambda: False, now=clock.now, sleep=clock.sleep)
     for _ in range(3):
         async with pace.slice():
             pass
