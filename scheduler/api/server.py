@@ -51,9 +51,11 @@ from apollo11.scheduler.errors import (
 from apollo11.scheduler.log import Event
 from apollo11.scheduler.nodeview import (
     ActionKind,
+    GiveWay,
     NodeView,
     blocked,
     check_depth,
+    dispatching,
     leading_engine,
     on_engine,
     operator_action,
@@ -209,6 +211,9 @@ class SchedulerService(pbg.SchedulerServicer):
         self._names = ListedNames()
         self.schedules = ScheduleCalls(node, clock, self._json, lambda: self._state)
         self.limits = LimitCalls(node)
+        # An export's reads, a task or a page at a time, give way to dispatch.
+        self._task_reads = GiveWay(lambda: dispatching(node))
+        self._pages_listed = GiveWay(lambda: dispatching(node))
 
     def _store(self) -> Store:
         store = self.node.store
@@ -332,7 +337,7 @@ class SchedulerService(pbg.SchedulerServicer):
         """Tasks with their events, a turn of the event loop between two: an export's
         reads cost the node one call for up to 256 tasks (a GetTask and a GetEvents a
         task spent three times the handlers' own work in gRPC's, a profile showed), and
-        the dispatch of new work goes between them."""
+        each task's read waits while the primary dispatches (nodeview/giveway.py)."""
         ids = list(request.task_ids)
         if len(ids) > MAX_TASKS_READ:
             raise InvalidArgumentError(
@@ -346,22 +351,29 @@ class SchedulerService(pbg.SchedulerServicer):
         for i, task_id in enumerate(ids):
             if i:
                 await asyncio.sleep(0)
-            try:
-                task = await task_now(store, task_id)
-            except NotFoundError:
-                out.tasks.add(task_id=task_id)
-                continue
-            item = out.tasks.add(task_id=task_id, found=True, task=self._task_pb(task))
-            if not budget:  # the rest of the events: GetEvents
-                item.next_event_id = task.first_event_id
-                continue
-            page = await read_events(store, task, 0, 0, budget)
-            budget -= len(page.events)
-            item.events.extend(codec.event_to_pb(e) for e in page.events)
-            item.next_event_id = page.next_id
-            item.bucket_before = page.bucket_before
-            item.gone_before = page.gone_before
+            async with self._task_reads.slice():
+                budget = await self._read_task(store, out, task_id, budget)
         return out
+
+    async def _read_task(
+        self, store: Store, out: pb.GetTasksResponse, task_id: str, budget: int
+    ) -> int:
+        """GetTasks' item for one task, its events within `budget`: what is left of it."""
+        try:
+            task = await task_now(store, task_id)
+        except NotFoundError:
+            out.tasks.add(task_id=task_id)
+            return budget
+        item = out.tasks.add(task_id=task_id, found=True, task=self._task_pb(task))
+        if not budget:  # the rest of the events: GetEvents
+            item.next_event_id = task.first_event_id
+            return budget
+        page = await read_events(store, task, 0, 0, budget)
+        item.events.extend(codec.event_to_pb(e) for e in page.events)
+        item.next_event_id = page.next_id
+        item.bucket_before = page.bucket_before
+        item.gone_before = page.gone_before
+        return budget - len(page.events)
 
     @rpc
     async def ListTasks(
@@ -377,6 +389,12 @@ class SchedulerService(pbg.SchedulerServicer):
         if token and not token.startswith("before:"):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
+        async with self._pages_listed.slice():
+            return self._list_page(request, want_state, before, size)
+
+    def _list_page(
+        self, request: pb.ListTasksRequest, want_state: str | None, before: str | None, size: int
+    ) -> pb.ListTasksResponse:
         state = self._state
         if request.held:  # the legal holds: few, each read where it lives
             page, after = state.list_named(

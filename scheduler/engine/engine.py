@@ -848,6 +848,13 @@ class Engine:
         clock (scheduler/testing/environment.py)."""
         return sum(len(steps) for steps in self._busy.values())
 
+    def dispatching(self) -> bool:
+        """Is work on its way to a STARTED: an event appended and not yet durable (a
+        submission's, whose application makes its task dirty), or anything `settled`
+        names? Bulk reads give way to it (nodeview/giveway.py)."""
+        log = self.store.log
+        return log.next_id - 1 > log.durable_id or not self.settled()
+
     def settled(self) -> bool:
         """Nothing left to decide or to write now: no task to decide again, no pass
         pending, no STARTED or child's cancel being written, no schedule's firing.

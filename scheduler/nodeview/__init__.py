@@ -5,6 +5,7 @@ pages (scheduler/web/) read and do, defined once so that both say the same.
   it structurally; neither server imports the node, which builds them);
 * `status.py`: what `apollo11 status`, GetStatus and the cluster page show;
 * `listing.py`: a task (now or as of an event) and a page of events;
+* `giveway.py`: bulk reads (an export's) paced to give way to the primary's dispatch;
 * `actions.py`: the operator's retry, skip, cancel, hold, release and redact, checked
   and done (or forwarded);
 * `checks.py`: a request's text fields, refused in the same words from either server.
@@ -30,6 +31,7 @@ from apollo11.scheduler.nodeview.checks import (
     optional,
     required,
 )
+from apollo11.scheduler.nodeview.giveway import GiveWay, dispatching
 from apollo11.scheduler.nodeview.listing import (
     BeyondTheLog,
     EventPage,
@@ -59,6 +61,7 @@ __all__ = [
     "BeyondTheLog",
     "ClusterStatus",
     "EventPage",
+    "GiveWay",
     "LeaseStatus",
     "MemberStatus",
     "NodeView",
@@ -67,6 +70,7 @@ __all__ = [
     "WorkerStatus",
     "blocked",
     "check_depth",
+    "dispatching",
     "events_page",
     "leading_engine",
     "members",

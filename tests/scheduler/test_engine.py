@@ -929,3 +929,30 @@ async def test_every_attempt_carries_its_fencing_token(rig_factory: Any) -> None
     assert tokens == sorted(tokens) and FencingToken(term + 1, 1) > tokens[-1], (
         "a later term's attempt outranks every earlier term's"
     )
+
+
+async def _quiet(engine: Engine) -> None:
+    async with asyncio.timeout(20):
+        while engine.dispatching():
+            await asyncio.sleep(0.01)
+
+
+async def test_dispatching_lasts_from_a_submission_to_its_start(rig_factory: Any) -> None:
+    running, release = asyncio.Event(), asyncio.Event()
+    wf = Workflow("held")
+
+    async def hold(ctx: StepContext) -> None:
+        running.set()
+        await release.wait()
+
+    wf.step(name="hold", idempotency=Idempotent())(hold)
+    rig = await rig_factory(wf)
+    await _quiet(rig.engine)  # at rest: an export's reads go at full speed
+    sub = asyncio.create_task(rig.engine.submit("held"))
+    await asyncio.sleep(0)  # the submission appended, not yet durable
+    assert rig.engine.dispatching()
+    await sub
+    async with asyncio.timeout(20):
+        await running.wait()
+    await _quiet(rig.engine)  # a step that runs is not dispatch: reads need not wait
+    release.set()
