@@ -12,6 +12,7 @@ from apollo11.lease import MemberInfo
 from apollo11.lease.etcd import EtcdLease
 from apollo11.lease.local_etcd import LocalEtcd
 from apollo11.scheduler import cancelling
+from tests.deaf import deaf_once
 
 TTL = 60.0  # no record lapses (a change of its own) while a wait waits
 
@@ -69,12 +70,7 @@ async def test_a_cancellation_lost_inside_the_watch_still_ends_it(
 async def test_close_cancels_again_a_watch_that_runs_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def deaf(self: EtcdLease) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
-        await asyncio.Event().wait()  # ended by the second cancellation only
-
-    monkeypatch.setattr(EtcdLease, "_watch", deaf)
+    monkeypatch.setattr(EtcdLease, "_watch", deaf_once)
     monkeypatch.setattr(cancelling, "CHECK_S", 0.05)
     lease = EtcdLease(["http://127.0.0.1:1"], cluster="x", ttl_s=TTL)
     await lease.wait_change(0.05)

@@ -20,6 +20,7 @@ from apollo11.scheduler.log import EventType, FsyncPolicy, LogConfig
 from apollo11.scheduler.state.store import Store, StoreConfig
 from apollo11.v1 import replication_pb2 as rpb
 from apollo11.v1 import replication_pb2_grpc as rpbg
+from tests.deaf import deaf_once
 
 CONFIG = StoreConfig(log=LogConfig(fsync=FsyncPolicy.UNSAFE_NEVER))
 
@@ -235,12 +236,7 @@ async def test_stop_cancels_again_a_follower_that_lost_its_cancellation(
 ) -> None:
     """Whatever else may lose a cancellation one day, stop() returns, and says so."""
 
-    async def deaf(self: Follower) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
-        await asyncio.Event().wait()  # ended by the second cancellation only
-
-    monkeypatch.setattr(Follower, "_run", deaf)
+    monkeypatch.setattr(Follower, "_run", deaf_once)
     monkeypatch.setattr(cancelling, "CHECK_S", 0.05)
     follower = Follower(_standby(tmp_path), "127.0.0.1:1", 1)
     follower.start()
