@@ -96,6 +96,15 @@ class NodeSettings(BaseSettings):
         le=1024,
         description="Cores gRPC core's threads may use before new connections are shed (0: never).",
     )
+    # For this long after the node starts or takes over, the workers and clients moving
+    # to it are strangers to it: their SYNs are shed less (api/knownsources.py).
+    grpc_welcome_s: float = Field(
+        default=120.0,
+        ge=0,
+        le=86400,
+        description="Seconds after a start or takeover during which new connections "
+        "from addresses not seen lately are shed at most 75 % (95 % after).",
+    )
     # New connections the HTTP port admits a second from all sources together, in
     # bursts of as many; past it one is closed at once unless its source has been
     # quiet (scheduler/web/listener.py).

@@ -311,6 +311,11 @@ GRPC_SYN_DROP = Gauge(
     "Fraction of new connections to the gRPC ports dropped in the kernel (their clients "
     "retry): gRPC core's threads over grpc_threads_cpu_budget (scheduler/api/connshed.py)",
 )
+GRPC_KNOWN_SOURCES = Gauge(
+    "apollo11_grpc_known_sources",
+    "Addresses that made an authenticated call within the last hour: never dropped when "
+    "new connections are (scheduler/api/knownsources.py)",
+)
 HTTP_ACCEPT_PAUSED = Counter(
     "apollo11_http_accept_paused_seconds_total",
     "Seconds the HTTP port left new connections in the kernel's queue: accepts over "

@@ -23,11 +23,21 @@ it is over budget it attaches a classic BPF filter to the gRPC listening sockets
 that drops a fraction `drop` of new connections' SYNs, raised until the pool is
 within budget, lowered again by DROP_EASE a tick once it is well under. A dropped
 SYN costs the node nothing; its client sends it again a second later (then 3 s, 7 s
-later), so a legitimate client that connects during a flood may wait some seconds;
-a flood of ordinary connect() calls slows down the same way. Connections already
-open are never touched: the filter drops only SYNs without ACK, and it is detached
-when `drop` is back to 0. No per-source limit is possible here (a filter keeps no
-state); `drop` is at most DROP_MAX, so some new connections always get through.
+later); a flood of ordinary connect() calls slows down the same way. Connections
+already open are never touched: the filter drops only SYNs without ACK, and it is
+detached when `drop` is back to 0.
+
+A filter keeps no state, so it cannot limit a source; it can spare some. The
+addresses that made a call with a credential within the last hour
+(api/knownsources.py: workers, clients, standbys) are written into it and never
+dropped: a worker that reconnects during a flood connects at once. Everyone else's
+SYNs are dropped up to DROP_MAX, 95 %: a client the node has not seen lately may wait
+out several of its kernel's retries. For two minutes after the node starts or takes
+over (setting grpc_welcome_s), when the workers and clients moving to it are all
+strangers, the ceiling is DROP_MAX_WELCOMING, 75 %, as it was for everyone before
+Dec 7: there a quarter of a flood of 1,100 connections a second got through, three
+times the pool's budget, and a client on its open connection kept x0.74–0.85 of its
+rate; at 95 % x0.92–0.98 (docs/bench-history/overload.md, Dec 7 evening).
 
 A filter on a socket needs no privilege. If attaching fails, the node logs it once
 and sheds nothing.
@@ -44,16 +54,19 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
 
 from apollo11.scheduler import metrics
+from apollo11.scheduler.api.knownsources import KnownSources
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-DROP_MAX = 0.75
-DROP_EASE = 0.05  # a tick, once under half the budget: from DROP_MAX to 0 in 7.5 s
+DROP_MAX = 0.95
+DROP_MAX_WELCOMING = 0.75  # while the node is new to everyone (knownsources.WELCOME_S)
+DROP_EASE = 0.05  # a tick, once under half the budget: from DROP_MAX to 0 in 9.5 s
 DROP_STEP = 0.05  # what `drop` is rounded to: fewer filters attached
 LOG_EVERY_S = 10.0
 GRPC_POOL_THREAD = "event_engine"  # gRPC core's thread pool (work_stealing_thread_pool.cc)
@@ -67,9 +80,9 @@ SO_DETACH_FILTER = 27
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def next_drop(drop: float, used: float, budget: float) -> float:
+def next_drop(drop: float, used: float, budget: float, ceiling: float = DROP_MAX) -> float:
     """The fraction of new connections to drop next, given the fraction dropped over
-    the last tick and the cores gRPC's pool used in it."""
+    the last tick and the cores gRPC's pool used in it; at most `ceiling`."""
     if used > budget:
         # the pool's work scales with the connections let through: let through
         # budget/used of what passed
@@ -78,34 +91,92 @@ def next_drop(drop: float, used: float, budget: float) -> float:
         want = drop - DROP_EASE
     else:
         want = drop
-    want = min(DROP_MAX, max(0.0, want))
+    want = min(ceiling, max(0.0, want))
     return round(round(want / DROP_STEP) * DROP_STEP, 2)
 
 
-def syn_filter(drop: float) -> list[tuple[int, int, int, int]]:
+Instruction = tuple[int, int, int, int]  # struct sock_filter: code, jt, jf, k
+
+_KEEP = (0x06, 0, 0, 0xFFFFFFFF)  # ret #-1: keep all of it
+_SKF_AD_PROTOCOL = 0xFFFFF000  # SKF_AD_OFF + SKF_AD_PROTOCOL: the packet's ethertype
+_SKF_NET_OFF = 0xFFF00000  # SKF_NET_OFF: offsets from the IP header, not the TCP one
+_ETH_P_IP, _ETH_P_IPV6 = 0x0800, 0x86DD
+
+
+def _spare_v4(addresses: Sequence[IPv4Address]) -> list[Instruction]:
+    """Keep a packet whose IPv4 source is one of `addresses`; fall through if not."""
+    if not addresses:
+        return []
+    out = [(0x20, 0, 0, _SKF_NET_OFF + 12)]  # ld [net + 12]: the source address
+    for a in addresses:
+        # each a jump of one: a list of any length stays in the 8-bit jump offsets
+        out += [(0x15, 0, 1, int(a)), _KEEP]  # jeq #a: keep
+    return out
+
+
+def _spare_v6(addresses: Sequence[IPv6Address]) -> list[Instruction]:
+    """As _spare_v4, for IPv6 sources (at net + 8, four words)."""
+    out: list[Instruction] = []
+    for a in addresses:
+        words = struct.unpack("!4I", a.packed)
+        for i, word in enumerate(words):
+            left = 2 * (3 - i)  # the loads and tests after this one
+            out += [(0x20, 0, 0, _SKF_NET_OFF + 8 + 4 * i), (0x15, 0, left + 1, word)]
+        out.append(_KEEP)
+    return out
+
+
+def syn_filter(
+    drop: float,
+    spare_v4: Sequence[IPv4Address] = (),
+    spare_v6: Sequence[IPv6Address] = (),
+) -> list[Instruction]:
     """A classic BPF program for a TCP socket: drop a fraction `drop` of SYNs (SYN
-    set, ACK not), at random; keep every other packet. A TCP socket's filter sees
-    the packet from its TCP header on, for IPv4 and IPv6 alike."""
+    set, ACK not), at random, but none from the addresses spared; keep every other
+    packet. A TCP socket's filter sees the packet from its TCP header on, for IPv4 and
+    IPv6 alike; the IP header is at SKF_NET_OFF."""
     threshold = min(0xFFFFFFFF, math.floor(drop * 2**32))
-    return [
+    v4, v6 = _spare_v4(spare_v4), _spare_v6(spare_v6)
+    program: list[Instruction] = [
         (0x30, 0, 0, 13),  # ldb [13]: the TCP flags
         (0x54, 0, 0, 0x12),  # and #(SYN|ACK)
-        (0x15, 0, 3, 0x02),  # jeq #SYN: a new connection; else keep
+        (0x15, 1, 0, 0x02),  # jeq #SYN: a new connection
+        _KEEP,
+    ]
+    if v4 or v6:
+        program += [
+            (0x20, 0, 0, _SKF_AD_PROTOCOL),  # ld #proto
+            (0x15, 0, 1, _ETH_P_IP),  # jeq #IPv4
+            (0x05, 0, 0, 3),  # ja to the IPv4 list
+            (0x15, 0, 1, _ETH_P_IPV6),  # jeq #IPv6
+            (0x05, 0, 0, len(v4) + 2),  # ja to the IPv6 list
+            (0x05, 0, 0, len(v4) + 1 + len(v6)),  # ja past both: neither
+            *v4,
+            (0x05, 0, 0, len(v6)),  # ja past the IPv6 list: not spared
+            *v6,
+        ]
+    return [
+        *program,
         (0x20, 0, 0, 0xFFFFF038),  # ld #rand (SKF_AD_OFF + SKF_AD_RANDOM)
         (0x25, 1, 0, threshold),  # jgt #threshold: keep; else drop
         (0x06, 0, 0, 0),  # ret #0: drop
-        (0x06, 0, 0, 0xFFFFFFFF),  # ret #-1: keep all of it
+        _KEEP,
     ]
 
 
-def attach(fd: int, drop: float) -> None:
-    """Drop a fraction `drop` of the SYNs to the listening socket `fd` (0: none)."""
+Spared = tuple[tuple[IPv4Address, ...], tuple[IPv6Address, ...]]
+NONE_SPARED: Spared = ((), ())
+
+
+def attach(fd: int, drop: float, spared: Spared = NONE_SPARED) -> None:
+    """Drop a fraction `drop` of the SYNs to the listening socket `fd` (0: none), none
+    of them from the addresses `spared` (IPv4, IPv6)."""
     with socket.socket(fileno=os.dup(fd)) as sock:  # the same socket, its own fd
         if drop <= 0:
             with contextlib.suppress(OSError):  # none attached: ENOENT
                 sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
             return
-        program = syn_filter(drop)
+        program = syn_filter(drop, *spared)
         code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in program))
         # struct sock_fprog {unsigned short len; struct sock_filter *filter;}; the
         # kernel copies the program before setsockopt returns
@@ -193,7 +264,9 @@ class ConnectionShedder:
     ports: tuple[int, ...]
     budget: float
     clock: Callable[[], float] = time.monotonic
+    known: KnownSources | None = None  # whose SYNs are never dropped
     drop: float = 0.0
+    spared: Spared = NONE_SPARED  # as attached now
     _logged_at: float = -LOG_EVERY_S
     _told: bool = False  # an episode's start was logged, its end not yet
 
@@ -218,28 +291,39 @@ class ConnectionShedder:
                 lower(cpu.started, POOL_NICE)
                 used = (used_now - used_before) / max(1e-3, now - at)
                 used_before, at = used_now, now
-                drop = next_drop(self.drop, used, self.budget)
-                if drop != self.drop and not self._set(fds, drop, used):
+                welcoming = self.known is None or self.known.welcoming()
+                ceiling = DROP_MAX_WELCOMING if welcoming else DROP_MAX
+                drop = next_drop(self.drop, used, self.budget, ceiling)
+                spared = self.known.current() if self.known is not None else NONE_SPARED
+                metrics.GRPC_KNOWN_SOURCES.set(len(spared[0]) + len(spared[1]))
+                changed = drop != self.drop or (drop > 0 and spared != self.spared)
+                if changed and not self._set(fds, drop, used, spared):
                     return
         finally:
             if self.drop > 0:
                 self._set(fds, 0.0, 0.0)
 
-    def _set(self, fds: dict[int, tuple[int, int]], drop: float, used: float) -> bool:
+    def _set(
+        self,
+        fds: dict[int, tuple[int, int]],
+        drop: float,
+        used: float,
+        spared: Spared = NONE_SPARED,
+    ) -> bool:
         """Drop `drop` of the SYNs from now on; False: a filter could not be attached
         (none is left attached)."""
         try:
             for fd, identity in fds.items():
                 if _identity(fd) != identity:  # closed, its number another file's now
                     raise OSError(f"descriptor {fd} is no longer the gRPC port's socket")
-                attach(fd, drop)
+                attach(fd, drop, spared)
         except OSError as e:
             log.warning("gRPC ports: cannot attach a socket filter (%s): nothing shed", e)
             for fd, identity in fds.items():
                 with contextlib.suppress(OSError):
                     if _identity(fd) == identity:
                         attach(fd, 0.0)
-            self.drop = 0.0
+            self.drop, self.spared = 0.0, NONE_SPARED
             metrics.GRPC_SYN_DROP.set(0.0)
             return False
         now = self.clock()
@@ -258,6 +342,6 @@ class ConnectionShedder:
         elif drop == 0 and self._told:
             self._told = False
             log.warning("gRPC ports: no longer dropping new connections")
-        self.drop = drop
+        self.drop, self.spared = drop, spared if drop > 0 else NONE_SPARED
         metrics.GRPC_SYN_DROP.set(drop)
         return True

@@ -26,6 +26,7 @@ from apollo11.scheduler import tracing
 from apollo11.scheduler.api import codec
 from apollo11.scheduler.api.decode import Undecodable, add_service
 from apollo11.scheduler.api.flowlimits import LimitCalls, priority
+from apollo11.scheduler.api.knownsources import KnownSources
 from apollo11.scheduler.api.limits import Admission, WatchSlots, server_options
 from apollo11.scheduler.api.schedules import ScheduleCalls, scheduled_tasks
 from apollo11.scheduler.clock import Clock
@@ -773,12 +774,17 @@ SERVICES = ("apollo11.v1.Scheduler", "apollo11.v1.Cluster", "apollo11.v1.Replica
 
 
 def _server(
-    authenticate: Authenticator | None, settings: NodeSettings, max_connections: int
+    authenticate: Authenticator | None,
+    settings: NodeSettings,
+    max_connections: int,
+    known: KnownSources,
 ) -> grpc.aio.Server:
     return grpc.aio.server(
         options=[*server_options(settings, max_connections), ("grpc.so_reuseport", 0)],
         # Authentication off (loopback): no interceptor at all, nothing on the hot path.
-        interceptors=None if authenticate is None else [AuthInterceptor(authenticate)],
+        interceptors=None
+        if authenticate is None
+        else [AuthInterceptor(authenticate, admitted=known.note)],
     )
 
 
@@ -804,10 +810,12 @@ class ApiServer:
         s = node.settings
         self.watchers = Watchers()
         self.watch_slots = WatchSlots(s.max_watch_streams)
+        # who proved who they are lately, on either port: spared when SYNs are shed
+        self.known = KnownSources(welcome_s=s.grpc_welcome_s)
         public_auth = None
         if principals is not None:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
-        self.server = _server(public_auth, s, s.max_connections)
+        self.server = _server(public_auth, s, s.max_connections, self.known)
         services = pb.DESCRIPTOR.services_by_name
         admission = Admission(
             s.max_pending_writes,
@@ -827,7 +835,10 @@ class ApiServer:
         self.peer: grpc.aio.Server | None = None
         if s.peer_listen:
             self.peer = _server(
-                Authenticator(None, peer=True, mtls=s.peer_tls), s, s.peer_max_connections
+                Authenticator(None, peer=True, mtls=s.peer_tls),
+                s,
+                s.peer_max_connections,
+                self.known,
             )
             rpbg.add_ReplicationServicer_to_server(ReplicationService(node), self.peer)
         else:

@@ -183,6 +183,12 @@ class Node:
     def wake(self) -> None:
         self.roles.wake()
 
+    def welcome_clients(self) -> None:
+        """This node took over: its gRPC ports shed strangers less for a while
+        (api/knownsources.py)."""
+        if self.api is not None:
+            self.api.known.welcome()
+
     def saw_term(self, term: int) -> None:
         self.roles.saw_term(term)
 
@@ -254,7 +260,9 @@ class Node:
         self.port = await self.api.start(s.listen)
         if s.grpc_threads_cpu_budget > 0:
             ports = (self.port, self.api.peer_port) if self.api.peer else (self.port,)
-            shedder = ConnectionShedder(ports=ports, budget=s.grpc_threads_cpu_budget)
+            shedder = ConnectionShedder(
+                ports=ports, budget=s.grpc_threads_cpu_budget, known=self.api.known
+            )
             self._spawn(shedder.run(), "apollo11-grpc-shed")
         if s.http:
             from apollo11.scheduler.web import HttpServer

@@ -68,6 +68,7 @@ class Host(Parts, StandbySide, Protocol):
     repair: Repair | None
 
     def not_leader(self) -> ApolloError: ...
+    def welcome_clients(self) -> None: ...
 
 
 class RoleLoop:
@@ -429,6 +430,7 @@ class RoleLoop:
         self.saw_term(won.term)
         self.role = "primary"
         self.leader = won
+        h.welcome_clients()  # the workers and clients moving here are strangers to it
         started = await self.leading.begin(won, renewed_at, previous, self.world)
         spent = time.perf_counter() - t0
         metrics.PROMOTION_SECONDS.observe(spent)

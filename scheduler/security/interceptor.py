@@ -167,8 +167,13 @@ Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, authenticate: Authenticator) -> None:
+    def __init__(
+        self, authenticate: Authenticator, admitted: Callable[[str], None] | None = None
+    ) -> None:
+        """`admitted`: told the gRPC peer string of each call whose caller proved who
+        it is (api/knownsources.py: those addresses are spared when SYNs are shed)."""
         self.authenticate = authenticate
+        self.admitted = admitted
         # The server hands out the same handler for a method every time: wrap it once.
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
@@ -193,8 +198,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         known = self._wrapped.get(method)
         if known is not None and known[0] is handler:
             return known[1]
-        authenticate = self.authenticate
-        wrapped = _guarded(handler, lambda ctx: authorize(authenticate, ctx, method))
+        authenticate, admitted = self.authenticate, self.admitted
+
+        def check(ctx: Any) -> Principal:
+            principal = authorize(authenticate, ctx, method)
+            if admitted is not None and principal is not ANONYMOUS:
+                admitted(ctx.peer())
+            return principal
+
+        wrapped = _guarded(handler, check)
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 

@@ -8,6 +8,7 @@ the machine, and a client on a connection already open kept a third of its rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import socket
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,14 @@ from apollo11.lease.local_etcd import free_port
 from apollo11.scheduler.api import connshed
 from apollo11.scheduler.api.connshed import (
     DROP_MAX,
+    DROP_MAX_WELCOMING,
     ConnectionShedder,
     PoolCpu,
     attach,
     listening_fds,
     next_drop,
 )
-from apollo11.scheduler.client import SyncClient
+from apollo11.scheduler.client import ApiError, SyncClient
 from apollo11.scheduler.tools.bench import flood
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
@@ -49,6 +52,8 @@ def test_drop_follows_the_pool_over_its_budget_and_eases_off() -> None:
     assert next_drop(0.5, used=0.2, budget=0.25) == 0.5, "near the budget: hold"
     assert next_drop(0.5, used=0.0, budget=0.25) == 0.45, "well under: ease off"
     assert next_drop(0.05, used=0.0, budget=0.25) == 0.0
+    assert next_drop(0.9, used=5.0, budget=0.25, ceiling=0.75) == 0.75, "a lower ceiling"
+    assert DROP_MAX_WELCOMING < DROP_MAX
 
 
 def _listening() -> socket.socket:
@@ -58,12 +63,15 @@ def _listening() -> socket.socket:
     return sock
 
 
-def _connects_within(port: int, seconds: float) -> bool:
+def _connects_within(port: int, seconds: float, source: str = "", host: str = "127.0.0.1") -> bool:
     """Whether a connection to `port` is made within `seconds` (a dropped SYN is sent
-    again only after a second)."""
-    with socket.socket() as c:
+    again only after a second), from `source` if given."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as c:
+        if source:
+            c.bind((source, 0))
         c.setblocking(False)
-        assert c.connect_ex(("127.0.0.1", port)) in (0, errno.EINPROGRESS)
+        assert c.connect_ex((host, port)) in (0, errno.EINPROGRESS)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
@@ -92,6 +100,35 @@ def test_the_filter_drops_syns_and_spares_connections_open() -> None:
         attach(server.fileno(), 0.0)  # detaching twice is nothing
         open_before.close()
         peer.close()
+
+
+def test_the_addresses_spared_connect_while_all_others_are_dropped() -> None:
+    known = [IPv4Address("127.0.0.3"), IPv4Address("127.0.0.5")]
+    with _listening() as server:
+        port = server.getsockname()[1]
+        attach(server.fileno(), 1.0, (tuple(known), ()))
+        assert _connects_within(port, 5, source="127.0.0.5"), "spared"
+        assert _connects_within(port, 5, source="127.0.0.3"), "spared"
+        assert not _connects_within(port, 0.5, source="127.0.0.4"), "not spared"
+        assert not _connects_within(port, 0.5, source="127.0.0.1"), "not spared"
+        attach(server.fileno(), 1.0, ((), (IPv6Address("::1"),)))
+        assert not _connects_within(port, 0.5, source="127.0.0.3"), "no longer spared"
+
+
+def test_ipv6_addresses_are_spared_by_all_of_their_128_bits() -> None:
+    with socket.socket(socket.AF_INET6) as server:
+        try:
+            server.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        server.listen(16)
+        port = server.getsockname()[1]
+        near = IPv6Address("::2")  # differs in the last word only
+        far = IPv6Address("1::1")  # differs in the first word only
+        attach(server.fileno(), 1.0, ((IPv4Address("127.0.0.1"),), (near, far)))
+        assert not _connects_within(port, 0.5, host="::1"), "not spared"
+        attach(server.fileno(), 1.0, ((), (near, IPv6Address("::1"), far)))
+        assert _connects_within(port, 5, host="::1"), "spared"
 
 
 def test_the_listening_sockets_are_found_by_port_and_nothing_is_left_open() -> None:
@@ -158,8 +195,8 @@ class Flooded:
     http: int
 
     def client(self, **kw: Any) -> SyncClient:
-        ca, token = self.pki.dir / "ca.pem", self.pki.tokens["submitter"]
-        return SyncClient(self.proc.address, ca=ca, token=token, **kw)
+        kw.setdefault("token", self.pki.tokens["submitter"])
+        return SyncClient(self.proc.address, ca=self.pki.dir / "ca.pem", **kw)
 
     def shedding(self) -> bool:
         return any("of new connections" in line for line in self.output)
@@ -288,3 +325,76 @@ def test_grpc_cores_pool_runs_below_the_nodes_own_threads(node: Flooded) -> None
         time.sleep(0.2)
     assert nices and all(n == want for n in nices), f"pool threads at {nices}, node at {main}"
     assert _nice(pid, pid) == main, "the node's own threads unchanged"
+
+
+def _known_sources(node: Flooded) -> float:
+    trust = ssl.create_default_context(cafile=str(node.pki.dir / "ca.pem"))
+    text = httpx.get(
+        f"https://127.0.0.1:{node.http}/metrics",
+        headers={"Authorization": f"Bearer {node.pki.tokens['reader']}"},
+        verify=trust,
+        timeout=30,
+    ).text
+    line = next(x for x in text.splitlines() if x.startswith("apollo11_grpc_known_sources"))
+    return float(line.split()[-1])
+
+
+def _gauge_becomes(read: Any, want: float) -> float:
+    deadline = time.monotonic() + 30
+    while (got := read()) != want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return float(got)
+
+
+def test_an_address_that_proved_itself_connects_while_strangers_are_shed(
+    node: Flooded,
+) -> None:
+    """Before: a worker or client reconnecting during a flood waited out dropped SYNs
+    like the flood did (a share of up to DROP_MAX of each try)."""
+    assert _gauge_becomes(lambda: _known_sources(node), 0) == 0
+    with (
+        node.client(token="not-a-token", retries=0) as refused,
+        pytest.raises(ApiError, match="not valid"),
+    ):
+        refused.submit("etl")
+    time.sleep(1.5)  # three of the shedder's ticks
+    assert _known_sources(node) == 0, "a refused caller is not known"
+    with node.client() as c:
+        c.submit("etl")  # from 127.0.0.1, with a credential: known from now on
+    assert _gauge_becomes(lambda: _known_sources(node), 1) == 1
+
+    # open loop: the flood keeps its rate while its SYNs are dropped, and the pool
+    # stays over its budget throughout (a closed loop slows down, and dropping eases)
+    async def flood_for(seconds: float) -> None:
+        sources = [f"127.0.7.{i}" for i in range(1, 21)]
+        port = node.proc.port
+        await asyncio.gather(
+            *(
+                flood.churn_open("127.0.0.1", port, "churn", source=s, rate=50, seconds=seconds)
+                for s in sources
+            )
+        )
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(flood_for(60))
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    flooding = threading.Thread(target=run)
+    flooding.start()
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and node.dropped_ratio() < 0.5:
+            time.sleep(0.2)
+        assert node.dropped_ratio() >= 0.5, "".join(node.output[-20:])
+        # each try's first SYN must pass: at a drop of 0.5, ten in a row by chance once
+        # in a thousand
+        made = [_connects_within(node.proc.port, 0.9, source="127.0.0.1") for _ in range(10)]
+        assert node.dropped_ratio() >= 0.5, "still shedding"
+        assert made == [True] * 10
+    finally:
+        loop.call_soon_threadsafe(task.cancel)
+        flooding.join()
+        loop.close()

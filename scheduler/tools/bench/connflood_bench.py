@@ -108,6 +108,9 @@ def _start(base: Path, pki: dict[str, str]) -> tuple[subprocess.Popen[bytes], di
     # the client's 1,000+ submissions a second over a cell's minute (with --interleave)
     # would reach the default 50,000 tasks in memory and be refused
     args += ["--max-tasks-in-memory", "500000"]
+    # the node as it is two minutes after a start or takeover: it sheds strangers up to
+    # DROP_MAX at once (within the window, up to DROP_MAX_WELCOMING: api/connshed.py)
+    args += ["--grpc-welcome-s", "0"]
     proc, address = start_node(base / "data", log_path, args, node_id="n1")
     # on the line that gave the client port
     peer = re.search(r"replication on port (\d+)", log_path.read_text(errors="replace"))

@@ -188,25 +188,27 @@ async def churn_open(
     planned = round(rate * seconds)
     shift = 0.0  # of the schedule given up after stalls
     i = 0
-    while i < planned and (at := begin + shift + i / rate) < end:
-        await asyncio.sleep(max(0.0, at - loop.time()))
-        if len(flying) >= in_flight_max:
-            timeout = max(0.0, end - loop.time())
-            await asyncio.wait(flying, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        while i < planned and (at := begin + shift + i / rate) < end:
+            await asyncio.sleep(max(0.0, at - loop.time()))
             if len(flying) >= in_flight_max:
-                break
-        task = loop.create_task(_one(host, port, pattern, source, hello))
-        flying.add(task)
-        task.add_done_callback(flying.discard)
-        started += 1
-        i += 1
-        # behind (a stall, a stop): catch up at most CATCH_UP_S, not with a burst
-        behind = loop.time() - (begin + shift + i / rate)
-        if behind > CATCH_UP_S:
-            shift += behind - CATCH_UP_S
-    for task in list(flying):
-        task.cancel()
-    await asyncio.gather(*flying, return_exceptions=True)
+                timeout = max(0.0, end - loop.time())
+                await asyncio.wait(flying, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if len(flying) >= in_flight_max:
+                    break
+            task = loop.create_task(_one(host, port, pattern, source, hello))
+            flying.add(task)
+            task.add_done_callback(flying.discard)
+            started += 1
+            i += 1
+            # behind (a stall, a stop): catch up at most CATCH_UP_S, not with a burst
+            behind = loop.time() - (begin + shift + i / rate)
+            if behind > CATCH_UP_S:
+                shift += behind - CATCH_UP_S
+    finally:  # cancelled too: none of its connections left behind
+        for task in list(flying):
+            task.cancel()
+        await asyncio.gather(*flying, return_exceptions=True)
     return started
 
 
