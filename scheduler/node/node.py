@@ -29,6 +29,7 @@ from apollo11.lease import (
 from apollo11.scheduler import gctune, metrics
 from apollo11.scheduler.api import ApiServer, ConnectionShedder
 from apollo11.scheduler.bucket import BucketHistory, Shipper, open_bucket
+from apollo11.scheduler.cancelling import stop_task
 from apollo11.scheduler.clock import Clock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.dispatch import WorkersService
@@ -385,9 +386,8 @@ class Node:
         await self.roles.leading.stop_fence()
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        for t in self._tasks:  # cancelled again while one runs on (a lost cancellation)
+            await stop_task(t, t.get_name())
         await self.roles.stop_following()
         if self._lease is not None:
             if was_primary:

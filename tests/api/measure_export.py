@@ -16,6 +16,8 @@
    measured on the primary. With `--pin`, the primary and this process run on CPU 0,
    the standby and the export on CPU 1: on one 2-core machine the standby would
    otherwise take the primary's CPU, which on a real deployment is another host's.
+   `--fine`: each probe timed from just before its submission to the moment its step
+   began (the `stamp` workflow returns it), to the microsecond.
    Without `--standby`, `--pin` puts the export alone on CPU 1: what the primary's
    dispatch then loses is its own work serving the export.
 """
@@ -39,7 +41,7 @@ from tests.nodes import APOLLO11, ROOT, start_node
 WORKFLOWS = "apollo11.scheduler.examples,tests.api.exportflows"
 
 
-def _pct(xs: list[int], p: float) -> float:
+def _pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return float(xs[min(len(xs) - 1, int(p * len(xs)))]) if xs else 0.0
 
@@ -60,20 +62,31 @@ async def _finished(c: Client, n: int, timeout: float = 600) -> None:
         await asyncio.sleep(0.5)
 
 
-async def _delays(c: Client, rate: int, seconds: float) -> list[int]:
-    """Submit one task at a time at `rate`/s; the dispatch delay of each, in ms."""
-    ids: list[str] = []
+async def _delays(c: Client, rate: int, seconds: float, fine: bool = False) -> list[float]:
+    """Submit one task at a time at `rate`/s; the dispatch delay of each, in ms: from
+    TASK_SUBMITTED to STEP_STARTED on the node's clock (whole milliseconds), or with
+    `fine` from just before the submission to the moment its step began (the `stamp`
+    workflow's result; one machine, one clock: nanoseconds)."""
+    ids: list[tuple[str, int]] = []
     gap = 1 / rate
     start = time.perf_counter()
     for i in range(int(rate * seconds)):
         await asyncio.sleep(max(0.0, start + i * gap - time.perf_counter()))
-        ids.append((await c.submit("echo", {"text": f"probe {i}"})).task_id)
-    delays = []
-    for task_id in ids:
+        sent = time.time_ns()
+        if fine:
+            ids.append(((await c.submit("stamp", {"i": i})).task_id, sent))
+        else:
+            ids.append(((await c.submit("echo", {"text": f"probe {i}"})).task_id, sent))
+    delays: list[float] = []
+    for task_id, sent in ids:
+        if fine:
+            began = (await c.result(task_id, timeout=120))["began"]  # by step name
+            delays.append((int(began) - sent) / 1e6)
+            continue
         await c.wait(task_id, timeout=120)
         events, _ = await c.events(task_id=task_id, limit=10)
         at = {e.event_type: e.timestamp_ms for e in events}
-        delays.append(at["STEP_STARTED"] - at["TASK_SUBMITTED"])
+        delays.append(float(at["STEP_STARTED"] - at["TASK_SUBMITTED"]))
     return delays
 
 
@@ -100,18 +113,19 @@ async def _backlog(address: str, tasks: int) -> None:
 
 async def _measure(
     primary: str, reader: str, root: Path, tasks: int, rate: int, seconds: float,
-    export_rate: float, rounds: int, cpus: set[int] | None = None,
+    export_rate: float, rounds: int, cpus: set[int] | None = None, fine: bool = False,
 ) -> None:  # fmt: skip
     said = _export(reader, root / "one.jsonl", cpus=cpus)
     size = (root / "one.jsonl").stat().st_size
     print(f"export of {tasks} tasks: {said}; {size / 1e6:.1f} MB")
     assert re.search(r"(\d+) tasks/s", said) is not None
-    alone: list[list[int]] = []
-    loaded: list[list[int]] = []
+    alone: list[list[float]] = []
+    loaded: list[list[float]] = []
+    d = 2 if fine else 0  # decimals shown
     runs = 0
     async with Client(primary) as c:
         for _ in range(rounds):
-            alone.append(await _delays(c, rate, seconds))
+            alone.append(await _delays(c, rate, seconds, fine))
             stop = asyncio.Event()
 
             async def exporting(stop: asyncio.Event) -> int:
@@ -125,15 +139,15 @@ async def _measure(
 
             beside = asyncio.create_task(exporting(stop))
             await asyncio.sleep(1)  # the first export under way
-            loaded.append(await _delays(c, rate, seconds))
+            loaded.append(await _delays(c, rate, seconds, fine))
             stop.set()
             runs += await beside
     ratios = []
     for i, (a, b) in enumerate(zip(alone, loaded, strict=True)):
         a50, a99, l50, l99 = _pct(a, 0.5), _pct(a, 0.99), _pct(b, 0.5), _pct(b, 0.99)
         ratios.append(l99 / a99 if a99 else float("nan"))
-        print(f"round {i + 1}: alone p50 {a50:.0f} / p99 {a99:.0f} ms; with exports p50 "
-              f"{l50:.0f} / p99 {l99:.0f} ms; p99 ratio {ratios[-1]:.2f}x")  # fmt: skip
+        print(f"round {i + 1}: alone p50 {a50:.{d}f} / p99 {a99:.{d}f} ms; with exports p50 "
+              f"{l50:.{d}f} / p99 {l99:.{d}f} ms; p99 ratio {ratios[-1]:.2f}x")  # fmt: skip
     where = "a standby" if reader != primary else "the primary"
     print(f"{runs} exports of the backlog beside (from {where}, --rate {export_rate:g}), "
           f"{rate}/s probes for {seconds:g} s a window")  # fmt: skip
@@ -142,8 +156,8 @@ async def _measure(
     # a third of it, so the rounds' samples are pooled too (and the mean given).
     pa, pl = [d for r in alone for d in r], [d for r in loaded for d in r]
     a99, l99 = _pct(pa, 0.99), _pct(pl, 0.99)
-    print(f"pooled, {len(pa)} probes each: alone p99 {a99:.0f} ms, mean {sum(pa) / len(pa):.2f} "
-          f"ms; with exports p99 {l99:.0f} ms, mean {sum(pl) / len(pl):.2f} ms; p99 ratio "
+    print(f"pooled, {len(pa)} probes each: alone p99 {a99:.{d}f} ms, mean {sum(pa) / len(pa):.2f} "
+          f"ms; with exports p99 {l99:.{d}f} ms, mean {sum(pl) / len(pl):.2f} ms; p99 ratio "
           f"{l99 / a99 if a99 else float('nan'):.2f}x")  # fmt: skip
 
 
@@ -154,7 +168,7 @@ def _pin(pid: int, cpu: str) -> None:
 
 async def _main(
     tasks: int, rate: int, seconds: float, export_rate: float, rounds: int, standby: bool,
-    pin: bool,
+    pin: bool, fine: bool = False,
 ) -> None:  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -168,7 +182,7 @@ async def _main(
             try:
                 await _backlog(node.address, tasks)
                 await _measure(node.address, node.address, root, tasks, rate, seconds,
-                               export_rate, rounds, cpus)  # fmt: skip
+                               export_rate, rounds, cpus, fine)  # fmt: skip
             finally:
                 node.stop()
             return
@@ -188,7 +202,7 @@ async def _main(
             await _backlog(p.address, tasks)
             cluster.wait_applied(s, cluster.wait_converged(timeout=120), timeout=120)
             await _measure(p.address, s.address, root, tasks, rate, seconds, export_rate, rounds,
-                           cpus)  # fmt: skip
+                           cpus, fine)  # fmt: skip
         finally:
             cluster.stop()
             etcd.stop()
@@ -208,8 +222,16 @@ def main() -> None:
         help="a CPU each side: the primary and the probes on CPU 0, the export (and "
         "the standby it reads) on CPU 1",
     )
+    ap.add_argument(
+        "--fine",
+        action="store_true",
+        help="time each probe from its submission to its step's start, in microseconds "
+        "(the node's events are stamped in whole milliseconds)",
+    )
     a = ap.parse_args()
-    asyncio.run(_main(a.tasks, a.rate, a.seconds, a.export_rate, a.rounds, a.standby, a.pin))
+    asyncio.run(
+        _main(a.tasks, a.rate, a.seconds, a.export_rate, a.rounds, a.standby, a.pin, a.fine)
+    )
 
 
 if __name__ == "__main__":
