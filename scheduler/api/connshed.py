@@ -28,9 +28,10 @@ already open are never touched: the filter drops only SYNs without ACK, and it i
 detached when `drop` is back to 0.
 
 A filter keeps no state, so it cannot limit a source; it can spare some. The
-addresses that made a call with a credential within the last hour
-(api/knownsources.py: workers, clients, standbys) are written into it and never
-dropped: a worker that reconnects during a flood connects at once. Everyone else's
+addresses with a call with a credential open, or ended within the last hour
+(api/knownsources.py: workers, clients, standbys), and the loopback ones, are written
+into it (as many as SPARED_INSNS_MAX holds) and never dropped: a worker that
+reconnects during a flood connects at once. Everyone else's
 SYNs are dropped up to DROP_MAX, 95 %: a client the node has not seen lately may wait
 out several of its kernel's retries. For two minutes after the node starts or takes
 over (setting grpc_welcome_s), when the workers and clients moving to it are all
@@ -166,15 +167,30 @@ def syn_filter(
 
 Spared = tuple[tuple[IPv4Address, ...], tuple[IPv6Address, ...]]
 NONE_SPARED: Spared = ((), ())
+# The most instructions the spared addresses take in a filter (8 bytes each): the
+# kernel charges a socket's filter to its option memory (net.core.optmem_max, 20 KiB
+# on older kernels), and every SYN walks them.
+SPARED_INSNS_MAX = 1024
+
+
+def fit(v4: Sequence[IPv4Address], v6: Sequence[IPv6Address]) -> Spared:
+    """As many of the addresses as SPARED_INSNS_MAX takes, the first of each list
+    first (IPv4 before IPv6), sorted: the same addresses give the same filter."""
+    room = SPARED_INSNS_MAX - 1  # the IPv4 list's one load
+    kept4 = v4[: max(0, room // 2)]
+    room -= 2 * len(kept4)
+    kept6 = v6[: max(0, room // 9)]
+    return tuple(sorted(kept4)), tuple(sorted(kept6))
 
 
 def attach(fd: int, drop: float, spared: Spared = NONE_SPARED) -> None:
     """Drop a fraction `drop` of the SYNs to the listening socket `fd` (0: none), none
     of them from the addresses `spared` (IPv4, IPv6)."""
     with socket.socket(fileno=os.dup(fd)) as sock:  # the same socket, its own fd
+        # detached first: a filter replacing another is charged beside it until it is in
+        with contextlib.suppress(OSError):  # none attached: ENOENT
+            sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
         if drop <= 0:
-            with contextlib.suppress(OSError):  # none attached: ENOENT
-                sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
             return
         program = syn_filter(drop, *spared)
         code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in program))
@@ -267,6 +283,7 @@ class ConnectionShedder:
     known: KnownSources | None = None  # whose SYNs are never dropped
     drop: float = 0.0
     spared: Spared = NONE_SPARED  # as attached now
+    can_spare: bool = True  # False once a filter with the known addresses was refused
     _logged_at: float = -LOG_EVERY_S
     _told: bool = False  # an episode's start was logged, its end not yet
 
@@ -294,8 +311,10 @@ class ConnectionShedder:
                 welcoming = self.known is None or self.known.welcoming()
                 ceiling = DROP_MAX_WELCOMING if welcoming else DROP_MAX
                 drop = next_drop(self.drop, used, self.budget, ceiling)
-                spared = self.known.current() if self.known is not None else NONE_SPARED
-                metrics.GRPC_KNOWN_SOURCES.set(len(spared[0]) + len(spared[1]))
+                spared = NONE_SPARED
+                if self.known is not None and self.can_spare:
+                    spared = fit(*self.known.current())
+                    metrics.GRPC_KNOWN_SOURCES.set(self.known.noted)
                 changed = drop != self.drop or (drop > 0 and spared != self.spared)
                 if changed and not self._set(fds, drop, used, spared):
                     return
@@ -316,7 +335,19 @@ class ConnectionShedder:
             for fd, identity in fds.items():
                 if _identity(fd) != identity:  # closed, its number another file's now
                     raise OSError(f"descriptor {fd} is no longer the gRPC port's socket")
-                attach(fd, drop, spared)
+                try:
+                    attach(fd, drop, spared)
+                except OSError as e:
+                    if spared == NONE_SPARED:
+                        raise
+                    log.warning(
+                        "gRPC ports: cannot write %d known addresses into the socket filter "
+                        "(%s): from now on they are shed as any other",
+                        len(spared[0]) + len(spared[1]),
+                        e,
+                    )
+                    self.can_spare, spared = False, NONE_SPARED
+                    attach(fd, drop)
         except OSError as e:
             log.warning("gRPC ports: cannot attach a socket filter (%s): nothing shed", e)
             for fd, identity in fds.items():

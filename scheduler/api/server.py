@@ -777,14 +777,15 @@ def _server(
     authenticate: Authenticator | None,
     settings: NodeSettings,
     max_connections: int,
-    known: KnownSources,
+    known: KnownSources | None,
 ) -> grpc.aio.Server:
+    admitted = None if known is None else known.begin
     return grpc.aio.server(
         options=[*server_options(settings, max_connections), ("grpc.so_reuseport", 0)],
         # Authentication off (loopback): no interceptor at all, nothing on the hot path.
         interceptors=None
         if authenticate is None
-        else [AuthInterceptor(authenticate, admitted=known.note)],
+        else [AuthInterceptor(authenticate, admitted=admitted)],
     )
 
 
@@ -811,10 +812,13 @@ class ApiServer:
         self.watchers = Watchers()
         self.watch_slots = WatchSlots(s.max_watch_streams)
         # who proved who they are lately, on either port: spared when SYNs are shed
-        self.known = KnownSources(welcome_s=s.grpc_welcome_s)
+        # (none without authentication: nobody could prove anything, and the shedder
+        # keeps its lower ceiling for everyone)
+        self.known: KnownSources | None = None
         public_auth = None
         if principals is not None:
             public_auth = Authenticator(principals, mtls=s.client_ca is not None)
+            self.known = KnownSources(welcome_s=s.grpc_welcome_s)
         self.server = _server(public_auth, s, s.max_connections, self.known)
         services = pb.DESCRIPTOR.services_by_name
         admission = Admission(

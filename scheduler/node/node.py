@@ -187,7 +187,7 @@ class Node:
     def welcome_clients(self) -> None:
         """This node took over: its gRPC ports shed strangers less for a while
         (api/knownsources.py)."""
-        if self.api is not None:
+        if self.api is not None and self.api.known is not None:
             self.api.known.welcome()
 
     def saw_term(self, term: int) -> None:

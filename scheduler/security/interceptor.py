@@ -168,10 +168,13 @@ Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(
-        self, authenticate: Authenticator, admitted: Callable[[str], None] | None = None
+        self,
+        authenticate: Authenticator,
+        admitted: Callable[[str], Callable[[], None] | None] | None = None,
     ) -> None:
         """`admitted`: told the gRPC peer string of each call whose caller proved who
-        it is (api/knownsources.py: those addresses are spared when SYNs are shed)."""
+        it is, and returns what to call when that call ends (api/knownsources.py: those
+        addresses are spared when SYNs are shed)."""
         self.authenticate = authenticate
         self.admitted = admitted
         # The server hands out the same handler for a method every time: wrap it once.
@@ -200,11 +203,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return known[1]
         authenticate, admitted = self.authenticate, self.admitted
 
-        def check(ctx: Any) -> Principal:
+        def check(ctx: Any) -> tuple[Principal, Callable[[], None] | None]:
             principal = authorize(authenticate, ctx, method)
             if admitted is not None and principal is not ANONYMOUS:
-                admitted(ctx.peer())
-            return principal
+                return principal, admitted(ctx.peer())
+            return principal, None
 
         wrapped = _guarded(handler, check)
         self._wrapped[method] = (handler, wrapped)
@@ -223,33 +226,44 @@ def _refusal(refused: CallRefused) -> grpc.RpcMethodHandler:
 
 
 def _guarded(
-    handler: grpc.RpcMethodHandler, check: Callable[[Any], Principal]
+    handler: grpc.RpcMethodHandler,
+    check: Callable[[Any], tuple[Principal, Callable[[], None] | None]],
 ) -> grpc.RpcMethodHandler:
     # Each RPC is served in a task of its own, with a copy of the context: the
     # principal set here is that call's alone, and needs no reset.
-    async def admit(context: grpc.aio.ServicerContext) -> None:
+    async def admit(context: grpc.aio.ServicerContext) -> Callable[[], None] | None:
+        """Who calls (or the call is aborted), and what to call when the call ends."""
         try:
-            principal = check(context)
+            principal, ended = check(context)
         except CallRefused as e:
             await context.abort(e.code, str(e))
         _principal.set(principal)
+        return ended
 
     def unary(inner: Behavior) -> Behavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await admit(context)
-            return await inner(request, context)
+            ended = await admit(context)
+            try:
+                return await inner(request, context)
+            finally:
+                if ended is not None:
+                    ended()
 
         return behavior
 
     def streaming(inner: Behavior) -> Behavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await admit(context)
-            out = inner(request, context)
-            if inspect.isasyncgen(out):
-                async for item in out:
-                    yield item
-            else:
-                await out
+            ended = await admit(context)
+            try:
+                out = inner(request, context)
+                if inspect.isasyncgen(out):
+                    async for item in out:
+                        yield item
+                else:
+                    await out
+            finally:
+                if ended is not None:
+                    ended()
 
         return behavior
 

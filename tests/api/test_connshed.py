@@ -36,6 +36,8 @@ from apollo11.scheduler.api.connshed import (
     next_drop,
 )
 from apollo11.scheduler.client import ApiError, SyncClient
+from apollo11.scheduler.config import NodeSettings
+from apollo11.scheduler.node import Node
 from apollo11.scheduler.tools.bench import flood
 from tests.nodes import NodeProc
 from tests.secure import Pki, make_pki, start_secure_node
@@ -398,3 +400,54 @@ def test_an_address_that_proved_itself_connects_while_strangers_are_shed(
         loop.call_soon_threadsafe(task.cancel)
         flooding.join()
         loop.close()
+
+
+def test_the_spared_addresses_fit_the_filters_budget_latest_first() -> None:
+    v4 = [IPv4Address(f"10.0.{i // 250}.{i % 250}") for i in range(600)]
+    v6 = [IPv6Address(f"2001:db8::{i:x}") for i in range(300)]
+    kept4, kept6 = connshed.fit(v4, v6)
+    assert set(kept4) == set(v4[:511]), "the first (the latest seen) of each list"
+    assert kept6 == (), "no room left"
+    kept4, kept6 = connshed.fit(v4[:10], v6)
+    assert len(kept4) == 10 and set(kept6) == set(v6[: (1023 - 20) // 9])
+    assert len(connshed.syn_filter(0.9, kept4, kept6)) < 4096 - 16
+    assert list(kept6) == sorted(kept6), "sorted: the same addresses, the same filter"
+
+
+def test_a_filter_refused_with_the_known_addresses_is_attached_without_them(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, any refused filter (the socket's option memory, with many addresses)
+    ended shedding for the node's life."""
+    real = connshed.attach
+
+    def attach(fd: int, drop: float, spared: connshed.Spared = connshed.NONE_SPARED) -> None:
+        if spared != connshed.NONE_SPARED:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        real(fd, drop, spared)
+
+    monkeypatch.setattr(connshed, "attach", attach)
+    with _listening() as server:
+        fd = server.fileno()
+        port = server.getsockname()[1]
+        shedder = ConnectionShedder(ports=(port,), budget=0.1)
+        spared = ((IPv4Address("127.0.0.3"),), ())
+        assert shedder._set({fd: connshed._identity(fd)}, 1.0, 2.0, spared)
+        assert "from now on they are shed as any other" in caplog.text
+        assert shedder.drop == 1.0 and not shedder.can_spare
+        assert not _connects_within(port, 0.5, source="127.0.0.3"), "shed, not spared"
+        assert shedder._set({fd: connshed._identity(fd)}, 0.0, 0.0)
+        assert _connects_within(port, 5), "detached"
+
+
+async def test_a_node_without_authentication_knows_nobody(tmp_path: Path) -> None:
+    """Nobody can prove anything to it: the shedder is given no known addresses, and
+    keeps the lower ceiling for everyone (before: a 95 % ceiling for all after two
+    minutes)."""
+    node = Node(NodeSettings(node_id="n1", data_dir=tmp_path / "d", listen="127.0.0.1:0"))
+    await node.start()
+    try:
+        assert node.api is not None and node.api.known is None
+        node.welcome_clients()  # a takeover: nothing to welcome with
+    finally:
+        await node.stop()
