@@ -16,6 +16,7 @@ import pytest
 
 from apollo11.lease import LeaseUnavailable, MemoryLease
 from apollo11.lease.memory import MemoryStore
+from apollo11.scheduler.api.knownsources import KnownSources
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import writer
 from apollo11.scheduler.node import FAILED, Node, logwatch
@@ -377,3 +378,18 @@ async def test_a_wake_while_the_store_is_reshaped_does_not_freeze_the_loop(pair:
     await node.reopen(change)
     await asyncio.sleep(0.1)
     assert not frozen.is_set(), "the role loop spun: the event loop ran nothing else"
+
+
+async def test_the_node_that_takes_over_welcomes_the_clients_moving_to_it(pair: Pair) -> None:
+    """The workers and clients moving to a new primary are strangers to it: for a
+    while its gRPC ports shed strangers at the lower ceiling (api/knownsources.py)."""
+    old, target = pair.primary, pair.standby
+    assert target.api is not None
+    # as on a node with tokens (these have none), long past its start
+    now = [0.0]
+    target.api.known = KnownSources(clock=lambda: now[0], welcome_s=60)
+    now[0] = 1000.0
+    assert not target.api.known.welcoming()
+    await old.views.switchover(target.settings.node_id, operator="alice")
+    await _until(lambda: target.role == "primary")
+    assert target.api.known.welcoming()
