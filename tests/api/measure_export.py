@@ -72,11 +72,9 @@ async def _delays(c: Client, rate: int, seconds: float, fine: bool = False) -> l
     start = time.perf_counter()
     for i in range(int(rate * seconds)):
         await asyncio.sleep(max(0.0, start + i * gap - time.perf_counter()))
+        workflow, given = ("stamp", {"i": i}) if fine else ("echo", {"text": f"probe {i}"})
         sent = time.time_ns()
-        if fine:
-            ids.append(((await c.submit("stamp", {"i": i})).task_id, sent))
-        else:
-            ids.append(((await c.submit("echo", {"text": f"probe {i}"})).task_id, sent))
+        ids.append(((await c.submit(workflow, given)).task_id, sent))
     delays: list[float] = []
     for task_id, sent in ids:
         if fine:

@@ -203,7 +203,8 @@ class Flooded:
     def shedding(self) -> bool:
         return any("of new connections" in line for line in self.output)
 
-    def dropped_ratio(self) -> float:
+    def gauge(self, name: str) -> float:
+        """The node's metric `name`, read from /metrics as a reader."""
         trust = ssl.create_default_context(cafile=str(self.pki.dir / "ca.pem"))
         text = httpx.get(
             f"https://127.0.0.1:{self.http}/metrics",
@@ -211,8 +212,11 @@ class Flooded:
             verify=trust,
             timeout=30,
         ).text
-        line = next(x for x in text.splitlines() if x.startswith(RATIO))
+        line = next(x for x in text.splitlines() if x.startswith(name))
         return float(line.split()[-1])
+
+    def dropped_ratio(self) -> float:
+        return self.gauge(RATIO)
 
 
 @pytest.fixture
@@ -330,15 +334,7 @@ def test_grpc_cores_pool_runs_below_the_nodes_own_threads(node: Flooded) -> None
 
 
 def _known_sources(node: Flooded) -> float:
-    trust = ssl.create_default_context(cafile=str(node.pki.dir / "ca.pem"))
-    text = httpx.get(
-        f"https://127.0.0.1:{node.http}/metrics",
-        headers={"Authorization": f"Bearer {node.pki.tokens['reader']}"},
-        verify=trust,
-        timeout=30,
-    ).text
-    line = next(x for x in text.splitlines() if x.startswith("apollo11_grpc_known_sources"))
-    return float(line.split()[-1])
+    return node.gauge("apollo11_grpc_known_sources")
 
 
 def _gauge_becomes(read: Any, want: float) -> float:

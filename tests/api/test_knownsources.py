@@ -10,16 +10,9 @@ import grpc
 from grpc import aio
 
 from apollo11.scheduler.api.knownsources import LOOPBACK, KnownSources, parse_peer
+from apollo11.scheduler.clock import FakeClock
 
 V4_LOOP, V6_LOOP = LOOPBACK
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _call(known: KnownSources, peer: str) -> None:
@@ -75,8 +68,8 @@ def test_the_peer_strings_grpc_gives_are_understood() -> None:
 
 
 def test_addresses_seen_within_the_ttl_are_known_and_then_forgotten() -> None:
-    clock = Clock()
-    known = KnownSources(clock=clock, ttl_s=60)
+    clock = FakeClock()
+    known = KnownSources(clock=clock.now, ttl_s=60)
     _call(known, "ipv4:10.0.0.2:1")
     _call(known, "ipv6:%5B2001:db8::1%5D:1")
     _call(known, "ipv4:10.0.0.1:2")
@@ -85,11 +78,11 @@ def test_addresses_seen_within_the_ttl_are_known_and_then_forgotten() -> None:
     assert v4 == (V4_LOOP, IPv4Address("10.0.0.2"), IPv4Address("10.0.0.1")), "latest first"
     assert v6 == (V6_LOOP, IPv6Address("2001:db8::1"))
     assert known.noted == 3, "the loopback ones are not counted"
-    clock.now += 50
+    clock.advance(50)
     _call(known, "ipv4:10.0.0.1:2")  # seen again: its hour starts again
-    clock.now += 20
+    clock.advance(20)
     assert known.current() == ((V4_LOOP, IPv4Address("10.0.0.1")), (V6_LOOP,))
-    clock.now += 61
+    clock.advance(61)
     assert known.current() == ((V4_LOOP,), (V6_LOOP,))
     assert known.noted == 0
 
@@ -97,21 +90,21 @@ def test_addresses_seen_within_the_ttl_are_known_and_then_forgotten() -> None:
 def test_an_address_with_a_call_open_stays_known_however_long_it_lasts() -> None:
     """Before: noted when a call began only, a worker's or a standby's one stream,
     open for days, made it a stranger again after the TTL."""
-    clock = Clock()
-    known = KnownSources(clock=clock, ttl_s=60)
+    clock = FakeClock()
+    known = KnownSources(clock=clock.now, ttl_s=60)
     ended = known.begin("ipv4:10.0.0.9:7")
     assert ended is not None
-    clock.now += 10 * 60
+    clock.advance(10 * 60)
     assert IPv4Address("10.0.0.9") in known.current()[0], "its stream is open"
     ended()
-    clock.now += 59
+    clock.advance(59)
     assert IPv4Address("10.0.0.9") in known.current()[0], "its hour counts from the end"
-    clock.now += 2
+    clock.advance(2)
     assert IPv4Address("10.0.0.9") not in known.current()[0]
 
 
 def test_past_the_cap_the_least_recently_seen_without_a_call_open_goes() -> None:
-    known = KnownSources(clock=Clock(), most=3)
+    known = KnownSources(clock=FakeClock().now, most=3)
     streaming = known.begin("ipv4:10.0.0.1:9")  # the oldest, but open
     for last in (2, 3, 2, 4):  # 2 seen again before 4 comes: 3 is the oldest closed
         _call(known, f"ipv4:10.0.0.{last}:9")
@@ -120,20 +113,20 @@ def test_past_the_cap_the_least_recently_seen_without_a_call_open_goes() -> None
 
 
 def test_a_peer_with_no_address_is_not_noted() -> None:
-    known = KnownSources(clock=Clock())
+    known = KnownSources(clock=FakeClock().now)
     assert known.begin("unix:/run/apollo11.sock") is None
     assert known.noted == 0
 
 
 def test_a_node_welcomes_strangers_after_it_starts_and_after_it_takes_over() -> None:
-    clock = Clock()
-    known = KnownSources(clock=clock, welcome_s=120)
+    clock = FakeClock()
+    known = KnownSources(clock=clock.now, welcome_s=120)
     assert known.welcoming(), "just started: everyone is new to it"
-    clock.now += 121
+    clock.advance(121)
     assert not known.welcoming()
     known.welcome()  # took over
-    clock.now += 119
+    clock.advance(119)
     assert known.welcoming()
-    clock.now += 2
+    clock.advance(2)
     assert not known.welcoming()
-    assert not KnownSources(clock=clock, welcome_s=0).welcoming(), "0: never"
+    assert not KnownSources(clock=clock.now, welcome_s=0).welcoming(), "0: never"

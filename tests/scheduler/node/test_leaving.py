@@ -17,6 +17,7 @@ import pytest
 from apollo11.lease import LeaseUnavailable, MemoryLease
 from apollo11.lease.memory import MemoryStore
 from apollo11.scheduler.api.knownsources import KnownSources
+from apollo11.scheduler.clock import FakeClock
 from apollo11.scheduler.config import NodeSettings
 from apollo11.scheduler.log import writer
 from apollo11.scheduler.node import FAILED, Node, logwatch
@@ -386,9 +387,9 @@ async def test_the_node_that_takes_over_welcomes_the_clients_moving_to_it(pair: 
     old, target = pair.primary, pair.standby
     assert target.api is not None
     # as on a node with tokens (these have none), long past its start
-    now = [0.0]
-    target.api.known = KnownSources(clock=lambda: now[0], welcome_s=60)
-    now[0] = 1000.0
+    clock = FakeClock()
+    target.api.known = KnownSources(clock=clock.now, welcome_s=60)
+    clock.advance(1000)
     assert not target.api.known.welcoming()
     await old.views.switchover(target.settings.node_id, operator="alice")
     await _until(lambda: target.role == "primary")
