@@ -36,6 +36,7 @@ class EtcdFacts:
         self.config = config
         self.store_behind: str | None = None  # etcd knows less than this node: why
         self.store_behind_since = 0.0  # monotonic time this node first saw that
+        self.revision = 0  # etcd's revision as last read: it never goes back, but in a restore
 
     def apply_config(self, stored: Mapping[str, Any], *, primary: bool, fence: Fence) -> str | None:
         """Follow the cluster's settings as etcd holds them: sync_replicas and sync_mode
@@ -86,9 +87,25 @@ class EtcdFacts:
     def check_store(self, world: World, known_term: int) -> None:
         """Notice etcd knowing less than this node (restored empty or from an old
         backup): say so once, in the log and in status, and hold this node's next
-        campaign for a TTL (role._leaderless)."""
+        campaign for a TTL (role._leaderless). A node that reads etcd only after
+        another recreated the leader key says so too, from the revision."""
         held = max(world.term or 0, world.leader.term if world.leader else 0)
-        if known_term > held:
+        went_back = world.revision < self.revision
+        before, self.revision = self.revision, world.revision
+        if went_back and known_term <= held and self.store_behind is None:
+            # Another node saw the loss, waited its TTL and leads again before this one
+            # read etcd (it was paused, or busy demoting): the revision still tells.
+            leader = world.leader
+            self.host.notice(
+                f"etcd lost its data (restored empty or from a backup): its revision went "
+                f"back from {before} to {world.revision}; "
+                + (
+                    f"leader key recreated at term {leader.term} by {leader.node_id}"
+                    if leader
+                    else f"it holds term {world.term}"
+                )
+            )
+        elif known_term > held:
             if self.store_behind is None:
                 if world.term is None:
                     why = "etcd lost its data: it holds no term for this cluster"
