@@ -282,16 +282,11 @@ class State:
         finished (a task that changed since is in memory), so a filter on PENDING or
         RUNNING need not read it.
         """
-        mem = sorted(
-            (
-                (t.task_id, 0, summarize(t))
-                for t in self.tasks.values()
-                if before is None or t.task_id < before
-            ),
-            key=_row_key,
-            reverse=True,
-        )
-        rows: Iterator[tuple[str, int, Summary]] = iter(mem)
+        # The ids sorted, each summarized only when the page reaches it: a page of 50
+        # summarized every task in memory (a listing of 1,000 rows held the loop ~4 ms).
+        tasks = self.tasks
+        ids = sorted((i for i in tasks if before is None or i < before), reverse=True)
+        rows: Iterator[tuple[str, int, Summary]] = ((i, 0, summarize(tasks[i])) for i in ids)
         if self.archive is not None and archived:
             rows = heapq.merge(
                 rows, self.archive.summaries_before(before), key=_row_key, reverse=True

@@ -11,7 +11,7 @@
    beside it, in another process as a user's would: p50 and p99 of each, and the ratio.
    `--rounds` alternates the two windows that many times (the machine is shared: a
    stall lands in one window, not in the figure); the ratio given is the median's.
-3. `--standby`: a primary and a standby (a real etcd), the export asking the standby
+3. `--standby`: a primary and a standby (a real etcd; `--nodes 3`: two), the export asking one
    (`--server`, as docs/retention.md advises for a busy primary), the dispatch delay
    measured on the primary. With `--pin`, the primary and this process run on CPU 0,
    the standby and the export on CPU 1: on one 2-core machine the standby would
@@ -166,7 +166,7 @@ def _pin(pid: int, cpu: str) -> None:
 
 async def _main(
     tasks: int, rate: int, seconds: float, export_rate: float, rounds: int, standby: bool,
-    pin: bool, fine: bool = False,
+    pin: bool, fine: bool = False, nodes: int = 2,
 ) -> None:  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -185,17 +185,20 @@ async def _main(
                 node.stop()
             return
         etcd = LocalEtcd(root / "etcd").start()
-        cluster = Cluster.create(root, etcd.url, "export", 2, workflows=WORKFLOWS)
+        cluster = Cluster.create(root, etcd.url, "export", nodes, workflows=WORKFLOWS)
         try:
             cluster.start()
             p = cluster.wait_formed()
-            s = next(m for m in cluster.members if m is not p)
+            s, *others = [m for m in cluster.members if m is not p]
             cpus = None
             if pin:
                 assert p.proc is not None and s.proc is not None
                 os.sched_setaffinity(0, {0})
                 _pin(p.proc.pid, "0")
                 _pin(s.proc.pid, "1")
+                for o in others:  # the standby that acknowledges, on the primary's CPU
+                    assert o.proc is not None
+                    _pin(o.proc.pid, "0")
                 cpus = {1}  # the export beside the standby it reads, away from the primary
             await _backlog(p.address, tasks)
             cluster.wait_applied(s, cluster.wait_converged(timeout=120), timeout=120)
@@ -226,10 +229,16 @@ def main() -> None:
         help="time each probe from its submission to its step's start, in microseconds "
         "(the node's events are stamped in whole milliseconds)",
     )
-    a = ap.parse_args()
-    asyncio.run(
-        _main(a.tasks, a.rate, a.seconds, a.export_rate, a.rounds, a.standby, a.pin, a.fine)
+    ap.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        help="with --standby: the cluster's size. At 3 the other standby acknowledges "
+        "the primary's writes (--sync-replicas 1 takes the first), on CPU 0 with --pin",
     )
+    a = ap.parse_args()
+    args = (a.tasks, a.rate, a.seconds, a.export_rate, a.rounds, a.standby, a.pin, a.fine)
+    asyncio.run(_main(*args, nodes=a.nodes))
 
 
 if __name__ == "__main__":

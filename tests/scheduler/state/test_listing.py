@@ -234,3 +234,28 @@ def test_the_next_snapshot_rewrites_format_02_chunks_as_04_on_its_thread(tmp_pat
     assert chunk.has_summaries and path.read_bytes()[:8] == MAGIC
     assert [s.task_id for s in chunk.summaries_before(None)] == [t.task_id for t in old[::-1]]
     assert chunk.get("t00007") == v2.get("t00007"), "the old reader still reads its file"
+
+
+def test_a_page_summarizes_the_rows_it_reads_not_every_task_in_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page of 50 summarized every task in memory: 272 ms a page at 100,000 tasks
+    (docs/benchmarks.md, "Export"), the node's loop held all that time."""
+    from apollo11.scheduler.state import index
+
+    state = State()
+    for n in range(5_000):
+        t = _task(n, TaskStatus.SUCCEEDED)
+        state.tasks[t.task_id] = t
+    made = 0
+
+    def counted(t: TaskState) -> Summary:
+        nonlocal made
+        made += 1
+        return summarize(t)
+
+    monkeypatch.setattr(index, "summarize", counted)
+    page, after = state.list_summaries(None, "t04000", 50)
+    assert [s.task_id for s in page] == [f"t{n:05d}" for n in range(3999, 3949, -1)]
+    assert after == "t03950"
+    assert made <= 51, f"{made} tasks summarized for a page of 50"
