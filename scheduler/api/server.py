@@ -77,7 +77,7 @@ from apollo11.scheduler.security import (
     server_credentials,
 )
 from apollo11.scheduler.shell import SHELL_WORKFLOW
-from apollo11.scheduler.state import Store, Summary, TaskState
+from apollo11.scheduler.state import State, Store, Summary, TaskState
 from apollo11.scheduler.taskname import ListedNames
 from apollo11.scheduler.wire import LEADER_METADATA
 from apollo11.v1 import scheduler_pb2 as pb
@@ -216,6 +216,7 @@ class SchedulerService(pbg.SchedulerServicer):
         # An export's reads, a task or a page at a time, give way to dispatch.
         self._task_reads = GiveWay(lambda: dispatching(node))
         self._pages_listed = GiveWay(lambda: dispatching(node))
+        self._rows_made = GiveWay(lambda: dispatching(node))  # a listed page's messages
 
     def _store(self) -> Store:
         store = self.node.store
@@ -391,22 +392,27 @@ class SchedulerService(pbg.SchedulerServicer):
         if token and not token.startswith("before:"):
             raise InvalidArgumentError("page_token is not one this server issued")
         before = token.removeprefix("before:") if token else None
+        state = self._state  # the page's rows and their names from one state
         async with self._pages_listed.slice():
-            page, after = self._list_rows(request, want_state, before, size)
+            page, after = self._list_rows(state, request, want_state, before, size)
         out = pb.ListTasksResponse(next_page_token=f"before:{after}" if after else "")
         # A page of 1,000 rows made into messages at once held the loop ~4 ms, what an
         # export's listing added to a submission's p99: a turn of the loop between rows.
         for i in range(0, len(page), ROWS_A_TURN):
             if i:
                 await asyncio.sleep(0)
-            async with self._pages_listed.slice():
-                self._add_rows(out, page[i : i + ROWS_A_TURN])
+            async with self._rows_made.slice():
+                self._add_rows(out, page[i : i + ROWS_A_TURN], state)
         return out
 
     def _list_rows(
-        self, request: pb.ListTasksRequest, want_state: str | None, before: str | None, size: int
+        self,
+        state: State,
+        request: pb.ListTasksRequest,
+        want_state: str | None,
+        before: str | None,
+        size: int,
     ) -> tuple[list[Summary], str | None]:
-        state = self._state
         if request.held:  # the legal holds: few, each read where it lives
             page, after = state.list_named(
                 list(state.holds), want_state, request.workflow, before, size
@@ -418,8 +424,8 @@ class SchedulerService(pbg.SchedulerServicer):
             page, after = state.list_filtered(want_state, request.workflow, before, size)
         return page, after
 
-    def _add_rows(self, out: pb.ListTasksResponse, rows: list[Summary]) -> None:
-        names = self._names.of(rows, self._state.peek)
+    def _add_rows(self, out: pb.ListTasksResponse, rows: list[Summary], state: State) -> None:
+        names = self._names.of(rows, state.peek)
         add = out.tasks.add
         for s in rows:
             add(

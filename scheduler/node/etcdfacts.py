@@ -96,14 +96,14 @@ class EtcdFacts:
             # Another node saw the loss, waited its TTL and leads again before this one
             # read etcd (it was paused, or busy demoting): the revision still tells.
             leader = world.leader
+            if leader is not None:
+                now = f"the leader key names {leader.node_id} at term {leader.term}"
+            else:
+                now = "no term" if world.term is None else f"term {world.term}"
+                now = f"it holds {now} and no leader"
             self.host.notice(
                 f"etcd lost its data (restored empty or from a backup): its revision went "
-                f"back from {before} to {world.revision}; "
-                + (
-                    f"leader key recreated at term {leader.term} by {leader.node_id}"
-                    if leader
-                    else f"it holds term {world.term}"
-                )
+                f"back from {before} to {world.revision}; {now}"
             )
         elif known_term > held:
             if self.store_behind is None:

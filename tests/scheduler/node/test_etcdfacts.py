@@ -39,7 +39,7 @@ def test_a_node_that_reads_etcd_only_after_the_key_was_recreated_says_so() -> No
     (said,) = host.notices
     assert said.startswith("etcd lost its data"), said
     assert "revision went back from 3050 to 14" in said, said
-    assert "leader key recreated at term 3002 by n2" in said, said
+    assert "the leader key names n2 at term 3002" in said, said
     assert facts.store_behind is None, "nothing to wait for: a leader of a higher term"
     facts.check_store(_world(15, 3002, "n2"), known_term=3002)
     assert len(host.notices) == 1, "said once"
@@ -64,3 +64,13 @@ def test_revisions_that_only_climb_say_nothing() -> None:
     for revision, term in ((5, 1), (9, 1), (30, 2), (31, 2)):
         facts.check_store(_world(revision, term, "n1"), known_term=term)
     assert host.notices == []
+
+
+def test_a_revision_gone_back_with_no_leader_says_what_etcd_holds() -> None:
+    facts, host = _facts()
+    facts.check_store(_world(80, None), known_term=0)  # a new cluster: no term yet
+    facts.check_store(_world(3, None), known_term=0)
+    assert host.notices == [
+        "etcd lost its data (restored empty or from a backup): its revision went back "
+        "from 80 to 3; it holds no term and no leader"
+    ]
