@@ -11,6 +11,7 @@ every reference in them names a file that is there.
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import sys
 import time
@@ -28,14 +29,17 @@ from apollo11.scheduler.cli._exportfile import (
     selected,
     task_line,
 )
+from apollo11.scheduler.cli._exportflight import in_flight
 from apollo11.scheduler.cli._shared import Server, client, fail, run
 from apollo11.scheduler.cli._tasks import TASK_STATES
 from apollo11.scheduler.errors import NotFoundError
 
 # Tasks read at once (one GetTasks call): fewer calls cost the node less (each is a
 # turn of gRPC's machinery), more hold its event loop longer between two turns of
-# its own work (the node yields between tasks, not within one).
-_WINDOW = 64
+# its own work (the node yields between tasks, not within one, and the reply is
+# made in one turn): at 64 an unpaced export added 1.8x to the primary's dispatch
+# p99, at 4 about 1.05x (docs/benchmarks.md, "Export").
+_WINDOW = 4
 Line = tuple[bytes, dict[str, bytes], bool]
 _EVENTS_PAGE = 10000  # GetEvents' most
 # The listing's page: each is one turn of the node's loop (a page of 1,000 took
@@ -196,19 +200,20 @@ async def _export(
         batched = True
         began = time.monotonic()
         gone = partial = 0
-        for i in range(0, len(todo), window_size):
-            if rate:  # paced: the i-th task not before i / rate seconds in
-                await asyncio.sleep(max(0.0, began + i / rate - time.monotonic()))
-            window = [t.task_id for t in todo[i : i + window_size]]
+
+        async def fetch(window: list[str]) -> list[Line | None]:
+            nonlocal batched
             if batched:
                 try:
-                    lines = await _lines(c, window, sink.limit)
+                    return await _lines(c, window, sink.limit)
                 except Exception as e:
                     if not _unimplemented(e):
                         raise
                     batched = False  # a node of an older release: a task at a time
-            if not batched:
-                lines = await asyncio.gather(*(_line(c, t, sink.limit) for t in window))
+            return list(await asyncio.gather(*(_line(c, t, sink.limit) for t in window)))
+
+        def write(lines: list[Line | None]) -> None:
+            nonlocal gone, partial
             for got in lines:
                 if got is None:
                     gone += 1
@@ -216,6 +221,33 @@ async def _export(
                     line, values, incomplete = got
                     sink.write(line, values)
                     partial += incomplete
+
+        # Calls in flight (_exportflight.py), written in order.
+        calls: collections.deque[tuple[float, asyncio.Task[list[Line | None]]]]
+        calls = collections.deque()
+        flight, fastest = 1, float("inf")
+
+        async def oldest() -> None:
+            nonlocal flight, fastest
+            sent, call = calls.popleft()
+            write(await call)
+            took = time.monotonic() - sent
+            fastest = min(fastest, took)
+            flight = in_flight(flight, fastest, took)
+
+        try:
+            for i in range(0, len(todo), window_size):
+                if rate:  # paced: the i-th task not before i / rate seconds in
+                    await asyncio.sleep(max(0.0, began + i / rate - time.monotonic()))
+                window = [t.task_id for t in todo[i : i + window_size]]
+                calls.append((time.monotonic(), asyncio.create_task(fetch(window))))
+                while len(calls) >= flight:
+                    await oldest()
+            while calls:
+                await oldest()
+        finally:
+            for _, call in calls:
+                call.cancel()
         return len(todo) - gone, len(tasks) - len(todo), gone, partial
 
 
