@@ -117,91 +117,89 @@ async def test_a_primary_always_dispatching_still_answers(rig: tuple[Rig, list[s
     assert s._task_reads.waits == len(ids)  # each gave way, then read: its share
 
 
-async def test_a_long_page_leaves_the_loop_turns_between_its_rows(tmp_path: Path) -> None:
+@pytest.fixture
+async def pages(tmp_path: Path) -> AsyncIterator[tuple[Rig, list[str]]]:
+    """Tasks enough for a page of three turns of rows."""
+    r = await make_rig(tmp_path, FakeClock(), echo())
+    ids = [await r.run("echo", {"n": i}) for i in range(2 * ROWS_A_TURN + 50)]
+    yield r, ids
+    await r.engine.stop()
+    await r.store.close()
+
+
+async def test_a_long_page_leaves_the_loop_turns_between_its_rows(
+    pages: tuple[Rig, list[str]],
+) -> None:
     """A page of 1,000 rows made into messages at once held the node's loop ~4 ms: what
     an export's listing added to a submission's p99. ROWS_A_TURN rows, then a turn."""
-    r = await make_rig(tmp_path, FakeClock(), echo())
-    try:
-        ids = [await r.run("echo", {"n": i}) for i in range(2 * ROWS_A_TURN + 50)]
-        s = service(r, Dispatch(polls=0))
-        ticks = 0
-        listing = True
+    r, ids = pages
+    s = service(r, Dispatch(polls=0))
+    ticks = 0
+    listing = True
 
-        async def ticker() -> None:  # other work on the loop: a submission's, say
-            nonlocal ticks
-            while listing:
-                ticks += 1
-                await asyncio.sleep(0)
+    async def ticker() -> None:  # other work on the loop: a submission's, say
+        nonlocal ticks
+        while listing:
+            ticks += 1
+            await asyncio.sleep(0)
 
-        other = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        before = ticks
-        got = await s.ListTasks(pb.ListTasksRequest(page_size=len(ids)), SimpleNamespace())  # type: ignore[arg-type]
-        turns = ticks - before
-        listing = False
-        await other
-        assert [t.task_id for t in got.tasks] == sorted(ids, reverse=True)
-        assert all(t.workflow == "echo" and t.name == "echo" for t in got.tasks)
-        assert got.next_page_token == ""
-        assert turns >= 2, f"{len(ids)} rows in {turns + 1} turns"
-    finally:
-        await r.engine.stop()
-        await r.store.close()
+    other = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    got = await s.ListTasks(pb.ListTasksRequest(page_size=len(ids)), SimpleNamespace())  # type: ignore[arg-type]
+    turns = ticks - before
+    listing = False
+    await other
+    assert [t.task_id for t in got.tasks] == sorted(ids, reverse=True)
+    assert all(t.workflow == "echo" and t.name == "echo" for t in got.tasks)
+    assert got.next_page_token == ""
+    assert turns >= 2, f"{len(ids)} rows in {turns + 1} turns"
 
 
 async def test_a_page_already_listed_is_answered_through_a_store_reopening(
-    tmp_path: Path,
+    pages: tuple[Rig, list[str]],
 ) -> None:
     """Between two turns of a page's rows the node may reopen its store (a divergent
     tail cut): the rows listed are answered, named from the state they were listed in."""
-    r = await make_rig(tmp_path, FakeClock(), echo())
-    try:
-        ids = [await r.run("echo", {"n": i}) for i in range(ROWS_A_TURN + 50)]
-        s = service(r, Dispatch(polls=0))
-        node: Any = s.node
+    r, ids = pages
+    s = service(r, Dispatch(polls=0))
+    node: Any = s.node
 
-        async def reopen() -> None:  # storekeeper.reopen: no store while files change
-            await asyncio.sleep(0)
-            node.store = None
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-            node.store = r.store
-
-        other = asyncio.create_task(reopen())
+    async def reopen() -> None:  # storekeeper.reopen: no store while files change
         await asyncio.sleep(0)
-        got = await s.ListTasks(pb.ListTasksRequest(page_size=len(ids)), SimpleNamespace())  # type: ignore[arg-type]
-        await other
-        assert [t.task_id for t in got.tasks] == sorted(ids, reverse=True)
-    finally:
-        await r.engine.stop()
-        await r.store.close()
+        node.store = None
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        node.store = r.store
+
+    other = asyncio.create_task(reopen())
+    await asyncio.sleep(0)
+    got = await s.ListTasks(pb.ListTasksRequest(page_size=len(ids)), SimpleNamespace())  # type: ignore[arg-type]
+    await other
+    assert [t.task_id for t in got.tasks] == sorted(ids, reverse=True)
 
 
-async def test_the_listing_is_paced_by_its_own_length_not_its_rows(tmp_path: Path) -> None:
+async def test_the_listing_is_paced_by_its_own_length_not_its_rows(
+    pages: tuple[Rig, list[str]],
+) -> None:
     """A pacer's next wait is its last slice's length times nine (giveway.py): the
     listing (it may scan 20,000 tasks) must not be timed by a cheap chunk of rows."""
-    r = await make_rig(tmp_path, FakeClock(), echo())
-    try:
-        for i in range(ROWS_A_TURN + 50):
-            await r.run("echo", {"n": i})
-        s = service(r, Dispatch(polls=0))
-        now = [0.0]
-        s._pages_listed._now = lambda: now[0]  # type: ignore[method-assign]
-        s._rows_made._now = lambda: now[0]  # type: ignore[method-assign]
-        list_rows, add_rows = s._list_rows, s._add_rows
+    r, ids = pages
+    s = service(r, Dispatch(polls=0))
+    now = [0.0]
+    s._pages_listed._now = lambda: now[0]  # type: ignore[method-assign]
+    s._rows_made._now = lambda: now[0]  # type: ignore[method-assign]
+    list_rows, add_rows = s._list_rows, s._add_rows
 
-        def slow_list(*a: Any) -> Any:
-            now[0] += 0.040
-            return list_rows(*a)
+    def slow_list(*a: Any) -> Any:
+        now[0] += 0.040
+        return list_rows(*a)
 
-        def quick_add(*a: Any) -> Any:
-            now[0] += 0.0005
-            return add_rows(*a)
+    def quick_add(*a: Any) -> Any:
+        now[0] += 0.0005
+        return add_rows(*a)
 
-        s._list_rows, s._add_rows = slow_list, quick_add  # type: ignore[method-assign]
-        await s.ListTasks(pb.ListTasksRequest(page_size=ROWS_A_TURN + 50), SimpleNamespace())  # type: ignore[arg-type]
-        assert s._pages_listed.slice_s == pytest.approx(0.040)
-        assert s._rows_made.slice_s == pytest.approx(0.0005)
-    finally:
-        await r.engine.stop()
-        await r.store.close()
+    s._list_rows, s._add_rows = slow_list, quick_add  # type: ignore[method-assign]
+    await s.ListTasks(pb.ListTasksRequest(page_size=len(ids)), SimpleNamespace())  # type: ignore[arg-type]
+    assert s._pages_listed.slice_s == pytest.approx(0.040)
+    assert s._rows_made.slice_s == pytest.approx(0.0005)
