@@ -55,6 +55,7 @@ from apollo11.scheduler.state.archive import (
 from apollo11.scheduler.state.fold import hide_data
 from apollo11.scheduler.state.index import State, reindex
 from apollo11.scheduler.state.model import DURATION_HISTORY, TaskState
+from apollo11.scheduler.state.tasktable import TaskTable
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ class Snapshots:
             del lines
             active_ids = {t.task_id for t in tasks}
             state = State(
-                tasks={t.task_id: t for t in tasks},
+                tasks=TaskTable((t.task_id, t) for t in tasks),
                 last_event_id=s["last_event_id"],
                 term=s["term"],
                 terms=[(a, b) for a, b in s["terms"]],
