@@ -16,6 +16,9 @@ slice's length), and at least MIN_WAIT_S: the bulk reads' share of a busy loop, 
 vacuum_cost_delay applied to time. The minimum covers a dispatch's own length (a
 couple of milliseconds, its fsync included), or the wait would end in the middle of
 the dispatch it waits for. Where dispatch is quiet, the reads go at full speed.
+
+A standby serving an export gives way in the same way to its share of the primary's
+commits: the records it was sent and has not yet made durable and acknowledged.
 """
 
 from __future__ import annotations
@@ -46,9 +49,14 @@ def wait_s(dispatching: bool, waited_s: float, slice_s: float) -> float:
 
 def dispatching(node: NodeView) -> bool:
     """Is this node the primary, with a submission or a step on its way to being
-    started? A standby dispatches nothing: its reads never wait."""
+    started? Or a standby holding records it was sent and has not yet made durable:
+    its primary waits for that acknowledgement (with two nodes, every commit does),
+    and the acknowledgement waits for the loop once the fsync is done."""
     engine = node.engine
-    return engine is not None and engine.leading and engine.dispatching()
+    if engine is not None and engine.leading:
+        return engine.dispatching()
+    store = node.store
+    return store is not None and store.log.next_id - 1 > store.log.durable_id
 
 
 class GiveWay:
