@@ -65,6 +65,7 @@ from apollo11.scheduler.errors import (
 )
 from apollo11.scheduler.log import Segment, check_record
 from apollo11.scheduler.state import Store
+from apollo11.scheduler.threadnice import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,12 @@ WATCH_S = 30.0  # a standby reads the catalog this often
 BACKOFF_MAX_S = 10.0
 ERROR_LOG_EVERY_S = 30.0
 REDACTION_RETRY_S = 300.0  # a redaction a damaged object held back is tried again
+# How much lower than the node's own threads the shipper's run (their nice value). A
+# segment's compression, checksums and upload come in bursts of tens of milliseconds
+# of CPU; on a core the event loop wanted, the loop's appends waited for them (append
+# p99 at 10,000 events/s ~6 → ~9 ms with the archive on, docs/benchmarks.md). Ten
+# lower, the kernel gives the loop the core first; the uploads take what is left.
+ARCHIVE_NICE = 10
 
 T = TypeVar("T")
 
@@ -517,6 +524,7 @@ class Shipper:
                 fut.set_result(result)  # type: ignore[arg-type]
 
         def work() -> None:
+            lower_this_thread(ARCHIVE_NICE)
             try:
                 result, error = fn(*args), None
             except BaseException as e:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import socket
 import ssl
 import threading
@@ -29,6 +28,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apollo11.scheduler.threadnice import lower_this_thread
 from apollo11.scheduler.web import scrape
 from apollo11.scheduler.web.acceptor import Acceptor
 from apollo11.scheduler.web.bridge import on_loop
@@ -207,7 +207,7 @@ class HttpServer:
 
         def run() -> None:
             try:
-                _lower_this_thread()
+                lower_this_thread(HTTP_NICE)
                 asyncio.run(serve)
             finally:
                 ended.set_result(None)
@@ -279,15 +279,6 @@ class HttpServer:
 # pages and scrapes on an idle node are as fast as before; a flood slows its own
 # handshakes first.
 HTTP_NICE = 10
-
-
-def _lower_this_thread() -> None:
-    """HTTP_NICE above the node's own; Linux keeps a nice value per thread."""
-    tid = threading.get_native_id()
-    with contextlib.suppress(OSError):  # not Linux, or a seccomp profile refusing it
-        os.setpriority(
-            os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + HTTP_NICE)
-        )
 
 
 def _tls_context(cert: Path, key: Path | None) -> ssl.SSLContext:

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from apollo11.scheduler.bucket import CATALOG, MemoryObjects, build_data_dir, load_catalog
+from apollo11.scheduler.bucket import (
+    CATALOG,
+    MemoryObjects,
+    Shipper,
+    build_data_dir,
+    load_catalog,
+)
+from apollo11.scheduler.bucket.shipper import ARCHIVE_NICE
 from apollo11.scheduler.errors import ApolloError, BucketError
 from apollo11.scheduler.state import Store, state_at
 from tests.scheduler.bucket.helpers import CONFIG, Host, open_store, ship_all, shipper, write
@@ -139,3 +148,17 @@ async def test_a_demoted_primary_no_longer_counts_redactions_held_back(tmp_path:
     await s.cycle()
     assert metrics.ARCHIVE_REDACTIONS_PENDING._value.get() == 0  # the primary's to say
     await store.close()
+
+
+async def test_the_shippers_work_runs_below_the_nodes_threads() -> None:
+    """A segment's compression and upload take their CPU from the shipper's share,
+    not from the loop that appends (the append p99 with the archive on)."""
+    s = Shipper(Host(None), MemoryObjects(), node_id="n1", cluster="test")
+
+    def nice_here() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = nice_here()
+    assert await s._call(nice_here) == min(19, mine + ARCHIVE_NICE)
+    assert nice_here() == mine  # the loop's own thread untouched
+    assert ARCHIVE_NICE >= 10
