@@ -417,6 +417,14 @@ def bench_archive(
             "a run on a directory that holds one measures it again without building.",
         ),
     ] = None,
+    pin: Annotated[
+        bool,
+        typer.Option(
+            "--pin",
+            help="SeaweedFS on this machine's last CPU and the bench on the others: the "
+            "bucket as on a host of its own, not taking the appends' cores.",
+        ),
+    ] = False,
 ) -> None:
     """The archive on a real SeaweedFS: append p99 at 10,000 events/s without and with
     it side by side, the bucket's lag, the compression, a node's restore timed
@@ -428,9 +436,10 @@ def bench_archive(
         return
     from apollo11.scheduler.tools.bench import archive_bench
 
-    result = _measure(
-        archive_bench.run, archive_bench.summary_rows, "archive", quick, as_json, workdir
-    )
+    def run(q: bool, wd: str | None, progress: Any) -> Any:
+        return archive_bench.run(q, wd, progress, pin=pin)
+
+    result = _measure(run, archive_bench.summary_rows, "archive", quick, as_json, workdir)
     why = archive_bench.failed(result)
     if why:
         raise fail(f"bench archive {why}")

