@@ -852,8 +852,7 @@ class Engine:
         """Is work on its way to a STARTED: an event appended and not yet durable (a
         submission's, whose application makes its task dirty), or anything `settled`
         names? Bulk reads give way to it (nodeview/giveway.py)."""
-        log = self.store.log
-        return log.next_id - 1 > log.durable_id or not self.settled()
+        return self.store.log.writing or not self.settled()
 
     def settled(self) -> bool:
         """Nothing left to decide or to write now: no task to decide again, no pass

@@ -196,6 +196,11 @@ class EventLog:
         return self._writer.next_id
 
     @property
+    def writing(self) -> bool:
+        """Are events appended (or, on a standby, staged) and not yet durable?"""
+        return self._writer.next_id - 1 > self._writer.durable_id
+
+    @property
     def first_id(self) -> int:
         """Id of the first event this log still holds."""
         return self._segments[0].first_id

@@ -56,7 +56,7 @@ def dispatching(node: NodeView) -> bool:
     if engine is not None and engine.leading:
         return engine.dispatching()
     store = node.store
-    return store is not None and store.log.next_id - 1 > store.log.durable_id
+    return store is not None and store.log.writing
 
 
 class GiveWay:

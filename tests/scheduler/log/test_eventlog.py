@@ -723,3 +723,20 @@ async def test_a_log_whose_rotation_could_not_create_the_segment_still_closes(
     again = EventLog.open(tmp_path / "data", config=config, instance_id="n1", clock=clock)
     assert again.durable_id == log.durable_id
     await again.close()
+
+
+async def test_a_log_is_writing_from_staged_until_durable(
+    open_log, tmp_path, fast_config, monkeypatch
+) -> None:
+    """What a node's bulk reads give way to (nodeview/giveway.py), on either side."""
+    primary = open_log()
+    await _fill(primary, 3)
+    assert not primary.writing
+    replica = EventLog.open(tmp_path / "replica", config=fast_config, instance_id="n2")
+    gate = hold_writes(replica, monkeypatch)
+    durable = replica.stage_raw(primary.read_raw(1).data)
+    assert replica.writing, "staged, not yet durable"
+    gate.set()
+    await durable
+    assert replica.durable_id == 3 and not replica.writing
+    await replica.close()

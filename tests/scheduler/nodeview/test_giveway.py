@@ -67,13 +67,13 @@ async def test_a_quiet_loop_never_sleeps() -> None:
     assert pace.waits == 0 and clock.sleeps == []
 
 
-def _log(next_id: int, durable_id: int) -> SimpleNamespace:
-    return SimpleNamespace(log=SimpleNamespace(next_id=next_id, durable_id=durable_id))
+def _log(writing: bool) -> SimpleNamespace:
+    return SimpleNamespace(log=SimpleNamespace(writing=writing))
 
 
 def test_a_leading_engine_dispatches_by_its_own_account() -> None:
     engine = SimpleNamespace(leading=True, dispatching=lambda: True)
-    node = SimpleNamespace(engine=engine, store=_log(10, 9))
+    node = SimpleNamespace(engine=engine, store=_log(True))
     assert dispatching(node)  # type: ignore[arg-type]
     engine.dispatching = lambda: False
     assert not dispatching(node)  # type: ignore[arg-type]
@@ -83,6 +83,6 @@ def test_a_standby_holding_records_not_yet_durable_is_busy_for_its_primary() -> 
     # its primary waits for the acknowledgement, which waits for the fsync and then
     # for the loop: a read slice begun meanwhile delays the primary's commit
     for engine in (None, SimpleNamespace(leading=False, dispatching=lambda: True)):
-        assert dispatching(SimpleNamespace(engine=engine, store=_log(12, 9)))  # type: ignore[arg-type]
-        assert not dispatching(SimpleNamespace(engine=engine, store=_log(10, 9)))  # type: ignore[arg-type]
+        assert dispatching(SimpleNamespace(engine=engine, store=_log(True)))  # type: ignore[arg-type]
+        assert not dispatching(SimpleNamespace(engine=engine, store=_log(False)))  # type: ignore[arg-type]
     assert not dispatching(SimpleNamespace(engine=None, store=None))  # type: ignore[arg-type]
