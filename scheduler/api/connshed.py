@@ -61,6 +61,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 from apollo11.scheduler import metrics
 from apollo11.scheduler.api.knownsources import KnownSources
+from apollo11.scheduler.threadnice import lower
 
 log = logging.getLogger(__name__)
 
@@ -226,16 +227,6 @@ def listening_fds(ports: Iterable[int]) -> list[int]:
             except OSError:
                 continue
     return found
-
-
-def lower(tids: Iterable[int], by: int) -> None:
-    """Threads `tids` of this process at `by` above the node's own nice value (its main
-    thread's); a thread gone meanwhile, or a system refusing it, is left as it is."""
-    with contextlib.suppress(OSError):
-        nice = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + by)
-        for tid in tids:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def _identity(fd: int) -> tuple[int, int]:
